@@ -1,0 +1,42 @@
+"""The public entry points. Thin: each checks its arguments and delegates."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .errors import UnsupportedError
+from .program import ExportedProgram
+
+
+def export(
+    mod: Any,
+    args: tuple,
+    kwargs: Optional[dict[str, Any]] = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+    preserve_module_call_signature: tuple[str, ...] = (),
+) -> ExportedProgram:
+    """Capture ``mod`` called on ``args``/``kwargs`` into an ExportedProgram.
+
+    The same signature as ``torch.export.export``. ``mod`` may be an
+    ``nn.Module``, a function or a bound method. The user's Python runs as it
+    is on fake tensors (non-strict capture) and every ATen operator it reaches
+    is recorded at the training-IR level.
+    """
+    if strict:
+        raise UnsupportedError(
+            "strict=True (capture through the bytecode front end) is not available in graphcap yet.",
+            where="export(..., strict=True)",
+            fix="Use strict=False (the default): graphcap runs your Python as it is and records "
+                "the same operators.")
+    if dynamic_shapes is not None:
+        raise UnsupportedError(
+            "dynamic_shapes is not available in graphcap yet: programs are exported with static shapes.",
+            where="export(..., dynamic_shapes=...)",
+            fix="Export without dynamic_shapes; module() then accepts inputs of the example sizes.")
+    from .capture.non_strict import export_non_strict
+    with torch.utils._python_dispatch._disable_current_modes():
+        return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                 preserve_module_call_signature=tuple(preserve_module_call_signature))

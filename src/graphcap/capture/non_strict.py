@@ -1,0 +1,145 @@
+"""Non-strict capture: run the user's Python as it is, on fake tensors.
+
+This is the pipeline of DESIGN.md from bound inputs to a verified
+ExportedProgram; each step is a call into the module that owns it.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from .. import pytree as gp_pytree
+from ..errors import ExportInputError
+from ..program import ExportedProgram
+from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
+from ..trace import fakify, lifting, metadata, mutations, recorder
+from . import call_signatures
+
+
+@dataclass
+class Target:
+    """What is being exported: the callable, and the module that owns its state."""
+
+    call: Callable[..., Any]
+    root: Optional[torch.nn.Module]
+    forward: Callable[..., Any]  # what the inputs are bound against
+    name: str
+
+
+def resolve_target(mod: Any) -> Target:
+    if isinstance(mod, torch.nn.Module):
+        return Target(mod, mod, mod.forward, type(mod).__name__)
+    if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):
+        return Target(mod, mod.__self__, mod, mod.__qualname__)
+    if callable(mod):
+        return Target(mod, None, mod, getattr(mod, "__qualname__", repr(mod)))
+    raise ExportInputError(
+        f"export expects an nn.Module, a function or a bound method, got {type(mod).__name__}.",
+        where="export(mod, ...)",
+        fix="Pass the model itself (an nn.Module) or the function to export.")
+
+
+def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
+    if isinstance(args, list):
+        args = tuple(args)
+    if not isinstance(args, tuple):
+        raise ExportInputError(
+            f"`args` must be a tuple of positional inputs, got {type(args).__name__}.",
+            where="export(mod, args)",
+            fix="Wrap a single input in a tuple: export(mod, (x,)).")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise ExportInputError(
+            f"`kwargs` must be a dict of keyword inputs, got {type(kwargs).__name__}.",
+            where="export(mod, args, kwargs)",
+            fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
+    return args, kwargs
+
+
+def _state(root: Optional[torch.nn.Module]):
+    if root is None:
+        return {}, {}, set(), {}
+    params = dict(root.named_parameters(remove_duplicate=False))
+    buffers = dict(root.named_buffers(remove_duplicate=False))
+    non_persistent = set()
+    constant_attrs: dict[int, str] = {}
+    state_ids = {id(t) for t in (*params.values(), *buffers.values())}
+    for prefix, m in root.named_modules(remove_duplicate=False):
+        for name in m._non_persistent_buffers_set:
+            non_persistent.add(f"{prefix}.{name}" if prefix else name)
+        for attr, value in vars(m).items():
+            if isinstance(value, torch.Tensor) and id(value) not in state_ids:
+                constant_attrs.setdefault(id(value), f"{prefix}.{attr}" if prefix else attr)
+    return params, buffers, non_persistent, constant_attrs
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if n in seen:
+            seen[n] += 1
+            n = f"{n}_{seen[n]}"
+        seen.setdefault(n, 0)
+        out.append(n)
+    return out
+
+
+def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
+                      preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+    target = resolve_target(mod)
+    args, kwargs = normalize_example_inputs(args, kwargs)
+    args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
+    gp_pytree.auto_register((args, kwargs), "inputs")
+
+    flat_with_paths, in_spec = pytree.tree_flatten_with_path((args, kwargs))
+    paths = [p for p, _ in flat_with_paths]
+    user_leaves = [v for _, v in flat_with_paths]
+
+    fake_mode = fakify.new_fake_mode()
+    params, buffers, non_persistent, constant_attrs = _state(target.root)
+    fakes: dict[int, torch.Tensor] = {}
+
+    def fake_of(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in fakes:
+            fakes[id(t)] = fakify.fake_static(fake_mode, t)
+        return fakes[id(t)]
+
+    state_names = [*params, *buffers]
+    fake_state = [fake_of(t) for t in (*params.values(), *buffers.values())]
+    fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
+    flat_inputs = fake_state + fake_user
+
+    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
+    before = mutations.versions(flat_inputs)
+    with call_recorder:
+        recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
+                                    fake_mode, target.name)
+    after = mutations.versions(flat_inputs)
+    gm = recording.graph_module
+    mutated = mutations.mutated_inputs(gm, before, after)
+
+    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs)
+    names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
+    lifted = lifting.lift(gm, layout, names, [isinstance(v, torch.Tensor) for v in user_leaves],
+                          mutated, recording.out_paths, fake_mode)
+    gm = lifted.graph_module
+    metadata.finalize(gm)
+
+    state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}
+    constants = {**{k: v for k, v in buffers.items() if k in non_persistent}, **lifted.constants}
+
+    sig = lifted.signature
+    root_call = ModuleCallSignature(
+        inputs=[s.arg for s in sig.input_specs if s.kind.name == "USER_INPUT"],
+        outputs=[s.arg for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT],
+        in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
+    call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
+
+    return ExportedProgram(gm, sig, state_dict, range_constraints={}, module_call_graph=call_graph,
+                           example_inputs=(args, kwargs), constants=constants)

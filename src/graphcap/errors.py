@@ -1,0 +1,79 @@
+"""graphcap's error types.
+
+Every message answers three questions: what went wrong, where (an input path
+such as ``*args[0].shape[1]``, a user source line, a graph node), and how to
+fix it. Errors are built with :func:`GraphcapError.__init__`'s keyword parts so
+that the three answers are always present and always laid out the same way.
+"""
+from __future__ import annotations
+
+import traceback
+from types import TracebackType
+from typing import Optional
+
+
+class GraphcapError(Exception):
+    """Base class of every error graphcap raises on purpose."""
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
+        self.what = what
+        self.where = where
+        self.fix = fix
+        parts = [what]
+        if where:
+            parts.append(f"Where: {where}")
+        if fix:
+            parts.append(f"How to fix: {fix}")
+        super().__init__("\n".join(parts))
+
+
+class ExportInputError(GraphcapError, ValueError):
+    """The arguments given to ``export`` (module, example inputs, spec) are wrong."""
+
+
+class UnsupportedError(GraphcapError):
+    """The program uses a construct graphcap cannot capture."""
+
+
+class TraceError(GraphcapError):
+    """The user's program raised while it was being traced on fake tensors."""
+
+
+class RuntimeInputError(GraphcapError, RuntimeError):
+    """An input given to ``ep.module()`` does not match the exported signature.
+
+    Also a ``RuntimeError`` so that code written for torch.export's checks keeps
+    catching it.
+    """
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
+        super().__init__(what, where=where, fix=fix)
+
+
+class VerificationError(GraphcapError):
+    """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``)."""
+
+
+_INTERNAL_PATH_PARTS = ("/torch/", "/graphcap/", "/site-packages/torch", "<frozen ", "/contextlib.py",
+                        "/functools.py")
+
+
+def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+    """The innermost frame of a traceback that belongs to user code.
+
+    User code is anything outside torch, graphcap and the standard helpers the
+    tracer goes through; library code such as transformers counts as user code,
+    since that is where the line the user can change (or report) lives.
+    """
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    for frame in reversed(frames):
+        if not any(p in frame.filename for p in _INTERNAL_PATH_PARTS):
+            return frame
+    return None
+
+
+def describe_frame(frame: Optional[traceback.FrameSummary]) -> Optional[str]:
+    if frame is None:
+        return None
+    code = f"\n    {frame.line.strip()}" if frame.line else ""
+    return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}{code}'

@@ -1,0 +1,175 @@
+"""Checks of runtime inputs against an exported signature, before any compute.
+
+Built once per ``module()`` from the program: for every user input leaf its
+path (``*args[0]``), and either the tensor's dtype, device and per-dimension
+expectation (an int, or a symbol / expression over symbols with a range) or
+the Python value the program was specialized on. Calling the checker returns
+the flat leaves in placeholder order or raises ``RuntimeInputError`` naming the
+path, what was expected and what came.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import RuntimeInputError
+from .pytree import input_path_str
+from .signature import InputKind
+
+_STATIC_FIX = ("The program was exported with this dimension static. To accept other sizes, export "
+               "with dynamic_shapes marking it dynamic (e.g. {0: Dim('batch')}).")
+
+
+@dataclass
+class _TensorLeaf:
+    path: str
+    dtype: torch.dtype
+    device: torch.device
+    dims: list[Any]  # int or sympy expression
+
+
+@dataclass
+class _ConstantLeaf:
+    path: str
+    value: Any
+
+
+def _dim_expr(size: Any) -> Any:
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(size)
+
+
+def _same_device(expected: torch.device, got: torch.device) -> bool:
+    if expected.type != got.type:
+        return False
+    return expected.index is None or got.index is None or expected.index == got.index
+
+
+class InputChecker:
+    def __init__(self, ep):
+        in_spec = ep.call_spec[0]
+        self._in_spec = in_spec
+        placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        user_specs = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
+        dummy = pytree.tree_unflatten([0] * in_spec.num_leaves, in_spec)
+        paths = [input_path_str(p) for p, _ in pytree.tree_flatten_with_path(dummy)[0]]
+        self._leaves: list[Any] = []
+        for spec, path in zip(user_specs, paths):
+            val = placeholders[spec.arg.name].meta.get("val")
+            if isinstance(val, torch.Tensor):
+                self._leaves.append(_TensorLeaf(path, val.dtype, val.device, [_dim_expr(s) for s in val.shape]))
+            else:
+                self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
+        self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
+
+    # -- structure -----------------------------------------------------------
+    def _flatten(self, args: tuple, kwargs: dict) -> list[Any]:
+        kw_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
+        if kw_spec is not None and kw_spec.context is not None and set(kwargs) == set(kw_spec.context):
+            kwargs = {k: kwargs[k] for k in kw_spec.context}
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            expected = pytree.tree_unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
+            got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+            raise RuntimeInputError(
+                f"The inputs do not have the structure the program was exported with: expected "
+                f"(args, kwargs) shaped like {_shape_str(expected)}, but got {_shape_str(got)}.",
+                where="ep.module()(*args, **kwargs)",
+                fix="Pass the same positional and keyword arguments, with the same containers, as "
+                    "the example inputs given to export (each * is one tensor or value).")
+        return leaves
+
+    # -- leaves ----------------------------------------------------------------
+    def __call__(self, args: tuple, kwargs: dict) -> list[Any]:
+        leaves = self._flatten(args, kwargs)
+        bindings: dict[sympy.Symbol, int] = {}
+        deferred: list[tuple[str, Any, int]] = []
+        for leaf, value in zip(self._leaves, leaves):
+            if isinstance(leaf, _ConstantLeaf):
+                self._check_constant(leaf, value)
+                continue
+            self._check_tensor(leaf, value, bindings, deferred)
+        for path, expr, got in deferred:
+            self._check_derived(path, expr, got, bindings)
+        return leaves
+
+    def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
+        if type(value) is not type(leaf.value) or value != leaf.value:
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+                fix="Python values (ints, floats, strings, flags) are baked into the exported "
+                    "program; export again with this value to get a program for it.")
+
+    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, deferred) -> None:
+        if not isinstance(value, torch.Tensor):
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
+                fix="Pass a tensor here, as in the example inputs given to export.")
+        if value.dtype != leaf.dtype:
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to have dtype {leaf.dtype}, but got {value.dtype}",
+                fix=f"Convert the input first, e.g. x.to({leaf.dtype}).")
+        if not _same_device(leaf.device, value.device):
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be on device {leaf.device}, but got {value.device}",
+                fix=f"Move the input first (x.to('{leaf.device}')), or move the program with "
+                    f"graphcap.move_to_device_pass.")
+        if value.dim() != len(leaf.dims):
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to have {len(leaf.dims)} dimensions, but got "
+                f"{value.dim()}", fix="Pass a tensor of the same rank as the example input.")
+        for i, (expected, got) in enumerate(zip(leaf.dims, value.shape)):
+            path = f"{leaf.path}.shape[{i}]"
+            if isinstance(expected, int):
+                if got != expected:
+                    raise RuntimeInputError(
+                        f"Expected input at {path} to be equal to {expected}, but got {got}", fix=_STATIC_FIX)
+            elif isinstance(expected, sympy.Symbol):
+                self._check_range(path, expected, got)
+                if expected in bindings and bindings[expected] != got:
+                    raise RuntimeInputError(
+                        f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}",
+                        fix=f"This dimension shares the symbol {expected} with an earlier input "
+                            f"dimension of size {bindings[expected]}; the sizes must agree.")
+                bindings[expected] = int(got)
+            else:
+                deferred.append((path, expected, int(got)))
+
+    def _check_range(self, path: str, sym: Any, got: int) -> None:
+        rng = self._ranges.get(sym)
+        if rng is None:
+            return
+        lower, upper = rng.lower, rng.upper
+        if lower.is_finite and got < int(lower):
+            raise RuntimeInputError(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
+                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+        if upper.is_finite and got > int(upper):
+            raise RuntimeInputError(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
+                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+
+    def _check_derived(self, path: str, expr: Any, got: int, bindings) -> None:
+        free = expr.free_symbols
+        if not free.issubset(bindings):
+            root = next(iter(free))
+            solved = sympy.solve(sympy.Eq(expr, got), root)
+            if len(solved) != 1 or not solved[0].is_integer:
+                raise RuntimeInputError(
+                    f"Expected input at {path} to be of the form {expr}, but got {got}",
+                    fix=f"Choose a size that {expr} can take for an integer {root}.")
+            bindings[root] = int(solved[0])
+            self._check_range(path, root, int(solved[0]))
+        want = int(expr.subs(bindings))
+        if want != got:
+            raise RuntimeInputError(
+                f"Expected input at {path} to be equal to {want}, but got {got}",
+                fix=f"This dimension is {expr} in the exported program.")
+
+
+def _shape_str(tree: Any) -> str:
+    return repr(tree).replace("'*'", "*")

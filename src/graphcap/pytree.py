@@ -1,0 +1,289 @@
+"""Flattening inputs and outputs into leaves, and naming the leaves.
+
+graphcap uses torch's pytree engine (``torch.utils._pytree``) for the work; this
+module adds what export needs on top of it:
+
+* :func:`register_dataclass` for user dataclasses;
+* automatic flattening of *unknown* classes that hold tensors (a transformers
+  ``DynamicCache``, a user's plain class), with a warning that names the class
+  and how to register it, where torch.export would fail;
+* the input path strings (``*args[0]``, ``**kwargs['mask']``) every runtime
+  error uses, and the placeholder names derived from the same paths.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import re
+import warnings
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import ExportInputError
+
+# Types that are leaves as they are: either tensors, or Python values that
+# export specializes on (baked into the graph and checked by ``module()``).
+_PLAIN_LEAF_TYPES = (torch.Tensor, int, float, bool, complex, str, bytes, type(None), torch.dtype,
+                     torch.device, torch.memory_format, torch.layout, enum.Enum, type(Ellipsis), slice,
+                     torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# Classes graphcap registered by itself, kept so the warning is given once.
+_AUTO_REGISTERED: dict[type, str] = {}
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None) -> None:
+    """Make a dataclass usable as an input or output container.
+
+    Every field becomes a child of the pytree node; a field holding ``None``
+    is kept in the structure (so a later call may not switch it to a tensor).
+    """
+    if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+        raise ExportInputError(
+            f"register_dataclass expects a dataclass type, got {cls!r}.",
+            fix="Decorate the class with @dataclasses.dataclass, or register it with "
+                "torch.utils._pytree.register_pytree_node.")
+    if cls in pytree.SUPPORTED_NODES:
+        return
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    def flatten(obj):
+        return [getattr(obj, n) for n in names], names
+
+    def flatten_with_keys(obj):
+        return [(pytree.GetAttrKey(n), getattr(obj, n)) for n in names], names
+
+    def unflatten(values, context):
+        return cls(**dict(zip(context, values)))
+
+    pytree.register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys,
+                                serialized_type_name=serialized_type_name or qualified_name(cls))
+
+
+# --------------------------------------------------------------------------
+# automatic flattening of unknown classes
+# --------------------------------------------------------------------------
+
+def _is_registered(obj: Any) -> bool:
+    t = type(obj)
+    return t in pytree.SUPPORTED_NODES or pytree.is_namedtuple_instance(obj) or \
+        pytree.is_structseq_instance(obj)
+
+
+def holds_tensor(obj: Any, _seen: Optional[set] = None, _depth: int = 0) -> bool:
+    """Whether a tensor can be reached from ``obj`` through containers and attributes."""
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, _PLAIN_LEAF_TYPES) or _depth > 12 or isinstance(obj, (type, torch.nn.Module)):
+        return False
+    _seen = set() if _seen is None else _seen
+    if id(obj) in _seen:
+        return False
+    _seen.add(id(obj))
+    if isinstance(obj, dict):
+        return any(holds_tensor(v, _seen, _depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(holds_tensor(v, _seen, _depth + 1) for v in obj)
+    if _is_registered(obj):
+        return any(holds_tensor(c, _seen, _depth + 1) for c in pytree.tree_leaves(obj))
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        return any(holds_tensor(v, _seen, _depth + 1) for v in attrs.values())
+    return False
+
+
+def _register_auto_class(cls: type) -> None:
+    """Register ``cls`` as a pytree node over the attributes that hold tensors.
+
+    Attributes that hold no tensor (sizes, flags, dtypes) are kept in the
+    node's context: they are part of the structure, like a dict's keys.
+    """
+
+    def split(obj):
+        attrs = vars(obj)
+        keys = tuple(k for k, v in attrs.items() if holds_tensor(v))
+        static = tuple((k, v) for k, v in attrs.items() if k not in keys)
+        return keys, static
+
+    def flatten(obj):
+        keys, static = split(obj)
+        return [getattr(obj, k) for k in keys], (keys, static)
+
+    def flatten_with_keys(obj):
+        keys, static = split(obj)
+        return [(pytree.GetAttrKey(k), getattr(obj, k)) for k in keys], (keys, static)
+
+    def unflatten(values, context):
+        keys, static = context
+        obj = cls.__new__(cls)
+        state = obj.__dict__
+        state.update(static)
+        state.update(zip(keys, values))
+        return obj
+
+    pytree.register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys,
+                                serialized_type_name=qualified_name(cls))
+
+
+def auto_register(tree: Any, where: str) -> list[str]:
+    """Register every unknown class in ``tree`` that holds tensors.
+
+    ``where`` says which side of the program the tree is (``"inputs"`` or
+    ``"outputs"``) for the warning. Returns the qualified names registered now.
+    """
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any, depth: int) -> None:
+        if depth > 16 or id(obj) in seen or isinstance(obj, _PLAIN_LEAF_TYPES):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            for v in obj.values():
+                visit(v, depth + 1)
+            return
+        if isinstance(obj, (list, tuple)):
+            for v in obj:
+                visit(v, depth + 1)
+            return
+        if _is_registered(obj):
+            for c in pytree.tree_leaves(obj):
+                visit(c, depth + 1)
+            return
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict) and holds_tensor(obj):
+            cls = type(obj)
+            if cls not in _AUTO_REGISTERED:
+                _register_auto_class(cls)
+                _AUTO_REGISTERED[cls] = qualified_name(cls)
+                found.append(qualified_name(cls))
+                warnings.warn(
+                    f"graphcap: the {where} contain an instance of {qualified_name(cls)}, a class "
+                    f"that holds tensors but is not registered as a pytree node. graphcap flattens "
+                    f"it by its attributes. To choose how it flattens (and to silence this "
+                    f"warning), register it first: graphcap.register_dataclass({cls.__name__}) "
+                    f"for a dataclass, or torch.utils._pytree.register_pytree_node.",
+                    stacklevel=4)
+            for v in attrs.values():
+                visit(v, depth + 1)
+
+    visit(tree, 0)
+    return found
+
+
+def auto_registered_classes() -> dict[type, str]:
+    return dict(_AUTO_REGISTERED)
+
+
+# --------------------------------------------------------------------------
+# paths and names
+# --------------------------------------------------------------------------
+
+KeyPath = tuple
+
+
+def input_path_str(path: KeyPath) -> str:
+    """Render the path of a leaf of ``(args, kwargs)`` as the user wrote it.
+
+    ``(SequenceKey(0), SequenceKey(1))`` → ``*args[1]``;
+    ``(SequenceKey(1), MappingKey('mask'))`` → ``**kwargs['mask']``.
+    """
+    if not path:
+        return "inputs"
+    head = "*args" if path[0] == pytree.SequenceKey(0) else "**kwargs"
+    return head + pytree.keystr(path[1:])
+
+
+def output_path_str(path: KeyPath) -> str:
+    return "output" + pytree.keystr(path)
+
+
+def _key_name(key: Any) -> str:
+    if isinstance(key, pytree.SequenceKey):
+        return str(key.idx)
+    if isinstance(key, pytree.MappingKey):
+        return str(key.key)
+    if isinstance(key, pytree.GetAttrKey):
+        return key.name
+    return str(key)
+
+
+def sanitize_name(name: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", name)
+    if not name or name[0].isdigit():
+        name = "_" + name
+    return name
+
+
+def placeholder_name(path: KeyPath, arg_names: Sequence[str]) -> str:
+    """The graph name of a user input leaf, from its argument name and path.
+
+    ``x`` for a plain tensor argument, ``xs_0`` for the first item of a list
+    argument ``xs``, ``d_scale`` for ``d["scale"]``, ``args_2`` for the third
+    value of ``*args`` past the named parameters.
+    """
+    if path[0] == pytree.SequenceKey(0):
+        idx = path[1].idx
+        base = arg_names[idx] if idx < len(arg_names) else f"args_{idx}"
+    else:
+        base = _key_name(path[1])
+    rest = [_key_name(k) for k in path[2:]]
+    return sanitize_name("_".join([base, *rest]))
+
+
+# --------------------------------------------------------------------------
+# binding to the forward signature
+# --------------------------------------------------------------------------
+
+def signature_of(fn: Callable) -> Optional[inspect.Signature]:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[str]]:
+    """Check ``args``/``kwargs`` against ``fn``'s signature, as a call would.
+
+    Returns the args, the kwargs reordered to the signature's order (extra
+    ``**kwargs`` keys after, in the order given), and the names of the
+    positional parameters (``*args`` values past them are named later by
+    position). Defaults are not filled in: only what the user passed becomes an
+    input, as in torch.export.
+    """
+    sig = signature_of(fn)
+    if sig is None:
+        return tuple(args), dict(kwargs), []
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise ExportInputError(
+            f"The example inputs do not fit the signature of {getattr(fn, '__qualname__', fn)}"
+            f"{sig}: {e}.",
+            where="export(mod, args, kwargs)",
+            fix="Pass positional inputs in `args` (a tuple) and keyword inputs in `kwargs` (a dict) "
+                "so that calling the module with them would work.") from None
+    params = list(sig.parameters.values())
+    positional = [p.name for p in params
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_pos = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    names = positional[:len(args)]
+    if var_pos is not None and len(args) > len(positional):
+        names += [f"{var_pos}_{i}" for i in range(len(args) - len(positional))]
+    order = {p.name: i for i, p in enumerate(params)}
+    ordered = dict(sorted(kwargs.items(), key=lambda kv: order.get(kv[0], len(order))))
+    return tuple(args), ordered, names
+
+
+def flatten_with_paths(tree: Any) -> tuple[list[tuple[KeyPath, Any]], pytree.TreeSpec]:
+    return pytree.tree_flatten_with_path(tree)
+
+
+def iter_leaves(tree: Any) -> Iterable[Any]:
+    return pytree.tree_leaves(tree)

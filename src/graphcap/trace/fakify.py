@@ -1,0 +1,39 @@
+"""Fake tensors for tracing: no data, no compute, only metadata.
+
+One ``FakeTensorMode`` with its own ``ShapeEnv`` per export. Parameters,
+buffers and constants are always static; user inputs are static unless the
+dynamic-shape layer asks for symbols (it passes a per-tensor policy).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+
+def new_fake_mode() -> FakeTensorMode:
+    """A fake mode for one export.
+
+    Real tensors met while tracing (a constant made in ``forward``) are allowed
+    and become graph constants, which the lifting step turns into inputs.
+    """
+    shape_env = ShapeEnv(assume_static_by_default=True, tracked_fakes=[])
+    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
+
+
+def fake_static(mode: FakeTensorMode, t: torch.Tensor) -> FakeTensor:
+    """A fake copy of ``t`` with every dimension fixed to its current size."""
+    if isinstance(t, FakeTensor) and t.fake_mode is mode:
+        return t
+    return mode.from_tensor(t, static_shapes=True)
+
+
+def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any] = None) -> Any:
+    """Fake tensors for tensor leaves; other leaves pass through unchanged."""
+    if not isinstance(leaf, torch.Tensor):
+        return leaf
+    if symbolic_context is None:
+        return fake_static(mode, leaf)
+    return mode.from_tensor(leaf, symbolic_context=symbolic_context)

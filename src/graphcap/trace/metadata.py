@@ -1,0 +1,42 @@
+"""Node metadata the IR promises: ``val``, ``stack_trace``, ``nn_module_stack``,
+``source_fn_stack``.
+
+The recorder already leaves ``val`` (fake tensors), ``stack_trace`` (the user
+frames) and ``nn_module_stack`` (module path → (FQN, class)) on operator nodes.
+This pass makes the set complete and uniform: placeholders and the output
+carry no source information; every operator node has all four keys; and
+``source_fn_stack`` names, for each node, the module or function the user
+called that produced it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+
+def _source_fn_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
+    """The user-level calls behind ``node``, outermost first.
+
+    One entry per submodule on the node's module stack (its attribute name and
+    class), then the torch function or tensor method the user called
+    (``('linear_1', 'builtin_function_or_method.linear')``).
+    """
+    stack = [(fqn.rsplit(".", 1)[-1], cls) for fqn, cls in node.meta.get("nn_module_stack", {}).values() if fqn]
+    torch_fn = node.meta.get("torch_fn")
+    stack.append((torch_fn[0], torch_fn[1]) if torch_fn is not None else (node.name, str(node.target)))
+    return stack
+
+
+def finalize(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            node.meta.pop("stack_trace", None)
+            node.meta.pop("nn_module_stack", None)
+            node.meta.pop("torch_fn", None)
+            continue
+        node.meta.setdefault("val", None)
+        if node.op == "call_function":
+            node.meta.setdefault("nn_module_stack", {})
+            node.meta.setdefault("stack_trace", None)
+            if "source_fn_stack" not in node.meta:
+                node.meta["source_fn_stack"] = _source_fn_stack(node)

@@ -1,0 +1,79 @@
+"""Which graph inputs does the program write to?
+
+Two sources of evidence, joined:
+
+* version counters: every in-place operator run on a fake tensor (or on a view
+  of it: views share the counter) bumps ``_version``; comparing each input's
+  counter before and after the trace catches ``x.add_(1)`` and
+  ``buf[0:2].mul_(2)`` alike;
+* operator schemas: an argument marked as written (``Tensor(a!)``) whose
+  storage is an input's, plus the few composite operators that update their
+  arguments without saying so in their schema (``batch_norm`` in training mode
+  updates the running statistics).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+# Composite operators whose schema hides an in-place update: op → (flag index,
+# indices of the arguments updated when the flag argument is True).
+_HIDDEN_MUTATIONS = {
+    aten.batch_norm.default: (5, (3, 4)),
+    aten.instance_norm.default: (5, (3, 4)),
+    aten._batch_norm_impl_index.default: (5, (3, 4)),
+}
+
+
+def versions(tensors: Sequence[object]) -> list[int]:
+    return [t._version if isinstance(t, torch.Tensor) else 0 for t in tensors]
+
+
+def _storage_key(val) -> object:
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return val.untyped_storage()._cdata
+    except Exception:
+        return None
+
+
+def _written_args(node: torch.fx.Node) -> list[object]:
+    target = node.target
+    written: list[object] = []
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+                written.append(value)
+    hidden = _HIDDEN_MUTATIONS.get(target)
+    if hidden is not None:
+        flag, indices = hidden
+        if len(node.args) > flag and node.args[flag] is True:
+            written.extend(node.args[i] for i in indices if i < len(node.args))
+    return written
+
+
+def mutated_inputs(gm: torch.fx.GraphModule, before: Sequence[int], after: Sequence[int]) -> set[int]:
+    """Indices (in placeholder order) of the placeholders the graph writes to."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    mutated = {i for i, (b, a) in enumerate(zip(before, after)) if a != b}
+    by_storage = {}
+    for i, p in enumerate(placeholders):
+        key = _storage_key(p.meta.get("val"))
+        if key is not None:
+            by_storage.setdefault(key, i)
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for value in _written_args(node):
+            if isinstance(value, torch.fx.Node):
+                idx = by_storage.get(_storage_key(value.meta.get("val")))
+                if idx is not None:
+                    mutated.add(idx)
+    return mutated
