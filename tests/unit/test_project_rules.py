@@ -1,0 +1,55 @@
+"""Promises of the project that the source itself can show."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "graphcap"
+
+# What graphcap implements and therefore must not call (DESIGN.md, "What we build"):
+# torch.export's entry points and helpers, torch._export, export's AOT wrapper.
+FORBIDDEN_MODULES = ("torch.export", "torch._export", "torch._functorch.aot_autograd")
+FORBIDDEN_NAMES = {"aot_export_module", "aot_export_joint_simple"}
+INTEROP = {"interop.py"}  # the one module allowed to build/read torch's ExportedProgram
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _hits(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    hits = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            names = [_dotted(node)]
+        elif isinstance(node, ast.Name):
+            names = [node.id]
+        for name in names:
+            if name.startswith(FORBIDDEN_MODULES) or name.split(".")[-1] in FORBIDDEN_NAMES:
+                hits.append(f"{path.relative_to(SRC)}:{node.lineno}: {name}")
+    return hits
+
+
+def test_src_does_not_call_the_system_it_implements():
+    hits = [h for p in SRC.rglob("*.py") if p.name not in INTEROP for h in _hits(p)]
+    assert not hits, "src/graphcap reaches into torch.export:\n" + "\n".join(sorted(set(hits)))
+
+
+def test_no_pickle_in_src():
+    pattern = re.compile(r"^\s*(import pickle|from pickle)|pickle\.loads?\(|torch\.load\(|weights_only\s*=\s*False")
+    hits = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, hits
