@@ -1,0 +1,231 @@
+"""Match a ``dynamic_shapes`` spec to the flattened example inputs.
+
+The spec mirrors the inputs: a dict keyed by argument names or a tuple/list
+by position, nested like the pytree inputs, with ``None`` for static parts
+and, per tensor, a dict ``{dim: Dim}`` or a list/tuple over its dims. The
+result is one entry per flat input leaf (in ``(args, kwargs)`` flatten order):
+``None`` or ``{dim index: Dim | DerivedDim | DimHint | int}``. Every mistake
+is an ``ExportInputError`` naming the input path and what to change.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import ExportInputError
+from .dims import DerivedDim, Dim, DimHint, ShapesCollection, AdditionalInputs, as_dim
+
+LeafSpec = Optional[dict[int, Any]]
+
+
+def combined_inputs(m: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The inputs as one dict ``{argument name: value}``, in signature order.
+
+    This is the structure a dict spec is keyed by; ``*args`` appears as one
+    tuple under its name and ``**kwargs`` as one dict.
+    """
+    fn = m.forward if isinstance(m, torch.nn.Module) else m
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        out = {f"args_{i}": a for i, a in enumerate(args)}
+        out.update(kwargs)
+        return out
+    return dict(bound.arguments)
+
+
+def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
+    """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
+    if pytree._is_leaf(value):  # noqa: SLF001 (torch's own leaf test, with registered types)
+        return None
+    node = pytree._get_node_type(value)  # noqa: SLF001
+    handler = pytree.SUPPORTED_NODES[node]
+    children, context = handler.flatten_fn(value)
+    if handler.flatten_with_keys_fn is not None:
+        keyed, _ = handler.flatten_with_keys_fn(value)
+        suffixes = [pytree.keystr((k,)) for k, _ in keyed]
+    else:
+        suffixes = [f"[{i}]" for i in range(len(children))]
+    return list(children), suffixes, context
+
+
+def _fix_hint() -> str:
+    return ("Give the spec the structure of the inputs: a dict keyed by argument names (or a tuple by "
+            "position), None for a static input, and per tensor a dict {dim: Dim} or a list over its dims.")
+
+
+class _Walker:
+    def __init__(self):
+        self.leaf_specs: list[LeafSpec] = []
+        self.leaf_paths: list[str] = []
+        self.names: dict[str, tuple[Any, str]] = {}  # dim name -> (root Dim, first path)
+
+    def walk(self, value: Any, spec: Any, path: str) -> None:
+        if isinstance(value, torch.Tensor):
+            self.leaf_specs.append(self._tensor_spec(value, spec, path))
+            self.leaf_paths.append(path)
+            return
+        kids = _children(value)
+        if kids is None:
+            if spec is not None and as_dim(spec) not in (None, Dim.STATIC):
+                if isinstance(value, int) and not isinstance(value, bool):
+                    raise ExportInputError(
+                        f"dynamic_shapes{path} marks the int input {value!r} dynamic; graphcap specializes "
+                        f"Python ints.", where=f"dynamic_shapes{path}",
+                        fix="Pass the size as a tensor dimension, or use None here (the int is baked in).")
+                raise ExportInputError(
+                    f"dynamic_shapes{path} gives {spec!r} for a {type(value).__name__} input, which has no "
+                    f"shape.", where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
+            self.leaf_specs.append(None)
+            self.leaf_paths.append(path)
+            return
+        children, suffixes, context = kids
+        if spec is None:
+            for child, suffix in zip(children, suffixes):
+                self.walk(child, None, path + suffix)
+            return
+        spec_children = self._spec_children(value, spec, children, path)
+        for child, child_spec, suffix in zip(children, spec_children, suffixes):
+            self.walk(child, child_spec, path + suffix)
+
+    def _spec_children(self, value: Any, spec: Any, children: list[Any], path: str) -> list[Any]:
+        if isinstance(value, dict):
+            if not isinstance(spec, dict):
+                raise ExportInputError(
+                    f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a dict with "
+                    f"keys {list(value)}.", where=f"dynamic_shapes{path}", fix=_fix_hint())
+            if set(spec) != set(value):
+                raise ExportInputError(
+                    f"dynamic_shapes{path} has keys {sorted(map(str, spec))}, but the input there has keys "
+                    f"{sorted(map(str, value))}.", where=f"dynamic_shapes{path}",
+                    fix="Use exactly the keys of the input dict (None for the static entries).")
+            return [spec[k] for k in value]
+        if isinstance(spec, (list, tuple)):
+            if len(spec) != len(children):
+                raise ExportInputError(
+                    f"dynamic_shapes{path} has {len(spec)} entries, but the input there has {len(children)}.",
+                    where=f"dynamic_shapes{path}", fix=_fix_hint())
+            return list(spec)
+        if type(spec) is type(value):
+            spec_kids = _children(spec)
+            if spec_kids is not None and len(spec_kids[0]) == len(children):
+                return spec_kids[0]
+        raise ExportInputError(
+            f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a "
+            f"{type(value).__name__} with {len(children)} entries.", where=f"dynamic_shapes{path}",
+            fix=_fix_hint())
+
+    def _tensor_spec(self, t: torch.Tensor, spec: Any, path: str) -> LeafSpec:
+        if spec is None:
+            return None
+        if isinstance(spec, dict):
+            items = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            if len(spec) != t.dim():
+                raise ExportInputError(
+                    f"dynamic_shapes{path} lists {len(spec)} dims, but the tensor there has {t.dim()} "
+                    f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}",
+                    fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
+            items = list(enumerate(spec))
+        else:
+            hint = as_dim(spec)
+            if isinstance(hint, DimHint):  # one hint for the whole tensor
+                items = [(i, hint) for i in range(t.dim())]
+            else:
+                raise ExportInputError(
+                    f"dynamic_shapes{path} is {spec!r}; a tensor's spec is a dict {{dim: Dim}}, a list over "
+                    f"its dims, or None.", where=f"dynamic_shapes{path}", fix=_fix_hint())
+        out: dict[int, Any] = {}
+        for dim, entry in items:
+            if not isinstance(dim, int) or isinstance(dim, bool):
+                raise ExportInputError(f"dynamic_shapes{path} has key {dim!r}; dims are ints.",
+                                       where=f"dynamic_shapes{path}", fix="Key the dict by dimension index.")
+            if not -t.dim() <= dim < t.dim():
+                raise ExportInputError(
+                    f"dynamic_shapes{path} names dim {dim}, but the tensor there has {t.dim()} dims "
+                    f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}[{dim}]",
+                    fix=f"Use a dim index in 0..{t.dim() - 1}.")
+            dim = dim % t.dim()
+            d = as_dim(entry)
+            where = f"{path}.shape[{dim}]"
+            if d is None or d == Dim.STATIC:
+                continue
+            if isinstance(d, int):
+                if d != t.shape[dim]:
+                    raise ExportInputError(
+                        f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
+                        f"{t.shape[dim]} there.", where=where,
+                        fix=f"Use {t.shape[dim]}, or change the example input.")
+                continue
+            if not isinstance(d, (Dim, DimHint)):
+                raise ExportInputError(
+                    f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
+                    f"an int or None.", where=where, fix=_fix_hint())
+            if isinstance(d, Dim):
+                self._check_name(d, where)
+            out[dim] = d
+        return out or None
+
+    def _check_name(self, d: Dim, where: str) -> None:
+        root = d.root if isinstance(d, DerivedDim) else d
+        name = root.__name__
+        seen = self.names.get(name)
+        if seen is None:
+            self.names[name] = (root, where)
+            return
+        other, other_where = seen
+        if other is not root and (other.min, other.max) != (root.min, root.max):
+            raise ExportInputError(
+                f"The name {name!r} is used for two different Dims: {other!r} at {other_where} and "
+                f"{root!r} at {where}.", where=where,
+                fix="Create the Dim once and use the same object wherever that size appears (or give the "
+                    "other one its own name).")
+
+
+def match_spec(m: Any, args: tuple, kwargs: dict, dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
+    """Per flat input leaf (order of ``tree_flatten((args, kwargs))``) its spec entry.
+
+    Also returns each leaf's path by argument name (``['x'][0]``), which names
+    the leaf's symbols.
+    """
+    combined = combined_inputs(m, args, kwargs)
+    if isinstance(dynamic_shapes, (ShapesCollection, AdditionalInputs)):
+        dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)
+    walker = _Walker()
+    values = list(combined.values())
+    if isinstance(dynamic_shapes, dict):
+        if set(dynamic_shapes) != set(combined):
+            missing = [k for k in combined if k not in dynamic_shapes]
+            extra = [k for k in dynamic_shapes if k not in combined]
+            raise ExportInputError(
+                f"The keys of dynamic_shapes do not match the inputs: expected {list(combined)}"
+                + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + ".",
+                where="export(..., dynamic_shapes={...})",
+                fix="Key dynamic_shapes by the argument names of forward for the inputs you pass "
+                    "(None for static ones), or give a tuple with one entry per input.")
+        specs = [dynamic_shapes[k] for k in combined]
+    elif isinstance(dynamic_shapes, (tuple, list)):
+        if len(dynamic_shapes) != len(values):
+            raise ExportInputError(
+                f"dynamic_shapes has {len(dynamic_shapes)} entries, but there are {len(values)} inputs "
+                f"({list(combined)}).", where="export(..., dynamic_shapes=(...))",
+                fix="Give one entry per input, in the order of forward's arguments (None for static ones).")
+        specs = list(dynamic_shapes)
+    else:
+        raise ExportInputError(
+            f"dynamic_shapes must be a dict, tuple or list, got {type(dynamic_shapes).__name__}.",
+            where="export(..., dynamic_shapes=...)", fix=_fix_hint())
+    for (name, value), spec in zip(combined.items(), specs):
+        walker.walk(value, spec, f"['{name}']")
+    n_leaves = len(pytree.tree_leaves((args, kwargs)))
+    if len(walker.leaf_specs) != n_leaves:
+        raise ExportInputError(
+            "graphcap could not line up the dynamic_shapes spec with the flattened inputs "
+            f"({len(walker.leaf_specs)} spec leaves for {n_leaves} inputs).",
+            where="export(..., dynamic_shapes=...)",
+            fix="Pass inputs as plain args/kwargs of forward, or give the spec as a tuple by position.")
+    return walker.leaf_specs, walker.leaf_paths

@@ -1,0 +1,309 @@
+"""Turn a matched spec into symbolic fake inputs.
+
+One ``ShapeEnv`` symbol per root ``Dim`` (shared by every dimension that uses
+the same Dim), derived dims as expressions of their root (``s0 + 1``), one
+fresh symbol per ``Dim.AUTO`` / ``Dim.DYNAMIC`` dimension. Each symbol starts
+with exactly the declared range, and sizes 0 and 1 are not specialized: a
+dynamic dimension whose example size is 1 stays a symbol over its range (the
+guard check reports any code that then needs it to be 1).
+
+Fake tensors are made by ``FakeTensorMode.from_tensor`` with a symbolic
+context whose source-to-symbol cache is filled in advance, so the symbols are
+ours and the rest (strides, storage, views) is the engine's.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+from torch._guards import GuardSource, Source
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
+
+from ..errors import ExportInputError
+from .dims import INT_MAX, DerivedDim, Dim, DimHint
+from .spec import LeafSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSource(Source):
+    """Where an input lives, named as torch names export inputs (``L['x']['k']``).
+
+    The name seeds the symbol's number, so graphcap's symbols are numbered as
+    torch.export numbers them for the same input.
+    """
+
+    path: str
+
+    @property
+    def _name_template(self) -> str:
+        return self.path
+
+    @property
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+    def is_ephemeral(self) -> bool:
+        return False
+
+
+@dataclass
+class DimUse:
+    """One input dimension marked dynamic: where it is and what the spec said."""
+
+    leaf: int
+    dim: int
+    path: str  # "*args[0].shape[1]"
+    spec: Any  # Dim, DerivedDim or DimHint
+    size: int
+
+
+@dataclass
+class RootSymbol:
+    """A symbol of the program and the spec entry it stands for."""
+
+    symbol: sympy.Symbol
+    name: str  # the Dim's name, or the input path for a hint
+    declared: ValueRanges
+    uses: list[DimUse] = field(default_factory=list)
+    hint: Optional[DimHint] = None  # set for Dim.AUTO / Dim.DYNAMIC
+    value: int = 0
+
+
+@dataclass
+class SymbolicInputs:
+    """The fake inputs and the bookkeeping the guard check needs."""
+
+    fakes: list[Any]
+    roots: list[RootSymbol]
+    derived: dict[sympy.Expr, ValueRanges]  # derived size expression -> its declared range
+    shape_env: Any = None
+
+    def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
+        return {r.symbol: r for r in self.roots}
+
+
+def _vr(lo: int, hi: int) -> ValueRanges:
+    return ValueRanges(lo, int_oo if hi >= INT_MAX else hi)
+
+
+def _range_str(lo: Any, hi: Any) -> str:
+    return f"[{lo}, {'int_oo' if hi >= INT_MAX else hi}]"
+
+
+def _solve_root(d: DerivedDim, size: int, path: str) -> int:
+    r = sympy.Symbol("r", integer=True)
+    sols = [s for s in sympy.solve(sympy.Eq(sympy.sympify(d.fn(r)), size), r) if s.is_integer]
+    if len(sols) != 1:
+        raise ExportInputError(
+            f"The example size {size} at {path} is not {d.__name__} for any integer {d.root.__name__}.",
+            where=path, fix=f"Change the example input so that its size there has the form {d.__name__}.")
+    return int(sols[0])
+
+
+def _size_name(tensor_name: str, dim: int) -> str:
+    """The name the engine gives the source of a tensor's size (the key of its symbol cache)."""
+    return f"{tensor_name}.size()[{dim}]"
+
+
+def torch_style_name(arg_path: str) -> str:
+    """``['x'][0]`` (the spec walker's path) as torch's source name ``L['x'][0]``."""
+    return "L" + arg_path
+
+
+def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_paths: list[str],
+          source_names: list[str]) -> SymbolicInputs:
+    """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``)."""
+    env = mode.shape_env
+    uses: list[DimUse] = []
+    for i, (leaf, spec) in enumerate(zip(leaves, specs)):
+        for dim, d in sorted((spec or {}).items()):
+            uses.append(DimUse(i, dim, f"{input_paths[i]}.shape[{dim}]", d, int(leaf.shape[dim])))
+
+    # Root values: from a direct use, else solved from a derived one; all must agree.
+    groups: dict[str, list[DimUse]] = {}
+    for u in uses:
+        if isinstance(u.spec, Dim):
+            root = u.spec.root if isinstance(u.spec, DerivedDim) else u.spec
+            groups.setdefault(root.__name__, []).append(u)
+
+    exprs: dict[tuple[int, int], sympy.Expr] = {}
+    roots: list[RootSymbol] = []
+    derived: dict[sympy.Expr, ValueRanges] = {}
+
+    def new_symbol(value: int, use: DimUse, lo: int, hi: int) -> sympy.Symbol:
+        source = InputSource(_size_name(source_names[use.leaf], use.dim))
+        sym = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC,
+                                constraint_dim=StrictMinMaxConstraint(warn_only=False, vr=_vr(lo, hi)),
+                                do_not_specialize_zero_one=True)
+        return sym
+
+    for name, group in groups.items():
+        direct = [u for u in group if not isinstance(u.spec, DerivedDim)]
+        root_dim = direct[0].spec if direct else group[0].spec.root
+        values = []
+        for u in group:
+            v = _solve_root(u.spec, u.size, u.path) if isinstance(u.spec, DerivedDim) else u.size
+            values.append((v, u))
+            lo, hi = u.spec.min, u.spec.max
+            if not lo <= u.size <= hi:
+                raise ExportInputError(
+                    f"The example input has size {u.size} at {u.path}, but its spec {u.spec!r} allows "
+                    f"{_range_str(lo, hi)}: {u.size} not in range {_range_str(lo, hi)}.",
+                    where=u.path,
+                    fix=f"Change the example input, or widen the range, e.g. {_dim_src(root_dim, u, v)}.")
+        first_v, first_u = values[0]
+        for v, u in values[1:]:
+            if v != first_v:
+                raise ExportInputError(
+                    f"{first_u.path} and {u.path} use the same Dim {name!r}, so their sizes must agree, but "
+                    f"the example inputs give {name} = {first_v} and {name} = {v}.",
+                    where=u.path,
+                    fix=f"Make the example sizes consistent, or give {u.path} its own Dim.")
+        if not root_dim.min <= first_v <= root_dim.max:
+            raise ExportInputError(
+                f"The example inputs give {name} = {first_v} (from {first_u.path}), but {root_dim!r} allows "
+                f"{_range_str(root_dim.min, root_dim.max)}: {first_v} not in range "
+                f"{_range_str(root_dim.min, root_dim.max)}.", where=first_u.path,
+                fix="Change the example input or widen the Dim's range.")
+        sym = new_symbol(first_v, (direct or group)[0], root_dim.min, root_dim.max)
+        roots.append(RootSymbol(sym, name, _vr(root_dim.min, root_dim.max), list(group), value=first_v))
+        for u in group:
+            if isinstance(u.spec, DerivedDim):
+                expr = sympy.expand(sympy.sympify(u.spec.fn(sym)))
+                exprs[(u.leaf, u.dim)] = expr
+                derived[expr] = _vr(u.spec.min, u.spec.max)
+            else:
+                exprs[(u.leaf, u.dim)] = sym
+
+    for u in uses:
+        if isinstance(u.spec, DimHint):
+            lo = u.spec.min if u.spec.min is not None else 0
+            hi = u.spec.max if u.spec.max is not None else INT_MAX
+            if not lo <= u.size <= hi:
+                raise ExportInputError(
+                    f"The example input has size {u.size} at {u.path}: {u.size} not in range "
+                    f"{_range_str(lo, hi)} given by {u.spec!r}.", where=u.path,
+                    fix="Change the example input or the hint's bounds.")
+            sym = new_symbol(u.size, u, lo, hi)
+            roots.append(RootSymbol(sym, u.path, _vr(lo, hi), [u], hint=u.spec, value=u.size))
+            exprs[(u.leaf, u.dim)] = sym
+
+    fakes = []
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            fakes.append(leaf)
+            continue
+        if not specs[i]:
+            fakes.append(mode.from_tensor(leaf, static_shapes=True))
+            continue
+        source = InputSource(source_names[i])
+        cache = {_size_name(source_names[i], d): e for (li, d), e in exprs.items() if li == i}
+        ctx = StatefulSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d in specs[i] else DimDynamic.STATIC for d in range(leaf.dim())],
+            constraint_sizes=[None] * leaf.dim(), tensor_source=source,
+            shape_env_to_source_to_symbol_cache={id(env): cache})
+        fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
+    return SymbolicInputs(fakes, roots, derived, env)
+
+
+def _dim_src(root: Dim, use: DimUse, value: int) -> str:
+    lo = min(root.min, value)
+    hi = max(root.max, value) if root.max < INT_MAX else None
+    bounds = f"min={lo}" + (f", max={hi}" if hi is not None else "")
+    return f"{root.__name__} = Dim({root.__name__!r}, {bounds})"
+
+
+def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: FakeTensorMode,
+            leaves: list[Any], input_paths: list[str]) -> SymbolicInputs:
+    """Match ``dynamic_shapes`` to the inputs and build their symbolic fakes (the pipeline's step)."""
+    from .spec import match_spec
+    specs, arg_paths = match_spec(forward, args, kwargs, dynamic_shapes)
+    return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths])
+
+
+@contextlib.contextmanager
+def tracing(inputs: Optional[SymbolicInputs]):
+    """The engine setting the trace of symbolic inputs runs under.
+
+    Framework code (broadcasting, contiguity, kernel choice) asks "is this
+    size 1?" with ``guard_or_false`` and friends; with backed size-oblivious
+    reasoning those questions are answered for the general size instead of
+    the example's, so they neither specialize a dim whose example is 1 nor
+    cut 1 out of a declared range. Questions the user's own code asks
+    (``if x.shape[0] == 1``) still become guards and are checked.
+
+    The oneDNN, cuDNN and NNPACK backends are switched off while tracing: their
+    kernel choice depends on the batch size (``batch < 16``) and would guard
+    on it, although the recorded operator is the same either way.
+    """
+    if inputs is None or not inputs.roots:
+        yield
+        return
+    env = inputs.shape_env
+    saved_summary = env.__dict__.get("_get_stack_summary")
+    env._get_stack_summary = _with_user_line(env._get_stack_summary)
+    switches = [(torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled),
+                (torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled),
+                (torch._C._get_nnpack_enabled, torch._C._set_nnpack_enabled)]
+    saved = [get() for get, _ in switches]
+    try:
+        for _, set_ in switches:
+            set_(False)
+        with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            yield
+    finally:
+        for (_, set_), value in zip(switches, saved):
+            set_(value)
+        if saved_summary is None:
+            del env._get_stack_summary
+        else:
+            env._get_stack_summary = saved_summary
+
+
+_ENGINE_FILES = ("/torch/", "/graphcap/", "/contextlib.py", "/functools.py", "<frozen ")
+
+
+def _with_user_line(summary: Any) -> Any:
+    """Wrap ``ShapeEnv._get_stack_summary`` so every guard also records the user's line.
+
+    The engine records the innermost frame that raised a guard, which is a
+    torch function when the guard comes from an operator (broadcasting in
+    ``x + y``); the user's line that called it is what a message should show.
+    """
+    import linecache
+    import sys
+    import traceback
+
+    from torch._guards import SLoc
+
+    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+    def wrapped(is_debug: bool = False, framework_loc: Any = None):
+        if framework_loc is None:  # the innermost frame outside the shape engine (and this wrapper)
+            skip = uninteresting_files()
+            frame = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
+                frame = frame.f_back
+            if frame is not None:
+                framework_loc = traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            del frame
+        sloc, extra = summary(is_debug, framework_loc)
+        if sloc.maybe_user_loc is None:
+            frame = sys._getframe(1)
+            while frame is not None and any(p in frame.f_code.co_filename for p in _ENGINE_FILES):
+                frame = frame.f_back
+            if frame is not None:
+                code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                sloc = SLoc(sloc.framework_loc,
+                            f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}: {code}")
+            del frame
+        return sloc, extra
+
+    return wrapped
