@@ -1,0 +1,231 @@
+"""Decomposition tables: which operators ``run_decompositions`` breaks down, and how.
+
+A table maps an operator overload to a Python function that computes it from
+other operators. Two kinds of entries make up the default table:
+
+* the Python decompositions of ``torch._decomp`` that lead to core ATen;
+* every functional operator with a ``CompositeImplicitAutograd`` kernel (the
+  composites such as ``aten.conv2d`` or ``aten.linear``), decomposed by that
+  kernel. There are hundreds of these and custom libraries add more, so they
+  are *implied*, not listed: the table only enumerates them when asked to
+  (``keys()``, ``items()``, ``materialize()``).
+
+Deleting an entry keeps the operator whole in the graph; setting one installs
+the user's function. :meth:`CustomDecompTable.decomposes` answers "is this
+operator broken down?" without enumerating anything, and is what the
+decomposition pass and the verifier ask.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import MutableMapping
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import torch
+from torch._ops import OpOverload
+
+_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+
+# Composite operators that are part of core ATen and stay whole by default.
+_PRESERVED_COMPOSITES = frozenset({
+    torch.ops.aten.upsample_bilinear2d.vec,
+    torch.ops.aten.upsample_nearest2d.vec,
+})
+
+_MISSING = object()
+
+
+def is_composite(op: Any) -> bool:
+    """Has ``op`` a CompositeImplicitAutograd kernel (in C++ or Python)?"""
+    if not isinstance(op, OpOverload):
+        return False
+    return _CIA in op.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), _CIA)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_functional_schema(op: OpOverload) -> bool:
+    schema = op._schema
+    return not schema.is_mutable and all(a.alias_info is None for a in schema.arguments) \
+        and all(r.alias_info is None for r in schema.returns)
+
+
+def can_keep_composite(op: Any) -> bool:
+    """Can a composite stay whole? Only functional ones: a composite that
+    mutates or aliases must be broken down so functionalization sees its parts."""
+    from torch._decomp import _should_decompose_because_unsafe_op
+    return (is_composite(op) and _is_functional_schema(op) and not _should_decompose_because_unsafe_op(op)
+            and torch._C._dispatch_has_kernel(op.name()))
+
+
+def _fresh_copy(x: torch.Tensor) -> torch.Tensor:
+    """``lift_fresh_copy`` (a tensor literal made in forward) is a plain copy: ``clone``."""
+    return torch.ops.aten.clone.default(x)
+
+
+@functools.lru_cache(maxsize=1)
+def _core_python_decompositions() -> dict:
+    from torch._decomp import _core_aten_decompositions_post_autograd
+    table = dict(_core_aten_decompositions_post_autograd())
+    table.setdefault(torch.ops.aten.lift_fresh_copy.default, _fresh_copy)
+    return table
+
+
+def _all_composites() -> list[OpOverload]:
+    """Every operator overload registered with a CompositeImplicitAutograd kernel."""
+    found = []
+    for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd"):
+        namespace, _, rest = qualified.partition("::")
+        name, _, overload = rest.partition(".")
+        try:
+            op = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if isinstance(op, OpOverload):
+            found.append(op)
+    return found
+
+
+def _decompose_composite(op: OpOverload) -> Callable[..., Any]:
+    """The entry standing for "decompose ``op`` by its own composite kernel"."""
+    return op.decompose
+
+
+def _default_composite(op: Any) -> bool:
+    return op not in _PRESERVED_COMPOSITES and can_keep_composite(op)
+
+
+class CustomDecompTable(MutableMapping):
+    """The lazy, dict-like decomposition table of :func:`default_decompositions`.
+
+    ``del table[aten.conv2d.default]`` keeps ``conv2d`` in the graph;
+    ``table[aten.conv2d.default] = fn`` makes ``run_decompositions`` call
+    ``fn`` (which may call other ATen operators) wherever ``conv2d`` was.
+    """
+
+    def __init__(self) -> None:
+        self._explicit: dict[Any, Callable[..., Any]] = dict(_core_python_decompositions())
+        self._deleted: set[Any] = set()
+
+    # -- the question the passes ask -----------------------------------------
+    def decomposes(self, op: Any) -> bool:
+        if op in self._explicit:
+            return True
+        if op in self._deleted:
+            return False
+        return _default_composite(op)
+
+    def user_entries(self) -> dict[Any, Callable[..., Any]]:
+        """Entries whose function is not the operator's own composite kernel."""
+        return dict(self._explicit)
+
+    def kept(self) -> set[Any]:
+        """Operators the user removed from the table."""
+        return set(self._deleted)
+
+    # -- mapping protocol ----------------------------------------------------
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        if op in self._explicit:
+            return self._explicit[op]
+        if op not in self._deleted and _default_composite(op):
+            return _decompose_composite(op)
+        raise KeyError(op)
+
+    def __setitem__(self, op: Any, fn: Callable[..., Any]) -> None:
+        if not callable(fn):
+            raise TypeError(f"a decomposition must be callable, got {type(fn).__name__} for {op}")
+        self._explicit[op] = fn
+        self._deleted.discard(op)
+
+    def __delitem__(self, op: Any) -> None:
+        if op in self._explicit:
+            del self._explicit[op]
+            self._deleted.add(op)
+        elif op not in self._deleted and _default_composite(op):
+            self._deleted.add(op)
+        else:
+            raise KeyError(op)
+
+    def __contains__(self, op: object) -> bool:
+        return self.decomposes(op)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.materialize())
+
+    def __len__(self) -> int:
+        return len(self.materialize())
+
+    def pop(self, op: Any, default: Any = _MISSING) -> Any:
+        try:
+            fn = self[op]
+        except KeyError:
+            if default is _MISSING:
+                raise
+            return default
+        del self[op]
+        return fn
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:
+        items = other.items() if isinstance(other, Mapping) else other
+        for op, fn in items:
+            self[op] = fn
+        for op, fn in kwargs.items():
+            self[op] = fn
+
+    def copy(self) -> "CustomDecompTable":
+        new = CustomDecompTable.__new__(CustomDecompTable)
+        new._explicit = dict(self._explicit)
+        new._deleted = set(self._deleted)
+        return new
+
+    def materialize(self) -> dict[Any, Callable[..., Any]]:
+        """The table as a plain dict, every implied composite listed."""
+        table = {op: _decompose_composite(op) for op in _all_composites()
+                 if op not in self._deleted and _default_composite(op)}
+        table.update(self._explicit)
+        return table
+
+    def __repr__(self) -> str:
+        return (f"CustomDecompTable({len(self._explicit)} explicit entries, every functional composite "
+                f"implied, {len(self._deleted)} kept)")
+
+
+def default_decompositions() -> CustomDecompTable:
+    """The table that lowers every operator to core ATen (``torch.Tag.core``)."""
+    return CustomDecompTable()
+
+
+def as_table(decomp_table: Optional[Mapping]) -> "TableView":
+    """A uniform view of what ``run_decompositions`` was given.
+
+    ``None`` means the default table. A plain mapping is taken as it is: only
+    its entries are broken down, and every functional composite it does not
+    list stays whole (as torch.export does with a plain dict).
+    """
+    if decomp_table is None:
+        decomp_table = default_decompositions()
+    return TableView(decomp_table)
+
+
+class TableView:
+    """What the decomposition pass needs from a table, whatever its kind."""
+
+    def __init__(self, table: Mapping) -> None:
+        self._table = table
+        if isinstance(table, CustomDecompTable):
+            self.entries = table.user_entries()
+            self.deleted = table.kept()
+        else:
+            self.entries = dict(table)
+            self.deleted = set()
+
+    def decomposes(self, op: Any) -> bool:
+        if isinstance(self._table, CustomDecompTable):
+            return self._table.decomposes(op)
+        if op in self.entries:
+            return True
+        # Composites that mutate or alias are always broken down: functionalization needs their parts.
+        return is_composite(op) and not can_keep_composite(op)
+
+    def keeps_composite(self, op: Any) -> bool:
+        """A composite the table keeps whole (it must be protected from autograd's decomposition)."""
+        return can_keep_composite(op) and not self.decomposes(op)

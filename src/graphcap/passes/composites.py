@@ -1,0 +1,95 @@
+"""Steer composite operators while the decomposition pass retraces.
+
+Composite operators (those with a ``CompositeImplicitAutograd`` kernel, such as
+``aten.conv2d``) are broken down by the dispatcher at the autograd level, long
+before any tracing mode sees them. Two table decisions need that changed, and
+only for the duration of one retrace (everything is put back afterwards):
+
+* **keep** — the table leaves the operator whole: at the autograd keys it is
+  sent on below autograd, so functionalization and the recorder see it as
+  one call; its composite kernel answers "not decomposable", so neither of
+  them breaks it down; the backend keys (reached when fake tensors compute
+  output metadata) still run the original composite kernel.
+* **replace** — the table gives the user's function: it becomes the
+  operator's composite kernel, so it runs wherever the operator is called,
+  including inside other decompositions.
+
+These are Python-dispatcher kernels (``OpOverload.py_kernels``): the pass
+enables the Python dispatcher while it traces.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import torch
+from torch._C import DispatchKey
+from torch._ops import OpOverload
+
+_CIA = DispatchKey.CompositeImplicitAutograd
+_AUTOGRAD_KEYS = [getattr(DispatchKey, name) for name in (
+    "AutogradCPU", "AutogradCUDA", "AutogradMeta", "AutogradXPU", "AutogradMPS", "AutogradHPU",
+    "AutogradXLA", "AutogradLazy", "AutogradIPU", "AutogradPrivateUse1") if hasattr(DispatchKey, name)]
+_BACKEND_KEYS = [getattr(DispatchKey, name) for name in (
+    "CPU", "CUDA", "Meta", "XPU", "MPS", "HPU", "XLA", "Lazy", "IPU", "PrivateUse1")
+    if hasattr(DispatchKey, name)]
+
+
+def _original_composite(op: OpOverload) -> Callable[..., Any]:
+    python_kernel = op.py_kernels.get(_CIA)
+    if python_kernel is not None:
+        return python_kernel
+
+    def run_composite(*args: Any, **kwargs: Any) -> Any:
+        return op._op_dk(_CIA, *args, **kwargs)
+    return run_composite
+
+
+def _below_autograd(op: OpOverload) -> Callable[..., Any]:
+    def send_below(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args, **kwargs)
+    return send_below
+
+
+def _not_decomposable(*args: Any, **kwargs: Any) -> Any:
+    return NotImplemented
+
+
+def _install(op: OpOverload, key: DispatchKey, fn: Callable[..., Any]) -> None:
+    op.py_kernels[key] = fn
+
+
+@contextlib.contextmanager
+def steer_composites(keep: Iterable[OpOverload],
+                     replace: Mapping[OpOverload, Callable[..., Any]]) -> Iterator[None]:
+    """Within the block, ``keep`` composites stay whole and ``replace`` ones run the given function."""
+    saved: dict[OpOverload, dict] = {}
+    try:
+        for op in keep:
+            saved.setdefault(op, dict(op.py_kernels))
+            original = _original_composite(op)
+            for key in _AUTOGRAD_KEYS:
+                if key not in op.py_kernels:
+                    _install(op, key, _below_autograd(op))
+            for key in _BACKEND_KEYS:
+                if key not in op.py_kernels:
+                    _install(op, key, original)
+            _install(op, _CIA, _not_decomposable)
+            op._dispatch_cache.clear()
+        for op, fn in replace.items():
+            if op in saved:
+                continue
+            saved[op] = dict(op.py_kernels)
+            original = _original_composite(op)
+            for key in _BACKEND_KEYS:
+                if key not in op.py_kernels:
+                    _install(op, key, original)
+            _install(op, _CIA, fn)
+            op._dispatch_cache.clear()
+        yield
+    finally:
+        for op, kernels in saved.items():
+            op.py_kernels.clear()
+            op.py_kernels.update(kernels)
+            op._dispatch_cache.clear()

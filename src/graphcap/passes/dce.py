@@ -1,0 +1,58 @@
+"""Dead-code elimination that keeps side effects.
+
+A node is removed when nothing uses it and running it changes nothing: an
+assertion (``_assert_scalar``, ``_assert_async``, range checks), an operator
+whose schema writes to an argument, a call with a hidden write
+(``batch_norm`` in training mode), or a Python callable the graph calls for
+its effect (``torch._C._set_grad_enabled``) always stays.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from ..program import ExportedProgram
+
+aten = torch.ops.aten
+
+_SIDE_EFFECTS = {
+    aten._assert_async.default, aten._assert_async.msg, aten._assert_scalar.default,
+    aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default,
+    aten._assert_tensor_metadata.default, aten._print.default,
+    aten.batch_norm.default, aten.native_batch_norm.default, aten.instance_norm.default,
+    aten._batch_norm_impl_index.default,
+    torch._C._set_grad_enabled,
+}
+
+
+def has_side_effect(node: torch.fx.Node) -> bool:
+    target = node.target
+    if target in _SIDE_EFFECTS:
+        return True
+    schema = getattr(target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return True
+    return node.is_impure()
+
+
+def eliminate_dead_code(gm: torch.fx.GraphModule) -> bool:
+    """Remove dead, effect-free nodes from ``gm`` (and its subgraphs) in place; True if any went."""
+    changed = False
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        graph = module.graph
+        for node in reversed(list(graph.nodes)):
+            if node.op in ("placeholder", "output") or node.users:
+                continue
+            if node.op == "get_attr" or (node.op == "call_function" and not has_side_effect(node)):
+                graph.erase_node(node)
+                changed = True
+        if changed:
+            module.recompile()
+    return changed
+
+
+def dce_pass(ep: ExportedProgram) -> ExportedProgram:
+    eliminate_dead_code(ep.graph_module)
+    return ep

@@ -1,0 +1,317 @@
+"""Retrace a program into the inference IR: functional core ATen.
+
+The training-IR graph is replayed node by node on the program's own fake
+inputs (the placeholders' ``meta['val']``, so the fake mode and its ShapeEnv —
+and every symbol — are the program's) under three engines at once:
+
+* ``make_fx`` records what runs, breaking operators down with the table's
+  Python decompositions;
+* ``FunctionalTensorMode`` turns every in-place operator, including writes
+  through views (``x[:, 0].add_(1)`` becomes a ``*_scatter`` of the base),
+  into its functional form, and keeps for every input its latest value;
+* the Python dispatcher, with the table's composite decisions installed
+  (:mod:`graphcap.passes.composites`).
+
+Every replayed node is the "current node" of ``torch.fx.traceback`` while it
+runs, so the nodes it becomes inherit its ``stack_trace``, ``nn_module_stack``
+and ``source_fn_stack``.
+
+After the replay, inputs whose value changed become mutation outputs
+(``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION``) pointing at the node that
+computes their new value, listed before the user outputs; outputs that are
+still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..decomp_table import TableView, as_table, can_keep_composite
+from ..errors import GraphcapError, TraceError, UnsupportedError
+from ..program import ExportedProgram
+from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
+                         OutputSpec, TensorArgument)
+from ..trace import metadata
+from ..trace.lifting import argument_for
+from . import simple_inplace
+from .composites import steer_composites
+from .unalias_outputs import unalias_outputs_pass
+
+IR_META_KEY = "graphcap_ir"
+
+
+def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
+    """The fake mode the program's values live in (its ShapeEnv holds the symbols)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, FakeTensor):
+            return val.fake_mode
+        if isinstance(val, (list, tuple)):
+            for v in val:
+                if isinstance(v, FakeTensor):
+                    return v.fake_mode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True, export=True)
+
+
+class _Replay(torch.fx.Interpreter):
+    """Runs the old graph; remembers the node it was at, for error messages.
+
+    Nodes in ``out_of_place`` (see :mod:`.simple_inplace`) run their
+    out-of-place operator instead, and every name of the tensor they wrote
+    then stands for the result.
+    """
+
+    current: Optional[torch.fx.Node] = None
+
+    def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None):
+        super().__init__(gm)
+        self.out_of_place = out_of_place or {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.current = n
+        variant = self.out_of_place.get(n)
+        if variant is None:
+            return super().run_node(n)
+        with self._set_current_node(n):
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            out = variant(*args, **kwargs)
+            if out.dtype != args[0].dtype:  # in place keeps the written tensor's dtype
+                out = torch.ops.aten._to_copy.default(out, dtype=args[0].dtype)
+            alias = n.args[0]
+            while True:
+                self.env[alias] = out
+                if alias not in self.out_of_place:
+                    break
+                alias = alias.args[0]
+            return out
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is not torch.ops.aten.view.default:
+            return super().call_function(target, args, kwargs)
+        try:
+            return target(*args, **kwargs)
+        except (RuntimeError, ValueError):
+            # The training IR recorded a view that eager strides allowed; a decomposition upstream
+            # (the CPU flash-attention kernel's fake strides, for one) can lay its result out
+            # differently. reshape computes the same values whatever the layout.
+            return torch.ops.aten.reshape.default(*args, **kwargs)
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, FunctionalTensor):
+        return value.from_functional()
+    return value
+
+
+def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict):
+    """The function make_fx traces when the program writes nowhere that matters: no functionalization."""
+
+    def replay(*args: Any) -> tuple:
+        interpreter = _Replay(gm, out_of_place)
+        box["interpreter"] = interpreter
+        outs = interpreter.run(*args, enable_io_processing=False)
+        box["mutated"] = []
+        return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+
+    return replay
+
+
+def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mutations: int, box: dict):
+    """The function make_fx traces: replay ``gm`` functionally; return mutations then user outputs.
+
+    ``old_mutations`` maps a placeholder index to the position of the output
+    that the program already declares as its new value. In the training IR
+    that output is the placeholder itself (written in place); in an inference
+    IR program it is a computed value, and there is no in-place write to see.
+    """
+
+    def replay(*args: Any) -> tuple:
+        with FunctionalTensorMode():
+            f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
+            interpreter = _Replay(gm)
+            box["interpreter"] = interpreter
+            outs = interpreter.run(*f_args, enable_io_processing=False)
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            mutated: list[int] = []
+            new_values = []
+            for i, f in enumerate(f_args):
+                if not isinstance(f, FunctionalTensor):
+                    continue
+                torch._sync(f)
+                if torch._functionalize_has_metadata_mutation(f.elem):
+                    box["metadata_mutation"] = i
+                declared = old_mutations.get(i)
+                if declared is not None and outs[declared] is not f:
+                    mutated.append(i)
+                    new_values.append(_unwrap(outs[declared]))
+                elif torch._functionalize_has_data_mutation(f.elem) or declared is not None:
+                    mutated.append(i)
+                    new_values.append(_unwrap(f))
+            box["mutated"] = mutated
+            user = [_unwrap(o) for o in outs[n_old_mutations:]]
+        return tuple(new_values + user)
+
+    return replay
+
+
+def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
+    wanted = set(names)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in gm.graph.nodes:
+        if node.op != "placeholder" and node.name in wanted:
+            node._rename(node.name + "_0")
+    for node, name in zip(placeholders, names):
+        node._rename(name)
+        node.target = name
+
+
+def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:
+    new = []
+    for entry in entries:
+        sig = entry.signature
+        if entry.fqn == "" and sig is not None:
+            sig = ModuleCallSignature(list(sig.inputs), user_outputs, sig.in_spec, sig.out_spec,
+                                      sig.forward_arg_names)
+        new.append(ModuleCallEntry(entry.fqn, sig))
+    return new
+
+
+def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
+    """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
+    table: TableView = as_table(decomp_table)
+    gm = ep.graph_module
+    sig = ep.graph_signature
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_args = [p.meta.get("val") for p in placeholders]
+    fake_mode = fake_mode_of(gm)
+
+    used_ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
+    replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
+    python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
+
+    old_mutations = _declared_mutations(sig, placeholders)
+    n_old_mutations = sum(1 for s in sig.output_specs
+                          if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION))
+    box: dict[str, Any] = {}
+    inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
+
+    def trace(functionalize: bool) -> torch.fx.GraphModule:
+        box.clear()
+        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box) if functionalize
+                  else _plain_replay_fn(gm, inplace.replace, box))
+        grad = torch.is_grad_enabled()
+        try:
+            with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
+                    steer_composites(keep, replace), torch.no_grad():
+                return make_fx(replay, decomposition_table=python_table)(*fake_args)
+        except GraphcapError:
+            raise
+        except Exception as e:
+            raise _explain(e, box) from e
+        finally:
+            torch._C._set_grad_enabled(grad)
+
+    # Functionalization is the costly engine; a program that writes only to tensors it just
+    # computed does not need it, unless a decomposition brought a write in.
+    new_gm = trace(functionalize=inplace.needs_functionalization)
+    if not inplace.needs_functionalization and simple_inplace.has_mutation(new_gm):
+        new_gm = trace(functionalize=True)
+
+    if "metadata_mutation" in box:
+        p = placeholders[box["metadata_mutation"]]
+        raise UnsupportedError(
+            f"The program changes the shape or strides of its input {p.name!r} in place (e.g. "
+            f"x.t_(), x.resize_()); the inference IR cannot express that as an output.",
+            where=f"graph input {p.name}",
+            fix="Use the out-of-place form (x = x.t()) in the model.")
+
+    _rename_placeholders(new_gm, [p.name for p in placeholders])
+    new_gm.graph.lint()
+    metadata.finalize(new_gm)
+    new_gm.recompile()
+
+    new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
+    user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
+    new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
+    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, dict(ep.range_constraints),
+                             _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
+                             ep.constants, verify=False)
+    return unalias_outputs_pass(new_ep)
+
+
+def _declared_mutations(sig: ExportGraphSignature, placeholders: list[torch.fx.Node]) -> dict[int, int]:
+    """Placeholder index → output position, for every mutation the signature declares."""
+    buffer_index = {s.target: i for i, s in enumerate(sig.input_specs) if s.kind is InputKind.BUFFER}
+    input_index = {p.name: i for i, p in enumerate(placeholders)}
+    declared = {}
+    for k, spec in enumerate(sig.output_specs):
+        if spec.kind is OutputKind.BUFFER_MUTATION and spec.target in buffer_index:
+            declared[buffer_index[spec.target]] = k
+        elif spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target in input_index:
+            declared[input_index[spec.target]] = k
+    return declared
+
+
+def _kept_ops(gm: torch.fx.GraphModule, table: TableView) -> frozenset:
+    """Non-core operators left in the graph that the table does not break down."""
+    kept = set()
+    nodes = [n for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+    for node in nodes:
+        op = node.target
+        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+                and torch.Tag.core not in op.tags and not table.decomposes(op):
+            kept.add(op.name())
+    return frozenset(kept)
+
+
+def _signature(gm: torch.fx.GraphModule, old: ExportGraphSignature, placeholders: list[torch.fx.Node],
+               mutated: list[int]) -> ExportGraphSignature:
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    values = list(output_node.args[0])
+    input_specs = [type(s)(s.kind, s.arg, s.target, s.persistent) for s in old.input_specs]
+    output_specs: list[OutputSpec] = []
+    for i, value in zip(mutated, values):
+        spec = old.input_specs[i]
+        if spec.kind is InputKind.BUFFER:
+            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(value.name), spec.target))
+        elif spec.kind is InputKind.USER_INPUT:
+            output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(value.name),
+                                           placeholders[i].name))
+        else:
+            what = "parameter" if spec.kind is InputKind.PARAMETER else "constant"
+            raise UnsupportedError(
+                f"The program writes in place to {what} {spec.target!r}.",
+                where=f"graph input {placeholders[i].name}",
+                fix="Parameters and constants are inputs of an exported program and may not change; "
+                    "keep the state in a buffer (register_buffer) if forward updates it.")
+    old_user = [s for s in old.output_specs if s.kind is OutputKind.USER_OUTPUT]
+    for spec, value in zip(old_user, values[len(mutated):]):
+        arg = argument_for(value, spec.arg.name) if isinstance(value, torch.fx.Node) else spec.arg
+        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, arg))
+    return ExportGraphSignature(input_specs, output_specs)
+
+
+def _explain(e: Exception, box: dict) -> GraphcapError:
+    interpreter = box.get("interpreter")
+    node = getattr(interpreter, "current", None)
+    where = None
+    if node is not None:
+        where = f"node {node.name} ({node.target})"
+        trace = node.meta.get("stack_trace")
+        if trace:
+            where += "\n" + trace.rstrip()
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return TraceError(
+        f"run_decompositions failed while retracing the program: {type(e).__name__}: {text}",
+        where=where,
+        fix="If a custom decomposition in the table raised, fix or remove that entry; to keep the "
+            "operator whole, delete it from the table (del table[op]). Otherwise this is a graphcap bug.")

@@ -1,0 +1,81 @@
+"""Give every output its own storage: no output may alias an input.
+
+After functionalization a graph can still return an input itself (``return
+x``) or a view of one (``return w.t()``), and a mutation output can be its
+input unchanged when the write was a no-op. The inference IR promises outputs
+that are fresh tensors, so the caller may change them (and ``module()`` may
+copy them into buffers) without touching the program's inputs. Such outputs
+are replaced by an ``aten.clone`` of themselves.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import torch
+import torch.fx
+
+from ..program import ExportedProgram
+
+
+def is_view_op(target: object) -> bool:
+    """Does the operator return a view of its first input (schema ``Tensor(a) -> Tensor(a)``)?"""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    ret = schema.returns[0].alias_info
+    return ret is not None and not ret.is_write
+
+
+def aliased_input(value: object) -> Optional[torch.fx.Node]:
+    """The placeholder ``value`` is, or is a view of (through view operators); else None."""
+    node = value
+    while isinstance(node, torch.fx.Node):
+        if node.op == "placeholder":
+            return node
+        if node.op == "call_function" and is_view_op(node.target) and node.args:
+            node = node.args[0]
+            continue
+        if node.op == "call_function" and node.target is operator.getitem:
+            base = node.args[0]
+            if isinstance(base, torch.fx.Node) and is_view_op(base.target):
+                node = base.args[0]
+                continue
+        return None
+    return None
+
+
+def unalias_outputs_pass(ep: ExportedProgram) -> ExportedProgram:
+    graph = ep.graph
+    output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output_node.args[0])
+    names: dict[str, str] = {}
+    clones: dict[torch.fx.Node, torch.fx.Node] = {}
+    for i, value in enumerate(values):
+        if not isinstance(value, torch.fx.Node) or not isinstance(value.meta.get("val"), torch.Tensor):
+            continue
+        if value in clones:
+            values[i] = clones[value]
+            continue
+        if aliased_input(value) is None:
+            continue
+        with graph.inserting_before(output_node):
+            clone = graph.call_function(torch.ops.aten.clone.default, (value,))
+        clone.meta["val"] = value.meta["val"].clone()
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            clone.meta[key] = value.meta.get(key, None if key == "stack_trace" else {} if key == "nn_module_stack"
+                                             else [(clone.name, str(clone.target))])
+        values[i] = clones[value] = clone
+        names[value.name] = clone.name
+    if not names:
+        return ep
+    output_node.args = (tuple(values),)
+    ep.graph_module.recompile()
+    for spec in ep.graph_signature.output_specs:
+        if spec.arg.name in names and not hasattr(spec.arg, "value"):
+            spec.arg = type(spec.arg)(names[spec.arg.name])
+    root = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    if root is not None:
+        root.outputs = [type(a)(names[a.name]) if a.name in names and not hasattr(a, "value") else a
+                        for a in root.outputs]
+    return ep

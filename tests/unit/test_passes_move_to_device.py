@@ -1,0 +1,70 @@
+"""move_to_device_pass: state, graph device arguments and expected inputs move together."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphcap
+from graphcap import move_to_device_pass
+from graphcap.errors import ExportInputError, RuntimeInputError
+
+
+class MakesTensors(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("offset", torch.ones(3))
+
+    def forward(self, x):
+        bias = torch.zeros(x.shape[0], 3, device=x.device)
+        return self.lin(x) + self.offset + bias
+
+
+def _devices_in_graph(ep):
+    found = set()
+    for node in ep.graph.nodes:
+        for value in list(node.args) + list(node.kwargs.values()):
+            if isinstance(value, torch.device):
+                found.add(value.type)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            found.add(val.device.type)
+    return found
+
+
+@pytest.mark.parametrize("location", ["meta", torch.device("meta"), {"cpu": "meta"}])
+def test_moves_state_graph_and_inputs(location):
+    x = torch.randn(2, 4)
+    for ep in (graphcap.export(MakesTensors(), (x,)),
+               graphcap.export(MakesTensors(), (x,)).run_decompositions()):
+        moved = move_to_device_pass(ep, location)
+        assert _devices_in_graph(ep) == {"cpu"}  # the original is left as it was
+        assert _devices_in_graph(moved) == {"meta"}
+        assert all(t.device.type == "meta" for t in moved.state_dict.values())
+        assert isinstance(moved.state_dict["lin.weight"], torch.nn.Parameter)
+        out = moved.module()(x.to("meta"))
+        assert out.device.type == "meta" and out.shape == (2, 3)
+        with pytest.raises(RuntimeInputError, match="device"):
+            moved.module()(x)
+
+
+def test_mapping_leaves_unlisted_devices():
+    ep = graphcap.export(MakesTensors(), (torch.randn(2, 4),))
+    same = move_to_device_pass(ep, {"cuda:0": "meta"})
+    assert _devices_in_graph(same) == {"cpu"}
+    torch.testing.assert_close(same.module()(torch.ones(2, 4)), ep.module()(torch.ones(2, 4)))
+
+
+def test_rejects_a_location_that_is_not_a_device():
+    ep = graphcap.export(MakesTensors(), (torch.randn(2, 4),))
+    with pytest.raises(ExportInputError, match="device"):
+        move_to_device_pass(ep, 3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_moves_to_cuda_and_computes_the_same():
+    x = torch.randn(2, 4)
+    ep = graphcap.export(MakesTensors(), (x,)).run_decompositions()
+    moved = move_to_device_pass(ep, "cuda")
+    out = moved.module()(x.cuda())
+    torch.testing.assert_close(out.cpu(), ep.module()(x))
