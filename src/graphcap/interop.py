@@ -1,0 +1,121 @@
+"""Conversion to and from torch.export's ExportedProgram.
+
+Both sides use the same IR (an fx graph of ATen operators with lifted state and
+fake-tensor metadata), so conversion maps the signature, call graph and state
+containers between the two libraries' types and copies the graph. With
+``to_torch`` a graphcap program feeds torch's toolchain (AOTInductor, ONNX,
+ExecuTorch) and torch's own validation; with ``from_torch`` a program
+exported by torch can be kept in graphcap's pickle-free format. This is the
+one module allowed to construct and read torch's ExportedProgram; it calls
+nothing of torch.export's pipeline.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.export.exported_program as tep
+import torch.export.graph_signature as tsig
+
+from . import signature as gsig
+from .errors import SerializationError
+from .program import ExportedProgram
+
+_ARG_TO_TORCH = {
+    gsig.TensorArgument: tsig.TensorArgument, gsig.SymIntArgument: tsig.SymIntArgument,
+    gsig.SymFloatArgument: tsig.SymFloatArgument, gsig.SymBoolArgument: tsig.SymBoolArgument,
+}
+_ARG_FROM_TORCH = {v: k for k, v in _ARG_TO_TORCH.items()}
+
+
+def _arg_to_torch(a: Any) -> Any:
+    if isinstance(a, gsig.ConstantArgument):
+        return tsig.ConstantArgument(name=a.name, value=a.value)
+    return _ARG_TO_TORCH[type(a)](name=a.name)
+
+
+def _arg_from_torch(a: Any) -> Any:
+    if isinstance(a, tsig.ConstantArgument):
+        return gsig.ConstantArgument(a.name, a.value)
+    cls = _ARG_FROM_TORCH.get(type(a))
+    if cls is None:
+        raise SerializationError(
+            f"The torch program has a {type(a).__name__} in its signature, which graphcap does not "
+            f"represent.", where="graphcap.from_torch(ep)",
+            fix="Only tensor, symbolic-size and constant inputs/outputs convert; custom objects and "
+                "tokens do not yet.")
+    return cls(a.name)
+
+
+def _call_graph(entries: list, sig_cls: Any, entry_cls: Any, conv: Any) -> list:
+    out = []
+    for e in entries:
+        s = e.signature
+        new_sig = None if s is None else sig_cls(
+            inputs=[conv(a) for a in s.inputs], outputs=[conv(a) for a in s.outputs],
+            in_spec=s.in_spec, out_spec=s.out_spec, forward_arg_names=s.forward_arg_names)
+        out.append(entry_cls(fqn=e.fqn, signature=new_sig))
+    return out
+
+
+def _training_verifier() -> list:
+    """torch's verifier for the training IR (in-place operators allowed), found among the
+    subclasses of the public ``Verifier`` by its dialect."""
+    found = [c for c in tep.Verifier.__subclasses__() if getattr(c, "dialect", None) == "TRAINING"]
+    return found[:1] or None
+
+
+def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
+    """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges."""
+    if not isinstance(ep, ExportedProgram):
+        raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
+                                 where="graphcap.to_torch(ep)", fix="Pass the result of graphcap.export or load.")
+    sig = tsig.ExportGraphSignature(
+        input_specs=[tsig.InputSpec(kind=tsig.InputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target,
+                                    persistent=s.persistent) for s in ep.graph_signature.input_specs],
+        output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target)
+                      for s in ep.graph_signature.output_specs])
+    gm = copy.deepcopy(ep.graph_module)
+    call_graph = _call_graph(ep.module_call_graph, tep.ModuleCallSignature, tep.ModuleCallEntry, _arg_to_torch)
+    return tep.ExportedProgram(root=gm, graph=gm.graph, graph_signature=sig, state_dict=dict(ep.state_dict),
+                               range_constraints=dict(ep.range_constraints), module_call_graph=call_graph,
+                               example_inputs=ep.example_inputs, constants=dict(ep.constants),
+                               verifiers=_training_verifier())
+
+
+def from_torch(torch_ep: Any) -> ExportedProgram:
+    """A graphcap ExportedProgram from one made by ``torch.export`` (to save it safely, run it, ...)."""
+    if not isinstance(torch_ep, torch.export.ExportedProgram):
+        raise SerializationError(
+            f"from_torch expects a torch.export.ExportedProgram, got {type(torch_ep).__name__}.",
+            where="graphcap.from_torch(ep)", fix="Pass the result of torch.export.export or torch.export.load.")
+    gm = copy.deepcopy(torch_ep.graph_module)
+    # Copying an fx graph renames nodes whose names shadow Python builtins
+    # (torch keeps a placeholder called ``input``; the copy calls it ``input_1``):
+    # the signature follows the copy's names.
+    renamed = {a.name: b.name for a, b in zip(torch_ep.graph.nodes, gm.graph.nodes) if a.name != b.name}
+
+    def conv(a: Any) -> Any:
+        a = _arg_from_torch(a)
+        if not isinstance(a, gsig.ConstantArgument) and a.name in renamed:
+            a = type(a)(renamed[a.name])
+        return a
+
+    tsg = torch_ep.graph_signature
+    sig = gsig.ExportGraphSignature(
+        input_specs=[gsig.InputSpec(gsig.InputKind[s.kind.name], conv(s.arg), s.target, s.persistent)
+                     for s in tsg.input_specs],
+        output_specs=[gsig.OutputSpec(gsig.OutputKind[s.kind.name], conv(s.arg), s.target)
+                      for s in tsg.output_specs])
+    for sub in gm.modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            if node.op == "call_function":
+                node.meta.setdefault("nn_module_stack", {})
+                node.meta.setdefault("stack_trace", None)
+                node.meta.setdefault("source_fn_stack", [])
+    call_graph = _call_graph(torch_ep.module_call_graph, gsig.ModuleCallSignature, gsig.ModuleCallEntry, conv)
+    return ExportedProgram(gm, sig, dict(torch_ep.state_dict), dict(torch_ep.range_constraints), call_graph,
+                           example_inputs=torch_ep.example_inputs, constants=dict(torch_ep.constants))

@@ -1,0 +1,322 @@
+"""ExportedProgram → program.json (a plain dict) and tensor payloads.
+
+Everything is written as data: operators by qualified name and overload with
+their schema, Python callables by name from a closed table, symbolic sizes as
+expression strings over the symbols listed (with their assumptions, ranges
+and example values) in the file's symbol table, and control-flow subgraphs
+(GraphModules reached by ``get_attr``) nested under the graph that uses them.
+What cannot be written this way is refused with a ``SerializationError``
+naming the node or value, at save time rather than at load time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from ..errors import SerializationError
+from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
+                         SymFloatArgument, SymIntArgument, TensorArgument)
+from . import schema
+from .exprs import expr_to_str
+from .pytree_specs import spec_to_json
+from .values import Unencodable, encode_value
+
+
+def python_targets() -> dict[str, Any]:
+    """The non-operator callables a graph may call, by stable name."""
+    from ..verifier import _ALLOWED_PY_TARGETS
+    return {callable_name(fn): fn for fn in _ALLOWED_PY_TARGETS}
+
+
+def callable_name(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', None) or 'builtins'}.{getattr(fn, '__qualname__', fn.__name__)}"
+
+
+def op_key(op: torch._ops.OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname}"
+
+
+class _Writer:
+    def __init__(self, ep):
+        self.ep = ep
+        self.operators: dict[str, str] = {}
+        self.symbols: dict[str, sympy.Symbol] = {}
+        self.shape_envs: list[Any] = []
+        self.py_targets = {fn: name for name, fn in python_targets().items()}
+
+    # -- symbolic values ------------------------------------------------------
+    def expr(self, e: Any) -> Any:
+        if isinstance(e, (int, sympy.Integer)) or (isinstance(e, sympy.Basic) and e.is_Integer):
+            return int(e)
+        for sym in getattr(e, "free_symbols", ()):
+            self.symbols.setdefault(str(sym), sym)
+        return expr_to_str(e)
+
+    def sym(self, s: Any) -> Any:
+        node = s.node
+        env = getattr(node, "shape_env", None)
+        if env is not None and all(env is not x for x in self.shape_envs):
+            self.shape_envs.append(env)
+        e = node.expr
+        if isinstance(s, torch.SymInt):
+            return e if isinstance(e, int) else self.expr(e)
+        return self.expr(e)
+
+    def tensor_meta(self, t: torch.Tensor) -> dict[str, Any]:
+        dim = lambda x: self.sym(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else int(x)  # noqa: E731
+        return {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
+                "offset": dim(t.storage_offset()), "dtype": str(t.dtype), "device": str(t.device),
+                "requires_grad": bool(t.requires_grad)}
+
+    def symbolic(self, x: Any) -> Any:
+        """``{"symint"|"symfloat"|"symbool": expression}`` for a symbolic scalar, else None."""
+        for kind, cls in (("symint", torch.SymInt), ("symfloat", torch.SymFloat), ("symbool", torch.SymBool)):
+            if isinstance(x, cls):
+                return {kind: self.sym(x)}
+        return None
+
+    def val(self, v: Any) -> Any:
+        def extra(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                return {"tensor": self.tensor_meta(x)}
+            sym = self.symbolic(x)
+            return NotImplemented if sym is None else sym
+        return encode_value(v, extra)
+
+    # -- graphs ---------------------------------------------------------------
+    def target(self, node: torch.fx.Node) -> Any:
+        t = node.target
+        if isinstance(t, torch._ops.OpOverload):
+            key = op_key(t)
+            self.operators[key] = str(t._schema)
+            return {"op": key}
+        if isinstance(t, torch._ops.HigherOrderOperator):
+            return {"hop": t.name()}
+        try:
+            if t in self.py_targets:
+                return {"python": self.py_targets[t]}
+        except TypeError:
+            pass
+        raise SerializationError(
+            f"Node {node.name} calls {t!r}, which the .pt2 format cannot name: only operator "
+            f"overloads (torch.ops.<namespace>.<op>.<overload>), higher-order operators and "
+            f"graphcap's table of Python callables are written.", where=f"node {node.name}",
+            fix="Register the computation as a custom operator with torch.library.custom_op.")
+
+    def arg(self, a: Any, node: torch.fx.Node) -> Any:
+        def extra(x: Any) -> Any:
+            if isinstance(x, torch.fx.Node):
+                return {"node": x.name}
+            sym = self.symbolic(x)
+            if sym is not None:
+                return sym
+            if isinstance(x, torch._ops.OpOverload):
+                key = op_key(x)
+                self.operators[key] = str(x._schema)
+                return {"op": key}
+            if isinstance(x, torch._ops.HigherOrderOperator):
+                return {"hop": x.name()}
+            return NotImplemented
+        try:
+            return encode_value(a, extra)
+        except Unencodable as e:
+            raise SerializationError(
+                f"An argument of node {node.name} ({node.target}) is {e}, which the .pt2 format "
+                f"cannot write.", where=f"node {node.name}",
+                fix="Tensors must be graph inputs (lifted constants), not literal arguments; other "
+                    "objects must be plain values.") from None
+
+    def meta(self, node: torch.fx.Node) -> dict[str, Any]:
+        m = node.meta
+        out: dict[str, Any] = {}
+        if "val" in m:
+            try:
+                out["val"] = self.val(m["val"])
+            except Unencodable as e:
+                raise SerializationError(
+                    f"The value of node {node.name} (meta['val']) is {e}, which the .pt2 format "
+                    f"cannot describe.", where=f"node {node.name}",
+                    fix="Report this as a graphcap bug: every value in an exported graph should be a "
+                        "tensor, a symbolic size or a plain value.") from None
+        if "stack_trace" in m:
+            out["stack_trace"] = m["stack_trace"] if isinstance(m["stack_trace"], str) else None
+        if "nn_module_stack" in m:
+            out["nn_module_stack"] = [[str(k), str(v[0]), _type_str(v[1])]
+                                      for k, v in (m["nn_module_stack"] or {}).items()]
+        if "source_fn_stack" in m:
+            out["source_fn_stack"] = [[str(a), _type_str(b)] for a, b in (m["source_fn_stack"] or [])]
+        if isinstance(m.get("torch_fn"), tuple) and len(m["torch_fn"]) == 2:
+            out["torch_fn"] = [str(m["torch_fn"][0]), str(m["torch_fn"][1])]
+        if "tensor_meta" in m:
+            out["tensor_meta"] = True
+        return out
+
+    def graph_module(self, gm: torch.fx.GraphModule, path: str) -> dict[str, Any]:
+        nodes = []
+        subgraphs: dict[str, Any] = {}
+        for node in gm.graph.nodes:
+            entry: dict[str, Any] = {"name": node.name, "op": node.op}
+            if node.op == "call_function":
+                entry["target"] = self.target(node)
+            elif node.op == "get_attr":
+                sub = getattr(gm, node.target, None) if isinstance(node.target, str) else None
+                if not isinstance(sub, torch.fx.GraphModule):
+                    raise SerializationError(
+                        f"Node {node.name} reads the attribute {node.target!r}, which is not a "
+                        f"subgraph; state must be lifted to a graph input.", where=f"{path}node {node.name}",
+                        fix="Report this as a graphcap bug (the IR verifier should have caught it).")
+                if node.target not in subgraphs:
+                    subgraphs[node.target] = self.graph_module(sub, f"{path}{node.target}.")
+                entry["target"] = node.target
+            elif node.op in ("placeholder", "output"):
+                entry["target"] = node.target if isinstance(node.target, str) else node.op
+            else:
+                raise SerializationError(
+                    f"Node {node.name} is a {node.op} node, which the IR does not contain.",
+                    where=f"{path}node {node.name}", fix="Only call_function, get_attr, placeholder "
+                                                         "and output nodes can be saved.")
+            entry["args"] = [self.arg(a, node) for a in node.args]
+            entry["kwargs"] = {k: self.arg(v, node) for k, v in node.kwargs.items()}
+            entry["meta"] = self.meta(node)
+            nodes.append(entry)
+        return {"nodes": nodes, "subgraphs": subgraphs}
+
+    # -- signature and structure -------------------------------------------------
+    def argument(self, a: Any) -> Any:
+        if isinstance(a, TensorArgument):
+            return {"tensor": a.name}
+        if isinstance(a, SymIntArgument):
+            return {"symint": a.name}
+        if isinstance(a, SymFloatArgument):
+            return {"symfloat": a.name}
+        if isinstance(a, SymBoolArgument):
+            return {"symbool": a.name}
+        if isinstance(a, ConstantArgument):
+            try:
+                return {"constant": [a.name, encode_value(a.value)]}
+            except Unencodable as e:
+                raise SerializationError(
+                    f"The constant input/output {a.name!r} is {e}, which the .pt2 format cannot write.",
+                    where="graph signature", fix="Pass plain Python values (numbers, strings, None) only.") from None
+        raise SerializationError(f"Unknown signature argument {a!r}.", where="graph signature",
+                                 fix="Report this as a graphcap bug.")
+
+    def signature(self, sig: ExportGraphSignature) -> dict[str, Any]:
+        return {
+            "inputs": [{"kind": s.kind.name, "arg": self.argument(s.arg), "target": s.target,
+                        "persistent": s.persistent} for s in sig.input_specs],
+            "outputs": [{"kind": s.kind.name, "arg": self.argument(s.arg), "target": s.target}
+                        for s in sig.output_specs],
+        }
+
+    def call_graph(self, entries: list[ModuleCallEntry]) -> list[Any]:
+        out = []
+        for e in entries:
+            sig = e.signature
+            out.append({"fqn": e.fqn, "signature": None if sig is None else {
+                "inputs": [self.argument(a) for a in sig.inputs],
+                "outputs": [self.argument(a) for a in sig.outputs],
+                "in_spec": spec_to_json(sig.in_spec, f"the inputs of {e.fqn or 'the program'}"),
+                "out_spec": spec_to_json(sig.out_spec, f"the outputs of {e.fqn or 'the program'}"),
+                "forward_arg_names": list(sig.forward_arg_names) if sig.forward_arg_names is not None else None,
+            }})
+        return out
+
+    def symbol_table(self) -> list[dict[str, Any]]:
+        for key in self.ep.range_constraints:
+            self.expr(key)
+        ranges = {str(k): v for k, v in self.ep.range_constraints.items()}
+        table = []
+        for name, sym in sorted(self.symbols.items()):
+            assumptions = getattr(sym, "_assumptions_orig", None) or {"integer": True}
+            rng = ranges.get(name)
+            hint = None
+            for env in self.shape_envs:
+                if rng is None and sym in getattr(env, "var_to_range", {}):
+                    rng = env.var_to_range[sym]
+                known = getattr(env, "backed_var_to_val", None) or {}
+                if sym in known:
+                    value = known[sym]
+                    hint = int(value) if getattr(value, "is_Integer", False) else None
+            table.append({"name": name, "assumptions": {k: bool(v) for k, v in assumptions.items()},
+                          "min": _bound(rng.lower) if rng is not None else None,
+                          "max": _bound(rng.upper) if rng is not None else None, "hint": hint})
+        return table
+
+
+def _type_str(x: Any) -> str:
+    if isinstance(x, str):
+        return x
+    if isinstance(x, type):
+        return f"{x.__module__}.{x.__qualname__}"
+    return str(x)
+
+
+def _bound(b: Any) -> Any:
+    """A range bound as JSON: an int, a float, or "oo" / "-oo" for the infinities."""
+    if isinstance(b, int) or getattr(b, "is_Integer", False):
+        return int(b)
+    if getattr(b, "is_infinite", False) or b in (sympy.oo, -sympy.oo):
+        return "oo" if b > 0 else "-oo"
+    return float(b)
+
+
+def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The program.json dict and the tensor entries (name → safetensors bytes)."""
+    from .tensors import pack
+    w = _Writer(ep)
+    graph = w.graph_module(ep.graph_module, "")
+    signature = w.signature(ep.graph_signature)
+    call_graph = w.call_graph(ep.module_call_graph)
+    range_constraints = [[w.expr(k), _bound(v.lower), _bound(v.upper)] for k, v in ep.range_constraints.items()]
+    weights_bytes, weights = pack(dict(ep.state_dict))
+    constants_bytes, constants = pack(dict(ep.constants))
+    example_inputs, example_bytes = _example_inputs(ep)
+    program = {
+        "format_version": schema.FORMAT_VERSION,
+        "producer": {"torch": torch.__version__},
+        "symbols": w.symbol_table(),
+        "range_constraints": range_constraints,
+        "graph_module": graph,
+        "signature": signature,
+        "module_call_graph": call_graph,
+        "state": {"weights": weights, "constants": constants},
+        "operators": dict(sorted(w.operators.items())),
+    }
+    payloads = {schema.WEIGHTS_ENTRY: weights_bytes, schema.CONSTANTS_ENTRY: constants_bytes}
+    if example_inputs is not None:
+        program["example_inputs"] = example_inputs
+        payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes
+    return program, payloads
+
+
+def _example_inputs(ep) -> tuple[Any, bytes]:
+    """The example inputs' leaves (tensors by index into their own safetensors entry).
+
+    Example inputs are optional: when they do not follow the program's input
+    structure, or hold values the format cannot write, they are left out.
+    """
+    from .tensors import pack
+    if ep.example_inputs is None:
+        return None, b""
+    leaves, spec = pytree.tree_flatten(ep.example_inputs)
+    if spec != ep.call_spec[0]:
+        return None, b""
+    tensors: dict[str, torch.Tensor] = {}
+    encoded = []
+    try:
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                tensors[str(i)] = leaf.detach()
+                encoded.append({"tensor": str(i)})
+            else:
+                encoded.append(encode_value(leaf))
+        data, described = pack(tensors)
+    except (Unencodable, SerializationError):
+        return None, b""
+    return {"leaves": encoded, "tensors": described}, data
+

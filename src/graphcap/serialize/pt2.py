@@ -1,0 +1,172 @@
+"""save / load: the .pt2 round trip, assembled from the serialize modules.
+
+``save`` encodes the program (``encode``), packs tensors (``tensors``) and
+writes the archive atomically (``archive``). ``load`` reads and checks the
+archive, decodes the program (``decode``) and its tensors, and rebuilds a
+verified ExportedProgram. Any failure while reading a file — however the file
+was damaged or crafted — surfaces as a ``SerializationError``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import GraphcapError, SerializationError, VerificationError
+from ..program import ExportedProgram
+from . import schema, tensors
+from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
+from .decode import decode_program
+from .encode import encode_program
+from .values import DTYPES, bad, decode_value
+
+_EXTRA_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+class StructureOnlyProgram(ExportedProgram):
+    """A program loaded with ``weights=False``: printable and inspectable, not runnable.
+
+    Its ``state_dict`` and ``constants`` hold tensors on the ``meta`` device (shape
+    and dtype only).
+    """
+
+    def module(self) -> torch.nn.Module:
+        raise SerializationError(
+            "This program was loaded with weights=False: it has the structure but no weights, so it "
+            "cannot run.", where="ep.module()",
+            fix="Load it again with graphcap.load(f) (or mmap=True to keep the weights on disk until used).")
+
+
+def _check_extra_name(name: Any) -> str:
+    if not isinstance(name, str) or not _EXTRA_NAME.match(name) or name in (".", ".."):
+        raise SerializationError(
+            f"Extra file name {name!r:.80} is not allowed.", where="extra_files",
+            fix="Use names of letters, digits, '_', '-' and '.' (at most 200 characters).")
+    return name
+
+
+def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None) -> None:
+    if not isinstance(ep, ExportedProgram):
+        raise SerializationError(
+            f"graphcap.save expects a graphcap ExportedProgram, got {type(ep).__name__}.",
+            where="graphcap.save(ep, f)",
+            fix="For a torch.export program, convert it first: graphcap.save(graphcap.from_torch(ep), f).")
+    if isinstance(ep, StructureOnlyProgram):
+        raise SerializationError("This program was loaded with weights=False and has no weights to save.",
+                                 where="graphcap.save(ep, f)", fix="Load it with weights=True, then save.")
+    program, payloads = encode_program(ep)
+    entries: dict[str, bytes] = {schema.PROGRAM_ENTRY: json.dumps(program, indent=1, allow_nan=False).encode()}
+    entries.update(payloads)
+    for name, content in (extra_files or {}).items():
+        data = content.encode() if isinstance(content, str) else content
+        if not isinstance(data, (bytes, bytearray)):
+            raise SerializationError(f"Extra file {name!r} must be str or bytes, got {type(content).__name__}.",
+                                     where="extra_files", fix="Pass text or bytes.")
+        entries[schema.EXTRA_PREFIX + _check_extra_name(name)] = bytes(data)
+    write_archive(f, entries)
+
+
+def _meta_tensors(described: Any) -> dict[str, torch.Tensor]:
+    """Shape-and-dtype stand-ins for the tensors, for ``weights=False``."""
+    if not isinstance(described, dict):
+        raise bad("The tensor table is malformed.")
+    out: dict[str, torch.Tensor] = {}
+    for name, d in described.items():
+        if isinstance(d, dict) and "alias_of" in d:
+            continue
+        try:
+            shape, stride, dtype = d["shape"], d["stride"], DTYPES[d["dtype"]]
+            t = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        except Exception:
+            raise bad(f"The description of tensor {name!r} is malformed.") from None
+        out[name] = torch.nn.Parameter(t, requires_grad=bool(d.get("requires_grad"))) if d.get("parameter") else t
+    for name, d in described.items():
+        if isinstance(d, dict) and "alias_of" in d:
+            if d["alias_of"] not in out:
+                raise bad(f"Tensor {name!r} is an alias of a tensor the file does not hold.")
+            out[name] = out[d["alias_of"]]
+    return out
+
+
+def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
+    """The example inputs as (args, kwargs), rebuilt in the program's input structure."""
+    if not (isinstance(j, dict) and isinstance(j.get("leaves"), list)):
+        raise bad("The example inputs are malformed.")
+    stored = tensors.unpack(reader.read(schema.EXAMPLE_INPUTS_ENTRY), j.get("tensors"))
+
+    def extra(tag: str, payload: Any) -> Any:
+        if tag == "tensor" and isinstance(payload, str) and payload in stored:
+            return stored[payload]
+        raise bad("An example input refers to a tensor the file does not hold.")
+    leaves = [decode_value(leaf, extra) for leaf in j["leaves"]]
+    in_spec = root_entry.signature.in_spec
+    if len(leaves) != in_spec.num_leaves:
+        raise bad("The example inputs do not match the program's input structure.")
+    return pytree.tree_unflatten(leaves, in_spec)
+
+
+def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool) -> ExportedProgram:
+    text = reader.read(schema.PROGRAM_ENTRY)
+    if len(text) > schema.MAX_JSON_BYTES:
+        raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
+    try:
+        program = json.loads(text)
+    except SerializationError:
+        raise
+    except Exception as e:
+        raise corrupt(f"program.json is not valid JSON ({type(e).__name__}: {e}).") from None
+    if not isinstance(program, dict) or program.get("format_version") != reader.version:
+        raise corrupt("program.json does not match the archive's format version.")
+    parts = decode_program(program)
+    state = parts["state"]
+    loaded: dict[str, dict[str, torch.Tensor]] = {}
+    for key, entry in (("weights", schema.WEIGHTS_ENTRY), ("constants", schema.CONSTANTS_ENTRY)):
+        described = state.get(key)
+        if not weights:
+            loaded[key] = _meta_tensors(described)
+        elif mmap:
+            if reader.path is None:
+                raise SerializationError("mmap=True needs a file path, not a file object.",
+                                         where="graphcap.load(f, mmap=True)",
+                                         fix="Pass the path of the .pt2 file, or load without mmap.")
+            loc = reader.location(entry)
+            loaded[key] = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described)
+        else:
+            loaded[key] = tensors.unpack(reader.read(entry), described)
+    if extra_files is not None:
+        for name in list(extra_files):
+            entry = schema.EXTRA_PREFIX + _check_extra_name(name)
+            if reader.has(entry):
+                data = reader.read(entry)
+                try:
+                    extra_files[name] = data.decode()
+                except UnicodeDecodeError:
+                    extra_files[name] = data
+    example_inputs = None
+    if weights and "example_inputs" in program:
+        example_inputs = _example_inputs(reader, program["example_inputs"], parts["module_call_graph"][0])
+    cls = ExportedProgram if weights else StructureOnlyProgram
+    try:
+        return cls(parts["graph_module"], parts["signature"], loaded["weights"], parts["range_constraints"],
+                   parts["module_call_graph"], example_inputs=example_inputs, constants=loaded["constants"])
+    except VerificationError as e:
+        raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
+
+
+def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
+         weights: bool = True) -> ExportedProgram:
+    reader = ArchiveReader(f)
+    try:
+        with torch.utils._python_dispatch._disable_current_modes():
+            return _load(reader, extra_files, mmap, weights)
+    except GraphcapError:
+        raise
+    except RecursionError:
+        raise corrupt("The file nests values too deeply to be a graphcap program.") from None
+    except Exception as e:  # anything else a crafted file provokes is still a damaged file
+        raise corrupt(f"The file could not be decoded ({type(e).__name__}: {str(e)[:300]}).") from None
+    finally:
+        reader.release()

@@ -1,0 +1,140 @@
+"""TreeSpecs (the structure of inputs and outputs) as JSON, and back.
+
+A node is written as its type's *serialized type name* — the name it was
+registered under with ``torch.utils._pytree`` (graphcap registers dataclasses
+and auto-flattened classes under their qualified name) — plus its context as
+tagged JSON and its children. Reading resolves the name only among the types
+registered with ``torch.utils._pytree`` in the loading process; nothing is
+imported. A namedtuple (whose context is its class) is resolved the same way,
+among namedtuples registered with ``torch.utils._pytree._register_namedtuple``
+or met by graphcap in this process.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch.utils._pytree as pytree
+
+from ..errors import SerializationError
+from ..pytree import qualified_name
+from . import schema
+from .values import Unencodable, bad, decode_value, encode_value
+
+# namedtuple classes seen while saving, by qualified name: a program saved and
+# loaded in the same process needs no registration.
+_SEEN_NAMEDTUPLES: dict[str, type] = {}
+
+
+def type_name(typ: type) -> str:
+    node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
+    if node is not None and node.serialized_type_name != pytree.NO_SERIALIZED_TYPE_NAME_FOUND:
+        return node.serialized_type_name
+    return qualified_name(typ)
+
+
+def _registered_types() -> dict[str, type]:
+    found: dict[str, type] = {}
+    for typ in list(pytree.SUPPORTED_NODES):
+        found.setdefault(type_name(typ), typ)
+    for name, typ in list(pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.items()):
+        found.setdefault(name, typ)
+    return found
+
+
+def _registration_fix(name: str) -> str:
+    return (f"Import the module that defines {name} and register the class with torch's pytree "
+            f"before loading: graphcap.register_dataclass(cls) for a dataclass, "
+            f"torch.utils._pytree.register_pytree_node(cls, ..., serialized_type_name={name!r}), or "
+            f"torch.utils._pytree._register_namedtuple(cls, serialized_type_name={name!r}) for a "
+            f"namedtuple. Classes graphcap flattened automatically at export are registered again "
+            f"by exporting once, or with torch.utils._pytree.register_pytree_node.")
+
+
+def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
+    if spec.type is pytree.namedtuple:
+        cls = spec.context
+        name = qualified_name(cls)
+        _SEEN_NAMEDTUPLES.setdefault(name, cls)
+        return {"namedtuple": [name, list(cls._fields)]}
+
+    def extra(v: Any) -> Any:
+        if isinstance(v, type):
+            return {"type": type_name(v)}
+        return NotImplemented
+    try:
+        return encode_value(spec.context, extra)
+    except Unencodable as e:
+        raise SerializationError(
+            f"The structure of {where} cannot be saved: a {type_name(spec.type)} node's context holds "
+            f"{e}.", where=where,
+            fix="Register the class with torch.utils._pytree.register_pytree_node so that its "
+                "context holds only plain values (strings, numbers, dtypes, devices), or return "
+                "plain containers.") from None
+
+
+def spec_to_json(spec: pytree.TreeSpec, where: str = "the inputs/outputs") -> Any:
+    if spec.is_leaf():
+        return None
+    return {"type": type_name(spec.type), "context": _encode_context(spec, where),
+            "children": [spec_to_json(c, where) for c in spec.children()]}
+
+
+def _resolve_namedtuple(payload: Any) -> type:
+    if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], str)
+            and isinstance(payload[1], list)):
+        raise bad("Malformed namedtuple context.")
+    name, fields = payload
+    cls = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(name) or _SEEN_NAMEDTUPLES.get(name)
+    if cls is None or not pytree.is_namedtuple_class(cls):
+        raise SerializationError(
+            f"The program's structure uses the namedtuple {name}, which is not registered in this "
+            f"process.", where="program.json (pytree specs)", fix=_registration_fix(name))
+    if list(cls._fields) != fields:
+        raise SerializationError(
+            f"The namedtuple {name} in this process has fields {list(cls._fields)}, but the file was "
+            f"saved with {fields}.", where="program.json (pytree specs)",
+            fix="Load with the version of the class the program was exported with.")
+    return cls
+
+
+def json_to_spec(j: Any, types: dict[str, type] | None = None, depth: int = 0) -> pytree.TreeSpec:
+    if depth > schema.MAX_NESTING:
+        raise bad("A pytree spec in the file is nested too deeply.")
+    types = _registered_types() if types is None else types
+    if j is None:
+        return pytree.treespec_leaf()
+    if not (isinstance(j, dict) and isinstance(j.get("type"), str) and isinstance(j.get("children"), list)
+            and "context" in j):
+        raise bad("Malformed pytree spec.")
+    name = j["type"]
+    typ = types.get(name)
+    if typ is None:
+        raise SerializationError(
+            f"The program's structure uses the class {name}, which is not registered as a pytree "
+            f"node in this process.", where="program.json (pytree specs)", fix=_registration_fix(name))
+
+    def extra(tag: str, payload: Any) -> Any:
+        if tag == "namedtuple":
+            return _resolve_namedtuple(payload)
+        if tag == "type":
+            if not isinstance(payload, str) or payload not in types:
+                raise SerializationError(
+                    f"The program's structure names the class {payload!r:.80}, which is not registered "
+                    f"in this process.", where="program.json (pytree specs)", fix=_registration_fix(str(payload)))
+            return types[payload]
+        raise bad(f"Unknown tag {tag!r:.40} in a pytree context.")
+
+    context = decode_value(j["context"], extra)
+    if typ is pytree.namedtuple and not isinstance(context, type):
+        raise bad("A namedtuple spec without its class.")
+    children = [json_to_spec(c, types, depth + 1) for c in j["children"]]
+    if typ in (list, tuple) and context is not None:
+        raise bad(f"A {name} spec with a context.")
+    if typ is dict and not (isinstance(context, list) and len(context) == len(children)):
+        raise bad("A dict spec whose keys do not match its children.")
+    if typ is pytree.namedtuple and len(context._fields) != len(children):
+        raise bad("A namedtuple spec whose fields do not match its children.")
+    try:
+        return pytree.TreeSpec(typ, context, children)
+    except Exception as e:  # TreeSpec validates its arguments
+        raise bad(f"Malformed pytree spec for {name}: {e}") from None

@@ -1,0 +1,224 @@
+"""Weights and constants in safetensors, one entry per storage.
+
+safetensors refuses tensors that share memory, and a program's tied weights
+must come back tied. So tensors are grouped by the storage they view: each
+storage is written once (as a flat tensor), and every tensor is described in
+program.json by its storage, dtype, shape, strides and offset, then rebuilt
+with ``as_strided`` — which also restores non-contiguous tensors as they were.
+Several names for the *same* tensor object come back as the same object.
+
+Loading reads the safetensors entry with the safetensors library, or, with
+``mmap=True``, maps the archive file and builds tensors over the mapping
+(copy-on-write), so weights stay on disk until a kernel touches them.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from typing import Any, Optional
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from ..errors import SerializationError
+from .values import DTYPES, bad, decode_device
+
+# safetensors' dtype codes (its file format), for the memory-mapped reader.
+_CODES: dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "C64": torch.complex64,
+}
+for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("F8_E4M3FNUZ", "float8_e4m3fnuz"),
+                     ("F8_E5M2FNUZ", "float8_e5m2fnuz"), ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
+    if hasattr(torch, _name):
+        _CODES[_code] = getattr(torch, _name)
+SUPPORTED_DTYPES = frozenset(_CODES.values())
+
+
+def _unsupported_dtype(name: str, dtype: torch.dtype) -> SerializationError:
+    names = ", ".join(sorted(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES))
+    return SerializationError(
+        f"Tensor {name!r} has dtype {dtype}, which safetensors cannot store.",
+        where=f"state_dict/constants[{name!r}]",
+        fix=f"Convert it to one of: {names} (for example keep a float32 copy and convert inside "
+            f"forward), then export and save again.")
+
+
+def _check_tensor(name: str, t: Any) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise SerializationError(
+            f"{name!r} is a {type(t).__name__}, not a tensor; only tensors can be saved as weights or "
+            f"constants.", where=f"state_dict/constants[{name!r}]",
+            fix="Script objects and other opaque constants are not supported by the .pt2 format yet.")
+    plain = type(t) in (torch.Tensor, torch.nn.Parameter)
+    if not plain or t.is_quantized or t.layout != torch.strided:
+        raise SerializationError(
+            f"{name!r} is a {type(t).__name__} with layout {t.layout}; only plain strided tensors can "
+            f"be saved.", where=f"state_dict/constants[{name!r}]",
+            fix="Convert it to a plain dense tensor before export.")
+    if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
+        raise SerializationError(
+            f"{name!r} has no data (it is on the meta device or fake), so it cannot be saved.",
+            where=f"state_dict/constants[{name!r}]",
+            fix="Save a program whose weights were loaded (graphcap.load(..., weights=True)).")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise _unsupported_dtype(name, t.dtype)
+    return t
+
+
+def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
+    """safetensors bytes holding each storage once, and the per-name description."""
+    blobs: dict[str, torch.Tensor] = {}
+    by_object: dict[int, str] = {}
+    by_storage: dict[tuple, str] = {}
+    storage_tensors: dict[str, list[torch.Tensor]] = {}
+    described: dict[str, Any] = {}
+    for name, t in tensors.items():
+        t = _check_tensor(name, t)
+        if id(t) in by_object:
+            described[name] = {"alias_of": by_object[id(t)]}
+            continue
+        by_object[id(t)] = name
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr(), storage.nbytes()) if storage.nbytes() else ("empty", name)
+        sname = by_storage.setdefault(key, name)
+        storage_tensors.setdefault(sname, []).append(t)
+        described[name] = {
+            "storage": sname, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+            "offset": t.storage_offset(), "device": str(t.device), "requires_grad": bool(t.requires_grad),
+            "parameter": isinstance(t, torch.nn.Parameter)}
+    for sname, members in storage_tensors.items():
+        storage = members[0].untyped_storage()
+        dtypes = {m.dtype for m in members}
+        dtype = members[0].dtype if len(dtypes) == 1 and storage.nbytes() % members[0].element_size() == 0 \
+            else torch.uint8
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        with torch.no_grad():
+            flat = torch.empty(0, dtype=dtype, device=members[0].device)
+            flat.set_(storage, 0, (storage.nbytes() // itemsize,), (1,))
+            flat = flat.detach()
+            # safetensors copies the bytes while serializing: no copy of our own on CPU.
+            blobs[sname] = flat if flat.device.type == "cpu" else flat.cpu()
+    return st_save(blobs, metadata={"format": "graphcap"}), described
+
+
+# ---------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------
+
+def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> torch.Tensor:
+    try:
+        blob = blobs[d["storage"]]
+        dtype = DTYPES[d["dtype"]]
+        shape, stride, offset = d["shape"], d["stride"], d["offset"]
+        device = decode_device(d["device"])
+    except (KeyError, TypeError):
+        raise bad(f"The description of tensor {name!r} is malformed or names a missing storage.") from None
+    ints = [*shape, *stride, offset]
+    if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride)
+            and all(type(x) is int for x in ints) and all(x >= 0 for x in ints)):
+        raise bad(f"The shape/stride/offset of tensor {name!r} are malformed.")
+    if dtype not in SUPPORTED_DTYPES:
+        raise bad(f"Tensor {name!r} has dtype {dtype}, which the format never stores.")
+    base = blob
+    if blob.dtype != dtype:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if blob.dtype != torch.uint8 or blob.numel() % itemsize:
+            raise bad(f"Tensor {name!r} cannot be viewed as {dtype} over its storage.")
+        base = blob.view(dtype)
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel:
+        extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+        if extent > base.numel():
+            raise bad(f"Tensor {name!r} reaches past the end of its storage.")
+    t = base.as_strided(shape, stride, offset)
+    if device.type != "cpu":
+        try:
+            t = t.to(device)
+        except (RuntimeError, AssertionError) as e:
+            raise SerializationError(
+                f"Tensor {name!r} was saved on {device}, which this process cannot use ({e}).",
+                where=f"state_dict/constants[{name!r}]",
+                fix="Load on a machine with that device, or move the program to CPU before saving.") from None
+    if d.get("parameter"):
+        return torch.nn.Parameter(t, requires_grad=bool(d.get("requires_grad")))
+    if d.get("requires_grad") and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if not isinstance(described, dict):
+        raise bad("The tensor table is malformed.")
+    out: dict[str, torch.Tensor] = {}
+    for name, d in described.items():
+        if not isinstance(d, dict):
+            raise bad(f"The description of tensor {name!r} is malformed.")
+        if "alias_of" not in d:
+            out[name] = _rebuild(name, d, blobs)
+    for name, d in described.items():
+        if "alias_of" in d:
+            target = out.get(d["alias_of"]) if isinstance(d["alias_of"], str) else None
+            if target is None:
+                raise bad(f"Tensor {name!r} is an alias of a tensor the file does not hold.")
+            out[name] = target
+    return dict((name, out[name]) for name in described)
+
+
+def unpack(data: bytes, described: Any) -> dict[str, torch.Tensor]:
+    try:
+        blobs = st_load(data)
+    except Exception as e:  # safetensors' own error type, or torch's on a bad header
+        raise bad(f"The tensor data is not valid safetensors ({type(e).__name__}: {e}).") from None
+    return _assemble(described, blobs)
+
+
+def unpack_mmap(path: str, offset: int, size: int, described: Any) -> dict[str, torch.Tensor]:
+    """Like :func:`unpack`, with storages that map the file (offset/size: the entry's bytes)."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        head = fh.read(8)
+        if len(head) != 8:
+            raise bad("The tensor entry is truncated.")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise bad("The tensor entry's header runs past the entry.")
+        try:
+            header = json.loads(fh.read(n))
+        except Exception as e:
+            raise bad(f"The tensor entry's header is not valid JSON ({e}).") from None
+        if not isinstance(header, dict):
+            raise bad("The tensor entry's header is malformed.")
+        data_start = offset + 8 + n
+        data_len = size - 8 - n
+        mm: Optional[mmap.mmap] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+    blobs: dict[str, torch.Tensor] = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype = _CODES[entry["dtype"]]
+            shape = entry["shape"]
+            begin, end = entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"The header entry for storage {key!r} is malformed.") from None
+        if not (isinstance(shape, list) and len(shape) == 1 and all(type(x) is int and x >= 0 for x in shape)
+                and type(begin) is int and type(end) is int and 0 <= begin <= end <= data_len):
+            raise bad(f"The header entry for storage {key!r} is out of bounds.")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if (end - begin) != shape[0] * itemsize:
+            raise bad(f"Storage {key!r}'s size does not match its byte range.")
+        if shape[0] == 0:
+            blobs[key] = torch.empty(0, dtype=dtype)
+            continue
+        start = data_start + begin
+        if start % itemsize:
+            blobs[key] = torch.frombuffer(mm, dtype=torch.uint8, count=end - begin, offset=start).clone().view(dtype)
+        else:
+            blobs[key] = torch.frombuffer(mm, dtype=dtype, count=shape[0], offset=start)
+    return _assemble(described, blobs)
