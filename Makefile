@@ -21,8 +21,10 @@ test: $(STAMP)          ## the default test run (CI)
 test-all: $(STAMP)      ## also the slow tests
 	$(PY) -m pytest -q -m ''
 
-bench: $(STAMP)         ## export speed & memory vs torch.export on the public zoo
+bench: $(STAMP)         ## export, run_decompositions, save/load vs torch.export on the public zoo
 	$(PY) bench/export_bench.py
+	$(PY) bench/decomp_bench.py
+	$(PY) bench/serialize_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -44,8 +44,12 @@ def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
             assert a == b, f"leaf {i}: {b!r} != eager {a!r}"
 
 
-def run_eager_and_exported(model, ep, args, kwargs):
-    """Eager and ep.module() on the same inputs, each on its own copy of the model state."""
+def run_eager_and_exported(model, ep, args, kwargs, *, with_inputs=False):
+    """Eager and ep.module() on the same inputs, each on its own copy of the model and inputs.
+
+    With ``with_inputs``, also the two input copies after the calls (to compare
+    writes to inputs).
+    """
     eager_model = copy.deepcopy(model)
     runnable = copy.deepcopy(ep.module())
     a1, k1 = copy.deepcopy((args, kwargs))
@@ -53,6 +57,8 @@ def run_eager_and_exported(model, ep, args, kwargs):
     with torch.no_grad():
         expected = eager_model(*a1, **k1)
         got = runnable(*a2, **k2)
+    if with_inputs:
+        return expected, got, (a1, k1), (a2, k2)
     return expected, got
 
 

@@ -2,18 +2,26 @@
 
 A drop-in for ``torch.export``: ``from graphcap import export``.
 """
-from .api import export
-from .errors import (ExportInputError, GraphcapError, RuntimeInputError, TraceError, UnsupportedError,
-                     VerificationError)
+from .api import export, load, save
+from .decomp_table import CustomDecompTable, default_decompositions
+from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
+from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
+                     RuntimeInputError, SerializationError, TraceError, UnsupportedError, VerificationError)
+from .interop import from_torch, to_torch
+from .passes.move_to_device import move_to_device_pass
 from .program import ExportedProgram
 from .pytree import register_dataclass
+from .serialize.schema import FORMAT_VERSION
 from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                         ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
 __all__ = [
     "export", "ExportedProgram", "register_dataclass",
+    "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
+    "default_decompositions", "CustomDecompTable", "move_to_device_pass",
+    "save", "load", "to_torch", "from_torch", "FORMAT_VERSION",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",
     "SymIntArgument", "ConstantArgument", "ModuleCallEntry", "ModuleCallSignature",
     "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "RuntimeInputError",
-    "VerificationError",
+    "VerificationError", "ConstraintViolationError", "MissingFakeKernelError", "SerializationError",
 ]

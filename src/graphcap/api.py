@@ -20,7 +20,7 @@ def export(
 ) -> ExportedProgram:
     """Capture ``mod`` called on ``args``/``kwargs`` into an ExportedProgram.
 
-    The same signature as ``torch.export.export``. ``mod`` may be an
+    The same signature as torch.export's ``export``. ``mod`` may be an
     ``nn.Module``, a function or a bound method. The user's Python runs as it
     is on fake tensors (non-strict capture) and every ATen operator it reaches
     is recorded at the training-IR level.
@@ -31,12 +31,25 @@ def export(
             where="export(..., strict=True)",
             fix="Use strict=False (the default): graphcap runs your Python as it is and records "
                 "the same operators.")
-    if dynamic_shapes is not None:
-        raise UnsupportedError(
-            "dynamic_shapes is not available in graphcap yet: programs are exported with static shapes.",
-            where="export(..., dynamic_shapes=...)",
-            fix="Export without dynamic_shapes; module() then accepts inputs of the example sizes.")
     from .capture.non_strict import export_non_strict
     with torch.utils._python_dispatch._disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=tuple(preserve_module_call_signature))
+
+
+def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None) -> None:
+    """Write ``ep`` to ``f`` (a path or binary file) in graphcap's pickle-free .pt2 format."""
+    from .serialize import save as _save
+    _save(ep, f, extra_files=extra_files)
+
+
+def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
+         weights: bool = True) -> ExportedProgram:
+    """Read a program saved by :func:`save`; never unpickles or imports anything.
+
+    ``extra_files`` (name → anything) is filled in place with the saved extra
+    files; ``mmap=True`` leaves the weights in the file until used;
+    ``weights=False`` loads the structure only (printable, not runnable).
+    """
+    from .serialize import load as _load
+    return _load(f, extra_files=extra_files, mmap=mmap, weights=weights)

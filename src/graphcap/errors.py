@@ -54,6 +54,28 @@ class VerificationError(GraphcapError):
     """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``)."""
 
 
+class MissingFakeKernelError(UnsupportedError):
+    """A custom operator has no fake (meta) kernel, so its output shapes are unknown while tracing."""
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None,
+                 op_name: str = ""):
+        self.op_name = op_name
+        super().__init__(what, where=where, fix=fix)
+
+
+class ConstraintViolationError(GraphcapError):
+    """The traced program needs more of a dynamic dim than the spec declares.
+
+    The message lists each violation and ends with ``Suggested fixes:`` lines
+    that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies.
+    """
+
+
+class SerializationError(GraphcapError):
+    """A program cannot be saved, or a file cannot be loaded (corrupt, crafted,
+    from a newer format, or naming an operator or class this process lacks)."""
+
+
 _INTERNAL_PATH_PARTS = ("/torch/", "/graphcap/", "/site-packages/torch", "<frozen ", "/contextlib.py",
                         "/functools.py")
 

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import sympy
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._sympy.numbers import int_oo
 
 from .errors import RuntimeInputError
 from .pytree import input_path_str
@@ -146,10 +147,10 @@ class InputChecker:
         if rng is None:
             return
         lower, upper = rng.lower, rng.upper
-        if lower.is_finite and got < int(lower):
+        if _finite(lower) and got < int(lower):
             raise RuntimeInputError(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
                                     fix=f"The program accepts sizes in [{lower}, {upper}] here.")
-        if upper.is_finite and got > int(upper):
+        if _finite(upper) and got > int(upper):
             raise RuntimeInputError(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
                                     fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
@@ -169,6 +170,11 @@ class InputChecker:
             raise RuntimeInputError(
                 f"Expected input at {path} to be equal to {want}, but got {got}",
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _finite(bound: Any) -> bool:
+    """A range bound that is a number (torch's ``int_oo`` says it is finite; it is not)."""
+    return bool(bound.is_number and bound.is_finite) and bound not in (int_oo, -int_oo)
 
 
 def _shape_str(tree: Any) -> str:

@@ -104,6 +104,11 @@ class ExportedProgram:
         from .runtime import ExportedModule
         return ExportedModule(self)
 
+    def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
+        """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
+        from .passes import run_decompositions
+        return run_decompositions(self, decomp_table)
+
     def validate(self) -> None:
         """Check the IR invariants; raises ``VerificationError`` naming the node and rule."""
         from .verifier import verify

@@ -76,6 +76,12 @@ def _is_registered(obj: Any) -> bool:
         pytree.is_structseq_instance(obj)
 
 
+def _children(obj: Any) -> list[Any]:
+    """One level of a registered pytree node's children (cycle-safe callers recurse)."""
+    node_type = pytree._get_node_type(obj)
+    return list(pytree.SUPPORTED_NODES[node_type].flatten_fn(obj)[0])
+
+
 def holds_tensor(obj: Any, _seen: Optional[set] = None, _depth: int = 0) -> bool:
     """Whether a tensor can be reached from ``obj`` through containers and attributes."""
     if isinstance(obj, torch.Tensor):
@@ -90,8 +96,8 @@ def holds_tensor(obj: Any, _seen: Optional[set] = None, _depth: int = 0) -> bool
         return any(holds_tensor(v, _seen, _depth + 1) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return any(holds_tensor(v, _seen, _depth + 1) for v in obj)
-    if _is_registered(obj):
-        return any(holds_tensor(c, _seen, _depth + 1) for c in pytree.tree_leaves(obj))
+    if _is_registered(obj) and type(obj) not in _AUTO_REGISTERED:
+        return any(holds_tensor(c, _seen, _depth + 1) for c in _children(obj))
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         return any(holds_tensor(v, _seen, _depth + 1) for v in attrs.values())
@@ -153,7 +159,7 @@ def auto_register(tree: Any, where: str) -> list[str]:
                 visit(v, depth + 1)
             return
         if _is_registered(obj):
-            for c in pytree.tree_leaves(obj):
+            for c in _children(obj):
                 visit(c, depth + 1)
             return
         attrs = getattr(obj, "__dict__", None)

@@ -2,6 +2,9 @@
 
 Parameters and buffers are registered under their original paths (so
 ``state_dict()`` keys are the user's FQNs and ``load_state_dict`` works);
+parameters and read-only buffers are shared with the program, buffers the
+program updates are copied so that running the module leaves the program as
+it was;
 constants are kept beside them and moved with ``.to()``. A call checks every
 input against the signature (``graphcap.input_checks``) before computing,
 runs the graph, writes buffer and input mutations back, and rebuilds the
@@ -43,14 +46,19 @@ class ExportedModule(torch.nn.Module):
         sig = ep.graph_signature
         self._state_targets: list[tuple[InputKind, str]] = []
         constants: dict[str, torch.Tensor] = {}
+        # Buffers the program updates get their own copy: running this module
+        # must not change the ExportedProgram (nor the other modules made from it).
+        updated = set(sig.buffers_to_mutate.values())
         for spec in sig.input_specs:
             if spec.kind is InputKind.PARAMETER:
                 if not _has(self, spec.target):
                     _install(self, spec.target, ep.state_dict[spec.target], "parameter")
             elif spec.kind is InputKind.BUFFER:
                 store = ep.constants if spec.persistent is False else ep.state_dict
+                value = store[spec.target]
                 if not _has(self, spec.target):
-                    _install(self, spec.target, store[spec.target], "buffer", spec.persistent is not False)
+                    _install(self, spec.target, value.clone() if spec.target in updated else value, "buffer",
+                             spec.persistent is not False)
             elif spec.kind is InputKind.CONSTANT_TENSOR:
                 constants[spec.target] = ep.constants[spec.target]
             else:

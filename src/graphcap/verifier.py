@@ -112,18 +112,65 @@ def rule_operator_metadata(ep) -> Iterator[Violation]:
                     yield (node.name, f"has no meta[{key!r}]")
 
 
+def _graph_modules(ep) -> Iterator[torch.fx.GraphModule]:
+    """The program's graph and every control-flow / region subgraph under it."""
+    for gm in ep.graph_module.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            yield gm
+
+
 def rule_no_state_get_attr(ep) -> Iterator[Violation]:
-    for node in ep.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(ep.graph_module, node.target, None)
-            if not isinstance(value, torch.fx.GraphModule):
-                yield (node.name, f"get_attr of {node.target!r}: state must be lifted to a placeholder")
-        if node.op in ("call_module", "call_method"):
-            yield (node.name, f"{node.op} nodes are not part of the IR; only call_function")
+    for gm in _graph_modules(ep):
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = getattr(gm, node.target, None)
+                if not isinstance(value, torch.fx.GraphModule):
+                    yield (node.name, f"get_attr of {node.target!r}: state must be lifted to a placeholder")
+            if node.op in ("call_module", "call_method"):
+                yield (node.name, f"{node.op} nodes are not part of the IR; only call_function")
+
+
+def rule_subgraph_signatures(ep) -> Iterator[Violation]:
+    """Each control-flow subgraph takes what its operator passes and returns what it promises."""
+    from .trace.hops import subgraph_operands
+    for gm in _graph_modules(ep):
+        for node in gm.graph.nodes:
+            for attr, operands in subgraph_operands(node):
+                sub = getattr(gm, attr.target, None) if isinstance(attr, torch.fx.Node) else None
+                if not isinstance(sub, torch.fx.GraphModule):
+                    yield (node.name, f"subgraph argument {attr!r} is not a get_attr of a graph module")
+                    continue
+                phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
+                if len(phs) != len(operands):
+                    yield (node.name, f"subgraph {attr.target} has {len(phs)} inputs but is passed "
+                                      f"{len(operands)} operands")
+                for ph, value in zip(phs, operands):
+                    a = ph.meta.get("val")
+                    b = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+                    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
+                        yield (node.name, f"subgraph {attr.target} input {ph.name} is {a.dtype} but the "
+                                          f"operand passed is {b.dtype}")
+                promised = node.meta.get("val")
+                out = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
+                returned = out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+                name = node.target.name()
+                if name in ("cond", "wrap_with_set_grad_enabled", "wrap_with_autocast") \
+                        and isinstance(promised, (tuple, list)):
+                    if len(returned) != len(promised):
+                        yield (node.name, f"subgraph {attr.target} returns {len(returned)} values but "
+                                          f"the call promises {len(promised)}")
+                    for r, p in zip(returned, promised):
+                        rv = r.meta.get("val") if isinstance(r, torch.fx.Node) else r
+                        if isinstance(rv, torch.Tensor) and isinstance(p, torch.Tensor) and rv.dtype != p.dtype:
+                            yield (node.name, f"subgraph {attr.target} returns {rv.dtype} where the call "
+                                              f"promises {p.dtype}")
+                if name == "while_loop" and attr is node.args[1] and len(returned) != len(node.args[2]):
+                    yield (node.name, f"loop body {attr.target} returns {len(returned)} values for "
+                                      f"{len(node.args[2])} carried inputs")
 
 
 def rule_known_targets(ep) -> Iterator[Violation]:
-    for node in ep.graph.nodes:
+    for node in (n for gm in _graph_modules(ep) for n in gm.graph.nodes):
         if node.op != "call_function":
             continue
         t = node.target
@@ -157,13 +204,73 @@ RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
     ("operator-metadata", rule_operator_metadata),
     ("no-state-get-attr", rule_no_state_get_attr),
     ("known-targets", rule_known_targets),
+    ("subgraph-signatures", rule_subgraph_signatures),
     ("symbols-have-ranges", rule_symbols_have_ranges),
 ]
 
 
+# -- inference IR (what run_decompositions returns) ---------------------------
+# A program is in the inference IR when its graph module says so
+# (``gm.meta["graphcap_ir"]["level"] == "inference"``, set by the decomposition
+# pass together with the non-core operators its table keeps).
+
+def _inference_meta(ep) -> dict:
+    return ep.graph_module.meta.get("graphcap_ir") or {}
+
+
+def _all_nodes(ep) -> Iterator[torch.fx.Node]:
+    """Nodes of the graph and of its control-flow subgraphs."""
+    for gm in _graph_modules(ep):
+        yield from gm.graph.nodes
+
+
+def rule_core_or_kept_ops(ep) -> Iterator[Violation]:
+    kept = _inference_meta(ep).get("kept", frozenset())
+    for node in _all_nodes(ep):
+        op = node.target
+        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+                and torch.Tag.core not in op.tags and op.name() not in kept:
+            yield (node.name, f"{op} is not a core ATen operator (torch.Tag.core) and the decomposition "
+                              f"table does not keep it")
+
+
+def rule_no_mutation(ep) -> Iterator[Violation]:
+    from .trace.mutations import _written_args
+    for node in _all_nodes(ep):
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if (schema is not None and schema.is_mutable) or _written_args(node):
+            yield (node.name, f"{node.target} writes to an argument; the inference IR is functional")
+
+
+def rule_outputs_not_aliasing_inputs(ep) -> Iterator[Violation]:
+    from .passes.unalias_outputs import aliased_input
+    for value in _output_values(ep):
+        base = aliased_input(value)
+        if base is not None:
+            yield (value.name, f"output is (a view of) input {base.name}; inference-IR outputs own their storage")
+
+
+INFERENCE_RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
+    ("core-or-kept-ops", rule_core_or_kept_ops),
+    ("no-mutation", rule_no_mutation),
+    ("outputs-not-aliasing-inputs", rule_outputs_not_aliasing_inputs),
+]
+
+
+def is_inference_ir(ep) -> bool:
+    return _inference_meta(ep).get("level") == "inference"
+
+
+def rules_for(ep) -> list[tuple[str, Callable[..., Iterator[Violation]]]]:
+    """The rules a program must keep: the common ones, plus the inference-IR ones where it claims that IR."""
+    return RULES + INFERENCE_RULES if is_inference_ir(ep) else RULES
+
+
 def violations(ep: "ExportedProgram", rules=None) -> list[tuple[str, str, str]]:
     found = []
-    for rule_name, rule in rules or RULES:
+    for rule_name, rule in rules or rules_for(ep):
         for node, message in rule(ep):
             found.append((rule_name, node, message))
     return found

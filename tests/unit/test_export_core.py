@@ -108,6 +108,17 @@ def test_buffer_mutation_recorded_and_written_back():
     torch.testing.assert_close(runnable.get_buffer("hist"), eager.hist)
 
 
+def test_running_module_leaves_the_program_state_alone():
+    ep = graphcap.export(Counter(), (torch.randn(3),))
+    before = {k: v.clone() for k, v in ep.state_dict.items()}
+    first, second = ep.module(), ep.module()
+    first(torch.randn(3))
+    first(torch.randn(3))
+    for k, v in ep.state_dict.items():
+        torch.testing.assert_close(v, before[k])
+    assert second.get_buffer("steps").item() == 0 and first.get_buffer("steps").item() == 2
+
+
 def test_batchnorm_train_mode_updates_running_stats():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     x = torch.randn(2, 3, 8, 8)
@@ -373,3 +384,12 @@ def test_outputs_of_python_values_and_inputs():
     assert ep.module()(torch.randn(2), torch.randn(3))[:2] == (2, "tag")
     y = torch.randn(3)
     assert torch.equal(ep.module()(torch.randn(2), y)[2], y)
+
+
+def test_symbolic_size_output_keeps_its_spec():
+    def f(h):
+        return h * 2, h.shape[0]
+
+    ep = graphcap.export(f, (torch.randn(4, 3),), dynamic_shapes=({0: graphcap.Dim("b", min=2, max=10)},))
+    out, n = ep.module()(torch.randn(6, 3))
+    assert n == 6 and out.shape == (6, 3)

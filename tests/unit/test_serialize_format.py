@@ -335,3 +335,16 @@ def test_data_dependent_sizes_and_runtime_asserts_round_trip():
         assert all(torch.equal(a, b) for a, b in zip(got, expected))
     with pytest.raises(RuntimeError, match="u0 <= 8"):
         ep2.module()(x, torch.tensor(9))
+
+
+def test_inference_ir_level_survives_save_load(tmp_path):
+    import graphcap
+    from graphcap import verifier
+    ep = graphcap.export(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()), (torch.randn(2, 3),))
+    dec = ep.run_decompositions()
+    assert verifier.is_inference_ir(dec)
+    path = tmp_path / "dec.pt2"
+    graphcap.save(dec, path)
+    loaded = graphcap.load(path)
+    assert verifier.is_inference_ir(loaded)
+    assert loaded.graph_module.meta["graphcap_ir"]["kept"] == dec.graph_module.meta["graphcap_ir"]["kept"]

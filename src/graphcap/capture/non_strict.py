@@ -14,9 +14,11 @@ import torch.utils._pytree as pytree
 
 from .. import pytree as gp_pytree
 from ..errors import ExportInputError
+from ..dynamic import constraints as dyn_constraints
+from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import fakify, lifting, metadata, mutations, recorder
+from ..trace import fakify, hops, lifting, metadata, mutations, recorder
 from . import call_signatures
 
 
@@ -112,23 +114,35 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
 
     state_names = [*params, *buffers]
     fake_state = [fake_of(t) for t in (*params.values(), *buffers.values())]
-    fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
+    if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
+        dyn_inputs = dyn_symbols.prepare(target.forward, args, kwargs, dynamic_shapes, fake_mode, user_leaves,
+                                         [gp_pytree.input_path_str(p) for p in paths])
+        fake_user = dyn_inputs.fakes
+    else:
+        dyn_inputs = None
+        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
     flat_inputs = fake_state + fake_user
 
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
     before = mutations.versions(flat_inputs)
-    with call_recorder:
+    with call_recorder, dyn_symbols.tracing(dyn_inputs):
         recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
                                     fake_mode, target.name)
     after = mutations.versions(flat_inputs)
     gm = recording.graph_module
     mutated = mutations.mutated_inputs(gm, before, after)
+    # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
+    gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs)
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
-    lifted = lifting.lift(gm, layout, names, [isinstance(v, torch.Tensor) for v in user_leaves],
+    lifted = lifting.lift(gm, layout, names, user_leaves,
                           mutated, recording.out_paths, fake_mode)
     gm = lifted.graph_module
+    hops.name_subgraph_inputs(gm)
+    # guards against the spec (ConstraintViolationError), ranges, runtime asserts
+    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name)
+    lifting.sync_output_specs(gm, lifted.signature)
     metadata.finalize(gm)
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}
@@ -141,5 +155,5 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
         in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
-    return ExportedProgram(gm, sig, state_dict, range_constraints={}, module_call_graph=call_graph,
+    return ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
                            example_inputs=(args, kwargs), constants=constants)

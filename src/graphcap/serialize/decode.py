@@ -464,6 +464,12 @@ def decode_program(program: Any) -> dict[str, Any]:
         if lower > upper:
             raise bad(f"Empty range for {item[0]!r:.40}.")
         range_constraints[key] = ValueRanges(lower, upper)
+    ir = program.get("ir")
+    if ir is not None:
+        if not (isinstance(ir, dict) and ir.get("level") in ("training", "inference")
+                and isinstance(ir.get("kept"), list) and all(isinstance(k, str) for k in ir["kept"])):
+            raise bad("Malformed 'ir' entry.")
+        gm.meta["graphcap_ir"] = {"level": ir["level"], "kept": frozenset(ir["kept"])}
     return {"graph_module": gm, "signature": decode_signature(_field(program, "signature", dict, "signature")),
             "range_constraints": range_constraints,
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),

@@ -287,6 +287,9 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
         "state": {"weights": weights, "constants": constants},
         "operators": dict(sorted(w.operators.items())),
     }
+    ir = ep.graph_module.meta.get("graphcap_ir")
+    if ir:  # the IR level the program claims, so the loaded one is verified by the same rules
+        program["ir"] = {"level": str(ir.get("level")), "kept": sorted(ir.get("kept", ()))}
     payloads = {schema.WEIGHTS_ENTRY: weights_bytes, schema.CONSTANTS_ENTRY: constants_bytes}
     if example_inputs is not None:
         program["example_inputs"] = example_inputs

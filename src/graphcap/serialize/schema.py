@@ -34,7 +34,8 @@ CHANGELOG: dict[int, tuple[str, str]] = {
         "module call graph, TreeSpecs by serialized type name, operator schemas), "
         "weights/constants in safetensors as one entry per storage (aliasing kept), "
         "example inputs (tensors in safetensors, other leaves in program.json), "
-        "extra files under extra/."),
+        "extra files under extra/; an optional 'ir' entry (level and kept operators) "
+        "for programs in the inference IR, so a loaded one is verified by the same rules."),
 }
 
 READABLE_VERSIONS = frozenset(CHANGELOG)

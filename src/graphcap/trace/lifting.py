@@ -94,7 +94,7 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
 
 
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
-         user_input_is_tensor: list[bool], mutated: set[int], out_paths: list[Any],
+         user_input_values: list[Any], mutated: set[int], out_paths: list[Any],
          fake_mode: FakeTensorMode) -> Lifted:
     """Name, lift and describe ``gm`` in place; see the module docstring."""
     graph = gm.graph
@@ -117,9 +117,13 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     for node, target, _ in constants:
         _name(node, "c_" + target)
         input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), target))
-    for node, name, is_tensor in zip(user_nodes, user_input_names, user_input_is_tensor):
+    for node, name, value in zip(user_nodes, user_input_names, user_input_values):
         _name(node, name)
-        arg = argument_for(node) if is_tensor else ConstantArgument(node.name, node.meta.get("val"))
+        if isinstance(value, torch.Tensor):
+            arg = argument_for(node)
+        else:  # a Python value the program is specialized on
+            node.meta["val"] = value
+            arg = ConstantArgument(node.name, value)
         input_specs.append(InputSpec(InputKind.USER_INPUT, arg))
 
     # outputs: mutations first, then what the user returned
@@ -150,3 +154,16 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     gm = torch.fx.GraphModule(gm, graph, class_name="GraphModule")
     return Lifted(gm, ExportGraphSignature(input_specs, output_specs),
                   {target: value for _, target, value in constants})
+
+
+def sync_output_specs(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> None:
+    """Point each output spec at the value the output node returns now.
+
+    Passes that run after lifting (runtime-assert insertion re-creates the
+    ``sym_size`` nodes it deduplicates) may replace an output value by an
+    equivalent node; kinds and targets stay, the argument follows the graph.
+    """
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    for spec, value in zip(signature.output_specs, output_node.args[0]):
+        if isinstance(value, torch.fx.Node) and getattr(spec.arg, "name", None) != value.name:
+            spec.arg = argument_for(value)

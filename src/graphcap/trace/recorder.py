@@ -11,17 +11,24 @@ other modules of ``graphcap.trace``.
 from __future__ import annotations
 
 import contextlib
+import re
+import sys
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import uninteresting_files
 from torch.nn.utils.stateless import _reparametrize_module
 
-from ..errors import GraphcapError, TraceError, UnsupportedError, describe_frame, user_frame
+from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
+                      describe_frame, user_frame)
 from ..pytree import auto_register, holds_tensor
+from . import hops
 
 
 @dataclass
@@ -100,6 +107,57 @@ def _restore_grad_mode():
         torch._C._set_grad_enabled(enabled)
 
 
+def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
+    """Give each node the user frames of the stack that created it.
+
+    torch's tracer formats the whole Python stack (50+ frames, each with its
+    source line) for every node and then keeps only the ``forward`` frames;
+    that is up to a third of an export. This walks the live frames and keeps
+    them by the same rule — frames of a ``forward``, of functions registered
+    as stack-trace anchors (the exported function), never torch's own files —
+    and formats each distinct stack once: consecutive nodes mostly share it.
+    """
+    anchors = torch.fx.proxy._STACK_TRACE_ANCHORS
+    internal = uninteresting_files()
+    create = tracer.create_node
+    formatted: dict[tuple, str] = {}
+
+    def create_node(*args, **kwargs):
+        node = create(*args, **kwargs)
+        if node.op not in ("placeholder", "output") and not node.stack_trace:
+            keys = []
+            frame = sys._getframe(1)
+            while frame is not None:
+                code = frame.f_code
+                file, name = code.co_filename, code.co_name
+                if (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
+                        and file not in internal:
+                    keys.append((file, frame.f_lineno, name))
+                frame = frame.f_back
+            if keys:
+                stack = tuple(reversed(keys))
+                text = formatted.get(stack)
+                if text is None:
+                    frames = [traceback.FrameSummary(f, line, n) for f, line, n in stack]
+                    text = "".join(traceback.StackSummary.from_list(frames).format()).strip()
+                    formatted[stack] = text
+                node.stack_trace = text
+        return node
+
+    tracer.create_node = create_node
+
+
+@contextlib.contextmanager
+def _torch_stack_traces_off():
+    """Stop torch's own (costly) stack recording for the top-level tracer only."""
+    saved = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = True
+    try:
+        yield saved
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = saved
+
+
 def record(
     call: Callable[..., Any],
     root: Optional[torch.nn.Module],
@@ -120,6 +178,10 @@ def record(
     box: dict[str, Any] = {}
 
     def traced(*flat):
+        # Subgraph tracers (torch.cond branches, ...) are made inside this call
+        # and keep torch's own stack recording; the top-level one gets ours.
+        torch.fx.config.do_not_emit_stack_traces = box["torch_stack_traces_off"]
+        _record_user_stack_traces(proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer)
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = pytree.tree_unflatten(list(flat[n_state:]), in_spec)
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
@@ -139,14 +201,54 @@ def record(
         torch.fx.proxy._register_stack_trace_anchor(target)
 
     try:
-        with fake_mode, _exporting_flags(), _restore_grad_mode(), preserved_module_attributes(root):
+        with fake_mode, _exporting_flags(), _restore_grad_mode(), preserved_module_attributes(root), \
+                hops.capture_context(), _torch_stack_traces_off() as saved_setting:
+            box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
     except GraphcapError:
         raise
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
+    _drop_failed_calls(gm)
     return Recording(gm, box["spec"], box["paths"])
+
+
+def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
+    """Remove operator calls that raised while tracing (the user caught the error).
+
+    The recorder adds a node before the operator runs; when the operator then
+    raises (``x.view(-1, 7)`` inside a ``try``), the node stays, without a
+    ``val`` and unused, and would raise again every time the program runs.
+    """
+    erased = False
+    for node in reversed(list(gm.graph.nodes)):
+        op = node.target
+        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and not node.users \
+                and "val" not in node.meta and len(op._schema.returns) > 0 \
+                and not any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+            gm.graph.erase_node(node)
+            erased = True
+    if erased:
+        gm.recompile()
+
+
+_NO_FAKE_IMPL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\w+)\)>|"
+                           r"(\w+::\w+)(?:\.\w+)?: attempted to run this operator with Meta tensors")
+
+
+def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
+    """``ns::name`` of a custom operator that failed for want of a fake kernel, else None."""
+    from torch._subclasses.fake_tensor import UnsupportedOperatorException
+    for err in (e, e.__cause__, e.__context__):
+        if isinstance(err, UnsupportedOperatorException) and isinstance(err.func, torch._ops.OpOverload):
+            ns = err.func.namespace
+            if ns not in ("aten", "prims"):
+                return f"{ns}::{err.func._schema.name.split('::')[-1]}"
+        match = _NO_FAKE_IMPL.search(str(err)) if err is not None else None
+        if match:
+            return match.group(1) or match.group(2)
+    return None
 
 
 def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
@@ -154,14 +256,25 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     where = describe_frame(frame)
     name = type(e).__name__
     text = str(e).strip().splitlines()[0] if str(e).strip() else name
+    op = _op_without_fake_kernel(e)
+    if op is not None:
+        return MissingFakeKernelError(
+            f"While tracing {program_name}, the custom operator torch.ops.{op.replace('::', '.')} was "
+            f"called, but it has no fake (meta) kernel: export runs the program on fake tensors and "
+            f"needs one to know the shape and dtype of the operator's outputs without computing them.",
+            where=where, op_name=op,
+            fix=f"Register a fake kernel that builds empty outputs of the right shape, e.g.\n"
+                f"    @torch.library.register_fake(\"{op}\")\n"
+                f"    def _(x):\n"
+                f"        return torch.empty_like(x)\n"
+                f"  (for an operator made with @torch.library.custom_op, `@my_op.register_fake` "
+                f"does the same).")
+    control_flow = hops.explain_failure(e, program_name)
+    if control_flow is not None:
+        return control_flow
     if "DataDependent" in name or "data-dependent" in str(e).lower():
-        return UnsupportedError(
-            f"While tracing {program_name}, the program branched on or read a value that depends on "
-            f"tensor data ({name}: {text}).",
-            where=where,
-            fix="Export records shapes, not data. Avoid Python control flow on tensor values at this "
-                "line: use torch.where / torch.cond, or bound the value with torch._check(...) so "
-                "the branch can be decided for every input.")
+        from ..dynamic.constraints import explain_data_dependent
+        return explain_data_dependent(e, program_name, where)
     if "Please convert all Tensors to FakeTensors" in str(e) or "non-Fake Tensor" in str(e):
         return UnsupportedError(
             f"While tracing {program_name}, a real tensor reached an operator in a way graphcap cannot "
