@@ -30,6 +30,7 @@ _ALLOWED_PY_TARGETS = {
     torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite,
     torch.sym_sqrt, torch._sym_sqrt if hasattr(torch, "_sym_sqrt") else torch.sym_sqrt,
     torch._C._set_grad_enabled,
+    round,  # Python's round() on a symbolic size (torch.export refuses it)
 }
 
 

@@ -71,18 +71,16 @@ def test_exportdb_dynamic_example(name):
         assert_same_outputs(expected, got)
 
 
-def test_dynamic_shape_round_is_refused_or_matches():
-    """torch.export does not support round() on a dynamic size; graphcap either exports it
-    correctly or says why."""
+def test_dynamic_shape_round_exports_and_matches(tmp_path):
+    """torch.export refuses round() on a dynamic size; graphcap records it, runs it, saves it."""
     case = EXAMPLES["dynamic_shape_round"]
-    x = case.example_args[0]
-    try:
-        ep = graphcap.export(case.model, (x,), dynamic_shapes=case.dynamic_shapes)
-    except graphcap.GraphcapError as e:
-        assert "round" in str(e) or "Where" in str(e)
-        return
-    for n in (3, 4, 7):
-        y = torch.randn(n, 2)
+    ep = graphcap.export(case.model, case.example_args, dynamic_shapes=case.dynamic_shapes)
+    assert any(n.target is round for n in ep.graph.nodes)
+    graphcap.save(ep, tmp_path / "round.pt2")
+    ep = graphcap.load(tmp_path / "round.pt2")
+    lower = int(next(iter(ep.range_constraints.values())).lower)
+    for n in sorted({max(lower, 2), 4, 7}):
+        y = torch.randn(n, *case.example_args[0].shape[1:])
         assert_same_outputs(case.model(y), ep.module()(y))
 
 

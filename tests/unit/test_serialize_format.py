@@ -348,3 +348,19 @@ def test_inference_ir_level_survives_save_load(tmp_path):
     loaded = graphcap.load(path)
     assert verifier.is_inference_ir(loaded)
     assert loaded.graph_module.meta["graphcap_ir"]["kept"] == dec.graph_module.meta["graphcap_ir"]["kept"]
+
+
+def test_unbounded_dynamic_dim_round_trips(tmp_path):
+    """A Dim without max has the upper bound int_oo, which must save as 'oo' and load back."""
+    import graphcap
+
+    def f(x):
+        return x[: x.shape[0] // 2] * 2
+
+    ep = graphcap.export(f, (torch.randn(6, 2),), dynamic_shapes=({0: graphcap.Dim("n", min=2)},))
+    path = tmp_path / "unbounded.pt2"
+    graphcap.save(ep, path)
+    loaded = graphcap.load(path)
+    assert str(loaded.range_constraints) == str(ep.range_constraints)
+    x = torch.randn(9, 2)
+    assert torch.equal(loaded.module()(x), f(x))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
+from torch.utils._sympy.numbers import int_oo
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -258,10 +259,12 @@ def _type_str(x: Any) -> str:
 
 def _bound(b: Any) -> Any:
     """A range bound as JSON: an int, a float, or "oo" / "-oo" for the infinities."""
+    if b in (int_oo, sympy.oo):  # torch's int_oo calls itself finite: test it by identity first
+        return "oo"
+    if b in (-int_oo, -sympy.oo):
+        return "-oo"
     if isinstance(b, int) or getattr(b, "is_Integer", False):
         return int(b)
-    if getattr(b, "is_infinite", False) or b in (sympy.oo, -sympy.oo):
-        return "oo" if b > 0 else "-oo"
     return float(b)
 
 
