@@ -10,7 +10,7 @@ path, what was expected and what came.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import sympy
 import torch

@@ -17,7 +17,7 @@ import enum
 import inspect
 import re
 import warnings
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.utils._pytree as pytree
@@ -206,9 +206,6 @@ def input_path_str(path: KeyPath) -> str:
     return head + pytree.keystr(path[1:])
 
 
-def output_path_str(path: KeyPath) -> str:
-    return "output" + pytree.keystr(path)
-
 
 def _key_name(key: Any) -> str:
     if isinstance(key, pytree.SequenceKey):
@@ -285,11 +282,3 @@ def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, l
     order = {p.name: i for i, p in enumerate(params)}
     ordered = dict(sorted(kwargs.items(), key=lambda kv: order.get(kv[0], len(order))))
     return tuple(args), ordered, names
-
-
-def flatten_with_paths(tree: Any) -> tuple[list[tuple[KeyPath, Any]], pytree.TreeSpec]:
-    return pytree.tree_flatten_with_path(tree)
-
-
-def iter_leaves(tree: Any) -> Iterable[Any]:
-    return pytree.tree_leaves(tree)

@@ -70,9 +70,12 @@ class ExportedModule(torch.nn.Module):
         object.__setattr__(self, "_graph", copy.deepcopy(ep.graph_module))
         self._checker = InputChecker(ep)
         self._out_spec = ep.call_spec[1]
-        self._mutations = [(s.kind, s.target) for s in sig.output_specs
+        user_index = {s.arg.name: i for i, s in enumerate(
+            s for s in sig.input_specs if s.kind is InputKind.USER_INPUT)}
+        # (buffer FQN, None) or (None, flat user input index) per mutation output
+        self._mutations = [(s.target, None) if s.kind is OutputKind.BUFFER_MUTATION else (None, user_index[s.target])
+                           for s in sig.output_specs
                            if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
-        self._user_input_names = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
 
     def _state_value(self, kind: InputKind, target: str) -> torch.Tensor:
         if kind is InputKind.PARAMETER:
@@ -87,11 +90,8 @@ class ExportedModule(torch.nn.Module):
         outputs = self._graph(*state, *user)
         n_mut = len(self._mutations)
         with torch.no_grad():
-            for (kind, target), value in zip(self._mutations, outputs[:n_mut]):
-                if kind is OutputKind.BUFFER_MUTATION:
-                    dest = self.get_buffer(target)
-                else:
-                    dest = user[self._user_input_names.index(target)]
+            for (buffer, user_index), value in zip(self._mutations, outputs[:n_mut]):
+                dest = self.get_buffer(buffer) if buffer is not None else user[user_index]
                 if value is not dest:
                     dest.copy_(value)
         return pytree.tree_unflatten(list(outputs[n_mut:]), self._out_spec)

@@ -236,12 +236,9 @@ def rule_core_or_kept_ops(ep) -> Iterator[Violation]:
 
 
 def rule_no_mutation(ep) -> Iterator[Violation]:
-    from .trace.mutations import _written_args
+    from .trace.mutations import writes_to_argument
     for node in _all_nodes(ep):
-        if node.op != "call_function":
-            continue
-        schema = getattr(node.target, "_schema", None)
-        if (schema is not None and schema.is_mutable) or _written_args(node):
+        if node.op == "call_function" and writes_to_argument(node):
             yield (node.name, f"{node.target} writes to an argument; the inference IR is functional")
 
 

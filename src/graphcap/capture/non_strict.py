@@ -137,7 +137,7 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs)
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
     lifted = lifting.lift(gm, layout, names, user_leaves,
-                          mutated, recording.out_paths, fake_mode)
+                          mutated, fake_mode)
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts

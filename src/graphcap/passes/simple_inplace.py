@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
-from ..trace.mutations import _written_args
+from ..trace.mutations import writes_to_argument
 from .unalias_outputs import is_view_op
 
 
@@ -100,18 +100,11 @@ def plan(gm: torch.fx.GraphModule, has_declared_mutations: bool) -> InplacePlan:
             result.replace[node] = variant
             inplace_on.setdefault(node, [])
             continue
-        schema = getattr(node.target, "_schema", None)
-        if (schema is not None and schema.is_mutable) or _written_args(node):
+        if writes_to_argument(node):
             result.needs_functionalization = True
     return result
 
 
 def has_mutation(gm: torch.fx.GraphModule) -> bool:
     """Does a traced graph still write anywhere (so it must be traced again, functionalized)?"""
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        schema = getattr(node.target, "_schema", None)
-        if (schema is not None and schema.is_mutable) or _written_args(node):
-            return True
-    return False
+    return any(node.op == "call_function" and writes_to_argument(node) for node in gm.graph.nodes)

@@ -80,24 +80,19 @@ def resolve_op(key: Any, schemas: dict[str, Any]) -> torch._ops.OpOverload:
     ns, name, overload = m.groups()
     if ns.startswith("__"):
         raise bad(f"Malformed operator name {key!r:.80}.")
-    try:
-        namespace = getattr(torch.ops, ns)
-    except (AttributeError, RuntimeError):
-        raise _missing_op(key, f"no namespace '{ns}'") from None
-    if not isinstance(namespace, torch._ops._OpNamespace):
-        raise bad(f"{ns!r} is not an operator namespace.")
-    try:
-        packet = getattr(namespace, name)
-    except (AttributeError, RuntimeError):
-        raise _missing_op(key, f"'{ns}' has no operator '{name}'") from None
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
-        raise _missing_op(key, f"'{ns}.{name}' is not an operator")
-    try:
-        op = getattr(packet, overload)
-    except (AttributeError, RuntimeError):
-        raise _missing_op(key, f"'{ns}::{name}' has no overload '{overload}'") from None
-    if not isinstance(op, torch._ops.OpOverload):
-        raise _missing_op(key, f"'{overload}' is not an overload")
+    # torch.ops → namespace → packet → overload, each step checked for the kind it must be
+    steps = ((ns, torch._ops._OpNamespace, f"no namespace '{ns}'", f"{ns!r} is not an operator namespace"),
+             (name, torch._ops.OpOverloadPacket, f"'{ns}' has no operator '{name}'", f"'{ns}.{name}' is not an operator"),
+             (overload, torch._ops.OpOverload, f"'{ns}::{name}' has no overload '{overload}'",
+              f"'{overload}' is not an overload"))
+    op: Any = torch.ops
+    for attr, kind, missing, wrong in steps:
+        try:
+            op = getattr(op, attr)
+        except (AttributeError, RuntimeError):
+            raise _missing_op(key, missing) from None
+        if not isinstance(op, kind):
+            raise (bad(wrong + ".") if kind is torch._ops._OpNamespace else _missing_op(key, wrong))
     saved = schemas.get(key)
     if saved is not None and saved != str(op._schema):
         raise SerializationError(

@@ -89,14 +89,21 @@ class _Writer:
         return encode_value(v, extra)
 
     # -- graphs ---------------------------------------------------------------
-    def target(self, node: torch.fx.Node) -> Any:
-        t = node.target
+    def operator(self, t: Any) -> Any:
+        """``{"op": key}`` (schema recorded) or ``{"hop": name}`` for an operator, else None."""
         if isinstance(t, torch._ops.OpOverload):
             key = op_key(t)
             self.operators[key] = str(t._schema)
             return {"op": key}
         if isinstance(t, torch._ops.HigherOrderOperator):
             return {"hop": t.name()}
+        return None
+
+    def target(self, node: torch.fx.Node) -> Any:
+        t = node.target
+        op = self.operator(t)
+        if op is not None:
+            return op
         try:
             if t in self.py_targets:
                 return {"python": self.py_targets[t]}
@@ -112,16 +119,8 @@ class _Writer:
         def extra(x: Any) -> Any:
             if isinstance(x, torch.fx.Node):
                 return {"node": x.name}
-            sym = self.symbolic(x)
-            if sym is not None:
-                return sym
-            if isinstance(x, torch._ops.OpOverload):
-                key = op_key(x)
-                self.operators[key] = str(x._schema)
-                return {"op": key}
-            if isinstance(x, torch._ops.HigherOrderOperator):
-                return {"hop": x.name()}
-            return NotImplemented
+            named = self.symbolic(x) or self.operator(x)
+            return NotImplemented if named is None else named
         try:
             return encode_value(a, extra)
         except Unencodable as e:

@@ -267,8 +267,7 @@ def prepare(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool) -> torch.fx
     hoist_constants(gm, fake_mode)
     regions.wrap_regions(gm, grad_enabled)
     clean_metadata(gm)
-    recompile_subgraphs(gm)
-    return gm
+    return gm  # subgraph code is generated once, by name_subgraph_inputs after lifting
 
 
 # -- errors -----------------------------------------------------------------

@@ -94,8 +94,7 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
 
 
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
-         user_input_values: list[Any], mutated: set[int], out_paths: list[Any],
-         fake_mode: FakeTensorMode) -> Lifted:
+         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode) -> Lifted:
     """Name, lift and describe ``gm`` in place; see the module docstring."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]

@@ -59,6 +59,12 @@ def _written_args(node: torch.fx.Node) -> list[object]:
     return written
 
 
+def writes_to_argument(node: torch.fx.Node) -> bool:
+    """Whether an operator node updates one of its arguments (schema says so, or a hidden update)."""
+    schema = getattr(node.target, "_schema", None)
+    return (schema is not None and schema.is_mutable) or bool(_written_args(node))
+
+
 def mutated_inputs(gm: torch.fx.GraphModule, before: Sequence[int], after: Sequence[int]) -> set[int]:
     """Indices (in placeholder order) of the placeholders the graph writes to."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

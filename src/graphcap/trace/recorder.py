@@ -37,7 +37,6 @@ class Recording:
 
     graph_module: torch.fx.GraphModule
     out_spec: pytree.TreeSpec
-    out_paths: list  # key path of each flat output, for messages
 
 
 @contextlib.contextmanager
@@ -189,10 +188,8 @@ def record(
         with ctx:
             out = call(*args, **kwargs)
         auto_register(out, "outputs")
-        flat_out, spec = pytree.tree_flatten_with_path(out)
-        box["spec"] = spec
-        box["paths"] = [p for p, _ in flat_out]
-        return tuple(v for _, v in flat_out)
+        flat_out, box["spec"] = pytree.tree_flatten(out)
+        return tuple(flat_out)
 
     if root is not None:
         traced._orig_mod = root  # lets make_fx record nn_module_stack against the user's module tree
@@ -211,7 +208,7 @@ def record(
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
-    return Recording(gm, box["spec"], box["paths"])
+    return Recording(gm, box["spec"])
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
