@@ -510,8 +510,10 @@ def test_earlier_runs_do_not_specialize_a_later_dynamic_export():
 
 
 def test_shape_guard_inside_a_branch_is_checked_against_the_spec():
-    """A Python branch on a dynamic size inside a cond branch specializes that branch;
-    the requirement is reported with a suggested fix, as torch.export does."""
+    """A Python branch on a dynamic size inside a cond branch specializes that branch.
+    The guard (b <= 10) is needed only where the branch runs (b > 4), which still
+    cuts 11..20 out of the spec: reported with a suggested fix. Guards a branch does
+    not need outside its predicate are tested in test_branch_guards.py."""
     class M(torch.nn.Module):
         def forward(self, x):
             def t(x):

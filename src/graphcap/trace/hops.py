@@ -229,7 +229,8 @@ def _name_inputs(gm: torch.fx.GraphModule) -> None:
         _name_inputs(sub)
 
 
-def _forget_compiled_wrappers() -> None:
+def forget_compiled_wrappers() -> None:
+    """Drop torch's compiled control-flow wrappers (see :func:`capture_context`)."""
     import torch._dynamo
     from torch._dynamo import convert_frame
     for weak in list(convert_frame.input_codes.seen):
@@ -252,13 +253,16 @@ def capture_context():
     * Preserve node metadata, so a branch is recorded by replaying torch's
       capture of it node by node and each subgraph node keeps the user's own
       source line instead of a line of generated code.
+    * Trace each ``cond`` branch under its predicate, so the shape guards a
+      branch raises hold only where that branch runs (:mod:`.cond_scopes`).
     """
-    _forget_compiled_wrappers()
+    from . import cond_scopes
+    forget_compiled_wrappers()
     try:
-        with fx_traceback.preserve_node_meta():
+        with fx_traceback.preserve_node_meta(), cond_scopes.installed():
             yield
     finally:
-        _forget_compiled_wrappers()
+        forget_compiled_wrappers()
 
 
 def prepare(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool) -> torch.fx.GraphModule:

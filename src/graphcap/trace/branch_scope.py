@@ -1,0 +1,304 @@
+"""Shape guards raised inside one branch of a ``cond`` hold only under its predicate.
+
+When ``torch.cond(x.shape[0] > 4, t, f, ...)`` is captured, both branches are
+traced with the same symbolic operands. A guard that the false branch raises
+(``if x.shape[0] <= 4`` re-checked inside it, or ``x[:4]`` asking whether the
+size reaches 4) is only needed for the sizes that take the false branch.
+Recorded as it is, it would constrain the whole program as if both branches
+ran: a dynamic dim would be narrowed, or refused with a constraint violation,
+for no reason.
+
+:func:`scoped` makes a ``ShapeEnv`` reason under the branch's predicate: the
+predicate's symbol gets the narrower range while the branch is traced (so
+``x[:4]`` under ``s > 4`` needs no guard at all), and what the branch added
+(guards, replacements, narrowed ranges) is taken back at the end and raised
+again as the implication ``not predicate or guard`` (:func:`raise_guard`).
+An implication on one symbol becomes that symbol's range: the largest
+interval around the example's value on which it holds. One over several
+symbols cannot be a range; the guard itself is then required, as torch does.
+
+What cannot be scoped (a tensor predicate, a predicate over several symbols
+that is not an interval of one) is left as torch records it: sound, maybe
+narrower than needed.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+import sympy
+import torch
+from torch.fx.experimental.symbolic_shapes import ShapeGuard, ValueRangesSLoc
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.solve import try_solve
+from torch.utils._sympy.value_ranges import ValueRanges
+
+Interval = tuple[Any, Any]  # closed integer interval; bounds may be ±int_oo
+
+
+# -- the integer values of one symbol where a condition holds ----------------
+
+def _clip(pieces: list[Interval], lo: Any, hi: Any) -> list[Interval]:
+    out = []
+    for a, b in pieces:
+        a, b = max(a, lo), min(b, hi)
+        if a <= b:
+            out.append((a, b))
+    return out
+
+
+def _union(pieces: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for a, b in sorted(pieces, key=lambda p: p[0]):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _complement(pieces: list[Interval], lo: Any, hi: Any) -> list[Interval]:
+    out, start = [], lo
+    for a, b in _union(pieces):
+        if a > start:
+            out.append((start, a - 1))
+        start = b + 1
+    if start <= hi:
+        out.append((start, hi))
+    return out
+
+
+def _relation(rel: Any, rhs: Any) -> Optional[list[Interval]]:
+    if not rhs.is_number:
+        return None
+    r = sympy.sympify(rhs)
+    if isinstance(rel, sympy.Gt):
+        return [(sympy.floor(r) + 1, int_oo)]
+    if isinstance(rel, sympy.Ge):
+        return [(sympy.ceiling(r), int_oo)]
+    if isinstance(rel, sympy.Lt):
+        return [(-int_oo, sympy.ceiling(r) - 1)]
+    if isinstance(rel, sympy.Le):
+        return [(-int_oo, sympy.floor(r))]
+    if isinstance(rel, (sympy.Eq, sympy.Ne)):
+        point = [(r, r)] if r.is_integer else []
+        return point if isinstance(rel, sympy.Eq) else _complement(point, -int_oo, int_oo)
+    return None
+
+
+def solve_for(cond: Any, sym: sympy.Symbol, lo: Any = -int_oo, hi: Any = int_oo) -> Optional[list[Interval]]:
+    """The values of ``sym`` in ``[lo, hi]`` where ``cond`` (over ``sym`` only) holds,
+    as sorted disjoint intervals; None if the condition cannot be solved."""
+    if cond is sympy.true:
+        return [(lo, hi)]
+    if cond is sympy.false:
+        return []
+    if isinstance(cond, sympy.Not):
+        inner = solve_for(cond.args[0], sym, lo, hi)
+        return None if inner is None else _complement(inner, lo, hi)
+    if isinstance(cond, (sympy.And, sympy.Or)):
+        parts = [solve_for(a, sym, lo, hi) for a in cond.args]
+        if any(p is None for p in parts):
+            return None
+        if isinstance(cond, sympy.Or):
+            return _union([piece for p in parts for piece in p])
+        acc = [(lo, hi)]
+        for p in parts:
+            acc = _union([q for a, b in p for q in _clip(acc, a, b)])
+        return acc
+    if not isinstance(cond, sympy.Rel) or cond.free_symbols != {sym}:
+        return None
+    solved = try_solve(cond, sym)
+    if solved is None or solved[0].lhs != sym:
+        return None
+    pieces = _relation(solved[0], solved[1])
+    return None if pieces is None else _union(_clip(pieces, lo, hi))
+
+
+def _around(pieces: list[Interval], value: Any) -> Optional[Interval]:
+    """The piece holding ``value``, else the nearest one."""
+    if not pieces:
+        return None
+    return min(pieces, key=lambda p: 0 if p[0] <= value <= p[1] else min(abs(p[0] - value), abs(p[1] - value)))
+
+
+# -- raising a guard in a ShapeEnv ------------------------------------------
+
+def _bump(env: Any) -> None:
+    """Invalidate the ShapeEnv's caches after its ranges or replacements were edited."""
+    env._version_counter += 1
+    env._replacements_version_counter += 1
+
+
+def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
+    """Require ``guard`` of every input the program accepts, or only of those where
+    ``unless`` is false (the guard of a branch that runs when ``not unless``).
+
+    An implication over one symbol becomes that symbol's range (the piece around
+    its value); one over several symbols cannot be a range, so ``guard`` itself is
+    required, as torch would: sound, maybe narrower than needed.
+    """
+    expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
+    if expr is sympy.true:
+        return
+    static = env._maybe_evaluate_static(expr)
+    if static is not None and bool(static):
+        return
+    syms = expr.free_symbols
+    sym = next(iter(syms)) if len(syms) == 1 else None
+    if sym is not None and sym in env.var_to_range and sym in env.backed_var_to_val:
+        vr, value = env.var_to_range[sym], env.backed_var_to_val[sym]
+        pieces = solve_for(expr, sym, vr.lower, vr.upper)
+        piece = _around(pieces, value) if pieces is not None else None
+        if piece is not None and piece[0] <= value <= piece[1]:
+            lo, hi = piece
+            if lo == hi:
+                env._set_replacement(sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
+                env.replacements_slocs[sym] = sloc
+            elif (lo, hi) != (vr.lower, vr.upper):
+                env._update_var_to_range(sym, ValueRanges(lo, hi), ValueRangesSLoc(sloc, sloc))
+            _bump(env)
+            return
+    if unless is not None:
+        raise_guard(env, guard, sloc)
+        return
+    env._maybe_guard_rel(expr)
+    env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
+    _bump(env)
+
+
+# -- a scope ----------------------------------------------------------------
+
+@dataclass
+class _Snapshot:
+    """What tracing a branch may change in a ShapeEnv, to take it back."""
+
+    env: Any
+    symbols: set = field(init=False)
+    guards: int = field(init=False)
+    var_to_range: dict = field(init=False)
+    var_to_range_sloc: dict = field(init=False)
+    replacements: dict = field(init=False)
+    replacements_slocs: dict = field(init=False)
+    backed: dict = field(init=False)
+    axioms: dict = field(init=False)
+    cache: dict = field(init=False)
+    assumed: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        env = self.env
+        self.symbols = set(env.var_to_range)
+        self.guards = len(env.guards)
+        self.var_to_range = dict(env.var_to_range)
+        self.var_to_range_sloc = {k: copy.copy(v) for k, v in env.var_to_range_sloc.items()}
+        self.replacements = dict(env.replacements)
+        self.replacements_slocs = dict(env.replacements_slocs)
+        self.backed = dict(env.backed_var_to_val)
+        self.axioms = dict(env.axioms)
+        self.cache = env.fake_tensor_cache
+        self.assumed = self.var_to_range
+
+    def changes(self) -> list[tuple[Any, Any]]:
+        """(guard expression, source location) for everything learned about older symbols."""
+        env, out = self.env, []
+        for g in env.guards[self.guards:]:
+            if g.expr.free_symbols & self.symbols:
+                out.append((g.expr, g.sloc))
+        for s in self.symbols:
+            new = env.replacements.get(s)
+            if new is not None and new != self.replacements.get(s):
+                out.append((sympy.Eq(s, new), env.replacements_slocs.get(s)))
+            old, now = self.assumed[s], env.var_to_range.get(s, self.assumed[s])
+            slocs = env.var_to_range_sloc.get(s)
+            if now.lower != old.lower:
+                out.append((sympy.Ge(s, now.lower), slocs.lower if slocs else None))
+            if now.upper != old.upper and now.upper != int_oo:
+                out.append((sympy.Le(s, now.upper), slocs.upper if slocs else None))
+        return out
+
+    def restore(self) -> None:
+        """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
+        env = self.env
+        env.guards[self.guards:] = [g for g in env.guards[self.guards:] if not g.expr.free_symbols & self.symbols]
+        for name in ("var_to_range", "var_to_range_sloc", "replacements", "replacements_slocs",
+                     "backed_var_to_val"):
+            saved = self.backed if name == "backed_var_to_val" else getattr(self, name)
+            current = getattr(env, name)
+            for s in [s for s in current if s in self.symbols and s not in saved]:
+                del current[s]
+            current.update(saved)
+        env.axioms.clear()
+        env.axioms.update(self.axioms)
+        env.fake_tensor_cache = self.cache
+        _bump(env)
+
+
+def _assume(env: Any, cond: Any) -> bool:
+    """Narrow the range of the condition's symbol to where it holds, for the scope's duration.
+
+    Returns whether the example's own value lies outside that range (the example takes the
+    other branch)."""
+    syms = cond.free_symbols
+    if len(syms) != 1:
+        return False
+    (sym,) = syms
+    vr = env.var_to_range.get(sym)
+    if vr is None or sym not in env.backed_var_to_val:
+        return False
+    pieces = solve_for(cond, sym, vr.lower, vr.upper)
+    if not pieces or len(pieces) != 1 or pieces[0] == (vr.lower, vr.upper):
+        return False
+    lo, hi = pieces[0]
+    hint = env.backed_var_to_val[sym]
+    # The example may take the other branch: ShapeEnv insists a symbol's value lies in its
+    # range, so the branch is reasoned about at the nearest value that takes it. The
+    # symbolic values themselves keep the example's value: Python decisions in the branch
+    # that the range does not settle follow the example, and are guarded.
+    inside = lo <= hint <= hi
+    if not inside:
+        env.backed_var_to_val[sym] = sympy.Integer(lo if hint < lo else hi)
+    env.var_to_range[sym] = ValueRanges(lo, hi)
+    return not inside
+
+
+@contextlib.contextmanager
+def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] = None) -> Iterator[None]:
+    """Trace under ``cond``; afterwards raise ``not cond or g`` for each guard ``g`` learned.
+
+    ``on_exit(cond, [(g, sloc), ...])`` receives what was learned instead of it being
+    raised in ``env`` (a ShapeEnv that is not the program's own hands it on to the program's).
+    """
+    snapshot = _Snapshot(env)
+    env.fake_tensor_cache = {}
+    example_elsewhere = _assume(env, cond)
+    snapshot.assumed = dict(env.var_to_range)  # what the branch learns is measured from here
+    _bump(env)
+    # Size-oblivious reasoning cross-checks what the range settles against the example's
+    # values, which the scope contradicts when the example takes the other branch.
+    settings = (torch.fx.experimental._config.patch(backed_size_oblivious=False) if example_elsewhere
+                else contextlib.nullcontext())
+    try:
+        with settings:
+            yield
+    finally:
+        learned = snapshot.changes()
+        snapshot.restore()
+        if on_exit is not None:
+            on_exit(cond, learned)
+        else:
+            for guard, sloc in learned:
+                raise_guard(env, guard, sloc, unless=sympy.Not(cond))
+
+
+def branch_condition(pred: Any, branch: bool) -> Optional[Any]:
+    """The sympy condition under which ``branch`` of a cond on ``pred`` runs, if ``pred`` is symbolic."""
+    node = getattr(pred, "node", None)
+    expr = getattr(node, "expr", None)
+    if expr is None or getattr(node, "shape_env", None) is None:
+        return None
+    expr = node.shape_env.simplify(expr)
+    if not isinstance(expr, sympy.logic.boolalg.Boolean) or expr in (sympy.true, sympy.false):
+        return None
+    return expr if branch else sympy.Not(expr)

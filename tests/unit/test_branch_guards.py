@@ -1,0 +1,195 @@
+"""Shape guards raised inside a ``cond`` branch hold only where that branch runs.
+
+Each model branches on a dynamic size; the branches do things that, traced
+as if both ran for every size, would narrow or refuse the dim (re-checking
+the predicate, slicing to the predicate's bound). Every test runs the program
+on sizes that take each branch and compares with eager, on the training IR,
+after ``run_decompositions`` and after a save/load round trip; refused sizes
+get an error before computing.
+"""
+from __future__ import annotations
+
+import io
+import re
+import sys
+import warnings
+
+import pytest
+import sympy
+import torch
+from torch.utils._sympy.numbers import int_oo
+
+import graphcap
+from conftest import assert_same_outputs
+from graphcap.trace import branch_scope
+
+
+def _export(model, example, dim):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return graphcap.export(model, (example,), dynamic_shapes={"x": {0: dim}})
+
+
+def _variants(ep):
+    """The program, its inference IR and its saved-and-loaded copy."""
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    return {"training": ep, "decomposed": ep.run_decompositions(), "loaded": graphcap.load(buf)}
+
+
+def _check_sizes(model, ep, sizes):
+    for name, program in _variants(ep).items():
+        for n in sizes:
+            x = torch.randn(n, 3)
+            with torch.no_grad():
+                assert_same_outputs(model(x), program.module()(x)), (name, n)
+
+
+def _range(ep):
+    (vr,) = ep.range_constraints.values()
+    return vr.lower, vr.upper
+
+
+class Recheck(torch.nn.Module):
+    """Each branch relies on the predicate: the true one slices to its bound, the false one re-checks it."""
+
+    def forward(self, x):
+        def small(x):
+            if x.shape[0] > 4:  # never true where this branch runs
+                return x[:4].sum(0) * 5
+            return x.sum(0) * 3
+        return torch.cond(x.shape[0] > 4, lambda x: x[:4].sum(0) * 2, small, (x,))
+
+
+@pytest.mark.parametrize("example", [6, 3], ids=["example-takes-true", "example-takes-false"])
+def test_branch_guards_implied_by_the_predicate_leave_the_declared_range(example):
+    ep = _export(Recheck(), torch.randn(example, 3), graphcap.Dim("b", min=2, max=20))
+    assert _range(ep) == (2, 20)  # torch.export narrows this to 5..20 (or 2..3) and refuses the spec
+    _check_sizes(Recheck(), ep, [2, 3, 4, 5, 6, 20])
+
+
+class Nested(torch.nn.Module):
+    def forward(self, x):
+        def big(x):
+            return torch.cond(x.shape[0] > 8, lambda x: x[:8].sum(0), lambda x: x[:4].sum(0) * 2, (x,))
+
+        def small(x):
+            if x.shape[0] <= 4:
+                return x.sum(0) * 3
+            return x.sum(0)
+        return torch.cond(x.shape[0] > 4, big, small, (x,))
+
+
+@pytest.mark.parametrize("example", [6, 9, 3])
+def test_nested_conds_scope_guards_to_each_level(example):
+    ep = _export(Nested(), torch.randn(example, 3), graphcap.Dim("b", min=2, max=20))
+    assert _range(ep) == (2, 20)
+    _check_sizes(Nested(), ep, [2, 4, 5, 8, 9, 20])
+
+
+class NotTaken(torch.nn.Module):
+    """The false branch (sizes <= 4) branches again in Python; the example (6) decides that path."""
+
+    def forward(self, x):
+        def small(x):
+            if x.shape[0] > 2:
+                return x[:2].sum(0)
+            return x.sum(0) * 3
+        return torch.cond(x.shape[0] > 4, lambda x: x.sum(0), small, (x,))
+
+
+def test_guard_of_the_branch_the_example_skips_narrows_only_that_branch_sizes():
+    """The false branch was traced for sizes > 2 only: 2 must be refused (sound), 3..20 accepted."""
+    with pytest.raises(graphcap.ConstraintViolationError) as info:
+        _export(NotTaken(), torch.randn(6, 3), graphcap.Dim("b", min=2, max=20))
+    message = str(info.value)
+    assert "needs 3 <= b <= 20" in message
+    assert re.search(r"test_branch_guards\.py:\d+ in small: if x\.shape\[0\] > 2:", message)
+    assert "b = Dim('b', min=3, max=20)" in message
+
+    ep = _export(NotTaken(), torch.randn(6, 3), graphcap.Dim.AUTO)
+    assert _range(ep) == (3, int_oo)
+    _check_sizes(NotTaken(), ep, [3, 4, 5, 20])
+    with pytest.raises(graphcap.RuntimeInputError, match=r"shape\[0\] to be >= 3, but got 2"):
+        ep.module()(torch.randn(2, 3))
+
+
+class Hole(torch.nn.Module):
+    """The true branch (sizes > 4) is traced for sizes >= 6: size 5 has no correct trace."""
+
+    def forward(self, x):
+        def big(x):
+            if x.shape[0] >= 6:
+                return x.sum(0)
+            return x.sum(0) * 7
+        return torch.cond(x.shape[0] > 4, big, lambda x: x.sum(0) * 2, (x,))
+
+
+def test_an_implication_that_is_not_an_interval_keeps_the_part_around_the_example():
+    ep = _export(Hole(), torch.randn(6, 3), graphcap.Dim.AUTO)
+    assert _range(ep) == (6, int_oo)
+    _check_sizes(Hole(), ep, [6, 7, 30])
+    with pytest.raises(graphcap.RuntimeInputError):
+        ep.module()(torch.randn(5, 3))
+
+
+class TensorPredicate(torch.nn.Module):
+    """A data-dependent predicate says nothing about sizes: branch guards hold for every size."""
+
+    def forward(self, x):
+        def first(x):
+            if x.shape[0] > 10:
+                return x[:10].sum(0)
+            return x.sum(0) * 3
+        return torch.cond(x.sum() > 0, first, lambda x: x.sum(0), (x,))
+
+
+def test_guards_under_a_tensor_predicate_still_constrain_every_size():
+    with pytest.raises(graphcap.ConstraintViolationError, match=r"needs 2 <= b <= 10"):
+        _export(TensorPredicate(), torch.randn(6, 3), graphcap.Dim("b", min=2, max=20))
+
+
+def test_torch_is_left_as_it_was():
+    import torch._dynamo.variables.higher_order_ops as dynamo_hops
+    import torch._higher_order_ops.utils as hop_utils
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    cond_module = sys.modules["torch._higher_order_ops.cond"]
+    before = (hop_utils._hop_compile_and_call, dynamo_hops.speculate_subgraph,
+              dynamo_hops.CondHigherOrderVariable.__dict__["_call_function"], cond_module.trace_cond,
+              torch.ops.higher_order.cond.python_key_table[FakeTensorMode])
+    _export(Recheck(), torch.randn(6, 3), graphcap.Dim("b", min=2, max=20))
+    with pytest.raises(graphcap.ConstraintViolationError):
+        _export(NotTaken(), torch.randn(6, 3), graphcap.Dim("b", min=2, max=20))
+    after = (hop_utils._hop_compile_and_call, dynamo_hops.speculate_subgraph,
+             dynamo_hops.CondHigherOrderVariable.__dict__["_call_function"], cond_module.trace_cond,
+             torch.ops.higher_order.cond.python_key_table[FakeTensorMode])
+    assert all(a is b for a, b in zip(before, after))
+    x = torch.randn(3, 3)
+    assert_same_outputs(Recheck()(x), x.sum(0) * 3)
+
+
+# -- the interval arithmetic ------------------------------------------------
+
+s, t = sympy.symbols("s t", integer=True)
+
+
+@pytest.mark.parametrize("cond, expected", [
+    (s > 4, [(5, 20)]),
+    (s <= 4, [(2, 4)]),
+    (sympy.Not(s > 4), [(2, 4)]),
+    (2 * s >= 9, [(5, 20)]),
+    (sympy.Eq(s, 7), [(7, 7)]),
+    (sympy.Ne(s, 7), [(2, 6), (8, 20)]),
+    (sympy.Or(s <= 4, s >= 6), [(2, 4), (6, 20)]),
+    (sympy.And(s > 3, s < 9), [(4, 8)]),
+    (sympy.Or(s <= 4, s <= 10), [(2, 10)]),
+    (sympy.Eq(s, sympy.Rational(7, 2)), []),
+])
+def test_solve_for(cond, expected):
+    assert branch_scope.solve_for(cond, s, 2, 20) == expected
+
+
+def test_solve_for_refuses_what_is_not_about_one_symbol():
+    assert branch_scope.solve_for(s > t, s, 2, 20) is None
+    assert branch_scope.solve_for(sympy.Or(s > 4, t > 4), s, 2, 20) is None
