@@ -68,6 +68,7 @@ class InputChecker:
             else:
                 self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
+        self._relations = _input_relations(ep.graph, self._leaves)
 
     # -- structure -----------------------------------------------------------
     def _flatten(self, args: tuple, kwargs: dict) -> list[Any]:
@@ -98,6 +99,14 @@ class InputChecker:
             self._check_tensor(leaf, value, bindings, deferred)
         for path, expr, got in deferred:
             self._check_derived(path, expr, got, bindings)
+        for relation, names in self._relations:
+            if relation.xreplace({s: sympy.Integer(v) for s, v in bindings.items()}) is sympy.false:
+                sizes = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
+                raise RuntimeInputError(
+                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {sizes}",
+                    fix="The program was specialized on this relation between input sizes at export "
+                        "(a shape comparison in Python); export with inputs on the other side of it "
+                        "to get a program for them, or use torch.cond to keep both sides.")
         return leaves
 
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
@@ -170,6 +179,30 @@ class InputChecker:
             raise RuntimeInputError(
                 f"Expected input at {path} to be equal to {want}, but got {got}",
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any, dict]]:
+    """The graph's runtime asserts over input sizes only, with the input path naming each symbol,
+    so that ``module()`` refuses inputs that break them before computing anything."""
+    names: dict[Any, str] = {}
+    for leaf in leaves:
+        if isinstance(leaf, _TensorLeaf):
+            for i, d in enumerate(leaf.dims):
+                if isinstance(d, sympy.Symbol):
+                    names.setdefault(d, f"{leaf.path}.shape[{i}]")
+    out = []
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default \
+                and isinstance(node.args[0], torch.fx.Node):
+            val = node.args[0].meta.get("val")
+            expr = getattr(getattr(val, "node", None), "expr", None)
+            if expr is not None and expr.free_symbols and expr.free_symbols <= set(names):
+                out.append((expr, names))
+    return out
+
+
+def _as_names(names: dict) -> dict:
+    return {s: sympy.Symbol(n) for s, n in names.items()}
 
 
 def _finite(bound: Any) -> bool:

@@ -4,6 +4,7 @@ constraint violations with suggested fixes and the refine round trip,
 Dim.AUTO/DYNAMIC, sizes 0 and 1, module() range and relation checks."""
 from __future__ import annotations
 
+import io
 import logging
 
 import pytest
@@ -171,6 +172,36 @@ def test_auto_finds_relations_without_error(caplog):
     assert len(ep.range_constraints) == 1
     assert "was found to equal" in caplog.text
     assert ep.module()(torch.ones(7, 3), torch.ones(7, 3)).shape == (7, 3)
+
+
+class CompareDims(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] <= y.shape[0]:
+            return x.sum(0)
+        return y.sum(0) * 2
+
+
+def test_auto_relation_between_dims_is_asserted_and_checked_before_compute():
+    """Specialized on x.shape[0] <= y.shape[0]: inputs on the other side are refused, not
+    silently run through the branch the example took (a range per dim cannot say this)."""
+    model = CompareDims()
+    ep = graphcap.export(model, (torch.randn(3, 2), torch.randn(4, 2)), dynamic_shapes=({0: Dim.AUTO}, {0: Dim.AUTO}))
+    asserts = [n for n in ep.graph.nodes if n.target is torch.ops.aten._assert_scalar.default]
+    assert len(asserts) == 1
+    for a, b in [(3, 4), (4, 4), (1, 9)]:
+        x, y = torch.randn(a, 2), torch.randn(b, 2)
+        torch.testing.assert_close(ep.module()(x, y), model(x, y))
+    with pytest.raises(graphcap.RuntimeInputError,
+                       match=r"satisfy \*args\[0\]\.shape\[0\] <= \*args\[1\]\.shape\[0\], but got "
+                             r"\*args\[0\]\.shape\[0\] = 5, \*args\[1\]\.shape\[0\] = 4"):
+        ep.module()(torch.randn(5, 2), torch.randn(4, 2))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    with pytest.raises(graphcap.RuntimeInputError, match="satisfy"):
+        graphcap.load(buf).module()(torch.randn(5, 2), torch.randn(4, 2))
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):  # the graph itself refuses too
+        ep.graph_module(torch.randn(5, 2), torch.randn(4, 2))
 
 
 def test_dynamic_specialization_is_logged_with_the_source_line(caplog):

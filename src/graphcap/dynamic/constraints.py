@@ -166,11 +166,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
             continue
         if len(syms) == 1:  # a range guard on one symbol already shows in var_to_range
             continue
-        try:
-            implied = bound_sympy(g, ranges)
-        except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
-            implied = ValueRanges(False, True)
-        if implied.lower and implied.upper:
+        if _implied(g, ranges):
             continue
         problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
 
@@ -239,11 +235,48 @@ def range_constraints(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[Symb
     return out
 
 
+def _implied(guard: Any, ranges: dict) -> bool:
+    try:
+        implied = bound_sympy(guard, ranges)
+    except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
+        return False
+    return bool(implied.lower and implied.upper)
+
+
+def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
+    """Turn relations between ``Dim.AUTO`` dims that ranges cannot hold into runtime asserts.
+
+    ``if x.shape[0] <= y.shape[0]:`` with both dims automatic specializes the
+    program to one side of the comparison; nothing about either dim alone says
+    so. The relation is asserted in the graph (``aten._assert_scalar`` over the
+    input sizes), which ``module()`` checks with the inputs, before computing.
+    """
+    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+    from torch.utils._traceback import CapturedTraceback
+    env = mode.shape_env
+    by_sym = inputs.by_symbol()
+    ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}
+    seen = set()
+    for guard in env.guards:
+        g = env.simplify(guard.expr)
+        syms = g.free_symbols
+        if len(syms) < 2 or not syms <= set(by_sym) or any(by_sym[s].hint is None for s in syms):
+            continue  # one dim (a range) or a declared Dim (check_guards decides)
+        if g in seen or _implied(g, ranges):
+            continue
+        seen.add(g)
+        message = f"the program needs {_Namer(inputs.roots)(g)}{_where(guard.sloc)}"
+        env.deferred_runtime_asserts.setdefault(None, []).append(
+            RuntimeAssert(g, message, CapturedTraceback.extract(skip=1)))
+        env.num_deferred_runtime_asserts += 1
+
+
 def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str) -> dict[Any, ValueRanges]:
     """The pipeline's guards step: check, insert runtime asserts, return range_constraints."""
     env = mode.shape_env
     if inputs is not None:
         check_guards(mode, inputs)
+        defer_relations(mode, inputs)
     if env is None:
         return {}
     has_symbols = inputs is not None and inputs.roots
