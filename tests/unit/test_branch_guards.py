@@ -134,6 +134,41 @@ def test_an_implication_that_is_not_an_interval_keeps_the_part_around_the_exampl
         ep.module()(torch.randn(5, 3))
 
 
+class LongerThan(torch.nn.Module):
+    """A predicate over two dims: the branch's guard (x <= 10) binds only where x > y."""
+
+    def forward(self, x, y):
+        def longer(x, y):
+            if x.shape[0] > 10:
+                return x[:10].sum(0) + y.sum(0)
+            return x.sum(0) * 3 + y.sum(0)
+        return torch.cond(x.shape[0] > y.shape[0], longer, lambda x, y: x.sum(0) + y.sum(0) * 2, (x, y))
+
+
+def test_an_implication_over_two_dims_is_a_runtime_assert_for_auto_dims():
+    model = LongerThan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = graphcap.export(model, (torch.randn(6, 3), torch.randn(4, 3)),
+                             dynamic_shapes={"x": {0: graphcap.Dim.AUTO}, "y": {0: graphcap.Dim.AUTO}})
+    for name, program in _variants(ep).items():
+        for a, b in [(6, 4), (3, 4), (12, 14), (10, 2)]:
+            x, y = torch.randn(a, 3), torch.randn(b, 3)
+            with torch.no_grad():
+                assert_same_outputs(model(x, y), program.module()(x, y)), (name, a, b)
+        with pytest.raises(graphcap.RuntimeInputError, match=r"satisfy .*shape\[0\] <= 10.*but got"):
+            program.module()(torch.randn(12, 3), torch.randn(4, 3))
+
+
+def test_an_implication_over_two_dims_is_checked_against_a_declared_spec():
+    with warnings.catch_warnings(), pytest.raises(graphcap.ConstraintViolationError) as info:
+        warnings.simplefilter("ignore")
+        graphcap.export(LongerThan(), (torch.randn(6, 3), torch.randn(4, 3)),
+                        dynamic_shapes={"x": {0: graphcap.Dim("b", max=20)}, "y": {0: graphcap.Dim.AUTO}})
+    assert str(info.value).count("The program needs (b <= 10) | (b <= ") == 1
+    assert "in longer: if x.shape[0] > 10:" in str(info.value)
+
+
 class TensorPredicate(torch.nn.Module):
     """A data-dependent predicate says nothing about sizes: branch guards hold for every size."""
 

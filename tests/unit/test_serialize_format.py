@@ -305,7 +305,8 @@ def test_symbolic_expressions_parse_safely():
     s1 = sympy.Symbol("s77", integer=True, positive=True)
     syms = {"s0": s0, "s77": s1}
     for e in [2 * s0 + 1, F.FloorDiv(s0, 2), 3 * F.FloorDiv(s0 + 1, 2), F.Mod(s0, 3), F.Max(1, s1),
-              s0 * s1 - 1, s0 ** 2, F.CeilToInt(F.IntTrueDiv(s0, 2)), sympy.Eq(s0, s1), s0 <= s1]:
+              s0 * s1 - 1, s0 ** 2, F.CeilToInt(F.IntTrueDiv(s0, 2)), sympy.Eq(s0, s1), s0 <= s1,
+              sympy.Or(s0 <= 10, s0 <= s1), sympy.Not(sympy.And(s0 > 2, s1 < 3))]:
         assert str_to_expr(expr_to_str(e), syms) == e, e
     for bad in ["__import__('os').system('true')", "s0.__class__", "lambda: 0", "s9 + 1",
                 "2**99999999", "(" * 5000 + "1" + ")" * 5000, "exec(1)", "s0; 1", "9" * 40]:

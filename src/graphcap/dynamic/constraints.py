@@ -157,10 +157,11 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
     for r in inputs.roots:
         if r.hint is not None:
             ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
+    reported: set[Any] = set()
     for guard in env.guards:
         g = env.simplify(guard.expr)
         syms = g.free_symbols
-        if not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
+        if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
@@ -168,6 +169,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
             continue
         if _implied(g, ranges):
             continue
+        reported.add(g)
         problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
 
     if problems:

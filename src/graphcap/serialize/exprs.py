@@ -1,7 +1,10 @@
 """Symbolic sizes as text: sympy expressions to strings and back, safely.
 
 Shapes and range constraints are written as sympy's own printed form
-(``2*s0 + 1``, ``(s0//2)``, ``Max(1, s1)``). Reading them back must not use
+(``2*s0 + 1``, ``(s0//2)``, ``Max(1, s1)``), except logical connectives, which
+are written as the functions ``And(...)`` / ``Or(...)`` / ``Not(...)`` that the
+format-1 reader has always parsed (sympy's ``a | b`` it never did; guards of
+cond branches made such asserts appear). Reading them back must not use
 ``sympy.sympify``, which evaluates Python; this is a small recursive-descent
 parser over a closed grammar — integers, the file's own symbols, ``+ - * /
 // % **``, comparisons, and a whitelist of the integer functions torch's
@@ -14,6 +17,7 @@ import re
 from typing import Any, Callable, Optional
 
 import sympy
+from sympy.printing.str import StrPrinter
 from torch.utils._sympy import functions as F
 from torch.utils._sympy.numbers import int_oo
 
@@ -40,8 +44,28 @@ _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:e[+-]?\d+)?|\d+)|([A-Za-z_][A-Za-z0-9_]*
 _MAX_POW_BITS = 4096
 
 
+class _Printer(StrPrinter):
+    """sympy's printed form, but with ``And(a, b)`` / ``Or(a, b)`` / ``Not(a)`` for the
+    connectives (sympy prints ``a & b``, ``a | b``, ``~a``), which the reader knows as functions."""
+
+    def _connective(self, name: str, expr: Any) -> str:
+        return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_And(self, expr: Any) -> str:
+        return self._connective("And", expr)
+
+    def _print_Or(self, expr: Any) -> str:
+        return self._connective("Or", expr)
+
+    def _print_Not(self, expr: Any) -> str:
+        return self._connective("Not", expr)
+
+
+_PRINTER = _Printer()
+
+
 def expr_to_str(expr: Any) -> str:
-    return str(expr)
+    return _PRINTER.doprint(expr)
 
 
 def _fail(text: str, why: str) -> SerializationError:

@@ -15,7 +15,7 @@ predicate's symbol gets the narrower range while the branch is traced (so
 again as the implication ``not predicate or guard`` (:func:`raise_guard`).
 An implication on one symbol becomes that symbol's range: the largest
 interval around the example's value on which it holds. One over several
-symbols cannot be a range; the guard itself is then required, as torch does.
+symbols stays a guard, checked against the spec or asserted at run time.
 
 What cannot be scoped (a tensor predicate, a predicate over several symbols
 that is not an interval of one) is left as torch records it: sound, maybe
@@ -137,8 +137,9 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     ``unless`` is false (the guard of a branch that runs when ``not unless``).
 
     An implication over one symbol becomes that symbol's range (the piece around
-    its value); one over several symbols cannot be a range, so ``guard`` itself is
-    required, as torch would: sound, maybe narrower than needed.
+    its value). One over several symbols is kept as a guard: the constraint check
+    tests it against a declared spec, and over ``Dim.AUTO`` dims it becomes a
+    runtime assert (``dynamic.constraints.defer_relations``).
     """
     expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
     if expr is sympy.true:
@@ -161,9 +162,9 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
                 env._update_var_to_range(sym, ValueRanges(lo, hi), ValueRangesSLoc(sloc, sloc))
             _bump(env)
             return
-    if unless is not None:
-        raise_guard(env, guard, sloc)
-        return
+        if unless is not None:  # no piece holds the example's value: require the guard itself
+            raise_guard(env, guard, sloc)
+            return
     env._maybe_guard_rel(expr)
     env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
     _bump(env)
@@ -282,7 +283,10 @@ def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] =
     try:
         with settings:
             yield
-    finally:
+    except BaseException:
+        snapshot.restore()  # the capture failed: its error is what matters, not what it learned
+        raise
+    else:
         learned = snapshot.changes()
         snapshot.restore()
         if on_exit is not None:

@@ -42,14 +42,17 @@ class _Compile:
     kwargs: dict
     env: Any                    # the program's ShapeEnv
     pred: Optional[Any]         # the predicate over the program's symbols (None: a tensor)
-    to_program: Optional[dict] = None   # dynamo symbol -> program expression
+    to_program: dict = field(default_factory=dict)   # dynamo symbol -> program expression
     learned: list = field(default_factory=list)
 
     def mapping(self, dyn_env: Any) -> dict:
-        if self.to_program is None:
+        """Dynamo's symbols named by an access path into the call, as program expressions
+        (extended as dynamo makes more, e.g. for tensors a branch closes over)."""
+        if len(self.to_program) < len(dyn_env.var_to_sources):
             frame = {"args": self.args, "kwargs": self.kwargs}
-            self.to_program = {}
             for sym, sources in dyn_env.var_to_sources.items():
+                if sym in self.to_program:
+                    continue
                 for source in sources:
                     try:
                         value = _resolve(source, frame)
