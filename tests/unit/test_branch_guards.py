@@ -20,6 +20,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 
 import graphcap
+from functorch.experimental.control_flow import map as ft_map
 from conftest import assert_same_outputs
 from graphcap.trace import branch_scope
 
@@ -86,6 +87,28 @@ def test_nested_conds_scope_guards_to_each_level(example):
     ep = _export(Nested(), torch.randn(example, 3), graphcap.Dim("b", min=2, max=20))
     assert _range(ep) == (2, 20)
     _check_sizes(Nested(), ep, [2, 4, 5, 8, 9, 20])
+
+
+class CondInMap(torch.nn.Module):
+    """The cond is inside a map body: its predicate is over the slice's dim."""
+
+    def forward(self, xs):
+        def body(x):
+            return Recheck()(x)
+        return ft_map(body, xs)
+
+
+def test_cond_inside_a_map_body_is_scoped_too():
+    model = CondInMap()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = graphcap.export(model, (torch.randn(2, 6, 3),), dynamic_shapes={"xs": {1: graphcap.Dim("b", min=2, max=20)}})
+    assert _range(ep) == (2, 20)
+    for name, program in _variants(ep).items():
+        for n in (2, 4, 5, 20):
+            xs = torch.randn(2, n, 3)
+            with torch.no_grad():
+                assert_same_outputs(model(xs), program.module()(xs)), (name, n)
 
 
 class NotTaken(torch.nn.Module):

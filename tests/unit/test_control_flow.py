@@ -211,6 +211,24 @@ def test_map_over_dynamic_leading_dim():
     _check(m, ep, *[(torch.randn(k, 3), torch.randn(3)) for k in (2, 4, 9, 64)])
 
 
+def test_an_earlier_map_of_other_sizes_does_not_change_the_program():
+    """dynamo remembers sizes seen by torch's map wrapper ("automatic dynamic"); left in
+    place, a map exported after one of other sizes got extra unused body inputs."""
+    class Earlier(torch.nn.Module):
+        def forward(self, xs):
+            return ft_map(lambda x: x.sum(0) * 2, xs)
+
+    class M(torch.nn.Module):
+        def forward(self, xs, y):
+            return ft_map(lambda x, y: x * y, xs, y)
+
+    _export(Earlier(), (torch.randn(2, 6, 3),), dynamic_shapes={"xs": {1: graphcap.Dim("b", min=2, max=20)}})
+    ep = _export(M(), (torch.randn(4, 3), torch.randn(3)),
+                 dynamic_shapes={"xs": {0: graphcap.Dim("n", min=2, max=64)}, "y": None})
+    body = ep.graph_module.body_graph_0
+    assert [p.name for p in body.graph.nodes if p.op == "placeholder"] == ["xs", "y"]
+
+
 def test_while_loop_runs_a_data_dependent_number_of_steps():
     class M(torch.nn.Module):
         def forward(self, n, x):

@@ -21,6 +21,7 @@ call time; all are restored on exit.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -36,12 +37,12 @@ _COND_WRAPPER = "_cond_op_wrapper"
 
 @dataclass
 class _Compile:
-    """One compiled ``torch.cond`` call: the program's predicate and ShapeEnv, and what dynamo learned."""
+    """One compiled control-flow call (``torch.cond``, ``map``, ...): the compiled function's
+    arguments by parameter name, the program's ShapeEnv and predicate, and what dynamo learned."""
 
-    args: tuple
-    kwargs: dict
+    frame: dict                 # the compiled function's locals at entry: what dynamo's L[...] names
     env: Any                    # the program's ShapeEnv
-    pred: Optional[Any]         # the predicate over the program's symbols (None: a tensor)
+    pred: Optional[Any]         # a torch.cond predicate over the program's symbols (else None)
     to_program: dict = field(default_factory=dict)   # dynamo symbol -> program expression
     learned: list = field(default_factory=list)
 
@@ -49,7 +50,7 @@ class _Compile:
         """Dynamo's symbols named by an access path into the call, as program expressions
         (extended as dynamo makes more, e.g. for tensors a branch closes over)."""
         if len(self.to_program) < len(dyn_env.var_to_sources):
-            frame = {"args": self.args, "kwargs": self.kwargs}
+            frame = self.frame
             for sym, sources in dyn_env.var_to_sources.items():
                 if sym in self.to_program:
                     continue
@@ -108,12 +109,12 @@ class _DynamoCond:
             return
         mapping = self.compile.mapping(dyn_env)
         names = [src.name for s in expr.free_symbols for src in dyn_env.var_to_sources.get(s, [])]
-        if self.outermost and any(n.startswith("cast_symbool_to_symint_guardless(L['args'][0])") for n in names):
+        if self.outermost and self.compile.pred is not None \
+                and any(n.startswith("cast_symbool_to_symint_guardless(L['args'][0])") for n in names):
             # the predicate passed to torch.cond, which dynamo only sees as an opaque input
-            if self.compile.pred is not None:
-                to_dynamo = {v: k for k, v in mapping.items() if isinstance(v, sympy.Symbol)}
-                self.in_dynamo = _translate(self.compile.pred, to_dynamo)
-                self.in_program = self.compile.pred
+            to_dynamo = {v: k for k, v in mapping.items() if isinstance(v, sympy.Symbol)}
+            self.in_dynamo = _translate(self.compile.pred, to_dynamo)
+            self.in_program = self.compile.pred
             return
         self.in_dynamo, self.in_program = expr, _translate(expr, mapping)
 
@@ -205,18 +206,21 @@ def _tracked_cond_call(original):
     return _call_function
 
 
+def _frame(fn: Any, args: tuple, kwargs: Optional[dict]) -> Optional[dict]:
+    try:
+        return dict(inspect.signature(fn).bind(*args, **(kwargs or {})).arguments)
+    except (TypeError, ValueError):
+        return None
+
+
 def _compile_and_call(original):
     def _hop_compile_and_call(fn, args, kwargs=None):
-        if getattr(fn, "__name__", None) != _COND_WRAPPER:
-            return original(fn, args, kwargs)
         from . import hops
-        pred = args[0]
-        env = getattr(getattr(pred, "node", None), "shape_env", None)
-        if env is None:
-            env = _fake_env(args)
-        if env is None:
+        env, frame = _fake_env(args), _frame(fn, args, kwargs)
+        if env is None or frame is None:
             return original(fn, args, kwargs)
-        comp = _Compile(args, dict(kwargs or {}), env, _symbolic_pred(pred))
+        is_cond = getattr(fn, "__name__", None) == _COND_WRAPPER
+        comp = _Compile(frame, env, _symbolic_pred(args[0]) if is_cond else None)
         hops.forget_compiled_wrappers()  # a cached compile would skip speculation (and its scoping)
         _compiles.append(comp)
         try:
@@ -230,10 +234,14 @@ def _compile_and_call(original):
 
 
 def _fake_env(args: Any) -> Optional[Any]:
+    """The program's ShapeEnv, from a symbolic predicate or a fake operand."""
     for leaf in torch.utils._pytree.tree_leaves(args):
-        mode = getattr(leaf, "fake_mode", None)
-        if mode is not None and mode.shape_env is not None:
-            return mode.shape_env
+        env = getattr(getattr(leaf, "node", None), "shape_env", None)
+        if env is None:
+            mode = getattr(leaf, "fake_mode", None)
+            env = mode.shape_env if mode is not None else None
+        if env is not None:
+            return env
     return None
 
 

@@ -229,14 +229,25 @@ def _name_inputs(gm: torch.fx.GraphModule) -> None:
         _name_inputs(sub)
 
 
+def _in_hop_module(filename: str) -> bool:
+    return "_higher_order_ops" in filename.replace("\\", "/")
+
+
 def forget_compiled_wrappers() -> None:
-    """Drop torch's compiled control-flow wrappers (see :func:`capture_context`)."""
+    """Drop torch's compiled control-flow wrappers (see :func:`capture_context`),
+    and what dynamo remembers of their earlier operands' sizes ("automatic dynamic":
+    a size that changed between calls becomes an extra, unused input of the next
+    body graph, so the program would depend on what ran before it)."""
     import torch._dynamo
-    from torch._dynamo import convert_frame
+    from torch._dynamo import convert_frame, pgo
     for weak in list(convert_frame.input_codes.seen):
         code = weak()
-        if code is not None and "_higher_order_ops" in code.co_filename.replace("\\", "/"):
+        if code is not None and _in_hop_module(code.co_filename):
             torch._dynamo.reset_code(code)
+    state = pgo._CODE_STATE
+    if state:
+        for code_id in [c for c in state if _in_hop_module(c.filename)]:
+            del state[code_id]
 
 
 @contextlib.contextmanager
