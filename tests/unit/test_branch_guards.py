@@ -17,10 +17,11 @@ import warnings
 import pytest
 import sympy
 import torch
+from functorch.experimental.control_flow import map as ft_map
+from torch._higher_order_ops.while_loop import while_loop
 from torch.utils._sympy.numbers import int_oo
 
 import graphcap
-from functorch.experimental.control_flow import map as ft_map
 from conftest import assert_same_outputs
 from graphcap.trace import branch_scope
 
@@ -109,6 +110,20 @@ def test_cond_inside_a_map_body_is_scoped_too():
             xs = torch.randn(2, n, 3)
             with torch.no_grad():
                 assert_same_outputs(model(xs), program.module()(xs)), (name, n)
+
+
+class CondInLoop(torch.nn.Module):
+    def forward(self, x):
+        def body(i, x):
+            return i + 1, Recheck()(x) + x
+        return while_loop(lambda i, x: i < 3, body, (torch.tensor(0), x))[1]
+
+
+@pytest.mark.parametrize("example", [6, 3])
+def test_cond_inside_a_while_loop_body_is_scoped_too(example):
+    ep = _export(CondInLoop(), torch.randn(example, 3), graphcap.Dim("b", min=2, max=20))
+    assert _range(ep) == (2, 20)
+    _check_sizes(CondInLoop(), ep, [2, 4, 5, 20])
 
 
 class NotTaken(torch.nn.Module):
