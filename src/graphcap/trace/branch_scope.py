@@ -126,10 +126,21 @@ def _around(pieces: list[Interval], value: Any) -> Optional[Interval]:
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 
+# ShapeEnv methods memoized with functools.lru_cache, keyed on their arguments
+# only: sound while what a ShapeEnv knows only grows, stale once a scope narrows
+# a range or takes knowledge back.
+_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defer_runtime_assert",
+             "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
+
+
 def _bump(env: Any) -> None:
-    """Invalidate the ShapeEnv's caches after its ranges or replacements were edited."""
+    """Invalidate the ShapeEnv's caches after its ranges, replacements or values were edited."""
     env._version_counter += 1
     env._replacements_version_counter += 1
+    for name in _MEMOIZED:
+        clear = getattr(getattr(type(env), name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
@@ -150,7 +161,8 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     syms = expr.free_symbols
     sym = next(iter(syms)) if len(syms) == 1 else None
     if sym is not None and sym in env.var_to_range and sym in env.backed_var_to_val:
-        vr, value = env.var_to_range[sym], env.backed_var_to_val[sym]
+        vr = env.var_to_range[sym]
+        value = min(max(env.backed_var_to_val[sym], vr.lower), vr.upper)  # in a skipped branch: its nearest
         pieces = solve_for(expr, sym, vr.lower, vr.upper)
         piece = _around(pieces, value) if pieces is not None else None
         if piece is not None and piece[0] <= value <= piece[1]:
@@ -252,16 +264,36 @@ def _assume(env: Any, cond: Any) -> bool:
     if not pieces or len(pieces) != 1 or pieces[0] == (vr.lower, vr.upper):
         return False
     lo, hi = pieces[0]
-    hint = env.backed_var_to_val[sym]
-    # The example may take the other branch: ShapeEnv insists a symbol's value lies in its
-    # range, so the branch is reasoned about at the nearest value that takes it. The
-    # symbolic values themselves keep the example's value: Python decisions in the branch
-    # that the range does not settle follow the example, and are guarded.
-    inside = lo <= hint <= hi
-    if not inside:
-        env.backed_var_to_val[sym] = sympy.Integer(lo if hint < lo else hi)
     env.var_to_range[sym] = ValueRanges(lo, hi)
-    return not inside
+    return not lo <= env.backed_var_to_val[sym] <= hi
+
+
+@contextlib.contextmanager
+def _example_elsewhere(env: Any) -> Iterator[None]:
+    """Reason about a branch the example does not take.
+
+    The example's sizes stay what they are (torch keeps each symbolic size's
+    example value with it), so Python decisions in the branch that its range
+    does not settle follow the example, and are guarded. Two of ShapeEnv's
+    cross-checks assume the example lies in every range it knows and are off
+    here: size-oblivious reasoning checking what a range settles against the
+    example, and a narrowed range having to hold the example's value.
+    """
+    update = env.__dict__.get("_update_var_to_range")
+    method = type(env)._update_var_to_range
+
+    def update_var_to_range(symbol, vr, vr_sloc=None, *, is_constraint=False):
+        return method(env, symbol, vr, vr_sloc, is_constraint=True)
+
+    env._update_var_to_range = update_var_to_range
+    try:
+        with torch.fx.experimental._config.patch(backed_size_oblivious=False):
+            yield
+    finally:
+        if update is None:
+            del env._update_var_to_range
+        else:
+            env._update_var_to_range = update
 
 
 @contextlib.contextmanager
@@ -276,10 +308,7 @@ def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] =
     example_elsewhere = _assume(env, cond)
     snapshot.assumed = dict(env.var_to_range)  # what the branch learns is measured from here
     _bump(env)
-    # Size-oblivious reasoning cross-checks what the range settles against the example's
-    # values, which the scope contradicts when the example takes the other branch.
-    settings = (torch.fx.experimental._config.patch(backed_size_oblivious=False) if example_elsewhere
-                else contextlib.nullcontext())
+    settings = _example_elsewhere(env) if example_elsewhere else contextlib.nullcontext()
     try:
         with settings:
             yield

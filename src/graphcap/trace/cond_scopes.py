@@ -45,6 +45,7 @@ class _Compile:
     pred: Optional[Any]         # a torch.cond predicate over the program's symbols (else None)
     to_program: dict = field(default_factory=dict)   # dynamo symbol -> program expression
     learned: list = field(default_factory=list)
+    opaque: dict = field(default_factory=dict)  # (id(dynamo ShapeEnv), opaque predicate) -> its meaning
 
     def mapping(self, dyn_env: Any) -> dict:
         """Dynamo's symbols named by an access path into the call, as program expressions
@@ -115,6 +116,10 @@ class _DynamoCond:
             to_dynamo = {v: k for k, v in mapping.items() if isinstance(v, sympy.Symbol)}
             self.in_dynamo = _translate(self.compile.pred, to_dynamo)
             self.in_program = self.compile.pred
+            if self.in_dynamo is not None:  # dynamo also runs the branches for the output metadata,
+                # passing the predicate as it holds it (Eq(s2, 1)) or as that int (s2)
+                for stand_in in (dyn_env.simplify(expr), *expr.free_symbols):
+                    self.compile.opaque[(id(dyn_env), stand_in)] = self.in_dynamo
             return
         self.in_dynamo, self.in_program = expr, _translate(expr, mapping)
 
@@ -245,17 +250,36 @@ def _fake_env(args: Any) -> Optional[Any]:
     return None
 
 
+def _condition(pred: Any, branch: bool) -> Optional[Any]:
+    """When ``branch`` runs, over the ShapeEnv of ``pred``; dynamo's opaque stand-in for
+    the predicate passed to torch.cond is read as what it stands for."""
+    if not isinstance(pred, (torch.SymBool, torch.SymInt)):
+        return None
+    env = pred.node.shape_env
+    for comp in reversed(_compiles):
+        meaning = comp.opaque.get((id(env), env.simplify(pred.node.expr)))
+        if meaning is not None:
+            return meaning if branch else sympy.Not(meaning)
+    return branch_scope.branch_condition(pred, branch) if isinstance(pred, torch.SymBool) else None
+
+
 def _scoped_branch(fn: Any, pred: Any, branch: bool) -> Any:
     """``fn`` run under the condition that selects it (node metadata kept as torch keeps it)."""
     from torch._higher_order_ops.utils import _maybe_run_with_interpreter
-    condition = branch_scope.branch_condition(pred, branch) if isinstance(pred, torch.SymBool) else None
+    condition = _condition(pred, branch)
     if condition is None:
         return fn
     env = pred.node.shape_env
     run = _maybe_run_with_interpreter(fn)
+    on_exit = None
+    if _compiles and env is not _compiles[-1].env and not _open_dynamo_scopes:
+        # dynamo running a branch for output metadata, outside its own branch scopes:
+        # what it learns goes to the program, as speculation's does
+        comp = _compiles[-1]
+        on_exit = lambda c, learned: _collect(comp, env, c, learned)  # noqa: E731
 
     def branch_fn(*operands):
-        with branch_scope.scoped(env, condition):
+        with branch_scope.scoped(env, condition, on_exit):
             return run(*operands)
     branch_fn.__name__ = getattr(fn, "__name__", "branch")
     return branch_fn
