@@ -295,24 +295,45 @@ def _path(b: int, t: int, u: int, v: int) -> tuple[bool, bool]:
     return (b > t, b > u) if b > t else (False, b > v)
 
 
+def _nested_branchy(t: int, u: int, v: int, k: int) -> torch.nn.Module:
+    """cond(b > t) whose true branch is cond(b > u) and whose branches check b > v and slice to k."""
+    class NestedBranchy(torch.nn.Module):
+        def forward(self, x):
+            def checked(scale):
+                def branch(x):
+                    if x.shape[0] > v:
+                        return x[:k].sum(0) * scale
+                    return x.sum(0) * (scale + 1)
+                return branch
+            def big(x):
+                return torch.cond(x.shape[0] > u, checked(2), checked(4), (x,))
+            return torch.cond(x.shape[0] > t, big, checked(6), (x,))
+    return NestedBranchy()
+
+
+def _nested_path(b: int, t: int, u: int, v: int) -> tuple[bool, bool, bool]:
+    return (b > t, b > t and b > u, b > v)
+
+
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(t=st.integers(1, 20), u=st.integers(1, 20), v=st.integers(1, 20), k=st.integers(1, 8),
        example=st.sampled_from(list(_SIZES)))
 def test_random_branch_programs_are_sound_and_keep_the_example_path(t, u, v, k, example):
     """Every size is refused before computing or matches eager; every size that takes the
-    example's path (same predicate and inner check) is accepted: the trace holds there."""
-    model = _branchy(t, u, v, k)
-    ep = _export(model, torch.randn(example, 3), graphcap.Dim.AUTO)
-    runnable = ep.module()
-    for b in _SIZES:
-        x = torch.randn(b, 3)
-        try:
-            got = runnable(x)
-        except graphcap.RuntimeInputError:
-            assert _path(b, t, u, v) != _path(example, t, u, v), f"size {b} takes the example's path"
-            continue
-        assert_same_outputs(model(x), got)
+    example's path (same predicates and inner check) is accepted: the trace holds there."""
+    for make, path in ((_branchy, _path), (_nested_branchy, _nested_path)):
+        model = make(t, u, v, k)
+        ep = _export(model, torch.randn(example, 3), graphcap.Dim.AUTO)
+        runnable = ep.module()
+        for b in _SIZES:
+            x = torch.randn(b, 3)
+            try:
+                got = runnable(x)
+            except graphcap.RuntimeInputError:
+                assert path(b, t, u, v) != path(example, t, u, v), f"size {b} takes the example's path"
+                continue
+            assert_same_outputs(model(x), got)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True,
@@ -322,22 +343,22 @@ def test_random_branch_programs_are_sound_and_keep_the_example_path(t, u, v, k, 
 def test_random_branch_programs_against_a_declared_range(t, u, v, k, example):
     """Exported with Dim(min=2, max=20): either every size works, or the constraint error's
     suggested fix gives a program that works on every size it accepts."""
-    model = _branchy(t, u, v, k)
-    spec = {"x": {0: graphcap.Dim("b", min=2, max=20)}}
-    try:
-        ep = _export(model, torch.randn(example, 3), spec["x"][0])
-        accepted = list(_SIZES)
-    except graphcap.ConstraintViolationError as e:
-        refined = graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), spec)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ep = graphcap.export(model, (torch.randn(example, 3),), dynamic_shapes=refined)
-        vr = next(iter(ep.range_constraints.values()), None)
-        accepted = [b for b in _SIZES if vr is None and b == example or vr is not None and vr.lower <= b <= vr.upper]
-        assert example in accepted
-    for b in accepted:
-        x = torch.randn(b, 3)
-        assert_same_outputs(model(x), ep.module()(x))
+    for model in (_branchy(t, u, v, k), _nested_branchy(t, u, v, k)):
+        spec = {"x": {0: graphcap.Dim("b", min=2, max=20)}}
+        try:
+            ep = _export(model, torch.randn(example, 3), spec["x"][0])
+            accepted = list(_SIZES)
+        except graphcap.ConstraintViolationError as e:
+            refined = graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), spec)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ep = graphcap.export(model, (torch.randn(example, 3),), dynamic_shapes=refined)
+            vr = next(iter(ep.range_constraints.values()), None)
+            accepted = [b for b in _SIZES if vr is None and b == example or vr is not None and vr.lower <= b <= vr.upper]
+            assert example in accepted
+        for b in accepted:
+            x = torch.randn(b, 3)
+            assert_same_outputs(model(x), ep.module()(x))
 
 
 @pytest.mark.slow

@@ -161,13 +161,14 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     syms = expr.free_symbols
     sym = next(iter(syms)) if len(syms) == 1 else None
     if sym is not None and sym in env.var_to_range and sym in env.backed_var_to_val:
-        vr = env.var_to_range[sym]
-        value = min(max(env.backed_var_to_val[sym], vr.lower), vr.upper)  # in a skipped branch: its nearest
+        vr, example = env.var_to_range[sym], env.backed_var_to_val[sym]
+        value = min(max(example, vr.lower), vr.upper)  # in a branch the example skips: the nearest value
         pieces = solve_for(expr, sym, vr.lower, vr.upper)
         piece = _around(pieces, value) if pieces is not None else None
         if piece is not None and piece[0] <= value <= piece[1]:
             lo, hi = piece
-            if lo == hi:
+            if lo == hi == example:  # a specialization (elsewhere a range of one value: the
+                # example's own sizes would contradict a constant)
                 env._set_replacement(sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
                 env.replacements_slocs[sym] = sloc
             elif (lo, hi) != (vr.lower, vr.upper):
@@ -195,7 +196,6 @@ class _Snapshot:
     var_to_range_sloc: dict = field(init=False)
     replacements: dict = field(init=False)
     replacements_slocs: dict = field(init=False)
-    backed: dict = field(init=False)
     axioms: dict = field(init=False)
     cache: dict = field(init=False)
     assumed: dict = field(init=False)
@@ -208,7 +208,6 @@ class _Snapshot:
         self.var_to_range_sloc = {k: copy.copy(v) for k, v in env.var_to_range_sloc.items()}
         self.replacements = dict(env.replacements)
         self.replacements_slocs = dict(env.replacements_slocs)
-        self.backed = dict(env.backed_var_to_val)
         self.axioms = dict(env.axioms)
         self.cache = env.fake_tensor_cache
         self.assumed = self.var_to_range
@@ -235,10 +234,8 @@ class _Snapshot:
         """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
         env = self.env
         env.guards[self.guards:] = [g for g in env.guards[self.guards:] if not g.expr.free_symbols & self.symbols]
-        for name in ("var_to_range", "var_to_range_sloc", "replacements", "replacements_slocs",
-                     "backed_var_to_val"):
-            saved = self.backed if name == "backed_var_to_val" else getattr(self, name)
-            current = getattr(env, name)
+        for name in ("var_to_range", "var_to_range_sloc", "replacements", "replacements_slocs"):
+            saved, current = getattr(self, name), getattr(env, name)
             for s in [s for s in current if s in self.symbols and s not in saved]:
                 del current[s]
             current.update(saved)
@@ -274,26 +271,34 @@ def _example_elsewhere(env: Any) -> Iterator[None]:
 
     The example's sizes stay what they are (torch keeps each symbolic size's
     example value with it), so Python decisions in the branch that its range
-    does not settle follow the example, and are guarded. Two of ShapeEnv's
-    cross-checks assume the example lies in every range it knows and are off
-    here: size-oblivious reasoning checking what a range settles against the
-    example, and a narrowed range having to hold the example's value.
+    does not settle follow the example, and are guarded. What ShapeEnv does
+    assuming the example lies in every range it knows is off here: size-oblivious
+    reasoning checking what a range settles against the example, a narrowed
+    range having to hold the example's value, and a range of one value turning
+    the size into that constant.
     """
-    update = env.__dict__.get("_update_var_to_range")
-    method = type(env)._update_var_to_range
+    update_method = type(env)._update_var_to_range
+    replace_method = type(env)._set_replacement
 
     def update_var_to_range(symbol, vr, vr_sloc=None, *, is_constraint=False):
-        return method(env, symbol, vr, vr_sloc, is_constraint=True)
+        return update_method(env, symbol, vr, vr_sloc, is_constraint=True)
 
-    env._update_var_to_range = update_var_to_range
+    def set_replacement(a, tgt, msg):
+        if tgt.is_number:  # a range of one value stays a range: the example's sizes say otherwise
+            return None
+        return replace_method(env, a, tgt, msg)
+
+    saved = {name: env.__dict__.get(name) for name in ("_update_var_to_range", "_set_replacement")}
+    env._update_var_to_range, env._set_replacement = update_var_to_range, set_replacement
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=False):
             yield
     finally:
-        if update is None:
-            del env._update_var_to_range
-        else:
-            env._update_var_to_range = update
+        for name, value in saved.items():
+            if value is None:
+                del env.__dict__[name]
+            else:
+                setattr(env, name, value)
 
 
 @contextlib.contextmanager
