@@ -99,11 +99,12 @@ class InputChecker:
             self._check_tensor(leaf, value, bindings, deferred)
         for path, expr, got in deferred:
             self._check_derived(path, expr, got, bindings)
+        sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
-            if relation.xreplace({s: sympy.Integer(v) for s, v in bindings.items()}) is sympy.false:
-                sizes = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
+            if relation.xreplace(sizes) is sympy.false:
+                got = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
                 raise RuntimeInputError(
-                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {sizes}",
+                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",
                     fix="The program was specialized on this relation between input sizes at export "
                         "(a shape comparison in Python); export with inputs on the other side of it "
                         "to get a program for them, or use torch.cond to keep both sides.")

@@ -42,12 +42,19 @@ def _variants(ep):
     return {"training": ep, "decomposed": ep.run_decompositions(), "loaded": graphcap.load(buf)}
 
 
+def _same(expected, got, where: str) -> None:
+    try:
+        assert_same_outputs(expected, got)
+    except AssertionError as e:
+        raise AssertionError(f"{where}: {e}") from None
+
+
 def _check_sizes(model, ep, sizes):
     for name, program in _variants(ep).items():
         for n in sizes:
             x = torch.randn(n, 3)
             with torch.no_grad():
-                assert_same_outputs(model(x), program.module()(x)), (name, n)
+                _same(model(x), program.module()(x), f"{name} at size {n}")
 
 
 def _range(ep):
@@ -111,7 +118,7 @@ def test_cond_inside_a_map_body_is_scoped_too():
         for n in (2, 4, 5, 20):
             xs = torch.randn(2, n, 3)
             with torch.no_grad():
-                assert_same_outputs(model(xs), program.module()(xs)), (name, n)
+                _same(model(xs), program.module()(xs), f"{name} at size {n}")
 
 
 class CondInLoop(torch.nn.Module):
@@ -195,7 +202,7 @@ def test_an_implication_over_two_dims_is_a_runtime_assert_for_auto_dims():
         for a, b in [(6, 4), (3, 4), (12, 14), (10, 2)]:
             x, y = torch.randn(a, 3), torch.randn(b, 3)
             with torch.no_grad():
-                assert_same_outputs(model(x, y), program.module()(x, y)), (name, a, b)
+                _same(model(x, y), program.module()(x, y), f"{name} at sizes {a}, {b}")
         with pytest.raises(graphcap.RuntimeInputError, match=r"satisfy .*shape\[0\] <= 10.*but got"):
             program.module()(torch.randn(12, 3), torch.randn(4, 3))
 

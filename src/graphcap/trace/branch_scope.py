@@ -173,6 +173,8 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
                 env.replacements_slocs[sym] = sloc
             elif (lo, hi) != (vr.lower, vr.upper):
                 env._update_var_to_range(sym, ValueRanges(lo, hi), ValueRangesSLoc(sloc, sloc))
+            else:
+                return  # the range already says it
             _bump(env)
             return
         if unless is not None:  # no piece holds the example's value: require the guard itself

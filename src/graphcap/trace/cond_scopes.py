@@ -44,17 +44,19 @@ class _Compile:
     env: Any                    # the program's ShapeEnv
     pred: Optional[Any]         # a torch.cond predicate over the program's symbols (else None)
     to_program: dict = field(default_factory=dict)   # dynamo symbol -> program expression
+    unresolved: set = field(default_factory=set)     # dynamo symbols no access path resolves
     learned: list = field(default_factory=list)
     opaque: dict = field(default_factory=dict)  # (id(dynamo ShapeEnv), opaque predicate) -> its meaning
 
     def mapping(self, dyn_env: Any) -> dict:
         """Dynamo's symbols named by an access path into the call, as program expressions
         (extended as dynamo makes more, e.g. for tensors a branch closes over)."""
-        if len(self.to_program) < len(dyn_env.var_to_sources):
+        if len(self.to_program) + len(self.unresolved) < len(dyn_env.var_to_sources):
             frame = self.frame
             for sym, sources in dyn_env.var_to_sources.items():
-                if sym in self.to_program:
+                if sym in self.to_program or sym in self.unresolved:
                     continue
+                self.unresolved.add(sym)
                 for source in sources:
                     try:
                         value = _resolve(source, frame)
@@ -64,6 +66,9 @@ class _Compile:
                         self.to_program[sym] = value.node.expr
                     elif isinstance(value, int) and not isinstance(value, bool):
                         self.to_program[sym] = sympy.Integer(value)
+                    else:
+                        break
+                    self.unresolved.discard(sym)
                     break
         return self.to_program
 
@@ -127,10 +132,6 @@ class _DynamoCond:
 _compiles: list[_Compile] = []
 _dynamo_conds: list[_DynamoCond] = []
 _open_dynamo_scopes: list[int] = []
-
-
-def _symbolic_pred(pred: Any) -> Optional[Any]:
-    return branch_scope.branch_condition(pred, True) if isinstance(pred, torch.SymBool) else None
 
 
 def _translate(expr: Any, mapping: dict) -> Optional[Any]:
@@ -225,7 +226,7 @@ def _compile_and_call(original):
         if env is None or frame is None:
             return original(fn, args, kwargs)
         is_cond = getattr(fn, "__name__", None) == _COND_WRAPPER
-        comp = _Compile(frame, env, _symbolic_pred(args[0]) if is_cond else None)
+        comp = _Compile(frame, env, branch_scope.branch_condition(args[0], True) if is_cond else None)
         hops.forget_compiled_wrappers()  # a cached compile would skip speculation (and its scoping)
         _compiles.append(comp)
         try:
