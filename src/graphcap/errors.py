@@ -11,6 +11,8 @@ import traceback
 from types import TracebackType
 from typing import Optional
 
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
 
 class GraphcapError(Exception):
     """Base class of every error graphcap raises on purpose."""
@@ -33,6 +35,23 @@ class ExportInputError(GraphcapError, ValueError):
 
 class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture."""
+
+
+class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
+    """Tracing needed to decide a condition on a value read from tensor data.
+
+    Also torch's ``GuardOnDataDependentSymNode`` (a ``RuntimeError``), which
+    torch.export raises in the same situation, so ``except`` clauses written
+    for torch keep working; ``cond`` is the undecidable condition.
+    """
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None,
+                 cond: object = None):
+        super().__init__(what, where=where, fix=fix)
+        # GuardOnDataDependentSymNode.__init__ takes the condition first and drops the message
+        parts = [what] + [f"{label}: {text}" for label, text in (("Where", where), ("How to fix", fix)) if text]
+        self.args = ("\n".join(parts),)
+        self.cond = cond
 
 
 class TraceError(GraphcapError):

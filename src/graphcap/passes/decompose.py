@@ -28,10 +28,12 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import GraphcapError, TraceError, UnsupportedError
@@ -242,10 +244,40 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
-    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, dict(ep.range_constraints),
+    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
                              _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
+
+
+def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
+                             fake_mode: FakeTensorMode) -> dict:
+    """The program's ranges, plus one for every symbol the retrace made.
+
+    Replaying a data-dependent operator (``.item()``, ``nonzero()``) makes a
+    fresh unbacked symbol (``u1`` for the old ``u0``); the replayed
+    ``torch._check`` asserts have already narrowed its range in the ShapeEnv,
+    which is where its entry comes from.
+    """
+    ranges = dict(ep.range_constraints)
+    env = fake_mode.shape_env
+    if env is None:
+        return ranges
+    known = {str(k) for k in ranges}
+    for gm in new_gm.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for node in gm.graph.nodes:
+            for value in pytree.tree_leaves(node.meta.get("val")):
+                sizes = list(value.shape) if isinstance(value, torch.Tensor) else [value]
+                for size in sizes:
+                    if not isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                        continue
+                    for sym in env.replace(size.node.expr).free_symbols:
+                        if str(sym) not in known:
+                            known.add(str(sym))
+                            ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
+    return ranges
 
 
 def _declared_mutations(sig: ExportGraphSignature, placeholders: list[torch.fx.Node]) -> dict[int, int]:
