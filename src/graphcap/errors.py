@@ -57,6 +57,44 @@ class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
 class TraceError(GraphcapError):
     """The user's program raised while it was being traced on fake tensors."""
 
+    @classmethod
+    def like(cls, original: BaseException, what: str, *, where: Optional[str] = None,
+             fix: Optional[str] = None) -> "TraceError":
+        """A TraceError that is also an instance of ``original``'s type.
+
+        torch.export lets the exception a traced program raises reach the
+        caller as it is, so callers catch it by its own type (``RuntimeError``,
+        torch's ``MetadataMismatchError``); graphcap adds what/where/fix and
+        keeps the type. The original's attributes are copied over; its
+        ``__init__`` is not run again (its arguments are not known).
+        """
+        base = type(original)
+        if not isinstance(original, Exception) or issubclass(base, GraphcapError):
+            return cls(what, where=where, fix=fix)
+        try:
+            hybrid = _hybrid_trace_error(cls, base)
+        except TypeError:  # a builtin type whose layout cannot be combined
+            return cls(what, where=where, fix=fix)
+        err = hybrid.__new__(hybrid)
+        err.__dict__.update(getattr(original, "__dict__", {}))
+        plain = cls(what, where=where, fix=fix)
+        err.__dict__.update(plain.__dict__)
+        err.args = plain.args
+        return err
+
+
+_HYBRIDS: dict[tuple[type, type], type] = {}
+
+
+def _hybrid_trace_error(cls: type, base: type) -> type:
+    key = (cls, base)
+    if key not in _HYBRIDS:
+        hybrid = type(cls.__name__, (cls, base), {
+            "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}[{base.__name__}]",
+            "__str__": BaseException.__str__})  # graphcap's message as it is (KeyError would quote it)
+        _HYBRIDS[key] = hybrid
+    return _HYBRIDS[key]
+
 
 class RuntimeInputError(GraphcapError, RuntimeError):
     """An input given to ``ep.module()`` does not match the exported signature.

@@ -279,8 +279,10 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
             f"lift ({text}).",
             where=where,
             fix="Register the tensor as a buffer (module.register_buffer) or pass it as an input.")
-    return TraceError(
-        f"{program_name} raised {name} while graphcap ran it on fake tensors: {text}",
+    full_text = str(e).strip() or name
+    return TraceError.like(
+        e, f"{program_name} raised {name} while graphcap ran it on fake tensors: "
+           f"{full_text if len(full_text) < 4000 else text}",
         where=where,
         fix="Check that the example inputs are valid for the model (calling it eagerly with them "
             "should work). If it does run eagerly, the line above does something that needs real "
