@@ -175,6 +175,14 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
         node.target = name
 
 
+def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node]) -> None:
+    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had."""
+    new = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, old in zip(new, old_placeholders):
+        if "val" not in node.meta and "val" in old.meta:
+            node.meta["val"] = old.meta["val"]
+
+
 def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:
     new = []
     for entry in entries:
@@ -237,6 +245,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
             fix="Use the out-of-place form (x = x.t()) in the model.")
 
     _rename_placeholders(new_gm, [p.name for p in placeholders])
+    _keep_placeholder_values(new_gm, placeholders)
     new_gm.graph.lint()
     metadata.finalize(new_gm)
     new_gm.recompile()

@@ -271,7 +271,7 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     if control_flow is not None:
         return control_flow
     if "DataDependent" in name or "data-dependent" in str(e).lower():
-        from ..dynamic.constraints import explain_data_dependent
+        from .data_dependent import explain_data_dependent
         return explain_data_dependent(e, program_name, where)
     if "Please convert all Tensors to FakeTensors" in str(e) or "non-Fake Tensor" in str(e):
         return UnsupportedError(
