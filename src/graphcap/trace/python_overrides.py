@@ -185,14 +185,23 @@ def _index_as_calls(t: torch.Tensor, index: Any) -> Optional[Callable[[], torch.
     return run
 
 
+@functools.lru_cache(maxsize=None)
+def _collective_remapper() -> Optional[Callable]:
+    """torch.distributed's map from a legacy collective call to its functional form, if available."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed._functional_collectives import _remap_traceable_collective
+    return _remap_traceable_collective
+
+
 class _TraceableCalls(TorchFunctionMode):
     """Redirects the torch calls listed in the module docstring to traceable equivalents."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.distributed.is_available():
-            from torch.distributed._functional_collectives import _remap_traceable_collective
-            remapped = _remap_traceable_collective(func, args, kwargs)
+        remap = _collective_remapper()
+        if remap is not None:
+            remapped = remap(func, args, kwargs)
             if remapped is not None:
                 func, args, kwargs = remapped
         if func is torch.tensor and args and any(
