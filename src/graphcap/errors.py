@@ -54,6 +54,13 @@ class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
         self.cond = cond
 
 
+class SubclassDecompositionError(UnsupportedError, ValueError):
+    """run_decompositions met a program that reads the inner tensors of a tensor subclass.
+
+    Also a ``ValueError``, the type torch.export raises where it refuses such a program.
+    """
+
+
 class TraceError(GraphcapError):
     """The user's program raised while it was being traced on fake tensors."""
 

@@ -112,13 +112,16 @@ def rule_state_present(ep) -> Iterator[Violation]:
 
 
 def rule_state_is_real(ep) -> Iterator[Violation]:
-    """Weights and constants are the user's tensors: a fake tensor there is a trace value that escaped."""
+    """No value of the trace is kept as state: a fake tensor of the program's own fake mode among
+    the weights or constants is something the tracer failed to follow (it stands for data the
+    program computes). Fake weights the user exports on purpose belong to the user's fake mode."""
     from torch._subclasses.fake_tensor import FakeTensor
+    modes = {id(v.fake_mode) for n in _placeholders(ep) for v in [n.meta.get("val")] if isinstance(v, FakeTensor)}
     for store_name, store in (("state_dict", ep.state_dict), ("constants", ep.constants)):
         for name, value in store.items():
-            if isinstance(value, FakeTensor):  # (meta tensors are legitimate: structure-only loads)
-                yield (name, f"{store_name}[{name!r}] is a fake tensor; a value of the trace was taken "
-                             f"for a constant")
+            if isinstance(value, FakeTensor) and id(value.fake_mode) in modes:
+                yield (name, f"{store_name}[{name!r}] is a fake tensor of the trace; a value the program "
+                             f"computes was taken for a constant")
 
 
 def rule_mutation_targets(ep) -> Iterator[Violation]:

@@ -36,7 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import GraphcapError, TraceError, UnsupportedError
+from ..errors import GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
                          OutputSpec, TensorArgument)
@@ -198,6 +198,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
     table: TableView = as_table(decomp_table)
     gm = ep.graph_module
+    _refuse_subclass_reads(gm)
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fake_args = [p.meta.get("val") for p in placeholders]
@@ -257,6 +258,31 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
                              _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
+
+
+def _refuse_subclass_reads(gm: torch.fx.GraphModule) -> None:
+    """The retrace cannot follow a read of a subclass's inner tensor (``t.a``): refuse, naming the input.
+
+    Replaying ``access_subclass_inner_tensor`` on a fake subclass gives a tensor the recorder
+    never saw, which it would bake into the program as a constant.
+    """
+    access = getattr(getattr(torch.ops, "export", None), "access_subclass_inner_tensor", None)
+    if access is None:
+        return
+    reads = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is access.default]
+    if not reads:
+        return
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    sources = [n for n in gm.graph.nodes if n.op == "placeholder"
+               and is_traceable_wrapper_subclass(n.meta.get("val"))]
+    name = sources[0].name if sources else reads[0].args[0].name
+    raise SubclassDecompositionError(
+        f"It looks like {name} is a tensor subclass whose inner tensors the program reads "
+        f"(node {reads[0].name}: .{reads[0].args[1]}); graphcap's run_decompositions cannot yet break "
+        f"tensor subclasses down into plain tensors.",
+        where=f"node {reads[0].name}",
+        fix="Keep the training-IR program (skip run_decompositions), or make the subclass a plain "
+            "tensor (or its inner tensors separate parameters/buffers) before exporting.")
 
 
 def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,

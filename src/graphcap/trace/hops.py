@@ -288,30 +288,10 @@ def capture_context():
         forget_compiled_wrappers()
 
 
-# Calls the tracer itself adds that do nothing when their result is unused: ``detach`` of
-# tensors it wraps (vmap's batched tensors, subclass inner tensors) and eager profiling marks.
-_TRACING_ARTIFACTS = {torch.ops.aten.detach.default}
-for _name in ("_record_function_enter", "_record_function_enter_new", "_record_function_exit"):
-    _packet = getattr(torch.ops.profiler, _name, None)
-    if _packet is not None:
-        _TRACING_ARTIFACTS.update(getattr(_packet, o) for o in _packet.overloads())
-
-
-def drop_dead_tracing_artifacts(gm: torch.fx.GraphModule) -> None:
-    """Erase unused calls in ``_TRACING_ARTIFACTS`` (user operators stay, used or not)."""
-    erased = False
-    for node in reversed(list(gm.graph.nodes)):
-        if node.op == "call_function" and node.target in _TRACING_ARTIFACTS and not node.users:
-            gm.graph.erase_node(node)
-            erased = True
-    if erased:
-        gm.recompile()
-
-
 def prepare(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool) -> torch.fx.GraphModule:
     """Everything this module and ``regions`` do between recording and lifting."""
-    from . import regions
-    drop_dead_tracing_artifacts(gm)
+    from . import regions, tracer_artifacts
+    tracer_artifacts.drop_dead(gm)
     hoist_constants(gm, fake_mode)
     regions.wrap_regions(gm, grad_enabled)
     clean_metadata(gm)

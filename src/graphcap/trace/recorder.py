@@ -28,7 +28,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
 from ..pytree import auto_register, holds_tensor
-from . import hops, python_overrides
+from . import hops, python_overrides, subclass_access
 
 
 @dataclass
@@ -199,7 +199,7 @@ def record(
 
     try:
         with fake_mode, _exporting_flags(), _restore_grad_mode(), preserved_module_attributes(root), \
-                hops.capture_context(), python_overrides.installed(), \
+                hops.capture_context(), python_overrides.installed(), subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
