@@ -176,3 +176,23 @@ def test_trace_error_like_keeps_the_type_and_attributes():
     err = graphcap.errors.TraceError.like(original, "what happened", where="here", fix="do this")
     assert isinstance(err, KeyError) and isinstance(err, graphcap.errors.TraceError)
     assert err.extra == 5 and str(err).startswith("what happened") and "How to fix: do this" in str(err)
+
+
+def test_max_and_min_inside_a_cond_branch_keep_their_meaning():
+    # dynamo captures the branch; it must see Python's builtins, or max is recorded as min
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            def small(x, y):
+                n = max(x.shape[0], 2)
+                return x[: min(n, 3)].sum() + y[0]
+
+            def large(x, y):
+                return x.sum() - y[0]
+
+            return torch.cond(x.sum() > 0, small, large, (x, y))
+
+    y = torch.randn(3)
+    ep = graphcap.export(M(), (torch.randn(5), y), dynamic_shapes=({0: graphcap.Dim("n", min=2)}, None))
+    for x in (torch.ones(5), -torch.ones(4), torch.ones(2), torch.ones(7)):
+        torch.testing.assert_close(ep.module()(x, y), M()(x, y))
+    assert builtins.max is max

@@ -276,7 +276,8 @@ def capture_context():
     compile_and_call = hop_utils._hop_compile_and_call
 
     def with_node_meta(fn, args, kwargs=None):
-        with fx_traceback.preserve_node_meta():
+        from .python_overrides import plain_builtins
+        with fx_traceback.preserve_node_meta(), plain_builtins():
             return compile_and_call(fn, args, kwargs)
 
     hop_utils._hop_compile_and_call = with_node_meta

@@ -41,7 +41,9 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _state = threading.local()
 _install_lock = threading.Lock()
 _install_count = 0
-_ORIGINAL = {"max": builtins.max, "min": builtins.min, "pow": math.pow}
+_suspend_count = 0
+_BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW = builtins.max, builtins.min, math.pow
+_ORIGINAL = {"max": _BUILTIN_MAX, "min": _BUILTIN_MIN, "pow": _MATH_POW}
 
 
 def _active() -> bool:
@@ -68,7 +70,8 @@ def _pairwise(a: Any, b: Any, *, is_max: bool) -> Any:
 
 def _min_max(*args: Any, is_max: bool, **kwargs: Any) -> Any:
     original = _ORIGINAL["max" if is_max else "min"]
-    if not _active() or kwargs:
+    # dynamo (capturing a control-flow body) knows the builtins itself; elsewhere only our thread
+    if torch.compiler.is_dynamo_compiling() or not _active() or kwargs:
         return original(*args, **kwargs)
     if len(args) == 1:
         (iterable,) = args
@@ -88,15 +91,19 @@ def _min_max(*args: Any, is_max: bool, **kwargs: Any) -> Any:
 
 
 def _traceable_max(*args: Any, **kwargs: Any) -> Any:
+    if torch.compiler.is_dynamo_compiling():
+        return _BUILTIN_MAX(*args, **kwargs)
     return _min_max(*args, is_max=True, **kwargs)
 
 
 def _traceable_min(*args: Any, **kwargs: Any) -> Any:
+    if torch.compiler.is_dynamo_compiling():
+        return _BUILTIN_MIN(*args, **kwargs)
     return _min_max(*args, is_max=False, **kwargs)
 
 
 def _traceable_pow(x: Any, y: Any) -> Any:
-    if _active() and any(isinstance(v, _SYMBOLIC) for v in (x, y)):
+    if not torch.compiler.is_dynamo_compiling() and _active() and any(isinstance(v, _SYMBOLIC) for v in (x, y)):
         return x ** y
     return _ORIGINAL["pow"](x, y)
 
@@ -104,20 +111,50 @@ def _traceable_pow(x: Any, y: Any) -> Any:
 _traceable_max.__name__, _traceable_min.__name__, _traceable_pow.__name__ = "max", "min", "pow"
 
 
+def _apply_builtins() -> None:
+    """Builtins replaced while some export traces and no control-flow capture runs (caller holds the lock)."""
+    replaced = _install_count > 0 and _suspend_count == 0
+    if replaced:
+        builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
+    else:
+        builtins.max, builtins.min, math.pow = _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW
+
+
 @contextlib.contextmanager
 def _builtins_replaced() -> Iterator[None]:
     global _install_count
     with _install_lock:
-        if _install_count == 0:
-            builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
         _install_count += 1
+        _apply_builtins()
     try:
         yield
     finally:
         with _install_lock:
             _install_count -= 1
-            if _install_count == 0:
-                builtins.max, builtins.min, math.pow = _ORIGINAL["max"], _ORIGINAL["min"], _ORIGINAL["pow"]
+            _apply_builtins()
+
+
+@contextlib.contextmanager
+def plain_builtins() -> Iterator[None]:
+    """Python's own ``max`` / ``min`` / ``math.pow`` for the block.
+
+    While dynamo captures a control-flow body (``torch.cond`` branches), it
+    must see the real builtins: it turns them into ``sym_max`` itself, and
+    inlining the replacements there gives a wrong program (a ``max`` recorded
+    as a ``min``). Another export tracing at the same moment meets the plain
+    builtins too, which at worst refuses a data-dependent ``max`` — never a
+    wrong program.
+    """
+    global _suspend_count
+    with _install_lock:
+        _suspend_count += 1
+        _apply_builtins()
+    try:
+        yield
+    finally:
+        with _install_lock:
+            _suspend_count -= 1
+            _apply_builtins()
 
 
 # -- indexing ---------------------------------------------------------------
@@ -199,6 +236,8 @@ class _TraceableCalls(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_dynamo_compiling():  # a control-flow body dynamo captures: it knows these
+            return func(*args, **kwargs)
         remap = _collective_remapper()
         if remap is not None:
             remapped = remap(func, args, kwargs)
