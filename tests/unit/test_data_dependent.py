@@ -196,3 +196,15 @@ def test_max_and_min_inside_a_cond_branch_keep_their_meaning():
     for x in (torch.ones(5), -torch.ones(4), torch.ones(2), torch.ones(7)):
         torch.testing.assert_close(ep.module()(x, y), M()(x, y))
     assert builtins.max is max
+
+
+def test_math_pow_of_an_int_item_is_a_float_as_in_python():
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return y * math.pow(min(x.item(), 10), 2)
+
+    ep = graphcap.export(M(), (torch.tensor(5), torch.arange(5)))
+    args = (torch.tensor(3), torch.arange(5))
+    got, want = ep.module()(*args), M()(*args)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want)

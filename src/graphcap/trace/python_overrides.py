@@ -8,8 +8,8 @@ data (an unbacked ``SymInt`` such as ``u0 = y.item()``):
   which needs to *decide* the comparison; ``torch.sym_max`` / ``sym_min``
   record it instead. On tensors they become ``torch.maximum`` /
   ``torch.minimum`` (or a ``clamp`` against a number), as a compiler would.
-* ``math.pow(p, 10)`` converts its arguments to ``float``; ``p ** 10`` keeps
-  them symbolic.
+* ``math.pow(p, 10)`` converts its arguments to ``float``; ``sym_float(p) ** 10``
+  keeps them symbolic (and the result a float, as ``math.pow`` gives).
 * ``t[i, :j]`` with a symbolic ``i``/``j`` (or an integer 0-dim tensor) is
   refused by the tensor indexing code, which accepts only Python ints; the
   same index is spelled with ``select`` / ``slice`` / ``unsqueeze``, which
@@ -104,7 +104,7 @@ def _traceable_min(*args: Any, **kwargs: Any) -> Any:
 
 def _traceable_pow(x: Any, y: Any) -> Any:
     if not torch.compiler.is_dynamo_compiling() and _active() and any(isinstance(v, _SYMBOLIC) for v in (x, y)):
-        return x ** y
+        return torch.sym_float(x) ** y  # math.pow gives a float, even of ints
     return _ORIGINAL["pow"](x, y)
 
 
