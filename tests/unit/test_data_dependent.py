@@ -208,3 +208,20 @@ def test_math_pow_of_an_int_item_is_a_float_as_in_python():
     got, want = ep.module()(*args), M()(*args)
     assert got.dtype == want.dtype == torch.float32
     torch.testing.assert_close(got, want)
+
+
+def test_real_tensor_propagation_decides_branches_and_asserts_the_decision():
+    import torch._functorch.config as functorch_config
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            if y.item() > 2:
+                return x.cos()
+            return x.sin()
+
+    with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
+        ep = graphcap.export(M(), (torch.randn(3), torch.tensor(5)))
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x, torch.tensor(7)), x.cos())
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+        ep.module()(x, torch.tensor(1))
