@@ -164,7 +164,9 @@ def test_real_tensor_propagation_mismatch_keeps_torchs_error_type():
         def forward(self, a):
             return bad_fake(a)
 
-    with torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
         with pytest.raises(MetadataMismatchError, match="Real tensor propagation found") as info:
             graphcap.export(M(), (torch.randn(4, 8),))
     assert isinstance(info.value, graphcap.errors.TraceError) and info.value.where is not None
