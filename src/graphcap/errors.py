@@ -11,6 +11,8 @@ import traceback
 from types import TracebackType
 from typing import Optional
 
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
 
 class GraphcapError(Exception):
     """Base class of every error graphcap raises on purpose."""
@@ -35,8 +37,70 @@ class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture."""
 
 
+class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
+    """Tracing needed to decide a condition on a value read from tensor data.
+
+    Also torch's ``GuardOnDataDependentSymNode`` (a ``RuntimeError``), which
+    torch.export raises in the same situation, so ``except`` clauses written
+    for torch keep working; ``cond`` is the undecidable condition.
+    """
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None,
+                 cond: object = None):
+        super().__init__(what, where=where, fix=fix)
+        # GuardOnDataDependentSymNode.__init__ takes the condition first and drops the message
+        parts = [what] + [f"{label}: {text}" for label, text in (("Where", where), ("How to fix", fix)) if text]
+        self.args = ("\n".join(parts),)
+        self.cond = cond
+
+
+class SubclassDecompositionError(UnsupportedError, ValueError):
+    """run_decompositions met a program that reads the inner tensors of a tensor subclass.
+
+    Also a ``ValueError``, the type torch.export raises where it refuses such a program.
+    """
+
+
 class TraceError(GraphcapError):
     """The user's program raised while it was being traced on fake tensors."""
+
+    @classmethod
+    def like(cls, original: BaseException, what: str, *, where: Optional[str] = None,
+             fix: Optional[str] = None) -> "TraceError":
+        """A TraceError that is also an instance of ``original``'s type.
+
+        torch.export lets the exception a traced program raises reach the
+        caller as it is, so callers catch it by its own type (``RuntimeError``,
+        torch's ``MetadataMismatchError``); graphcap adds what/where/fix and
+        keeps the type. The original's attributes are copied over; its
+        ``__init__`` is not run again (its arguments are not known).
+        """
+        base = type(original)
+        if not isinstance(original, Exception) or issubclass(base, GraphcapError):
+            return cls(what, where=where, fix=fix)
+        try:
+            hybrid = _hybrid_trace_error(cls, base)
+        except TypeError:  # a builtin type whose layout cannot be combined
+            return cls(what, where=where, fix=fix)
+        err = hybrid.__new__(hybrid)
+        err.__dict__.update(getattr(original, "__dict__", {}))
+        plain = cls(what, where=where, fix=fix)
+        err.__dict__.update(plain.__dict__)
+        err.args = plain.args
+        return err
+
+
+_HYBRIDS: dict[tuple[type, type], type] = {}
+
+
+def _hybrid_trace_error(cls: type, base: type) -> type:
+    key = (cls, base)
+    if key not in _HYBRIDS:
+        hybrid = type(cls.__name__, (cls, base), {
+            "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}[{base.__name__}]",
+            "__str__": BaseException.__str__})  # graphcap's message as it is (KeyError would quote it)
+        _HYBRIDS[key] = hybrid
+    return _HYBRIDS[key]
 
 
 class RuntimeInputError(GraphcapError, RuntimeError):

@@ -7,11 +7,13 @@ broken pass is found by name, not by a crash three steps later.
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from .errors import VerificationError
 from .signature import ConstantArgument, InputKind, OutputKind
@@ -30,8 +32,37 @@ _ALLOWED_PY_TARGETS = {
     torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite,
     torch.sym_sqrt, torch._sym_sqrt if hasattr(torch, "_sym_sqrt") else torch.sym_sqrt,
     torch._C._set_grad_enabled,
-    round,  # Python's round() on a symbolic size (torch.export refuses it)
+    operator.abs, operator.lshift, operator.rshift, operator.xor, operator.invert,
+    math.ceil, math.floor, math.trunc,
+    round,  # Python's round() on a symbolic size
 }
+if hasattr(torch, "sym_sum"):
+    _ALLOWED_PY_TARGETS.add(torch.sym_sum)
+
+
+def _predispatch_functions() -> set:
+    """Python functions torch's pre-dispatch tracer records as calls of their own.
+
+    ``torch.vmap`` / ``torch.func.jvp`` inside forward and autocast regions
+    are recorded as calls that enter and leave the transform
+    (``_vmap_increment_nesting``, ``_add_batch_dim``, ...) around the ATen
+    operators of the body; the program runs them as they are.
+    """
+    import torch._functorch.predispatch as predispatch
+    from torch.amp import autocast_mode
+    from torch.fx.experimental import symbolic_shapes
+    names = ("_add_batch_dim", "_remove_batch_dim", "_vmap_increment_nesting", "_vmap_decrement_nesting",
+             "lazy_load_decompositions", "_make_dual", "_unpack_dual", "_jvp_increment_nesting",
+             "_jvp_decrement_nesting", "_unwrap_for_grad", "_enter_dual_level", "_exit_dual_level")
+    found = {getattr(predispatch, n) for n in names if hasattr(predispatch, n)}
+    found |= {getattr(autocast_mode, n) for n in ("_enter_autocast", "_exit_autocast") if hasattr(autocast_mode, n)}
+    found |= {torch.autograd.grad_mode.set_grad_enabled}
+    if hasattr(symbolic_shapes, "cast_symbool_to_symint_guardless"):
+        found.add(symbolic_shapes.cast_symbool_to_symint_guardless)
+    return found
+
+
+_ALLOWED_PY_TARGETS |= _predispatch_functions()
 
 
 def _placeholders(ep) -> list[torch.fx.Node]:
@@ -80,6 +111,19 @@ def rule_state_present(ep) -> Iterator[Violation]:
             yield (spec.arg.name, f"constant {spec.target!r} missing from constants")
 
 
+def rule_state_is_real(ep) -> Iterator[Violation]:
+    """No value of the trace is kept as state: a fake tensor of the program's own fake mode among
+    the weights or constants is something the tracer failed to follow (it stands for data the
+    program computes). Fake weights the user exports on purpose belong to the user's fake mode."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    modes = {id(v.fake_mode) for n in _placeholders(ep) for v in [n.meta.get("val")] if isinstance(v, FakeTensor)}
+    for store_name, store in (("state_dict", ep.state_dict), ("constants", ep.constants)):
+        for name, value in store.items():
+            if isinstance(value, FakeTensor) and id(value.fake_mode) in modes:
+                yield (name, f"{store_name}[{name!r}] is a fake tensor of the trace; a value the program "
+                             f"computes was taken for a constant")
+
+
 def rule_mutation_targets(ep) -> Iterator[Violation]:
     sig = ep.graph_signature
     buffers = set(sig.buffers)
@@ -125,7 +169,8 @@ def rule_no_state_get_attr(ep) -> Iterator[Violation]:
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 value = getattr(gm, node.target, None)
-                if not isinstance(value, torch.fx.GraphModule):
+                # a TreeSpec is structure, not state (flat_apply's function and argument specs)
+                if not isinstance(value, (torch.fx.GraphModule, pytree.TreeSpec)):
                     yield (node.name, f"get_attr of {node.target!r}: state must be lifted to a placeholder")
             if node.op in ("call_module", "call_method"):
                 yield (node.name, f"{node.op} nodes are not part of the IR; only call_function")
@@ -200,6 +245,7 @@ RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
     ("inputs-match-signature", rule_inputs_match_signature),
     ("outputs-match-signature", rule_outputs_match_signature),
     ("state-present", rule_state_present),
+    ("state-is-real", rule_state_is_real),
     ("mutation-targets", rule_mutation_targets),
     ("every-node-has-val", rule_every_node_has_val),
     ("operator-metadata", rule_operator_metadata),

@@ -28,13 +28,15 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import GraphcapError, TraceError, UnsupportedError
+from ..errors import GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
                          OutputSpec, TensorArgument)
@@ -173,6 +175,14 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
         node.target = name
 
 
+def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node]) -> None:
+    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had."""
+    new = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, old in zip(new, old_placeholders):
+        if "val" not in node.meta and "val" in old.meta:
+            node.meta["val"] = old.meta["val"]
+
+
 def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:
     new = []
     for entry in entries:
@@ -188,6 +198,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
     table: TableView = as_table(decomp_table)
     gm = ep.graph_module
+    _refuse_subclass_reads(gm)
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fake_args = [p.meta.get("val") for p in placeholders]
@@ -235,6 +246,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
             fix="Use the out-of-place form (x = x.t()) in the model.")
 
     _rename_placeholders(new_gm, [p.name for p in placeholders])
+    _keep_placeholder_values(new_gm, placeholders)
     new_gm.graph.lint()
     metadata.finalize(new_gm)
     new_gm.recompile()
@@ -242,10 +254,65 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
-    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, dict(ep.range_constraints),
+    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
                              _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
+
+
+def _refuse_subclass_reads(gm: torch.fx.GraphModule) -> None:
+    """The retrace cannot follow a read of a subclass's inner tensor (``t.a``): refuse, naming the input.
+
+    Replaying ``access_subclass_inner_tensor`` on a fake subclass gives a tensor the recorder
+    never saw, which it would bake into the program as a constant.
+    """
+    access = getattr(getattr(torch.ops, "export", None), "access_subclass_inner_tensor", None)
+    if access is None:
+        return
+    reads = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is access.default]
+    if not reads:
+        return
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    sources = [n for n in gm.graph.nodes if n.op == "placeholder"
+               and is_traceable_wrapper_subclass(n.meta.get("val"))]
+    name = sources[0].name if sources else reads[0].args[0].name
+    raise SubclassDecompositionError(
+        f"It looks like {name} is a tensor subclass whose inner tensors the program reads "
+        f"(node {reads[0].name}: .{reads[0].args[1]}); graphcap's run_decompositions cannot yet break "
+        f"tensor subclasses down into plain tensors.",
+        where=f"node {reads[0].name}",
+        fix="Keep the training-IR program (skip run_decompositions), or make the subclass a plain "
+            "tensor (or its inner tensors separate parameters/buffers) before exporting.")
+
+
+def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
+                             fake_mode: FakeTensorMode) -> dict:
+    """The program's ranges, plus one for every symbol the retrace made.
+
+    Replaying a data-dependent operator (``.item()``, ``nonzero()``) makes a
+    fresh unbacked symbol (``u1`` for the old ``u0``); the replayed
+    ``torch._check`` asserts have already narrowed its range in the ShapeEnv,
+    which is where its entry comes from.
+    """
+    ranges = dict(ep.range_constraints)
+    env = fake_mode.shape_env
+    if env is None:
+        return ranges
+    known = {str(k) for k in ranges}
+    for gm in new_gm.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for node in gm.graph.nodes:
+            for value in pytree.tree_leaves(node.meta.get("val")):
+                sizes = list(value.shape) if isinstance(value, torch.Tensor) else [value]
+                for size in sizes:
+                    if not isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                        continue
+                    for sym in env.replace(size.node.expr).free_symbols:
+                        if str(sym) not in known:
+                            known.add(str(sym))
+                            ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
+    return ranges
 
 
 def _declared_mutations(sig: ExportGraphSignature, placeholders: list[torch.fx.Node]) -> dict[int, int]:

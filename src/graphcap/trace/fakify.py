@@ -19,7 +19,8 @@ def new_fake_mode() -> FakeTensorMode:
     Real tensors met while tracing (a constant made in ``forward``) are allowed
     and become graph constants, which the lifting step turns into inputs.
     """
-    shape_env = ShapeEnv(assume_static_by_default=True, tracked_fakes=[])
+    # trace_asserts: a Python `assert` on a value read from data becomes a runtime assert, as in torch.export
+    shape_env = ShapeEnv(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
     return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
 
 

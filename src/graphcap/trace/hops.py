@@ -276,7 +276,8 @@ def capture_context():
     compile_and_call = hop_utils._hop_compile_and_call
 
     def with_node_meta(fn, args, kwargs=None):
-        with fx_traceback.preserve_node_meta():
+        from .python_overrides import plain_builtins
+        with fx_traceback.preserve_node_meta(), plain_builtins():
             return compile_and_call(fn, args, kwargs)
 
     hop_utils._hop_compile_and_call = with_node_meta
@@ -290,7 +291,8 @@ def capture_context():
 
 def prepare(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool) -> torch.fx.GraphModule:
     """Everything this module and ``regions`` do between recording and lifting."""
-    from . import regions
+    from . import regions, tracer_artifacts
+    tracer_artifacts.drop_dead(gm)
     hoist_constants(gm, fake_mode)
     regions.wrap_regions(gm, grad_enabled)
     clean_metadata(gm)

@@ -70,11 +70,13 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
                     layout: StateLayout, fake_mode: FakeTensorMode) -> list[tuple[torch.fx.Node, str, torch.Tensor]]:
     """Replace ``get_attr`` constants by placeholders; returns (node, target, tensor)."""
     lifted: dict[int, tuple[torch.fx.Node, str, torch.Tensor]] = {}
+    by_attr: dict[str, Any] = {}  # several get_attr nodes may read one attribute
     anonymous = 0
     for node in list(gm.graph.nodes):
         if node.op != "get_attr":
             continue
-        value = getattr(gm, node.target)
+        value = by_attr[node.target] if node.target in by_attr else getattr(gm, node.target)
+        by_attr[node.target] = value
         if not isinstance(value, torch.Tensor):
             continue  # submodules of control-flow operators stay as they are
         if id(value) not in lifted:
@@ -89,7 +91,8 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
             lifted[id(value)] = (ph, target, value)
         node.replace_all_uses_with(lifted[id(value)][0])
         gm.graph.erase_node(node)
-        delattr(gm, node.target)
+        if hasattr(gm, node.target):
+            delattr(gm, node.target)
     return list(lifted.values())
 
 

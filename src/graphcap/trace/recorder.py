@@ -28,7 +28,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
 from ..pytree import auto_register, holds_tensor
-from . import hops
+from . import hops, python_overrides, subclass_access
 
 
 @dataclass
@@ -199,7 +199,8 @@ def record(
 
     try:
         with fake_mode, _exporting_flags(), _restore_grad_mode(), preserved_module_attributes(root), \
-                hops.capture_context(), _torch_stack_traces_off() as saved_setting:
+                hops.capture_context(), python_overrides.installed(), subclass_access.recorded(flat_inputs), \
+                _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
@@ -270,7 +271,7 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     if control_flow is not None:
         return control_flow
     if "DataDependent" in name or "data-dependent" in str(e).lower():
-        from ..dynamic.constraints import explain_data_dependent
+        from .data_dependent import explain_data_dependent
         return explain_data_dependent(e, program_name, where)
     if "Please convert all Tensors to FakeTensors" in str(e) or "non-Fake Tensor" in str(e):
         return UnsupportedError(
@@ -278,8 +279,10 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
             f"lift ({text}).",
             where=where,
             fix="Register the tensor as a buffer (module.register_buffer) or pass it as an input.")
-    return TraceError(
-        f"{program_name} raised {name} while graphcap ran it on fake tensors: {text}",
+    full_text = str(e).strip() or name
+    return TraceError.like(
+        e, f"{program_name} raised {name} while graphcap ran it on fake tensors: "
+           f"{full_text if len(full_text) < 4000 else text}",
         where=where,
         fix="Check that the example inputs are valid for the model (calling it eagerly with them "
             "should work). If it does run eagerly, the line above does something that needs real "

@@ -1,0 +1,265 @@
+"""Python constructs that plain Python cannot run on symbolic values, made traceable.
+
+Non-strict capture runs the user's Python as it is. A few everyday constructs
+would then need a concrete value where the trace only has a symbol read from
+data (an unbacked ``SymInt`` such as ``u0 = y.item()``):
+
+* ``max(n, 128)`` / ``min(...)`` compare their arguments with ``>``/``<``,
+  which needs to *decide* the comparison; ``torch.sym_max`` / ``sym_min``
+  record it instead. On tensors they become ``torch.maximum`` /
+  ``torch.minimum`` (or a ``clamp`` against a number), as a compiler would.
+* ``math.pow(p, 10)`` converts its arguments to ``float``; ``sym_float(p) ** 10``
+  keeps them symbolic (and the result a float, as ``math.pow`` gives).
+* ``t[i, :j]`` with a symbolic ``i``/``j`` (or an integer 0-dim tensor) is
+  refused by the tensor indexing code, which accepts only Python ints; the
+  same index is spelled with ``select`` / ``slice`` / ``unsqueeze``, which
+  take symbolic integers.
+* ``torch.tensor([u0])`` with symbolic data is built by torch's reference
+  implementation, which records the value instead of reading it.
+* the legacy in-place collectives of ``torch.distributed`` are redirected to
+  their functional (traceable) forms.
+
+Everything is active only inside :func:`installed`, on the thread that runs the
+export: the replaced builtins delegate to the originals on other threads and
+are put back when the last export leaves.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import math
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+_state = threading.local()
+_install_lock = threading.Lock()
+_install_count = 0
+_suspend_count = 0
+_BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW = builtins.max, builtins.min, math.pow
+_ORIGINAL = {"max": _BUILTIN_MAX, "min": _BUILTIN_MIN, "pow": _MATH_POW}
+
+
+def _active() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+# -- builtins ---------------------------------------------------------------
+
+def _pairwise(a: Any, b: Any, *, is_max: bool) -> Any:
+    """``max(a, b)`` / ``min(a, b)`` without deciding a comparison of symbolic values."""
+    a_tensor, b_tensor = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
+    if a_tensor and b_tensor:
+        return torch.maximum(a, b) if is_max else torch.minimum(a, b)
+    if a_tensor or b_tensor:
+        tensor, other = (a, b) if a_tensor else (b, a)
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return torch.clamp(tensor, min=other) if is_max else torch.clamp(tensor, max=other)
+    elif isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        if all(isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in (a, b)):
+            return torch.sym_max(a, b) if is_max else torch.sym_min(a, b)
+    original = _ORIGINAL["max" if is_max else "min"]
+    return original(a, b)
+
+
+def _min_max(*args: Any, is_max: bool, **kwargs: Any) -> Any:
+    original = _ORIGINAL["max" if is_max else "min"]
+    # dynamo (capturing a control-flow body) knows the builtins itself; elsewhere only our thread
+    if torch.compiler.is_dynamo_compiling() or not _active() or kwargs:
+        return original(*args, **kwargs)
+    if len(args) == 1:
+        (iterable,) = args
+        if isinstance(iterable, torch.Tensor):
+            return original(iterable)  # iterating a tensor: keep Python's meaning
+        try:
+            items = list(iterable)
+        except TypeError:
+            return original(*args)
+        if not any(isinstance(v, (torch.Tensor, torch.SymInt)) for v in items):
+            return original(items)  # (the iterable is consumed: pass the list)
+    else:
+        items = list(args)
+        if not any(isinstance(v, (torch.Tensor, torch.SymInt)) for v in items):
+            return original(*args)
+    return functools.reduce(lambda a, b: _pairwise(a, b, is_max=is_max), items)
+
+
+def _traceable_max(*args: Any, **kwargs: Any) -> Any:
+    if torch.compiler.is_dynamo_compiling():
+        return _BUILTIN_MAX(*args, **kwargs)
+    return _min_max(*args, is_max=True, **kwargs)
+
+
+def _traceable_min(*args: Any, **kwargs: Any) -> Any:
+    if torch.compiler.is_dynamo_compiling():
+        return _BUILTIN_MIN(*args, **kwargs)
+    return _min_max(*args, is_max=False, **kwargs)
+
+
+def _traceable_pow(x: Any, y: Any) -> Any:
+    if not torch.compiler.is_dynamo_compiling() and _active() and any(isinstance(v, _SYMBOLIC) for v in (x, y)):
+        return torch.sym_float(x) ** y  # math.pow gives a float, even of ints
+    return _ORIGINAL["pow"](x, y)
+
+
+_traceable_max.__name__, _traceable_min.__name__, _traceable_pow.__name__ = "max", "min", "pow"
+
+
+def _apply_builtins() -> None:
+    """Builtins replaced while some export traces and no control-flow capture runs (caller holds the lock)."""
+    replaced = _install_count > 0 and _suspend_count == 0
+    if replaced:
+        builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
+    else:
+        builtins.max, builtins.min, math.pow = _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW
+
+
+@contextlib.contextmanager
+def _builtins_replaced() -> Iterator[None]:
+    global _install_count
+    with _install_lock:
+        _install_count += 1
+        _apply_builtins()
+    try:
+        yield
+    finally:
+        with _install_lock:
+            _install_count -= 1
+            _apply_builtins()
+
+
+@contextlib.contextmanager
+def plain_builtins() -> Iterator[None]:
+    """Python's own ``max`` / ``min`` / ``math.pow`` for the block.
+
+    While dynamo captures a control-flow body (``torch.cond`` branches), it
+    must see the real builtins: it turns them into ``sym_max`` itself, and
+    inlining the replacements there gives a wrong program (a ``max`` recorded
+    as a ``min``). Another export tracing at the same moment meets the plain
+    builtins too, which at worst refuses a data-dependent ``max`` — never a
+    wrong program.
+    """
+    global _suspend_count
+    with _install_lock:
+        _suspend_count += 1
+        _apply_builtins()
+    try:
+        yield
+    finally:
+        with _install_lock:
+            _suspend_count -= 1
+            _apply_builtins()
+
+
+# -- indexing ---------------------------------------------------------------
+
+def _is_integer_scalar_tensor(item: Any) -> bool:
+    return (isinstance(item, torch.Tensor) and item.ndim == 0 and not item.is_floating_point()
+            and not item.is_complex() and item.dtype is not torch.bool
+            and not torch._C._functorch.is_batchedtensor(item))
+
+
+def _as_index(item: Any) -> Any:
+    return item.item() if _is_integer_scalar_tensor(item) else item
+
+
+def _needs_rewrite(items: list) -> bool:
+    for item in items:
+        if isinstance(item, torch.SymInt) or _is_integer_scalar_tensor(item):
+            return True
+        if isinstance(item, slice) and any(
+                isinstance(v, torch.SymInt) or _is_integer_scalar_tensor(v)
+                for v in (item.start, item.stop, item.step)):
+            return True
+    return False
+
+
+def _index_as_calls(t: torch.Tensor, index: Any) -> Optional[Callable[[], torch.Tensor]]:
+    """``t[index]`` as a chain of ``select`` / ``slice`` / ``unsqueeze`` calls, or None to leave it."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if not _needs_rewrite(items):
+        return None
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        return None
+    if any(i is Ellipsis for i in items):
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items[at:at + 1] = [slice(None)] * (t.ndim - consumed)
+    steps: list[Callable[[torch.Tensor], torch.Tensor]] = []
+    dim = 0
+    for item in items:
+        if item is None:
+            steps.append(functools.partial(lambda d, x: torch.unsqueeze(x, d), dim))
+            dim += 1
+        elif isinstance(item, bool):
+            return None  # t[True] adds a dimension: leave it to tensor indexing
+        elif isinstance(item, (int, torch.SymInt)) or _is_integer_scalar_tensor(item):
+            steps.append(functools.partial(lambda d, i, x: torch.select(x, d, _as_index(i)), dim, item))
+        elif isinstance(item, slice):
+            no_op = item.start is None and item.stop is None and (
+                item.step is None or (type(item.step) is int and item.step == 1))
+            if not no_op:
+                step = 1 if item.step is None else item.step
+                steps.append(functools.partial(
+                    lambda d, s, x: torch.ops.aten.slice(x, d, _as_index(s.start), _as_index(s.stop),
+                                                         _as_index(step)), dim, item))
+            dim += 1
+        else:
+            return None  # tensor / list indices: advanced indexing handles them
+
+    def run() -> torch.Tensor:
+        out = t
+        for step in steps:
+            out = step(out)
+        return out
+
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def _collective_remapper() -> Optional[Callable]:
+    """torch.distributed's map from a legacy collective call to its functional form, if available."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed._functional_collectives import _remap_traceable_collective
+    return _remap_traceable_collective
+
+
+class _TraceableCalls(TorchFunctionMode):
+    """Redirects the torch calls listed in the module docstring to traceable equivalents."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.compiler.is_dynamo_compiling():  # a control-flow body dynamo captures: it knows these
+            return func(*args, **kwargs)
+        remap = _collective_remapper()
+        if remap is not None:
+            remapped = remap(func, args, kwargs)
+            if remapped is not None:
+                func, args, kwargs = remapped
+        if func is torch.tensor and args and any(
+                isinstance(v, _SYMBOLIC) for v in pytree.tree_leaves(args[0])):
+            return torch._refs.tensor(*args, **kwargs)
+        if getattr(func, "__name__", None) == "__getitem__" and len(args) == 2 \
+                and isinstance(args[0], torch.Tensor) and not kwargs:
+            run = _index_as_calls(args[0], args[1])
+            if run is not None:
+                return run()
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """Make the constructs of the module docstring traceable for the trace run inside."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        with _builtins_replaced(), _TraceableCalls():
+            yield
+    finally:
+        _state.depth -= 1
