@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
-from .errors import RuntimeInputError
+from .errors import ExportInputError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
 
@@ -213,3 +213,37 @@ def _finite(bound: Any) -> bool:
 
 def _shape_str(tree: Any) -> str:
     return repr(tree).replace("'*'", "*")
+
+
+def check_example_inputs(value: Any, in_spec: Any) -> None:
+    """Refuse example inputs that are not ``(args_tuple, kwargs_dict)`` with the program's input
+    structure (keyword order aside): what ``ep.example_inputs = ...`` accepts."""
+    if value is None:
+        return
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and isinstance(value[1], dict)):
+        raise ExportInputError(
+            f"Example inputs must be a tuple (args, kwargs) of a tuple and a dict, but got "
+            f"{type(value).__name__}.", where="ep.example_inputs = ...",
+            fix="Assign ((x, y), {}) for positional inputs x and y, ((x,), {'flag': f}) with keywords.")
+    args, kwargs = value
+    if in_spec is None:
+        return
+    kwargs = _kwargs_in_spec_order(kwargs, in_spec)
+    spec = pytree.tree_structure((args, kwargs))
+    if spec != in_spec:
+        expected = pytree.tree_unflatten(["*"] * in_spec.num_leaves, in_spec)
+        got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+        raise ExportInputError(
+            f"Trying to flatten user inputs with exported input tree spec: the example inputs are "
+            f"shaped like {_shape_str(got)}, but the program takes {_shape_str(expected)}.",
+            where="ep.example_inputs = ...",
+            fix="Give inputs with the same positional and keyword arguments and containers as the program.")
+
+
+def _kwargs_in_spec_order(kwargs: dict, in_spec: Any) -> dict:
+    """``kwargs`` in the order the program's input structure lists its keywords (when the keys agree)."""
+    kw_spec = in_spec.child(1) if in_spec.num_children == 2 else None
+    if kw_spec is not None and kw_spec.context is not None and set(kwargs) == set(kw_spec.context):
+        return {k: kwargs[k] for k in kw_spec.context}
+    return kwargs
