@@ -197,8 +197,8 @@ class ExportedProgram:
     # -- behaviour (delegated) ---------------------------------------------
     def module(self) -> torch.nn.Module:
         """A runnable module: checks inputs, runs the graph, writes mutations back."""
-        from .runtime import ExportedModule
-        return ExportedModule(self)
+        from .runtime import build_module
+        return build_module(self)
 
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
