@@ -195,12 +195,17 @@ class InputChecker:
                 deferred.append((leaf, i, expected, got))
 
     def _dtype_interchangeable(self, exported: torch.dtype, got: torch.dtype) -> bool:
-        """An integer tensor of another integer dtype computes what eager computes when the
-        program never names the exported dtype (no cast, no dtype-typed factory): ATen's own type
-        promotion then decides the result dtype at run time, as in eager."""
+        """A wider integer tensor than the exported one (int64 for int32) computes what eager
+        computes when the program never names the exported dtype (no cast, no dtype-typed
+        factory): ATen's type promotion then decides every result dtype at run time, as in eager,
+        and every value the exported dtype holds is held by the wider one. Narrower integers and
+        other kinds of dtype stay refused."""
         def integral(d):
             return not d.is_floating_point and not d.is_complex and d is not torch.bool
-        return integral(exported) and integral(got) and exported not in self._named_dtypes
+        if not (integral(exported) and integral(got)) or exported in self._named_dtypes:
+            return False
+        have, want = torch.iinfo(got), torch.iinfo(exported)
+        return have.min <= want.min and have.max >= want.max
 
     def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
         rng = self._ranges.get(sym)
