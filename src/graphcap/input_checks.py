@@ -18,6 +18,7 @@ import torch
 import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import bound_sympy
 
 from . import input_guards as guards
 from .input_guards import placeholder_leaves
@@ -122,11 +123,12 @@ class InputChecker:
         bindings: dict[sympy.Symbol, Any] = {}
         sources: dict[sympy.Symbol, str] = {}
         deferred: list[tuple[_TensorLeaf, int, Any, int]] = []
+        exprs: dict[Any, tuple[str, Any]] = {}  # derived-dim expression -> (first source, its size)
         for leaf, value in zip(self._leaves, leaves):
             if isinstance(leaf, _ConstantLeaf):
                 self._check_constant(leaf, value)
                 continue
-            self._check_tensor(leaf, value, bindings, sources, deferred)
+            self._check_tensor(leaf, value, bindings, sources, deferred, exprs)
         if any(not isinstance(v, int) for v in bindings.values()):
             return  # symbolic sizes: relations are the tracer's to record
         for leaf, i, expr, got in deferred:
@@ -153,7 +155,7 @@ class InputChecker:
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
 
-    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred) -> None:
+    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred, exprs) -> None:
         if not isinstance(value, torch.Tensor):
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
@@ -192,6 +194,7 @@ class InputChecker:
                     bindings[expected] = got if isinstance(got, torch.SymInt) else int(got)
                     sources[expected] = source
             else:
+                self._check_expr(path, source, expected, got, exprs)
                 deferred.append((leaf, i, expected, got))
 
     def _dtype_interchangeable(self, exported: torch.dtype, got: torch.dtype) -> bool:
@@ -207,8 +210,31 @@ class InputChecker:
         have, want = torch.iinfo(got), torch.iinfo(exported)
         return have.min <= want.min and have.max >= want.max
 
+    def _check_expr(self, path: str, source: str, expr: Any, got: Any, exprs: dict) -> None:
+        """A size given by an expression (a derived dim): within the range the expression takes,
+        and equal to an earlier size with the same expression. Checked in input order, so the
+        first input that breaks one is the one named."""
+        self._check_range(path, source, expr, got)
+        if expr in exprs:
+            earlier, size = exprs[expr]
+            if size != got:
+                raise InputGuardError(
+                    guards.with_guard(f"Expected input at {path} to be equal to {size}, but got {got}",
+                                      f"{source} == {earlier}"),
+                    fix=f"This dimension is {expr} in the exported program, as an earlier input's is; "
+                        f"the sizes must agree.")
+        else:
+            exprs[expr] = (source, got)
+
+    def _range_of(self, expr: Any) -> Any:
+        if expr in self._ranges or isinstance(expr, sympy.Symbol):
+            return self._ranges.get(expr)
+        if not expr.free_symbols <= set(self._ranges):
+            return None
+        return bound_sympy(expr, {s: self._ranges[s] for s in expr.free_symbols})
+
     def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
-        rng = self._ranges.get(sym)
+        rng = self._range_of(sym)
         if rng is None:
             return
         lower, upper = rng.lower, rng.upper
