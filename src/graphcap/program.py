@@ -195,10 +195,33 @@ class ExportedProgram:
             yield b
 
     # -- behaviour (delegated) ---------------------------------------------
-    def module(self) -> torch.nn.Module:
-        """A runnable module: checks inputs, runs the graph, writes mutations back."""
+    def module(self, check_guards: bool = True) -> torch.fx.GraphModule:
+        """A runnable ``torch.fx.GraphModule``: checks inputs, runs the graph, writes updates back.
+
+        With ``check_guards=True`` the leaf checks are a ``_guards_fn`` call in the graph (so a
+        re-export traces them); with ``False`` they run in the forward pre-hook instead.
+        Either way every input is checked before anything is computed.
+        """
         from .runtime import build_module
-        return build_module(self)
+        return build_module(self, guards_in_graph=check_guards)
+
+    def _num_lifted_params_buffers(self) -> int:
+        """How many placeholders (parameters, buffers, constants) come before the user inputs."""
+        specs = self._graph_signature.input_specs
+        return next((i for i, s in enumerate(specs) if s.kind is InputKind.USER_INPUT), len(specs))
+
+    def _graph_module_flat_inputs(self, args: tuple, kwargs: dict) -> tuple:
+        """What ``graph_module`` takes for the call ``(*args, **kwargs)``: the lifted state, then
+        the checked, flattened user inputs."""
+        from .input_checks import InputChecker
+        leaves = InputChecker(self)(tuple(args), dict(kwargs or {}))
+        state = []
+        for spec in self._graph_signature.input_specs:
+            if spec.kind is InputKind.USER_INPUT:
+                continue
+            in_state = spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
+            state.append((self._state_dict if in_state else self._constants)[spec.target])
+        return (*state, *leaves)
 
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""

@@ -53,9 +53,13 @@ class InputGuards(torch.nn.Module):
 
 
 def _check_structure(module: "ExportedModule", args: tuple, kwargs: dict) -> None:
+    """The pre-hook: the structure always; the leaves too when the graph does not check them."""
     if torch.compiler.is_dynamo_compiling():
         return
-    module._checker.check_structure(args, kwargs)
+    if getattr(module, "_leaf_checks_in_hook", False):
+        module._checker(args, kwargs)
+    else:
+        module._checker.check_structure(args, kwargs)
 
 
 class ExportedModule(torch.fx.GraphModule):
@@ -74,6 +78,7 @@ class ExportedModule(torch.fx.GraphModule):
         _settle_constants(new, self._constant_fqns)
         new._checker = new._guards_fn.checker if isinstance(getattr(new, "_guards_fn", None), InputGuards) \
             else copy.deepcopy(self._checker, memo)
+        new._leaf_checks_in_hook = self._leaf_checks_in_hook
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
         return new
 
@@ -90,7 +95,7 @@ def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) ->
     module._constant_fqns = list(constant_fqns)
 
 
-def build_module(ep) -> ExportedModule:
+def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     """``ep.module()``: see the module docstring."""
     sig = ep.graph_signature
     source = copy.deepcopy(ep.graph_module)  # subgraphs of control flow come along; ep stays untouched
@@ -138,7 +143,7 @@ def build_module(ep) -> ExportedModule:
     # Leaf checks, first thing after the inputs arrive.
     user_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     guards = InputGuards(checker)
-    if user_placeholders:
+    if user_placeholders and guards_in_graph:
         source.add_module("_guards_fn", guards)
         with graph.inserting_after(user_placeholders[-1]):
             call = graph.call_module("_guards_fn", tuple(user_placeholders))
@@ -156,13 +161,15 @@ def build_module(ep) -> ExportedModule:
     for node in graph.nodes:
         if node.op in ("get_attr", "call_module") and node.target not in state_nodes and node.target != "_guards_fn":
             _install(root, node.target, _fetch(source, node.target))
-    root._guards_fn = guards
+    if guards_in_graph:
+        root._guards_fn = guards
     module = ExportedModule(root, graph)
     module.graph.lint()
     module.meta.update(ep.graph_module.meta)
     _settle_constants(module, [s.target for s in sig.input_specs
                                if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)])
     module._checker = checker
+    module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
     module.register_forward_pre_hook(_check_structure, with_kwargs=True)
     return module
 

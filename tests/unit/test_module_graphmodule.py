@@ -176,3 +176,22 @@ def test_module_calls_from_threads_are_independent():
     assert not errors and len(results) == 4
     for r in results:
         torch.testing.assert_close(r, expected)
+
+
+def test_check_guards_false_checks_in_the_pre_hook_instead():
+    m = _export().module(check_guards=False)
+    assert not [n for n in m.graph.nodes if n.op == "call_module"]
+    args, kwargs = _inputs()
+    m(*args, **kwargs)
+    with pytest.raises(AssertionError, match=r"Guard failed: x.size\(\)\[0\] == 2"):
+        m(torch.randn(5, 3), **kwargs)
+
+
+def test_graph_module_flat_inputs_feed_the_program_graph():
+    model = Model()
+    ep = _export(copy.deepcopy(model))
+    args, kwargs = _inputs()
+    flat = ep._graph_module_flat_inputs(args, kwargs)
+    assert ep._num_lifted_params_buffers() == 4 and len(flat) == 6
+    out = ep.graph_module(*flat)  # (updated steps, user outputs...)
+    torch.testing.assert_close(out[1], model(*args, **kwargs)["out"])
