@@ -67,7 +67,7 @@ class ExportedModule(torch.fx.GraphModule):
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
-        for fqn in self._constant_fqns:  # plain attributes, which nn.Module does not move
+        for fqn in getattr(self, "_constant_fqns", ()):  # plain attributes, which nn.Module does not move
             owner, value, field = _owner(self, fqn)
             if isinstance(value, torch.Tensor):
                 owner.__dict__[field] = fn(value)
