@@ -114,6 +114,21 @@ class RuntimeInputError(GraphcapError, RuntimeError):
         super().__init__(what, where=where, fix=fix)
 
 
+class InputGuardError(RuntimeInputError, AssertionError):
+    """An input value or size breaks what the program was specialized on.
+
+    Also an ``AssertionError``, the type torch.export's ``module()`` raises for a failed
+    input guard, and the message carries torch's ``Guard failed: <condition>`` line.
+    """
+
+
+class InputStructureError(RuntimeInputError, ValueError):
+    """The inputs given to ``ep.module()`` have another structure (count, containers, keys).
+
+    Also a ``ValueError``, as torch.export's ``module()`` raises in that case.
+    """
+
+
 class VerificationError(GraphcapError):
     """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``)."""
 

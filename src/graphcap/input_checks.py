@@ -9,15 +9,20 @@ path, what was expected and what came.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import sympy
 import torch
+import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import bound_sympy
 
-from .errors import RuntimeInputError
+from . import input_guards as guards
+from .input_guards import placeholder_leaves
+from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
 
@@ -28,6 +33,7 @@ _STATIC_FIX = ("The program was exported with this dimension static. To accept o
 @dataclass
 class _TensorLeaf:
     path: str
+    source: str  # torch's name of the input, for the ``Guard failed:`` line
     dtype: torch.dtype
     device: torch.device
     dims: list[Any]  # int or sympy expression
@@ -36,6 +42,7 @@ class _TensorLeaf:
 @dataclass
 class _ConstantLeaf:
     path: str
+    source: str
     value: Any
 
 
@@ -53,76 +60,107 @@ def _same_device(expected: torch.device, got: torch.device) -> bool:
 
 
 class InputChecker:
+    """The checks of one program's inputs; ``check_structure`` then ``check_leaves`` (or call it)."""
+
     def __init__(self, ep):
         in_spec = ep.call_spec[0]
         self._in_spec = in_spec
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         user_specs = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
-        dummy = pytree.tree_unflatten([0] * in_spec.num_leaves, in_spec)
+        dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
         paths = [input_path_str(p) for p, _ in pytree.tree_flatten_with_path(dummy)[0]]
+        root = ep.module_call_graph[0].signature if ep.module_call_graph else None
+        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec)
+        sources = guards.leaf_sources(in_spec, self.arg_names)
         self._leaves: list[Any] = []
-        for spec, path in zip(user_specs, paths):
+        for spec, path, source in zip(user_specs, paths, sources):
             val = placeholders[spec.arg.name].meta.get("val")
             if isinstance(val, torch.Tensor):
-                self._leaves.append(_TensorLeaf(path, val.dtype, val.device, [_dim_expr(s) for s in val.shape]))
+                self._leaves.append(_TensorLeaf(path, source, val.dtype, val.device,
+                                                [_dim_expr(s) for s in val.shape]))
             else:
-                self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
+                self._leaves.append(_ConstantLeaf(path, source, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._relations = _input_relations(ep.graph, self._leaves)
+        self._named_dtypes = _dtypes_named_in(ep.graph_module)
 
     # -- structure -----------------------------------------------------------
-    def _flatten(self, args: tuple, kwargs: dict) -> list[Any]:
-        kw_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
-        if kw_spec is not None and kw_spec.context is not None and set(kwargs) == set(kw_spec.context):
-            kwargs = {k: kwargs[k] for k in kw_spec.context}
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            expected = pytree.tree_unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
-            got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
-            raise RuntimeInputError(
-                f"The inputs do not have the structure the program was exported with: expected "
-                f"(args, kwargs) shaped like {_shape_str(expected)}, but got {_shape_str(got)}.",
-                where="ep.module()(*args, **kwargs)",
-                fix="Pass the same positional and keyword arguments, with the same containers, as "
-                    "the example inputs given to export (each * is one tensor or value).")
-        return leaves
+    def check_structure(self, args: tuple, kwargs: dict) -> None:
+        """Refuse inputs whose containers, counts or keys differ from the exported ones
+        (keys of a dict may come in any order: they are read by key)."""
+        spec = pytree.tree_structure((tuple(args), dict(kwargs)))
+        if _same_structure(spec, self._in_spec):
+            return
+        expected = pytree.tree_unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
+        got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+        raise InputStructureError(
+            f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
+            f"the structure the program was exported with: expected (args, kwargs) shaped like "
+            f"{_shape_str(expected)}, but got {_shape_str(got)}.",
+            where="ep.module()(*args, **kwargs)",
+            fix="Pass the same positional and keyword arguments, with the same containers, as "
+                "the example inputs given to export (each * is one tensor or value).")
+
+    def flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+        """The input leaves in placeholder order, after the structure check."""
+        self.check_structure(args, kwargs)
+        return fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple, kwargs: dict) -> list[Any]:
-        leaves = self._flatten(args, kwargs)
-        bindings: dict[sympy.Symbol, int] = {}
-        deferred: list[tuple[str, Any, int]] = []
+        leaves = self.flat_inputs(args, kwargs)
+        self.check_leaves(leaves)
+        return leaves
+
+    def check_leaves(self, leaves: list[Any]) -> None:
+        """Every leaf against its exported dtype, device, sizes or value, then the relations
+        between sizes. While a tracer runs the check (re-export of ``module()``), a symbolic size
+        is compared through guards and is never made concrete."""
+        if len(leaves) != len(self._leaves):
+            raise InputStructureError(
+                f"Unexpected number of inputs (expected {len(self._leaves)}, got {len(leaves)})",
+                fix="Pass the same inputs as the example inputs given to export.")
+        bindings: dict[sympy.Symbol, Any] = {}
+        sources: dict[sympy.Symbol, str] = {}
+        deferred: list[tuple[_TensorLeaf, int, Any, int]] = []
+        exprs: dict[Any, tuple[str, Any]] = {}  # derived-dim expression -> (first source, its size)
         for leaf, value in zip(self._leaves, leaves):
             if isinstance(leaf, _ConstantLeaf):
                 self._check_constant(leaf, value)
                 continue
-            self._check_tensor(leaf, value, bindings, deferred)
-        for path, expr, got in deferred:
-            self._check_derived(path, expr, got, bindings)
+            self._check_tensor(leaf, value, bindings, sources, deferred, exprs)
+        if any(not isinstance(v, int) for v in bindings.values()):
+            return  # symbolic sizes: relations are the tracer's to record
+        for leaf, i, expr, got in deferred:
+            self._check_derived(leaf, i, expr, got, bindings, sources)
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
                 got = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
-                raise RuntimeInputError(
-                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",
+                raise InputGuardError(
+                    guards.with_guard(
+                        f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",
+                        guards.expr_condition(relation, sources)),
                     fix="The program was specialized on this relation between input sizes at export "
                         "(a shape comparison in Python); export with inputs on the other side of it "
                         "to get a program for them, or use torch.cond to keep both sides.")
-        return leaves
 
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
-        if type(value) is not type(leaf.value) or value != leaf.value:
-            raise RuntimeInputError(
-                f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+        same_nan = isinstance(leaf.value, float) and math.isnan(leaf.value) \
+            and isinstance(value, float) and math.isnan(value)
+        if type(value) is not type(leaf.value) or (value != leaf.value and not same_nan):
+            raise InputGuardError(
+                guards.with_guard(f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+                                  guards.value_condition(leaf.source, leaf.value)),
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
 
-    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, deferred) -> None:
+    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred, exprs) -> None:
         if not isinstance(value, torch.Tensor):
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
                 fix="Pass a tensor here, as in the example inputs given to export.")
-        if value.dtype != leaf.dtype:
+        if value.dtype != leaf.dtype and not self._dtype_interchangeable(leaf.dtype, value.dtype):
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to have dtype {leaf.dtype}, but got {value.dtype}",
                 fix=f"Convert the input first, e.g. x.to({leaf.dtype}).")
@@ -136,49 +174,99 @@ class InputChecker:
                 f"Expected input at {leaf.path} to have {len(leaf.dims)} dimensions, but got "
                 f"{value.dim()}", fix="Pass a tensor of the same rank as the example input.")
         for i, (expected, got) in enumerate(zip(leaf.dims, value.shape)):
-            path = f"{leaf.path}.shape[{i}]"
+            path, source = f"{leaf.path}.shape[{i}]", guards.size_source(leaf.source, i)
             if isinstance(expected, int):
                 if got != expected:
-                    raise RuntimeInputError(
-                        f"Expected input at {path} to be equal to {expected}, but got {got}", fix=_STATIC_FIX)
+                    raise InputGuardError(
+                        guards.with_guard(f"Expected input at {path} to be equal to {expected}, but got {got}",
+                                          f"{source} == {expected}"), fix=_STATIC_FIX)
             elif isinstance(expected, sympy.Symbol):
-                self._check_range(path, expected, got)
-                if expected in bindings and bindings[expected] != got:
-                    raise RuntimeInputError(
-                        f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}",
-                        fix=f"This dimension shares the symbol {expected} with an earlier input "
-                            f"dimension of size {bindings[expected]}; the sizes must agree.")
-                bindings[expected] = int(got)
+                self._check_range(path, source, expected, got)
+                if expected in bindings:
+                    if bindings[expected] != got:
+                        raise InputGuardError(
+                            guards.with_guard(
+                                f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}",
+                                f"{source} == {sources[expected]}"),
+                            fix=f"This dimension shares the symbol {expected} with an earlier input "
+                                f"dimension of size {bindings[expected]}; the sizes must agree.")
+                else:
+                    bindings[expected] = got if isinstance(got, torch.SymInt) else int(got)
+                    sources[expected] = source
             else:
-                deferred.append((path, expected, int(got)))
+                self._check_expr(path, source, expected, got, exprs)
+                deferred.append((leaf, i, expected, got))
 
-    def _check_range(self, path: str, sym: Any, got: int) -> None:
-        rng = self._ranges.get(sym)
+    def _dtype_interchangeable(self, exported: torch.dtype, got: torch.dtype) -> bool:
+        """A wider integer tensor than the exported one (int64 for int32) computes what eager
+        computes when the program never names the exported dtype (no cast, no dtype-typed
+        factory): ATen's type promotion then decides every result dtype at run time, as in eager,
+        and every value the exported dtype holds is held by the wider one. Narrower integers and
+        other kinds of dtype stay refused."""
+        def integral(d):
+            return not d.is_floating_point and not d.is_complex and d is not torch.bool
+        if not (integral(exported) and integral(got)) or exported in self._named_dtypes:
+            return False
+        have, want = torch.iinfo(got), torch.iinfo(exported)
+        return have.min <= want.min and have.max >= want.max
+
+    def _check_expr(self, path: str, source: str, expr: Any, got: Any, exprs: dict) -> None:
+        """A size given by an expression (a derived dim): within the range the expression takes,
+        and equal to an earlier size with the same expression. Checked in input order, so the
+        first input that breaks one is the one named."""
+        self._check_range(path, source, expr, got)
+        if expr in exprs:
+            earlier, size = exprs[expr]
+            if size != got:
+                raise InputGuardError(
+                    guards.with_guard(f"Expected input at {path} to be equal to {size}, but got {got}",
+                                      f"{source} == {earlier}"),
+                    fix=f"This dimension is {expr} in the exported program, as an earlier input's is; "
+                        f"the sizes must agree.")
+        else:
+            exprs[expr] = (source, got)
+
+    def _range_of(self, expr: Any) -> Any:
+        if expr in self._ranges or isinstance(expr, sympy.Symbol):
+            return self._ranges.get(expr)
+        if not expr.free_symbols <= set(self._ranges):
+            return None
+        return bound_sympy(expr, {s: self._ranges[s] for s in expr.free_symbols})
+
+    def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
+        rng = self._range_of(sym)
         if rng is None:
             return
         lower, upper = rng.lower, rng.upper
         if _finite(lower) and got < int(lower):
-            raise RuntimeInputError(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
-                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+            raise InputGuardError(
+                guards.with_guard(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
+                                  f"{source} >= {int(lower)}"),
+                fix=f"The program accepts sizes in [{lower}, {upper}] here.")
         if _finite(upper) and got > int(upper):
-            raise RuntimeInputError(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
-                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+            raise InputGuardError(
+                guards.with_guard(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
+                                  f"{source} <= {int(upper)}"),
+                fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
-    def _check_derived(self, path: str, expr: Any, got: int, bindings) -> None:
+    def _check_derived(self, leaf: _TensorLeaf, dim: int, expr: Any, got: int, bindings, sources) -> None:
+        path, source = f"{leaf.path}.shape[{dim}]", guards.size_source(leaf.source, dim)
         free = expr.free_symbols
         if not free.issubset(bindings):
             root = next(iter(free))
             solved = sympy.solve(sympy.Eq(expr, got), root)
             if len(solved) != 1 or not solved[0].is_integer:
-                raise RuntimeInputError(
-                    f"Expected input at {path} to be of the form {expr}, but got {got}",
+                raise InputGuardError(
+                    guards.with_guard(f"Expected input at {path} to be of the form {expr}, but got {got}",
+                                      f"{source} == {guards.expr_condition(expr, {root: root.name})}"),
                     fix=f"Choose a size that {expr} can take for an integer {root}.")
             bindings[root] = int(solved[0])
-            self._check_range(path, root, int(solved[0]))
+            self._check_range(path, source, root, int(solved[0]))
         want = int(expr.subs(bindings))
         if want != got:
-            raise RuntimeInputError(
-                f"Expected input at {path} to be equal to {want}, but got {got}",
+            raise InputGuardError(
+                guards.with_guard(f"Expected input at {path} to be equal to {want}, but got {got}",
+                                  f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
 
 
@@ -202,6 +290,33 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     return out
 
 
+def _same_structure(a: Any, b: Any) -> bool:
+    """Tree specs equal, except that a dict's keys may come in any order."""
+    if a.type is not b.type or a.num_children != b.num_children:
+        return False
+    if a.type is dict:
+        if set(a.context) != set(b.context):
+            return False
+        order = {k: i for i, k in enumerate(a.context)}
+        return all(_same_structure(a.child(order[k]), b.child(j)) for j, k in enumerate(b.context))
+    if a.context != b.context:
+        return False
+    return all(_same_structure(a.child(i), b.child(i)) for i in range(a.num_children))
+
+
+def _dtypes_named_in(gm: torch.fx.GraphModule) -> set:
+    """Every dtype an operator of the program (its subgraphs included) takes as an argument."""
+    named = set()
+    for mod in gm.modules():
+        if not isinstance(mod, torch.fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            for leaf in pytree.tree_leaves((node.args, node.kwargs)):
+                if isinstance(leaf, torch.dtype):
+                    named.add(leaf)
+    return named
+
+
 def _as_names(names: dict) -> dict:
     return {s: sympy.Symbol(n) for s, n in names.items()}
 
@@ -213,3 +328,37 @@ def _finite(bound: Any) -> bool:
 
 def _shape_str(tree: Any) -> str:
     return repr(tree).replace("'*'", "*")
+
+
+def check_example_inputs(value: Any, in_spec: Any) -> None:
+    """Refuse example inputs that are not ``(args_tuple, kwargs_dict)`` with the program's input
+    structure (keyword order aside): what ``ep.example_inputs = ...`` accepts."""
+    if value is None:
+        return
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and isinstance(value[1], dict)):
+        raise ExportInputError(
+            f"Example inputs must be a tuple (args, kwargs) of a tuple and a dict, but got "
+            f"{type(value).__name__}.", where="ep.example_inputs = ...",
+            fix="Assign ((x, y), {}) for positional inputs x and y, ((x,), {'flag': f}) with keywords.")
+    args, kwargs = value
+    if in_spec is None:
+        return
+    kwargs = _kwargs_in_spec_order(kwargs, in_spec)
+    spec = pytree.tree_structure((args, kwargs))
+    if spec != in_spec:
+        expected = pytree.tree_unflatten(["*"] * in_spec.num_leaves, in_spec)
+        got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+        raise ExportInputError(
+            f"Trying to flatten user inputs with exported input tree spec: the example inputs are "
+            f"shaped like {_shape_str(got)}, but the program takes {_shape_str(expected)}.",
+            where="ep.example_inputs = ...",
+            fix="Give inputs with the same positional and keyword arguments and containers as the program.")
+
+
+def _kwargs_in_spec_order(kwargs: dict, in_spec: Any) -> dict:
+    """``kwargs`` in the order the program's input structure lists its keywords (when the keys agree)."""
+    kw_spec = in_spec.child(1) if in_spec.num_children == 2 else None
+    if kw_spec is not None and kw_spec.context is not None and set(kwargs) == set(kw_spec.context):
+        return {k: kwargs[k] for k in kw_spec.context}
+    return kwargs

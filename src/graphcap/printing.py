@@ -28,3 +28,10 @@ def program_to_str(ep: "ExportedProgram") -> str:
     signature = textwrap.indent(str(ep.graph_signature), "    ")
     return (f"ExportedProgram:\n{graph}\nGraph signature: {signature}\n"
             f"Range constraints: {range_constraints_str(ep.range_constraints)}\n")
+
+
+def signature_to_str(sig) -> str:
+    """``# inputs`` then ``# outputs``, one spec a line, as torch prints a graph signature."""
+    inputs = "\n".join(map(str, sig.input_specs))
+    outputs = "\n".join(map(str, sig.output_specs))
+    return f"\n# inputs\n{inputs}\n\n# outputs\n{outputs}\n"

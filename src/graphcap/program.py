@@ -10,12 +10,49 @@ checking, running and transforming programs lives in the modules that do it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+import copy
+from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 import torch.utils._pytree as pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
+
+
+class CallSpec(NamedTuple):
+    """(in_spec, out_spec) of the whole program: the pytree structure of (args, kwargs) and of the result."""
+
+    in_spec: Optional[pytree.TreeSpec]
+    out_spec: Optional[pytree.TreeSpec]
+
+
+class Verifier:
+    """graphcap's IR check (``graphcap.verifier``) as the class ``ep.verifier`` names.
+
+    ``dialect`` says which IR level the program is at, as torch names them:
+    ``TRAINING`` for what ``export`` returns, ``ATEN`` for what
+    ``run_decompositions`` returns.
+    """
+
+    dialect = "TRAINING"
+
+    def check(self, ep: "ExportedProgram") -> None:
+        from .verifier import verify
+        verify(ep)
+
+
+class InferenceVerifier(Verifier):
+    """The check of a program in the inference IR (functional core ATen)."""
+
+    dialect = "ATEN"
+
+
+def _read_only(name: str):
+    def refuse(self, value):
+        raise RuntimeError(f"Unable to set ExportedProgram's {name} attribute: an ExportedProgram is "
+                           f"rebuilt, not edited (ep._update(graph_module, graph_signature, ...) makes a "
+                           f"new one).")
+    return refuse
 
 
 class ExportedProgram:
@@ -30,14 +67,18 @@ class ExportedProgram:
         constants: Optional[dict[str, torch.Tensor]] = None,
         *,
         verify: bool = True,
+        verifiers: Optional[list[type]] = None,
     ):
         self._graph_module = graph_module
+        if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
+            graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
         self._graph_signature = graph_signature
         self._state_dict = state_dict
         self._range_constraints = range_constraints
         self._module_call_graph = module_call_graph
         self._example_inputs = example_inputs
-        self._constants = constants or {}
+        self._constants = constants if constants is not None else {}
+        self._verifiers = list(verifiers) if verifiers else [Verifier]
         if verify:
             self.validate()
 
@@ -71,14 +112,53 @@ class ExportedProgram:
         return self._module_call_graph
 
     @property
+    def tensor_constants(self) -> dict[str, torch.Tensor]:
+        """The lifted constants and non-persistent buffers (torch's other name for ``constants``)."""
+        return self._constants
+
+    @property
     def example_inputs(self) -> Optional[tuple[tuple, dict]]:
         return self._example_inputs
 
+    @example_inputs.setter
+    def example_inputs(self, value: Optional[tuple[tuple, dict]]) -> None:
+        """Replace the stored example inputs; they must have the program's input structure."""
+        from .input_checks import check_example_inputs
+        check_example_inputs(value, self.call_spec.in_spec)
+        self._example_inputs = value
+
     @property
-    def call_spec(self) -> tuple[pytree.TreeSpec, pytree.TreeSpec]:
+    def call_spec(self) -> CallSpec:
         """(in_spec, out_spec) of the whole program."""
+        if not self._module_call_graph:
+            return CallSpec(None, None)
         sig = self._module_call_graph[0].signature
-        return sig.in_spec, sig.out_spec
+        return CallSpec(sig.in_spec, sig.out_spec)
+
+    @property
+    def verifiers(self) -> list[type]:
+        return self._verifiers
+
+    @property
+    def verifier(self) -> type:
+        return self._verifiers[0]
+
+    @property
+    def dialect(self) -> str:
+        return self._verifiers[0].dialect
+
+    graph_module = graph_module.setter(_read_only("graph_module"))
+    graph = graph.setter(_read_only("graph"))
+    graph_signature = graph_signature.setter(_read_only("graph_signature"))
+    state_dict = state_dict.setter(_read_only("state_dict"))
+    constants = constants.setter(_read_only("constants"))
+    tensor_constants = tensor_constants.setter(_read_only("tensor_constants"))
+    range_constraints = range_constraints.setter(_read_only("range_constraints"))
+    module_call_graph = module_call_graph.setter(_read_only("module_call_graph"))
+    call_spec = call_spec.setter(_read_only("call_spec"))
+    verifiers = verifiers.setter(_read_only("verifiers"))
+    verifier = verifier.setter(_read_only("verifier"))
+    dialect = dialect.setter(_read_only("dialect"))
 
     def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]:
         for name in self._graph_signature.parameters:
@@ -94,25 +174,66 @@ class ExportedProgram:
                 store = self._constants if spec.persistent is False else self._state_dict
                 yield spec.target, store[spec.target]
 
+    # -- rebuilding ----------------------------------------------------------
+    def _update(self, graph_module: torch.fx.GraphModule, graph_signature: ExportGraphSignature, *,
+                state_dict: Optional[dict[str, torch.Tensor]] = None,
+                constants: Optional[dict[str, Any]] = None,
+                verifiers: Optional[list[type]] = None) -> "ExportedProgram":
+        """A new program with this one's ranges, call graph and example inputs and the given graph
+        and signature (and, if given, state, constants and verifiers): how torch-style passes
+        produce their result. The new program is verified."""
+        return ExportedProgram(
+            graph_module, graph_signature,
+            state_dict if state_dict is not None else self._state_dict,
+            copy.deepcopy(self._range_constraints), copy.deepcopy(self._module_call_graph),
+            example_inputs=self._example_inputs,
+            constants=constants if constants is not None else self._constants,
+            verifiers=verifiers if verifiers is not None else self._verifiers)
+
     def buffers(self) -> Iterator[torch.Tensor]:
         for _, b in self.named_buffers():
             yield b
 
     # -- behaviour (delegated) ---------------------------------------------
-    def module(self) -> torch.nn.Module:
-        """A runnable module: checks inputs, runs the graph, writes mutations back."""
-        from .runtime import ExportedModule
-        return ExportedModule(self)
+    def module(self, check_guards: bool = True) -> torch.fx.GraphModule:
+        """A runnable ``torch.fx.GraphModule``: checks inputs, runs the graph, writes updates back.
+
+        With ``check_guards=True`` the leaf checks are a ``_guards_fn`` call in the graph (so a
+        re-export traces them); with ``False`` they run in the forward pre-hook instead.
+        Either way every input is checked before anything is computed.
+        """
+        from .runtime import build_module
+        return build_module(self, guards_in_graph=check_guards)
+
+    def _num_lifted_params_buffers(self) -> int:
+        """How many placeholders (parameters, buffers, constants) come before the user inputs."""
+        specs = self._graph_signature.input_specs
+        return next((i for i, s in enumerate(specs) if s.kind is InputKind.USER_INPUT), len(specs))
+
+    def _graph_module_flat_inputs(self, args: tuple, kwargs: dict) -> tuple:
+        """What ``graph_module`` takes for the call ``(*args, **kwargs)``: the lifted state, then
+        the checked, flattened user inputs."""
+        from .input_checks import InputChecker
+        leaves = InputChecker(self)(tuple(args), dict(kwargs or {}))
+        state = []
+        for spec in self._graph_signature.input_specs:
+            if spec.kind is InputKind.USER_INPUT:
+                continue
+            in_state = spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
+            state.append((self._state_dict if in_state else self._constants)[spec.target])
+        return (*state, *leaves)
 
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
         from .passes import run_decompositions
-        return run_decompositions(self, decomp_table)
+        new_ep = run_decompositions(self, decomp_table)
+        new_ep._verifiers = [InferenceVerifier]
+        return new_ep
 
     def validate(self) -> None:
         """Check the IR invariants; raises ``VerificationError`` naming the node and rule."""
-        from .verifier import verify
-        verify(self)
+        for verifier in self._verifiers:
+            verifier().check(self)
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(

@@ -1,126 +1,234 @@
-"""``ep.module()``: the exported program as a runnable ``nn.Module``.
+"""``ep.module()``: the exported program as a runnable ``torch.fx.GraphModule``.
 
-Parameters and buffers are registered under their original paths (so
-``state_dict()`` keys are the user's FQNs and ``load_state_dict`` works);
-parameters and read-only buffers are shared with the program, buffers the
-program updates are copied so that running the module leaves the program as
-it was;
-constants are kept beside them and moved with ``.to()``. A call checks every
-input against the signature (``graphcap.input_checks``) before computing,
-runs the graph, writes buffer and input mutations back, and rebuilds the
-outputs in the structure — the same classes — the eager model returned.
+The program's graph takes its state as inputs; the module's graph reads it
+instead: every parameter, buffer and constant placeholder becomes a
+``get_attr`` of the attribute at the state's FQN (parameters and buffers
+registered as such, so ``state_dict()`` keys are the user's FQNs and
+``load_state_dict`` works; constants as plain attributes, moved with
+``.to()``), and every buffer or input update the program lists as an output
+is written back inside the graph with ``aten.copy_``. The graph's code takes
+the user's own arguments (``def forward(self, x, y):``): it flattens them with
+the program's input structure and rebuilds the outputs in the structure, and
+the classes, the eager model returned. The graph is the whole behaviour, so the
+module can be printed, transformed, recompiled and exported again.
+
+Inputs are checked before anything is computed: the structure (containers,
+counts, keys) by a forward pre-hook, every leaf (dtype, device, sizes, baked-in
+values, relations between sizes) by a ``_guards_fn`` submodule that the graph
+calls right after its placeholders. Parameters and read-only buffers are
+shared with the program; buffers the program updates are copied, so that
+running the module leaves the ExportedProgram (and other modules made from
+it) as they were.
 """
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
+from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 
+from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import InputKind, OutputKind
 
-
-def _install(root: torch.nn.Module, fqn: str, value: torch.Tensor, kind: str, persistent: bool = True) -> None:
-    *path, leaf = fqn.split(".")
-    mod = root
-    for part in path:
-        child = mod._modules.get(part)
-        if child is None:
-            child = torch.nn.Module()
-            mod.add_module(part, child)
-        mod = child
-    if kind == "parameter":
-        param = value if isinstance(value, torch.nn.Parameter) else torch.nn.Parameter(value, requires_grad=value.requires_grad)
-        mod.register_parameter(leaf, param)
-    else:
-        mod.register_buffer(leaf, value, persistent=persistent)
+_STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
+_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
-class ExportedModule(torch.nn.Module):
-    """Runs an ExportedProgram; see the module docstring."""
+class InputGuards(torch.nn.Module):
+    """The leaf checks of ``module()``'s inputs, called by the graph on the flat user inputs."""
 
-    def __init__(self, ep):
+    _is_impure = True  # a check with no users: dead-code elimination must keep it
+
+    def __init__(self, checker: InputChecker):
         super().__init__()
-        sig = ep.graph_signature
-        self._state_targets: list[tuple[InputKind, str]] = []
-        constants: dict[str, torch.Tensor] = {}
-        # Buffers the program updates get their own copy: running this module
-        # must not change the ExportedProgram (nor the other modules made from it).
-        updated = set(sig.buffers_to_mutate.values())
-        for spec in sig.input_specs:
-            if spec.kind is InputKind.PARAMETER:
-                if not _has(self, spec.target):
-                    _install(self, spec.target, ep.state_dict[spec.target], "parameter")
-            elif spec.kind is InputKind.BUFFER:
-                store = ep.constants if spec.persistent is False else ep.state_dict
-                value = store[spec.target]
-                if not _has(self, spec.target):
-                    _install(self, spec.target, value.clone() if spec.target in updated else value, "buffer",
-                             spec.persistent is not False)
-            elif spec.kind is InputKind.CONSTANT_TENSOR:
-                constants[spec.target] = ep.constants[spec.target]
-            else:
-                continue
-            self._state_targets.append((spec.kind, spec.target))
-        self._constants = constants
-        # The graph is held outside nn.Module's registry: it owns no state, and
-        # its name must not shadow a user submodule.
-        object.__setattr__(self, "_graph", copy.deepcopy(ep.graph_module))
-        self._checker = InputChecker(ep)
-        self._out_spec = ep.call_spec[1]
-        user_index = {s.arg.name: i for i, s in enumerate(
-            s for s in sig.input_specs if s.kind is InputKind.USER_INPUT)}
-        # (buffer FQN, None) or (None, flat user input index) per mutation output
-        self._mutations = [(s.target, None) if s.kind is OutputKind.BUFFER_MUTATION else (None, user_index[s.target])
-                           for s in sig.output_specs
-                           if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
+        self.checker = checker
 
-    def _state_value(self, kind: InputKind, target: str) -> torch.Tensor:
-        if kind is InputKind.PARAMETER:
-            return self.get_parameter(target)
-        if kind is InputKind.BUFFER:
-            return self.get_buffer(target)
-        return self._constants[target]
+    def forward(self, *flat_inputs: Any) -> None:
+        if torch.compiler.is_dynamo_compiling():
+            return
+        self.checker.check_leaves(list(flat_inputs))
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        user = self._checker(args, kwargs)
-        state = [self._state_value(kind, target) for kind, target in self._state_targets]
-        outputs = self._graph(*state, *user)
-        n_mut = len(self._mutations)
-        with torch.no_grad():
-            for (buffer, user_index), value in zip(self._mutations, outputs[:n_mut]):
-                dest = self.get_buffer(buffer) if buffer is not None else user[user_index]
-                if value is not dest:
-                    dest.copy_(value)
-        return pytree.tree_unflatten(list(outputs[n_mut:]), self._out_spec)
+
+def _check_structure(module: "ExportedModule", args: tuple, kwargs: dict) -> None:
+    """The pre-hook: the structure always; the leaves too when the graph does not check them."""
+    if torch.compiler.is_dynamo_compiling():
+        return
+    if getattr(module, "_leaf_checks_in_hook", False):
+        module._checker(args, kwargs)
+    else:
+        module._checker.check_structure(args, kwargs)
+
+
+class ExportedModule(torch.fx.GraphModule):
+    """What ``ep.module()`` returns; see the module docstring."""
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
-        self._constants = {k: fn(v) for k, v in self._constants.items()}
+        for fqn in getattr(self, "_constant_fqns", ()):  # plain attributes, which nn.Module does not move
+            owner, value, field = _owner(self, fqn)
+            if isinstance(value, torch.Tensor):
+                owner.__dict__[field] = fn(value)
         return self
 
-    def __repr__(self) -> str:
-        return f"ExportedModule({len(self._state_targets)} state tensors)"
-
-    @property
-    def graph(self) -> torch.fx.Graph:
-        return self._graph.graph
-
-    @property
-    def code(self) -> str:
-        return self._graph.code
+    def __deepcopy__(self, memo):
+        new = super().__deepcopy__(memo)  # a GraphModule copy: constants come back as buffers, hooks go
+        _settle_constants(new, self._constant_fqns)
+        new._checker = new._guards_fn.checker if isinstance(getattr(new, "_guards_fn", None), InputGuards) \
+            else copy.deepcopy(self._checker, memo)
+        new._leaf_checks_in_hook = self._leaf_checks_in_hook
+        new.register_forward_pre_hook(_check_structure, with_kwargs=True)
+        return new
 
 
-def _has(root: torch.nn.Module, fqn: str) -> bool:
-    try:
-        root.get_parameter(fqn)
-        return True
-    except AttributeError:
-        pass
-    try:
-        root.get_buffer(fqn)
-        return True
-    except AttributeError:
-        return False
+def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) -> None:
+    """Constants as plain attributes again (GraphModule registers any plain tensor it copies as
+    a buffer, which would put constants in ``state_dict``)."""
+    for fqn in constant_fqns:
+        owner, value, field = _owner(module, fqn)
+        if field in getattr(owner, "_buffers", {}):
+            owner._buffers.pop(field)
+            owner._non_persistent_buffers_set.discard(field)
+            owner.__dict__[field] = value
+    module._constant_fqns = list(constant_fqns)
+
+
+def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
+    """``ep.module()``: see the module docstring."""
+    sig = ep.graph_signature
+    source = copy.deepcopy(ep.graph_module)  # subgraphs of control flow come along; ep stays untouched
+    graph = source.graph
+    checker = InputChecker(ep)
+
+    # Lifted state -> get_attr of the attribute at its FQN.
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    state_nodes: dict[str, torch.fx.Node] = {}
+    user_nodes: dict[str, torch.fx.Node] = {}
+    for node, spec in zip(placeholders, sig.input_specs):
+        if spec.kind is InputKind.USER_INPUT:
+            user_nodes[node.name] = node
+            continue
+        if spec.kind not in _STATE_KINDS:
+            raise UnsupportedError(f"The program has a {spec.kind.name} input, which module() cannot run.",
+                                   where=f"graph input {node.name}",
+                                   fix="Only parameters, buffers, constants and user inputs are runnable.")
+        with graph.inserting_after(node), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the attribute is installed below
+            attr = graph.get_attr(spec.target)
+        node.replace_all_uses_with(attr)
+        attr.meta = dict(node.meta)
+        graph.erase_node(node)
+        state_nodes[spec.target] = attr
+
+    # Updates listed as outputs -> copy_ into the buffer or input, inside the graph.
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    user_values, written = [], {}
+    for value, spec in zip(values, sig.output_specs):
+        if spec.kind not in _MUTATION_KINDS:
+            user_values.append(value)
+            continue
+        dest = user_nodes[spec.target] if spec.kind is OutputKind.USER_INPUT_MUTATION else state_nodes[spec.target]
+        if value is dest:
+            continue  # updated in place by the graph already
+        with graph.inserting_before(output):
+            copy_node = graph.call_function(torch.ops.aten.copy_.default, (dest, value))
+        copy_node.meta.update({k: v for k, v in value.meta.items() if k in ("val", "nn_module_stack",
+                                                                              "stack_trace")})
+        written[value] = copy_node
+    output.args = (tuple(written.get(v, v) if isinstance(v, torch.fx.Node) else v for v in user_values),)
+
+    # Leaf checks, first thing after the inputs arrive.
+    user_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    guards = InputGuards(checker)
+    if user_placeholders and guards_in_graph:
+        source.add_module("_guards_fn", guards)
+        with graph.inserting_after(user_placeholders[-1]):
+            call = graph.call_module("_guards_fn", tuple(user_placeholders))
+        stack = next((n.meta["nn_module_stack"] for n in graph.nodes
+                      if n.op == "call_function" and n.meta.get("nn_module_stack")), None)
+        if stack is not None:
+            call.meta["nn_module_stack"] = stack
+
+    # Own arguments in, original structure out.
+    in_spec, out_spec = ep.call_spec
+    graph._codegen = _PyTreeCodeGen(_PyTreeInfo(checker.arg_names, in_spec, out_spec))
+
+    root = torch.nn.Module()
+    _install_state(root, ep)
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module") and node.target not in state_nodes and node.target != "_guards_fn":
+            _install(root, node.target, _fetch(source, node.target))
+    if guards_in_graph:
+        root._guards_fn = guards
+    module = ExportedModule(root, graph)
+    module.graph.lint()
+    module.meta.update(ep.graph_module.meta)
+    _settle_constants(module, [s.target for s in sig.input_specs
+                               if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)])
+    module._checker = checker
+    module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
+    module.register_forward_pre_hook(_check_structure, with_kwargs=True)
+    return module
+
+
+def _install_state(root: torch.nn.Module, ep) -> None:
+    """Parameters and buffers at their FQNs; constants as plain attributes."""
+    sig = ep.graph_signature
+    updated = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
+    for spec in sig.input_specs:
+        if spec.kind is InputKind.PARAMETER:
+            value = ep.state_dict[spec.target]
+            param = value if isinstance(value, torch.nn.Parameter) else \
+                torch.nn.Parameter(value, requires_grad=value.requires_grad)
+            _install(root, spec.target, param)
+        elif spec.kind is InputKind.BUFFER:
+            store = ep.constants if spec.persistent is False else ep.state_dict
+            value = store[spec.target]
+            # The module gets its own copy of what the program updates.
+            _install(root, spec.target, value.clone() if spec.target in updated else value,
+                     buffer=True, persistent=spec.persistent is not False)
+        elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
+            _install(root, spec.target, _constant_value(ep.constants[spec.target]))
+
+
+def _constant_value(value: Any) -> Any:
+    """A constant that requires grad is detached: constants are not trained."""
+    if isinstance(value, torch.Tensor) and value.requires_grad:
+        return value.detach()
+    return value
+
+
+def _install(root: torch.nn.Module, fqn: str, value: Any, buffer: bool = False, persistent: bool = True) -> None:
+    *path, leaf = fqn.split(".")
+    mod = root
+    for part in path:
+        child = getattr(mod, part, None)
+        if not isinstance(child, torch.nn.Module):
+            child = torch.nn.Module()
+            mod.add_module(part, child)
+        mod = child
+    if buffer:
+        mod.register_buffer(leaf, value, persistent=persistent)
+    elif isinstance(value, (torch.nn.Parameter, torch.nn.Module)):
+        setattr(mod, leaf, value)
+    else:
+        mod.__dict__[leaf] = value
+
+
+def _fetch(mod: torch.nn.Module, fqn: str) -> Any:
+    for part in fqn.split("."):
+        mod = getattr(mod, part)
+    return mod
+
+
+def _owner(root: torch.nn.Module, fqn: str) -> tuple[Any, Any, str]:
+    *path, field = fqn.split(".")
+    owner = root
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return root, None, field
+    return owner, getattr(owner, field, None), field

@@ -4,15 +4,52 @@ The names follow torch.export's so that both read alike. A signature is two
 ordered lists — ``input_specs`` (one per placeholder) and ``output_specs`` (one
 per output value) — and every other view (``parameters``, ``buffers_to_mutate``,
 ...) is derived from them, never stored twice.
+
+Interoperability with code written for torch.export (torch's own utilities
+such as ``torch.export.unflatten`` read graphcap's programs too):
+
+- the argument classes are subclasses of torch.export.graph_signature's plain
+  dataclasses (imported as data types only), so ``isinstance(arg,
+  ConstantArgument)`` with torch's class holds, and they compare equal to
+  torch's argument of the same kind and fields;
+- ``InputKind`` / ``OutputKind`` are graphcap's own enums whose members
+  compare equal to (and hash like) torch's members of the same name, and
+  ``InputKind(torch_member)`` converts;
+- specs built with torch's classes (by torch code that rebuilds a signature)
+  are converted to graphcap's on construction, so inside graphcap every kind
+  is graphcap's and ``spec.kind is InputKind.PARAMETER`` stays valid.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Optional, Union
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Union
+
+import torch.export.graph_signature as _torch_sig  # plain dataclasses and enums, used as data types
 
 
-class InputKind(enum.Enum):
+class _KindInterop(enum.Enum):
+    """Members equal to torch's member of the same name; ``Kind(torch_member)`` converts."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self)):
+            return self is other
+        if isinstance(other, enum.Enum) and type(other).__name__ == type(self).__name__:
+            return self._name_ == other._name_
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._name_)  # what Enum hashes by, so torch's member finds ours in a dict
+
+    @classmethod
+    def _missing_(cls, value: object):
+        if isinstance(value, enum.Enum) and type(value).__name__ == cls.__name__:
+            return cls.__members__.get(value.name)
+        return None
+
+
+class InputKind(_KindInterop):
     USER_INPUT = 1
     PARAMETER = 2
     BUFFER = 3
@@ -21,7 +58,7 @@ class InputKind(enum.Enum):
     TOKEN = 6
 
 
-class OutputKind(enum.Enum):
+class OutputKind(_KindInterop):
     USER_OUTPUT = 1
     LOSS_OUTPUT = 2
     BUFFER_MUTATION = 3
@@ -29,37 +66,84 @@ class OutputKind(enum.Enum):
     GRADIENT_TO_USER_INPUT = 5
     USER_INPUT_MUTATION = 6
     TOKEN = 7
+    PARAMETER_MUTATION = 8  # torch's name; graphcap never writes a parameter from a program
 
 
-@dataclasses.dataclass(frozen=True)
-class TensorArgument:
-    name: str
+class _ArgumentInterop:
+    """Equality with torch's argument of the same kind: same torch base class, same fields.
+
+    Arguments are mutable, as torch's are: torch's passes rename nodes through
+    ``replace_all_uses``, which assigns ``arg.name``.
+    """
+
+    _torch_cls: type
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, self._torch_cls):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self._torch_cls))
+
+    __hash__ = None  # mutable, as torch's are
 
 
-@dataclasses.dataclass(frozen=True)
-class SymIntArgument:
-    name: str
+@dataclasses.dataclass(eq=False)
+class TensorArgument(_ArgumentInterop, _torch_sig.TensorArgument):
+    _torch_cls = _torch_sig.TensorArgument
 
 
-@dataclasses.dataclass(frozen=True)
-class SymFloatArgument:
-    name: str
+@dataclasses.dataclass(eq=False)
+class SymIntArgument(_ArgumentInterop, _torch_sig.SymIntArgument):
+    _torch_cls = _torch_sig.SymIntArgument
 
 
-@dataclasses.dataclass(frozen=True)
-class SymBoolArgument:
-    name: str
+@dataclasses.dataclass(eq=False)
+class SymFloatArgument(_ArgumentInterop, _torch_sig.SymFloatArgument):
+    _torch_cls = _torch_sig.SymFloatArgument
 
 
-@dataclasses.dataclass(frozen=True)
-class ConstantArgument:
+@dataclasses.dataclass(eq=False)
+class SymBoolArgument(_ArgumentInterop, _torch_sig.SymBoolArgument):
+    _torch_cls = _torch_sig.SymBoolArgument
+
+
+@dataclasses.dataclass(eq=False)
+class ConstantArgument(_ArgumentInterop, _torch_sig.ConstantArgument):
     """A Python value baked into the program (an int input, a string output)."""
 
-    name: str
-    value: Any
+    _torch_cls = _torch_sig.ConstantArgument
 
 
-ArgumentSpec = Union[TensorArgument, SymIntArgument, SymFloatArgument, SymBoolArgument, ConstantArgument]
+@dataclasses.dataclass(eq=False)
+class CustomObjArgument(_ArgumentInterop, _torch_sig.CustomObjArgument):
+    """An opaque (script or custom-class) object; graphcap does not capture these yet."""
+
+    _torch_cls = _torch_sig.CustomObjArgument
+
+
+@dataclasses.dataclass(eq=False)
+class TokenArgument(_ArgumentInterop, _torch_sig.TokenArgument):
+    """An effect token; graphcap orders effects without tokens, so it never writes one."""
+
+    _torch_cls = _torch_sig.TokenArgument
+
+
+ArgumentSpec = Union[TensorArgument, SymIntArgument, SymFloatArgument, SymBoolArgument, ConstantArgument,
+                     CustomObjArgument, TokenArgument]
+
+_ARGUMENT_CLASSES = (TensorArgument, SymIntArgument, SymFloatArgument, SymBoolArgument, ConstantArgument,
+                     CustomObjArgument, TokenArgument)
+# Most derived first: graphcap's classes are subclasses of torch's.
+_OURS_FOR_TORCH = {cls._torch_cls: cls for cls in _ARGUMENT_CLASSES}
+
+
+def as_argument(arg: Any) -> Any:
+    """graphcap's argument for one of torch's (same fields); graphcap's and other values pass through."""
+    if isinstance(arg, _ARGUMENT_CLASSES):
+        return arg
+    ours = _OURS_FOR_TORCH.get(type(arg))
+    if ours is None:
+        return arg
+    return ours(**{f.name: getattr(arg, f.name) for f in dataclasses.fields(type(arg))})
 
 
 @dataclasses.dataclass
@@ -68,6 +152,10 @@ class InputSpec:
     arg: ArgumentSpec
     target: Optional[str] = None
     persistent: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        self.kind = InputKind(self.kind)
+        self.arg = as_argument(self.arg)
 
     def __str__(self) -> str:
         text = f"{self.arg.name}: {self.kind.name}"
@@ -84,6 +172,10 @@ class OutputSpec:
     arg: ArgumentSpec
     target: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        self.kind = OutputKind(self.kind)
+        self.arg = as_argument(self.arg)
+
     def __str__(self) -> str:
         name = self.arg.name if self.arg.name or not isinstance(self.arg, ConstantArgument) \
             else repr(self.arg.value)
@@ -94,9 +186,39 @@ class OutputSpec:
 
 
 @dataclasses.dataclass
+class ExportBackwardSignature:
+    """Where a joint (forward + backward) program puts its loss and gradients."""
+
+    gradients_to_parameters: dict[str, str]
+    gradients_to_user_inputs: dict[str, str]
+    loss_output: str
+
+
+def _as_input_spec(spec: Any) -> InputSpec:
+    if isinstance(spec, InputSpec):
+        return spec
+    return InputSpec(spec.kind, spec.arg, spec.target, getattr(spec, "persistent", None))
+
+
+def _as_output_spec(spec: Any) -> OutputSpec:
+    if isinstance(spec, OutputSpec):
+        return spec
+    return OutputSpec(spec.kind, spec.arg, spec.target)
+
+
+def _frozen(items) -> Mapping[str, str]:
+    return MappingProxyType(dict(items))
+
+
+@dataclasses.dataclass
 class ExportGraphSignature:
     input_specs: list[InputSpec]
     output_specs: list[OutputSpec]
+
+    def __post_init__(self) -> None:
+        # A signature rebuilt by torch's code (torch's InputSpec/OutputSpec) becomes graphcap's.
+        self.input_specs = [_as_input_spec(s) for s in self.input_specs]
+        self.output_specs = [_as_output_spec(s) for s in self.output_specs]
 
     def _inputs(self, kind: InputKind) -> list[InputSpec]:
         return [s for s in self.input_specs if s.kind is kind]
@@ -104,6 +226,13 @@ class ExportGraphSignature:
     def _outputs(self, kind: OutputKind) -> list[OutputSpec]:
         return [s for s in self.output_specs if s.kind is kind]
 
+    def _input_map(self, kind: InputKind, arg_cls: type) -> Mapping[str, str]:
+        return _frozen((s.arg.name, s.target) for s in self._inputs(kind) if isinstance(s.arg, arg_cls))
+
+    def _output_map(self, kind: OutputKind) -> Mapping[str, str]:
+        return _frozen((s.arg.name, s.target) for s in self._outputs(kind) if isinstance(s.arg, TensorArgument))
+
+    # -- lists of state, by FQN ----------------------------------------------
     @property
     def parameters(self) -> list[str]:
         return [s.target for s in self._inputs(InputKind.PARAMETER)]
@@ -121,39 +250,93 @@ class ExportGraphSignature:
         return [s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)]
 
     @property
+    def lifted_custom_objs(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.CUSTOM_OBJ)]
+
+    # -- user-facing inputs and outputs --------------------------------------
+    @property
     def user_inputs(self) -> list[Any]:
         return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
                 for s in self._inputs(InputKind.USER_INPUT)]
 
     @property
     def user_outputs(self) -> list[Any]:
+        """Names (or baked-in values) of the user outputs, the loss output included."""
         return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
-                for s in self._outputs(OutputKind.USER_OUTPUT)]
+                for s in self.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)]
+
+    # -- placeholder name -> FQN ---------------------------------------------
+    @property
+    def inputs_to_parameters(self) -> Mapping[str, str]:
+        return self._input_map(InputKind.PARAMETER, TensorArgument)
 
     @property
-    def inputs_to_parameters(self) -> dict[str, str]:
-        return {s.arg.name: s.target for s in self._inputs(InputKind.PARAMETER)}
+    def inputs_to_buffers(self) -> Mapping[str, str]:
+        return self._input_map(InputKind.BUFFER, TensorArgument)
 
     @property
-    def inputs_to_buffers(self) -> dict[str, str]:
-        return {s.arg.name: s.target for s in self._inputs(InputKind.BUFFER)}
+    def inputs_to_lifted_tensor_constants(self) -> Mapping[str, str]:
+        return self._input_map(InputKind.CONSTANT_TENSOR, TensorArgument)
 
     @property
-    def inputs_to_lifted_tensor_constants(self) -> dict[str, str]:
-        return {s.arg.name: s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)}
+    def inputs_to_lifted_custom_objs(self) -> Mapping[str, str]:
+        return self._input_map(InputKind.CUSTOM_OBJ, CustomObjArgument)
+
+    # -- output name -> what it updates --------------------------------------
+    @property
+    def buffers_to_mutate(self) -> Mapping[str, str]:
+        return self._output_map(OutputKind.BUFFER_MUTATION)
 
     @property
-    def buffers_to_mutate(self) -> dict[str, str]:
-        return {s.arg.name: s.target for s in self._outputs(OutputKind.BUFFER_MUTATION)}
+    def parameters_to_mutate(self) -> Mapping[str, str]:
+        return self._output_map(OutputKind.PARAMETER_MUTATION)
 
     @property
-    def user_inputs_to_mutate(self) -> dict[str, str]:
-        return {s.arg.name: s.target for s in self._outputs(OutputKind.USER_INPUT_MUTATION)}
+    def user_inputs_to_mutate(self) -> Mapping[str, str]:
+        return self._output_map(OutputKind.USER_INPUT_MUTATION)
+
+    # -- joint programs and effect tokens (never produced by graphcap) -------
+    @property
+    def backward_signature(self) -> Optional[ExportBackwardSignature]:
+        loss = [s.arg.name for s in self._outputs(OutputKind.LOSS_OUTPUT)]
+        if not loss:
+            return None
+        return ExportBackwardSignature(
+            gradients_to_parameters={s.arg.name: s.target for s in self._outputs(OutputKind.GRADIENT_TO_PARAMETER)},
+            gradients_to_user_inputs={s.arg.name: s.target
+                                      for s in self._outputs(OutputKind.GRADIENT_TO_USER_INPUT)},
+            loss_output=loss[0])
+
+    @property
+    def assertion_dep_token(self) -> Optional[Mapping[int, str]]:
+        return None
+
+    @property
+    def input_tokens(self) -> list[str]:
+        return [s.arg.name for s in self._inputs(InputKind.TOKEN)]
+
+    @property
+    def output_tokens(self) -> list[str]:
+        return [s.arg.name for s in self._outputs(OutputKind.TOKEN)]
+
+    # -- renaming ------------------------------------------------------------
+    def replace_all_uses(self, old: str, new: str) -> None:
+        """Rename the graph value ``old`` to ``new`` wherever a spec names it."""
+        for spec in [*self.input_specs, *self.output_specs]:
+            if not isinstance(spec.arg, ConstantArgument) and spec.arg.name == old:
+                spec.arg.name = new
+
+    def get_replace_hook(self, replace_inputs: bool = False):
+        """A hook for ``Node.replace_all_uses_with`` (through fx's ``_replace_hooks``) that
+        keeps the signature naming the values the graph outputs."""
+        def hook(old, new, user):
+            if user.op == "output" or (replace_inputs and old.op == "placeholder"):
+                self.replace_all_uses(old.name, new)
+        return hook
 
     def __str__(self) -> str:
-        inputs = "\n".join(map(str, self.input_specs))
-        outputs = "\n".join(map(str, self.output_specs))
-        return f"\n# inputs\n{inputs}\n\n# outputs\n{outputs}\n"
+        from .printing import signature_to_str
+        return signature_to_str(self)
 
 
 @dataclasses.dataclass
@@ -165,6 +348,16 @@ class ModuleCallSignature:
     in_spec: Any  # pytree.TreeSpec over (args, kwargs)
     out_spec: Any  # pytree.TreeSpec over the return value
     forward_arg_names: Optional[list[str]] = None
+
+    def __post_init__(self) -> None:
+        self.inputs = [as_argument(a) for a in self.inputs]
+        self.outputs = [as_argument(a) for a in self.outputs]
+
+    def replace_all_uses_with(self, original_node, new_node) -> None:
+        """Follow a node rename in the graph (torch's passes call this on every entry)."""
+        for arg in [*self.inputs, *self.outputs]:
+            if arg.name == original_node.name:
+                arg.name = new_node.name
 
 
 @dataclasses.dataclass

@@ -90,7 +90,8 @@ def test_derived_dims_print_like_torch_export():
     torch.testing.assert_close(m(torch.ones(7, 4), torch.ones(6, 4)), torch.full((6, 4), 2.0))
     with pytest.raises(graphcap.RuntimeInputError, match=r"\*args\[0\].shape\[0\] to be equal to 6, but got 5"):
         m(torch.ones(5, 4), torch.ones(5, 4))
-    with pytest.raises(graphcap.RuntimeInputError, match=r"to be >= 3, but got 2"):
+    # Checked in input order, as torch does: the derived size of the first input is out of its range.
+    with pytest.raises(graphcap.RuntimeInputError, match=r"to be >= 4, but got 3\nGuard failed: x.size\(\)\[0\] >= 4"):
         m(torch.ones(3, 4), torch.ones(2, 4))
 
 

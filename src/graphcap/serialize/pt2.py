@@ -33,7 +33,7 @@ class StructureOnlyProgram(ExportedProgram):
     and dtype only).
     """
 
-    def module(self) -> torch.nn.Module:
+    def module(self, check_guards: bool = True) -> torch.nn.Module:
         raise SerializationError(
             "This program was loaded with weights=False: it has the structure but no weights, so it "
             "cannot run.", where="ep.module()",

@@ -1,0 +1,109 @@
+"""torch.export's wording of failed input checks, beside graphcap's own.
+
+graphcap names an input by where it sits in the call (``*args[1]``,
+``**kwargs['mask']``); torch.export's ``module()`` names it by the forward's
+own parameter (``y``, ``ys[0]``, ``z['k']``) and words a failed check as a
+condition, ``Guard failed: x.size()[0] >= 3``. Code written against torch
+matches that phrase, so graphcap's errors carry both: its own sentence (what,
+where, how to fix) and torch's condition line.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import sympy
+import torch.utils._pytree as pytree
+
+
+def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any) -> list[str]:
+    """The name of each positional then keyword input, as the program's forward calls them.
+
+    The recorded forward parameter names are used when they fit the input
+    structure (one per positional argument and keyword, valid and distinct
+    identifiers); otherwise ``arg_0, arg_1, ...`` and the keyword names.
+    """
+    if _is_args_kwargs(in_spec):
+        n_args = in_spec.child(0).num_children
+        kwarg_names = [str(k) for k in in_spec.child(1).context]
+    else:
+        n_args, kwarg_names = in_spec.num_children, []
+    names = list(arg_names or [])
+    if len(names) == n_args + len(kwarg_names) and names[n_args:] == kwarg_names and _usable(names):
+        return names
+    if len(names) >= n_args and _usable(names[:n_args] + kwarg_names):
+        return names[:n_args] + kwarg_names
+    fallback = [f"arg_{i}" for i in range(n_args)] + kwarg_names
+    return fallback if _usable(fallback) else [f"arg_{i}" for i in range(n_args + len(kwarg_names))]
+
+
+def _is_args_kwargs(in_spec: Any) -> bool:
+    return (in_spec.type is tuple and in_spec.num_children == 2 and in_spec.child(0).type is tuple
+            and in_spec.child(1).type is dict)
+
+
+def _usable(names: list[str]) -> bool:
+    import keyword
+    return (len(set(names)) == len(names)
+            and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names))
+
+
+def placeholder_leaves(in_spec: Any) -> list[Any]:
+    """Stand-in leaves to rebuild the input structure with: tensors, since classes flattened by
+    their tensor-holding attributes list only attributes that hold one."""
+    import torch
+    return [torch.empty(0) for _ in range(in_spec.num_leaves)]
+
+
+def leaf_sources(in_spec: Any, names: list[str]) -> list[str]:
+    """torch's name of every input leaf, in flat order: ``x``, ``ys[0]``, ``z['k']``."""
+    dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
+    out = []
+    n_args = in_spec.child(0).num_children if _is_args_kwargs(in_spec) else 0
+    for path, _ in pytree.tree_flatten_with_path(dummy)[0]:
+        out.append(_source(path, names, n_args))
+    return out
+
+
+def _source(path: tuple, names: list[str], n_args: int) -> str:
+    if len(path) < 2:
+        return "inputs" + pytree.keystr(path)
+    group, key = path[0], path[1]
+    if getattr(group, "idx", None) == 0 and hasattr(key, "idx"):
+        head = names[key.idx] if key.idx < len(names) else f"args[{key.idx}]"
+    elif getattr(group, "idx", None) == 1 and hasattr(key, "key"):
+        head = str(key.key)
+    else:
+        head = "inputs" + pytree.keystr(path[:2])
+    return head + pytree.keystr(path[2:])
+
+
+def size_source(source: str, dim: int) -> str:
+    return f"{source}.size()[{dim}]"
+
+
+def value_condition(source: str, value: Any) -> str:
+    """``y == 5``, ``y == 5.0``, ``mode == 'trunc'``, ``math.isnan(y)``."""
+    if isinstance(value, float) and math.isnan(value):
+        return f"math.isnan({source})"
+    return f"{source} == {value!r}"
+
+
+def expr_condition(expr: Any, sources: dict) -> str:
+    """A sympy relation or expression over size symbols, with each symbol written as its input size."""
+    named = expr.xreplace({s: sympy.Symbol(n) for s, n in sources.items()})
+    if isinstance(named, sympy.Eq):
+        return f"{_py(named.lhs)} == {_py(named.rhs)}"
+    if isinstance(named, sympy.Ne):
+        return f"{_py(named.lhs)} != {_py(named.rhs)}"
+    return _py(named)
+
+
+def _py(expr: Any) -> str:
+    from torch.utils._sympy.printers import PythonPrinter
+    return PythonPrinter().doprint(expr)
+
+
+def with_guard(what: str, condition: str) -> str:
+    """graphcap's sentence, then torch's condition line."""
+    return f"{what}\nGuard failed: {condition}"
