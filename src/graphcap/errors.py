@@ -35,6 +35,10 @@ class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture."""
 
 
+class ConstantMutationError(UnsupportedError, RuntimeError):
+    """The program writes in place to a lifted constant (torch raises a RuntimeError here too)."""
+
+
 class TraceError(GraphcapError):
     """The user's program raised while it was being traced on fake tensors."""
 

@@ -72,10 +72,11 @@ class ExportedModule(torch.nn.Module):
         self._out_spec = ep.call_spec[1]
         user_index = {s.arg.name: i for i, s in enumerate(
             s for s in sig.input_specs if s.kind is InputKind.USER_INPUT)}
-        # (buffer FQN, None) or (None, flat user input index) per mutation output
-        self._mutations = [(s.target, None) if s.kind is OutputKind.BUFFER_MUTATION else (None, user_index[s.target])
+        # (kind, state FQN or flat user input index) per mutation output
+        self._mutations = [(s.kind, user_index[s.target] if s.kind is OutputKind.USER_INPUT_MUTATION else s.target)
                            for s in sig.output_specs
-                           if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
+                           if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,
+                                         OutputKind.USER_INPUT_MUTATION)]
 
     def _state_value(self, kind: InputKind, target: str) -> torch.Tensor:
         if kind is InputKind.PARAMETER:
@@ -90,8 +91,10 @@ class ExportedModule(torch.nn.Module):
         outputs = self._graph(*state, *user)
         n_mut = len(self._mutations)
         with torch.no_grad():
-            for (buffer, user_index), value in zip(self._mutations, outputs[:n_mut]):
-                dest = self.get_buffer(buffer) if buffer is not None else user[user_index]
+            for (kind, where), value in zip(self._mutations, outputs[:n_mut]):
+                dest = (self.get_buffer(where) if kind is OutputKind.BUFFER_MUTATION
+                        else self.get_parameter(where) if kind is OutputKind.PARAMETER_MUTATION
+                        else user[where])
                 if value is not dest:
                     dest.copy_(value)
         return pytree.tree_unflatten(list(outputs[n_mut:]), self._out_spec)

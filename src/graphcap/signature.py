@@ -12,7 +12,25 @@ import enum
 from typing import Any, Optional, Union
 
 
-class InputKind(enum.Enum):
+class _Kind(enum.Enum):
+    """An enum whose members also equal torch.export's members of the same name.
+
+    Code written for torch.export compares ``spec.kind`` with torch's
+    ``InputKind.PARAMETER``; that comparison keeps working on graphcap's
+    signature (and the reverse one too: Python tries this side when torch's
+    enum declines).
+    """
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, enum.Enum) and type(other) is not type(self):
+            return type(other).__name__ == type(self).__name__ and other.name == self.name
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+class InputKind(_Kind):
     USER_INPUT = 1
     PARAMETER = 2
     BUFFER = 3
@@ -21,7 +39,7 @@ class InputKind(enum.Enum):
     TOKEN = 6
 
 
-class OutputKind(enum.Enum):
+class OutputKind(_Kind):
     USER_OUTPUT = 1
     LOSS_OUTPUT = 2
     BUFFER_MUTATION = 3
@@ -29,6 +47,7 @@ class OutputKind(enum.Enum):
     GRADIENT_TO_USER_INPUT = 5
     USER_INPUT_MUTATION = 6
     TOKEN = 7
+    PARAMETER_MUTATION = 8  # an in-place write to a parameter (inference IR; torch has the same kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +164,10 @@ class ExportGraphSignature:
     @property
     def buffers_to_mutate(self) -> dict[str, str]:
         return {s.arg.name: s.target for s in self._outputs(OutputKind.BUFFER_MUTATION)}
+
+    @property
+    def parameters_to_mutate(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self._outputs(OutputKind.PARAMETER_MUTATION)}
 
     @property
     def user_inputs_to_mutate(self) -> dict[str, str]:

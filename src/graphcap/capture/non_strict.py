@@ -64,19 +64,33 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
 
 
 def _state(root: Optional[torch.nn.Module]):
+    """Parameters, buffers, non-persistent buffer names and tensor attributes of ``root``.
+
+    Tensor attributes that are neither parameters nor buffers become lifted
+    constants; each is listed under every FQN that reaches it (a parent may
+    hold its child's tensor too), modules visited depth first, a module's own
+    attributes before its children's, so the first FQN is the shortest path
+    through the earliest-defined attributes.
+    """
     if root is None:
         return {}, {}, set(), {}
     params = dict(root.named_parameters(remove_duplicate=False))
     buffers = dict(root.named_buffers(remove_duplicate=False))
     non_persistent = set()
-    constant_attrs: dict[int, str] = {}
+    constant_attrs: dict[int, list[str]] = {}
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
-    for prefix, m in root.named_modules(remove_duplicate=False):
-        for name in m._non_persistent_buffers_set:
-            non_persistent.add(f"{prefix}.{name}" if prefix else name)
-        for attr, value in vars(m).items():
+
+    def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
+        for name in module._non_persistent_buffers_set:
+            non_persistent.add(prefix + name)
+        for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
-                constant_attrs.setdefault(id(value), f"{prefix}.{attr}" if prefix else attr)
+                constant_attrs.setdefault(id(value), []).append(prefix + attr)
+        for child_name, child in module.named_children():
+            if child is not None and id(child) not in path:  # a module holding itself is not a tree
+                visit(child, f"{prefix}{child_name}.", path + (id(child),))
+
+    visit(root, "", (id(root),))
     return params, buffers, non_persistent, constant_attrs
 
 
@@ -134,7 +148,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
     gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
 
-    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs)
+    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
+                                 tensors={**params, **buffers})
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
     lifted = lifting.lift(gm, layout, names, user_leaves,
                           mutated, fake_mode)
