@@ -141,7 +141,7 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     before = mutations.versions(flat_inputs)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
         recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
-                                    fake_mode, target.name)
+                                    fake_mode, target.name, buffer_names=list(buffers))
     after = mutations.versions(flat_inputs)
     gm = recording.graph_module
     mutated = mutations.mutated_inputs(gm, before, after)
@@ -151,8 +151,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
                                  tensors={**params, **buffers})
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
-    lifted = lifting.lift(gm, layout, names, user_leaves,
-                          mutated, fake_mode)
+    lifted = lifting.lift(gm, layout, names, user_leaves, mutated, fake_mode,
+                          reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts

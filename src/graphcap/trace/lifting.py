@@ -22,7 +22,7 @@ tensor constants sit in ``get_attr`` nodes. Lifting:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.fx
@@ -163,9 +163,23 @@ def _mark_requires_grad(node: torch.fx.Node, real: Any) -> None:
         val.requires_grad_(real.requires_grad)
 
 
+def _copy_of(value: torch.fx.Node, placeholder: torch.fx.Node) -> torch.fx.Node:
+    """A clone of a buffer's old tensor, for a program that returns it and then replaces it."""
+    output_node = next(n for n in reversed(placeholder.graph.nodes) if n.op == "output")
+    with placeholder.graph.inserting_before(output_node):
+        clone = placeholder.graph.create_node("call_function", aten.clone.default, (value,), name="clone")
+    clone.meta["val"] = value.meta.get("val")
+    return clone
+
+
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
-         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode) -> Lifted:
-    """Name, lift and describe ``gm`` in place; see the module docstring."""
+         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode,
+         reassigned_buffers: Sequence[str] = ()) -> Lifted:
+    """Name, lift and describe ``gm`` in place; see the module docstring.
+
+    ``reassigned_buffers`` name the buffers forward gave a new tensor; the
+    recording returns their new values after the user outputs.
+    """
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(layout.parameters), len(layout.buffers)
@@ -210,19 +224,28 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     # outputs: mutations of buffers and user inputs first, then what the user returned
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     user_values = list(output_node.args[0])
+    new_buffer_values = {}
+    if reassigned_buffers:
+        new_buffer_values = dict(zip(reassigned_buffers, user_values[-len(reassigned_buffers):]))
+        user_values = user_values[:-len(reassigned_buffers)]
     output_specs: list[OutputSpec] = []
     mutation_values = []
-    for idx in sorted(mutated):
+    buffer_index = {fqn: n_params + i for i, fqn in enumerate(layout.buffers)}
+    for idx in sorted(mutated | {buffer_index[fqn] for fqn in new_buffer_values}):
         if idx < n_params:
             continue  # stays an in-place write in the graph, as in torch's training IR
         node = placeholders[idx]
         if idx < n_state:
-            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(node.name),
-                                           layout.buffers[idx - n_params]))
+            fqn = layout.buffers[idx - n_params]
+            value = new_buffer_values.get(fqn, node)
+            if value is not node:  # the old tensor, if returned, keeps its value (as in eager)
+                user_values = [_copy_of(v, node) if v is node else v for v in user_values]
+            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, argument_for(value), fqn))
+            mutation_values.append(value)
         else:
             output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(node.name),
                                            node.name))
-        mutation_values.append(node)
+            mutation_values.append(node)
     for value in user_values:
         output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, argument_for(value)))
     output_node.args = (tuple(mutation_values + user_values),)
