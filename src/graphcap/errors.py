@@ -39,6 +39,10 @@ class ConstantMutationError(UnsupportedError, RuntimeError):
     """The program writes in place to a lifted constant (torch raises a RuntimeError here too)."""
 
 
+class FakeConstantError(UnsupportedError, RuntimeError):
+    """A fake tensor of the trace would become a constant of the program (torch raises a RuntimeError)."""
+
+
 class TraceError(GraphcapError):
     """The user's program raised while it was being traced on fake tensors."""
 

@@ -6,6 +6,7 @@ ExportedProgram; each step is a call into the module that owns it.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -18,7 +19,7 @@ from ..dynamic import constraints as dyn_constraints
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import fakify, hops, lifting, metadata, mutations, recorder
+from ..trace import fakify, hops, leaks, lifting, metadata, mutations, recorder
 from . import call_signatures
 
 
@@ -108,6 +109,18 @@ def _unique(names: Sequence[str]) -> list[str]:
 
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
                       preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+    """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
+
+    The check runs here, once the exporting frame and its fake inputs are gone.
+    """
+    ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                   preserve_module_call_signature=preserve_module_call_signature)
+    leaks.warn_if_leaked(probe)
+    return ep
+
+
+def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
+                       preserve_module_call_signature: tuple[str, ...]) -> tuple[ExportedProgram, Any]:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
@@ -170,5 +183,10 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
         in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
-    return ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
-                           example_inputs=(args, kwargs), constants=constants)
+    ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
+                         example_inputs=(args, kwargs), constants=constants)
+    probe = None
+    if recording.tracked is not None:
+        kept = frozenset(id(t) for t in flat_inputs) if dyn_inputs is not None else frozenset()
+        probe = leaks.LeakProbe(recording.tracked, fake_mode, weakref.ref(ep.graph_module), kept)
+    return ep, probe

@@ -26,8 +26,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from ..errors import FakeConstantError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,
                          OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
@@ -107,6 +108,22 @@ def _module_of(node: torch.fx.Node) -> str:
     return list(stack.values())[-1][0] or ""
 
 
+def _refuse_fake_constant(node: torch.fx.Node, fqns: list[str]) -> None:
+    """A fake tensor the recorder did not track reached an operator: it would be baked in as a
+    constant without data, and the program would compute garbage."""
+    where = node.meta.get("stack_trace") or next(
+        (u.meta["stack_trace"] for u in node.users if u.meta.get("stack_trace")), None)
+    name = fqns[0] if fqns else f"{_module_of(node) or 'the root module'} (a tensor made in forward)"
+    raise FakeConstantError(
+        f"A tensor of the trace that the recorder could not follow would become a constant of the "
+        f"program ({name}); it has no data, so the program would compute garbage. This happens "
+        f"when forward reaches a parameter or buffer through `.data` or another untraceable path.",
+        where=" ".join(line.strip() for line in where.strip().splitlines()[-2:]) if where
+        else f"graph node {node.name}",
+        fix="Use the tensor itself instead of `.data`; to update a parameter or buffer in place, "
+            "write `with torch.no_grad(): self.p.copy_(new_value)`.")
+
+
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
                     layout: StateLayout, fake_mode: FakeTensorMode,
                     taken_targets: set[str]) -> list[_Constant]:
@@ -131,6 +148,8 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
         constant = lifted.get(id(value))
         if constant is None:
             fqns = list(layout.constant_attrs.get(id(value), ()))
+            if isinstance(value, FakeTensor) and value.fake_mode is fake_mode:  # the user's own fakes are fine
+                _refuse_fake_constant(node, fqns)
             if not fqns:
                 prefix = _module_of(node)
                 while True:

@@ -41,6 +41,8 @@ class Recording:
     out_spec: pytree.TreeSpec
     # buffers forward gave a new tensor; their new values are the graph's last outputs, in this order
     reassigned_buffers: list[str] = dataclasses.field(default_factory=list)
+    # the fake tensors of the trace, held weakly (for graphcap.trace.leaks)
+    tracked: Any = None
 
 
 @contextlib.contextmanager
@@ -144,7 +146,9 @@ def record(
         # Subgraph tracers (torch.cond branches, ...) are made inside this call
         # and keep torch's own stack recording; the top-level one gets ours.
         torch.fx.config.do_not_emit_stack_traces = box["torch_stack_traces_off"]
-        _record_user_stack_traces(proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer)
+        tracer = proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer
+        _record_user_stack_traces(tracer)
+        box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = pytree.tree_unflatten(list(flat[n_state:]), in_spec)
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
@@ -174,7 +178,7 @@ def record(
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
-    return Recording(gm, box["spec"], box["reassigned"])
+    return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
