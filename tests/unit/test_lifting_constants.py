@@ -212,3 +212,18 @@ def test_writing_to_a_constant_is_refused_by_the_inference_ir():
     with pytest.raises(RuntimeError, match="Constant foo is") as info:
         ep.run_decompositions()
     assert isinstance(info.value, graphcap.UnsupportedError) and "register_buffer" in str(info.value)
+
+
+def test_tuple_dynamic_spec_follows_forward_order_whatever_the_kwargs_order():
+    class Foo(nn.Module):
+        def forward(self, a, b, kw1, kw2):
+            return a.sum() + b.sum() + kw1.sum() - kw2.sum()
+
+    ep = graphcap.export(Foo(), (torch.randn(4, 4), torch.randn(4, 4)),
+                         {"kw2": torch.ones(4, 4), "kw1": torch.zeros(4, 4)},
+                         dynamic_shapes=(None, {0: graphcap.Dim("d")}, {0: graphcap.Dim("d_kw1")}, None))
+    assert ep.graph_signature.user_inputs == ["a", "b", "kw2", "kw1"]
+    args, kwargs = (torch.randn(4, 4), torch.randn(7, 4)), {"kw2": torch.ones(4, 4), "kw1": torch.zeros(9, 4)}
+    torch.testing.assert_close(ep.module()(*args, **kwargs), Foo()(*args, **kwargs))
+    with pytest.raises(RuntimeError):
+        ep.module()(args[0], args[1], kw2=torch.ones(9, 4), kw1=torch.zeros(9, 4))

@@ -143,11 +143,12 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
             for dead in unused:
                 gm.graph.erase_node(dead)
             continue
+        key = id(value)  # the attribute's own tensor, the one the module's FQNs name
         if isinstance(value, torch.nn.Parameter):  # a Parameter never registered: a constant
             value = value.data
-        constant = lifted.get(id(value))
+        constant = lifted.get(key)
         if constant is None:
-            fqns = list(layout.constant_attrs.get(id(value), ()))
+            fqns = list(layout.constant_attrs.get(key, ()))
             if isinstance(value, FakeTensor) and value.fake_mode is fake_mode:  # the user's own fakes are fine
                 _refuse_fake_constant(node, fqns)
             if not fqns:
@@ -165,7 +166,7 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
                 ph = gm.graph.placeholder("c_" + naming.graph_name(fqns[0].rsplit(".", 1)[-1]))
             fake = fake_mode.from_tensor(value, static_shapes=True)
             ph.meta["val"] = fake
-            constant = lifted[id(value)] = _Constant(ph, fqns[0], value, fqns)
+            constant = lifted[key] = _Constant(ph, fqns[0], value, fqns)
         node.replace_all_uses_with(constant.placeholder)
         gm.graph.erase_node(node)
     for target in read_targets:  # after the loop: several get_attr nodes may read one attribute
