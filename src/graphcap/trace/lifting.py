@@ -108,12 +108,11 @@ def _module_of(node: torch.fx.Node) -> str:
     return list(stack.values())[-1][0] or ""
 
 
-def _refuse_fake_constant(node: torch.fx.Node, fqns: list[str]) -> None:
+def _refuse_fake_constant(node: torch.fx.Node, name: str) -> None:
     """A fake tensor the recorder did not track reached an operator: it would be baked in as a
     constant without data, and the program would compute garbage."""
     where = node.meta.get("stack_trace") or next(
         (u.meta["stack_trace"] for u in node.users if u.meta.get("stack_trace")), None)
-    name = fqns[0] if fqns else f"{_module_of(node) or 'the root module'} (a tensor made in forward)"
     raise FakeConstantError(
         f"A tensor of the trace that the recorder could not follow would become a constant of the "
         f"program ({name}); it has no data, so the program would compute garbage. This happens "
@@ -149,8 +148,6 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
         constant = lifted.get(key)
         if constant is None:
             fqns = list(layout.constant_attrs.get(key, ()))
-            if isinstance(value, FakeTensor) and value.fake_mode is fake_mode:  # the user's own fakes are fine
-                _refuse_fake_constant(node, fqns)
             if not fqns:
                 prefix = _module_of(node)
                 while True:
@@ -160,6 +157,8 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
                     if target not in taken_targets:
                         break
                 fqns = [target]
+            if isinstance(value, FakeTensor) and value.fake_mode is fake_mode:  # the user's own fakes are fine
+                _refuse_fake_constant(node, fqns[0])
             taken_targets.update(fqns)
             insert_before = first_user_input or next(n for n in gm.graph.nodes if n.op != "placeholder")
             with gm.graph.inserting_before(insert_before):
