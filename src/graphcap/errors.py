@@ -59,6 +59,12 @@ class SubclassDecompositionError(UnsupportedError, ValueError):
 
     Also a ``ValueError``, the type torch.export raises where it refuses such a program.
     """
+class ConstantMutationError(UnsupportedError, RuntimeError):
+    """The program writes in place to a lifted constant (torch raises a RuntimeError here too)."""
+
+
+class FakeConstantError(UnsupportedError, RuntimeError):
+    """A fake tensor of the trace would become a constant of the program (torch raises a RuntimeError)."""
 
 
 class TraceError(GraphcapError):

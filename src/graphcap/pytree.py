@@ -254,8 +254,8 @@ def signature_of(fn: Callable) -> Optional[inspect.Signature]:
 def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[str]]:
     """Check ``args``/``kwargs`` against ``fn``'s signature, as a call would.
 
-    Returns the args, the kwargs reordered to the signature's order (extra
-    ``**kwargs`` keys after, in the order given), and the names of the
+    Returns the args, the kwargs in the order the user gave them (as torch
+    names and orders the inputs; ``module()`` accepts them in any order), and the names of the
     positional parameters (``*args`` values past them are named later by
     position). Defaults are not filled in: only what the user passed becomes an
     input, as in torch.export.
@@ -279,6 +279,4 @@ def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, l
     names = positional[:len(args)]
     if var_pos is not None and len(args) > len(positional):
         names += [f"{var_pos}_{i}" for i in range(len(args) - len(positional))]
-    order = {p.name: i for i, p in enumerate(params)}
-    ordered = dict(sorted(kwargs.items(), key=lambda kv: order.get(kv[0], len(order))))
-    return tuple(args), ordered, names
+    return tuple(args), dict(kwargs), names

@@ -37,6 +37,16 @@ _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR
 _MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
+def _update_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Write a program's new parameter value back, as eager's ``no_grad`` update did.
+
+    A plain ``copy_`` into a parameter that requires grad is refused by autograd
+    (torch.export's module() raises there unless called under ``no_grad``).
+    """
+    with torch.no_grad():
+        return param.copy_(value)
+
+
 class InputGuards(torch.nn.Module):
     """The leaf checks of ``module()``'s inputs, called by the graph on the flat user inputs."""
 
@@ -133,8 +143,10 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
         dest = user_nodes[spec.target] if spec.kind is OutputKind.USER_INPUT_MUTATION else state_nodes[spec.target]
         if value is dest:
             continue  # updated in place by the graph already
+        # A parameter is a leaf that requires grad: eager updated it under no_grad, and so does this.
+        write = _update_parameter if spec.kind is OutputKind.PARAMETER_MUTATION else torch.ops.aten.copy_.default
         with graph.inserting_before(output):
-            copy_node = graph.call_function(torch.ops.aten.copy_.default, (dest, value))
+            copy_node = graph.call_function(write, (dest, value))
         copy_node.meta.update({k: v for k, v in value.meta.items() if k in ("val", "nn_module_stack",
                                                                               "stack_trace")})
         written[value] = copy_node

@@ -66,7 +66,7 @@ class OutputKind(_KindInterop):
     GRADIENT_TO_USER_INPUT = 5
     USER_INPUT_MUTATION = 6
     TOKEN = 7
-    PARAMETER_MUTATION = 8  # torch's name; graphcap never writes a parameter from a program
+    PARAMETER_MUTATION = 8  # an in-place write to a parameter (inference IR; torch has the same kind)
 
 
 class _ArgumentInterop:

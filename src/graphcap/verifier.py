@@ -136,6 +136,8 @@ def rule_mutation_targets(ep) -> Iterator[Violation]:
             yield (spec.arg.name, f"{spec.kind.name} output listed after a user output")
         if spec.kind is OutputKind.BUFFER_MUTATION and spec.target not in buffers:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a buffer input")
+        if spec.kind is OutputKind.PARAMETER_MUTATION and spec.target not in sig.parameters:
+            yield (spec.arg.name, f"mutates {spec.target!r}, which is not a parameter input")
         if spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a user input")
 

@@ -6,6 +6,7 @@ ExportedProgram; each step is a call into the module that owns it.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -18,7 +19,7 @@ from ..dynamic import constraints as dyn_constraints
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import fakify, hops, lifting, metadata, mutations, recorder
+from ..trace import fakify, hops, leaks, lifting, metadata, mutations, recorder
 from . import call_signatures
 
 
@@ -64,19 +65,33 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
 
 
 def _state(root: Optional[torch.nn.Module]):
+    """Parameters, buffers, non-persistent buffer names and tensor attributes of ``root``.
+
+    Tensor attributes that are neither parameters nor buffers become lifted
+    constants; each is listed under every FQN that reaches it (a parent may
+    hold its child's tensor too), modules visited depth first, a module's own
+    attributes before its children's, so the first FQN is the shortest path
+    through the earliest-defined attributes.
+    """
     if root is None:
         return {}, {}, set(), {}
     params = dict(root.named_parameters(remove_duplicate=False))
     buffers = dict(root.named_buffers(remove_duplicate=False))
     non_persistent = set()
-    constant_attrs: dict[int, str] = {}
+    constant_attrs: dict[int, list[str]] = {}
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
-    for prefix, m in root.named_modules(remove_duplicate=False):
-        for name in m._non_persistent_buffers_set:
-            non_persistent.add(f"{prefix}.{name}" if prefix else name)
-        for attr, value in vars(m).items():
+
+    def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
+        for name in module._non_persistent_buffers_set:
+            non_persistent.add(prefix + name)
+        for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
-                constant_attrs.setdefault(id(value), f"{prefix}.{attr}" if prefix else attr)
+                constant_attrs.setdefault(id(value), []).append(prefix + attr)
+        for child_name, child in module.named_children():
+            if child is not None and id(child) not in path:  # a module holding itself is not a tree
+                visit(child, f"{prefix}{child_name}.", path + (id(child),))
+
+    visit(root, "", (id(root),))
     return params, buffers, non_persistent, constant_attrs
 
 
@@ -94,6 +109,18 @@ def _unique(names: Sequence[str]) -> list[str]:
 
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
                       preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+    """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
+
+    The check runs here, once the exporting frame and its fake inputs are gone.
+    """
+    ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                   preserve_module_call_signature=preserve_module_call_signature)
+    leaks.warn_if_leaked(probe)
+    return ep
+
+
+def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
+                       preserve_module_call_signature: tuple[str, ...]) -> tuple[ExportedProgram, Any]:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
@@ -127,17 +154,18 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     before = mutations.versions(flat_inputs)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
         recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
-                                    fake_mode, target.name)
+                                    fake_mode, target.name, buffer_names=list(buffers))
     after = mutations.versions(flat_inputs)
     gm = recording.graph_module
     mutated = mutations.mutated_inputs(gm, before, after)
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
     gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
 
-    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs)
+    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
+                                 tensors={**params, **buffers})
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
-    lifted = lifting.lift(gm, layout, names, user_leaves,
-                          mutated, fake_mode)
+    lifted = lifting.lift(gm, layout, names, user_leaves, mutated, fake_mode,
+                          reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
@@ -155,5 +183,10 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
         in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
-    return ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
-                           example_inputs=(args, kwargs), constants=constants)
+    ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
+                         example_inputs=(args, kwargs), constants=constants)
+    probe = None
+    if recording.tracked is not None:
+        kept = frozenset(id(t) for t in flat_inputs) if dyn_inputs is not None else frozenset()
+        probe = leaks.LeakProbe(recording.tracked, fake_mode, weakref.ref(ep.graph_module), kept)
+    return ep, probe

@@ -190,8 +190,33 @@ def match_spec(m: Any, args: tuple, kwargs: dict, dynamic_shapes: Any) -> tuple[
     """Per flat input leaf (order of ``tree_flatten((args, kwargs))``) its spec entry.
 
     Also returns each leaf's path by argument name (``['x'][0]``), which names
-    the leaf's symbols.
+    the leaf's symbols. A tuple spec lists the inputs in the order of
+    forward's parameters, whatever order the keyword inputs were passed in.
     """
+    ordered = _signature_ordered(m, kwargs)
+    specs, paths = _match_in_signature_order(m, args, ordered, dynamic_shapes)
+    n_args = len(pytree.tree_leaves(args))
+    sizes = {k: len(pytree.tree_leaves(v)) for k, v in kwargs.items()}
+    start, pos = {}, n_args
+    for k in ordered:
+        start[k], pos = pos, pos + sizes[k]
+    order = list(range(n_args)) + [i for k in kwargs for i in range(start[k], start[k] + sizes[k])]
+    return [specs[i] for i in order], [paths[i] for i in order]
+
+
+def _signature_ordered(m: Any, kwargs: dict) -> dict:
+    """``kwargs`` in the order of forward's parameters (unknown names after, as given)."""
+    fn = m.forward if isinstance(m, torch.nn.Module) else m
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    rank = {name: i for i, name in enumerate(params)}
+    return dict(sorted(kwargs.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
+                              dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
     combined = combined_inputs(m, args, kwargs)
     if isinstance(dynamic_shapes, (ShapesCollection, AdditionalInputs)):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)

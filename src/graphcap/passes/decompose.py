@@ -36,7 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
+from ..errors import ConstantMutationError, GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
                          OutputSpec, TensorArgument)
@@ -210,8 +210,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
     old_mutations = _declared_mutations(sig, placeholders)
-    n_old_mutations = sum(1 for s in sig.output_specs
-                          if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION))
+    n_old_mutations = sum(1 for s in sig.output_specs if s.kind in _MUTATION_KINDS)
     box: dict[str, Any] = {}
     inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
 
@@ -313,16 +312,20 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
     return ranges
+_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
 def _declared_mutations(sig: ExportGraphSignature, placeholders: list[torch.fx.Node]) -> dict[int, int]:
     """Placeholder index → output position, for every mutation the signature declares."""
     buffer_index = {s.target: i for i, s in enumerate(sig.input_specs) if s.kind is InputKind.BUFFER}
+    param_index = {s.target: i for i, s in enumerate(sig.input_specs) if s.kind is InputKind.PARAMETER}
     input_index = {p.name: i for i, p in enumerate(placeholders)}
     declared = {}
     for k, spec in enumerate(sig.output_specs):
         if spec.kind is OutputKind.BUFFER_MUTATION and spec.target in buffer_index:
             declared[buffer_index[spec.target]] = k
+        elif spec.kind is OutputKind.PARAMETER_MUTATION and spec.target in param_index:
+            declared[param_index[spec.target]] = k
         elif spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target in input_index:
             declared[input_index[spec.target]] = k
     return declared
@@ -353,13 +356,16 @@ def _signature(gm: torch.fx.GraphModule, old: ExportGraphSignature, placeholders
         elif spec.kind is InputKind.USER_INPUT:
             output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(value.name),
                                            placeholders[i].name))
+        elif spec.kind is InputKind.PARAMETER:  # an update under no_grad (torch keeps the same kind)
+            output_specs.append(OutputSpec(OutputKind.PARAMETER_MUTATION, TensorArgument(value.name),
+                                           spec.target))
         else:
-            what = "parameter" if spec.kind is InputKind.PARAMETER else "constant"
-            raise UnsupportedError(
-                f"The program writes in place to {what} {spec.target!r}.",
+            raise ConstantMutationError(
+                f"Constant {spec.target} is written in place by the program, but a lifted constant "
+                f"is an input that may not change.",
                 where=f"graph input {placeholders[i].name}",
-                fix="Parameters and constants are inputs of an exported program and may not change; "
-                    "keep the state in a buffer (register_buffer) if forward updates it.")
+                fix="Register the tensor as a buffer (self.register_buffer(name, tensor)) if forward "
+                    "updates it.")
     old_user = [s for s in old.output_specs if s.kind is OutputKind.USER_OUTPUT]
     for spec, value in zip(old_user, values[len(mutated):]):
         arg = argument_for(value, spec.arg.name) if isinstance(value, torch.fx.Node) else spec.arg

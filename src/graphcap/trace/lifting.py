@@ -3,28 +3,38 @@
 After recording, the graph's placeholders are anonymous (``arg0_1``) and
 tensor constants sit in ``get_attr`` nodes. Lifting:
 
-1. moves each constant tensor into a placeholder named ``c_<name>`` placed
-   after the buffers (module attributes keep their attribute path as name;
-   tensors made in forward become ``lifted_tensor_<i>``);
-2. names every placeholder: ``p_<fqn>``, ``b_<fqn>``, then the user inputs by
-   argument name and pytree path;
-3. adds one output per mutated buffer or user input, before the user outputs;
-4. writes the graph signature that describes all of it.
+1. drops constants nothing uses (``torch.tensor(3)`` computed and thrown
+   away leaves a ``get_attr`` → ``lift_fresh_copy`` → ``detach_`` chain);
+2. moves each remaining constant tensor into one placeholder placed after the
+   buffers, whatever number of ``get_attr`` nodes read it. A tensor held by a
+   module attribute is known under every FQN that reaches it (``foo`` and
+   ``m2.foo`` when a parent keeps its child's tensor): the input is named
+   after the first, and the program's constants list all of them. A tensor
+   made in ``forward`` becomes ``lifted_tensor_<i>`` of the module that made
+   it;
+3. names every node as torch does (:mod:`graphcap.trace.naming`);
+4. adds one output per mutated buffer or user input, before the user outputs
+   (writes to parameters and constants stay in the graph, as in torch's
+   training IR; the inference IR turns them into outputs or refuses them);
+5. writes the graph signature that describes all of it, and marks the
+   placeholders' fake values with the ``requires_grad`` of the real tensors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from ..errors import UnsupportedError
-from ..pytree import sanitize_name
+from ..errors import FakeConstantError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,
                          OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
+from . import naming
+
+aten = torch.ops.aten
 
 
 @dataclass
@@ -34,7 +44,10 @@ class StateLayout:
     parameters: list[str]
     buffers: list[str]
     non_persistent: set[str]
-    constant_attrs: dict[int, str]  # id(tensor attribute of a module) → its path
+    # id(tensor attribute of a module) → every FQN that reaches it, first found first
+    constant_attrs: dict[int, list[str]]
+    # FQN → real tensor, for the requires_grad of the placeholders
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,6 +55,14 @@ class Lifted:
     graph_module: torch.fx.GraphModule
     signature: ExportGraphSignature
     constants: dict[str, torch.Tensor]
+
+
+@dataclass
+class _Constant:
+    placeholder: torch.fx.Node
+    target: str
+    value: torch.Tensor
+    fqns: list[str]
 
 
 def argument_for(node_or_value: Any, name_hint: str = "") -> Any:
@@ -60,102 +81,198 @@ def argument_for(node_or_value: Any, name_hint: str = "") -> Any:
     return ConstantArgument(name=node_or_value.name, value=val)
 
 
-def _name(node: torch.fx.Node, name: str) -> None:
-    """Rename a placeholder; its target is the parameter name in generated code."""
-    node._rename(sanitize_name(name.replace(".", "_")))
-    node.target = node.name
+# Operators that only turn a constant into a fresh tensor: a chain of them
+# ending unused means the constant is unused.
+_FRESHENING = {aten.lift_fresh.default, aten.lift_fresh_copy.default, aten.detach.default,
+               aten.detach_.default}
+
+
+def _unused_chain(node: torch.fx.Node) -> Optional[list[torch.fx.Node]]:
+    """``node`` and the freshening nodes after it, users first, if none of them is used."""
+    chain = []
+    for user in node.users:
+        if user.op != "call_function" or user.target not in _FRESHENING:
+            return None
+        rest = _unused_chain(user)
+        if rest is None:
+            return None
+        chain.extend(rest)
+    return chain + [node]
+
+
+def _module_of(node: torch.fx.Node) -> str:
+    """FQN of the innermost module the node was recorded in ('' for the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    return list(stack.values())[-1][0] or ""
+
+
+def _refuse_fake_constant(node: torch.fx.Node, name: str) -> None:
+    """A fake tensor the recorder did not track reached an operator: it would be baked in as a
+    constant without data, and the program would compute garbage."""
+    where = node.meta.get("stack_trace") or next(
+        (u.meta["stack_trace"] for u in node.users if u.meta.get("stack_trace")), None)
+    raise FakeConstantError(
+        f"A tensor of the trace that the recorder could not follow would become a constant of the "
+        f"program ({name}); it has no data, so the program would compute garbage. This happens "
+        f"when forward reaches a parameter or buffer through `.data` or another untraceable path.",
+        where=" ".join(line.strip() for line in where.strip().splitlines()[-2:]) if where
+        else f"graph node {node.name}",
+        fix="Use the tensor itself instead of `.data`; to update a parameter or buffer in place, "
+            "write `with torch.no_grad(): self.p.copy_(new_value)`.")
 
 
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
-                    layout: StateLayout, fake_mode: FakeTensorMode) -> list[tuple[torch.fx.Node, str, torch.Tensor]]:
-    """Replace ``get_attr`` constants by placeholders; returns (node, target, tensor)."""
-    lifted: dict[int, tuple[torch.fx.Node, str, torch.Tensor]] = {}
-    by_attr: dict[str, Any] = {}  # several get_attr nodes may read one attribute
+                    layout: StateLayout, fake_mode: FakeTensorMode,
+                    taken_targets: set[str]) -> list[_Constant]:
+    """Replace tensor ``get_attr`` nodes by placeholders, one per distinct tensor."""
+    lifted: dict[int, _Constant] = {}
+    read_targets: set[str] = set()
     anonymous = 0
     for node in list(gm.graph.nodes):
         if node.op != "get_attr":
             continue
-        value = by_attr[node.target] if node.target in by_attr else getattr(gm, node.target)
-        by_attr[node.target] = value
+        value = getattr(gm, node.target)
         if not isinstance(value, torch.Tensor):
             continue  # submodules of control-flow operators stay as they are
-        if id(value) not in lifted:
-            target = layout.constant_attrs.get(id(value))
-            if target is None:
-                target = f"lifted_tensor_{anonymous}"
-                anonymous += 1
+        read_targets.add(node.target)
+        unused = _unused_chain(node)
+        if unused is not None:
+            for dead in unused:
+                gm.graph.erase_node(dead)
+            continue
+        key = id(value)  # the attribute's own tensor, the one the module's FQNs name
+        if isinstance(value, torch.nn.Parameter):  # a Parameter never registered: a constant
+            value = value.data
+        constant = lifted.get(key)
+        if constant is None:
+            fqns = list(layout.constant_attrs.get(key, ()))
+            if not fqns:
+                prefix = _module_of(node)
+                while True:
+                    name = f"lifted_tensor_{anonymous}"
+                    anonymous += 1
+                    target = f"{prefix}.{name}" if prefix else name
+                    if target not in taken_targets:
+                        break
+                fqns = [target]
+            if isinstance(value, FakeTensor) and value.fake_mode is fake_mode:  # the user's own fakes are fine
+                _refuse_fake_constant(node, fqns[0])
+            taken_targets.update(fqns)
             insert_before = first_user_input or next(n for n in gm.graph.nodes if n.op != "placeholder")
             with gm.graph.inserting_before(insert_before):
-                ph = gm.graph.placeholder(target)
-            ph.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
-            lifted[id(value)] = (ph, target, value)
-        node.replace_all_uses_with(lifted[id(value)][0])
+                ph = gm.graph.placeholder("c_" + naming.graph_name(fqns[0].rsplit(".", 1)[-1]))
+            fake = fake_mode.from_tensor(value, static_shapes=True)
+            ph.meta["val"] = fake
+            constant = lifted[key] = _Constant(ph, fqns[0], value, fqns)
+        node.replace_all_uses_with(constant.placeholder)
         gm.graph.erase_node(node)
-        if hasattr(gm, node.target):
-            delattr(gm, node.target)
+    for target in read_targets:  # after the loop: several get_attr nodes may read one attribute
+        if hasattr(gm, target):
+            delattr(gm, target)
     return list(lifted.values())
 
 
+def _mark_requires_grad(node: torch.fx.Node, real: Any) -> None:
+    """The placeholder's fake value says whether the real tensor requires grad."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and isinstance(real, torch.Tensor) and val.is_leaf \
+            and val.requires_grad != real.requires_grad:
+        val.requires_grad_(real.requires_grad)
+
+
+def _copy_of(value: torch.fx.Node, placeholder: torch.fx.Node) -> torch.fx.Node:
+    """A clone of a buffer's old tensor, for a program that returns it and then replaces it."""
+    output_node = next(n for n in reversed(placeholder.graph.nodes) if n.op == "output")
+    with placeholder.graph.inserting_before(output_node):
+        clone = placeholder.graph.create_node("call_function", aten.clone.default, (value,), name="clone")
+    clone.meta["val"] = value.meta.get("val")
+    return clone
+
+
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
-         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode) -> Lifted:
-    """Name, lift and describe ``gm`` in place; see the module docstring."""
+         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode,
+         reassigned_buffers: Sequence[str] = ()) -> Lifted:
+    """Name, lift and describe ``gm`` in place; see the module docstring.
+
+    ``reassigned_buffers`` name the buffers forward gave a new tensor; the
+    recording returns their new values after the user outputs.
+    """
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(layout.parameters), len(layout.buffers)
     n_state = n_params + n_buffers
     user_nodes = placeholders[n_state:]
 
-    constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode)
+    taken_targets = set(layout.parameters) | set(layout.buffers)
+    constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode, taken_targets)
 
-    # names: p_/b_/c_ prefixes, then user inputs by argument path
     input_specs: list[InputSpec] = []
+    wanted_names: list[str] = []
     for node, fqn in zip(placeholders[:n_params], layout.parameters):
-        _name(node, "p_" + fqn)
-        input_specs.append(InputSpec(InputKind.PARAMETER, TensorArgument(node.name), fqn))
+        wanted_names.append("p_" + fqn)
+        input_specs.append(InputSpec(InputKind.PARAMETER, TensorArgument(""), fqn))
+        _mark_requires_grad(node, layout.tensors.get(fqn))
     for node, fqn in zip(placeholders[n_params:n_state], layout.buffers):
-        _name(node, "b_" + fqn)
-        input_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), fqn,
+        wanted_names.append("b_" + fqn)
+        input_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(""), fqn,
                                      persistent=fqn not in layout.non_persistent))
-    for node, target, _ in constants:
-        _name(node, "c_" + target)
-        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), target))
+        _mark_requires_grad(node, layout.tensors.get(fqn))
+    for constant in constants:
+        wanted_names.append("c_" + constant.target)
+        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(""), constant.target))
+        _mark_requires_grad(constant.placeholder, constant.value)
+    first_user = len(input_specs)
     for node, name, value in zip(user_nodes, user_input_names, user_input_values):
-        _name(node, name)
+        wanted_names.append(name)
         if isinstance(value, torch.Tensor):
             arg = argument_for(node)
+            _mark_requires_grad(node, value)
         else:  # a Python value the program is specialized on
             node.meta["val"] = value
-            arg = ConstantArgument(node.name, value)
+            arg = ConstantArgument("", value)
         input_specs.append(InputSpec(InputKind.USER_INPUT, arg))
 
-    # outputs: mutations first, then what the user returned
+    all_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    naming.assign_names(graph, wanted_names, range(first_user, len(all_placeholders)))
+    for spec, node in zip(input_specs, all_placeholders):
+        spec.arg = type(spec.arg)(node.name) if not isinstance(spec.arg, ConstantArgument) \
+            else ConstantArgument(node.name, spec.arg.value)
+
+    # outputs: mutations of buffers and user inputs first, then what the user returned
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     user_values = list(output_node.args[0])
+    new_buffer_values = {}
+    if reassigned_buffers:
+        new_buffer_values = dict(zip(reassigned_buffers, user_values[-len(reassigned_buffers):]))
+        user_values = user_values[:-len(reassigned_buffers)]
     output_specs: list[OutputSpec] = []
     mutation_values = []
-    for idx in sorted(mutated):
-        node = placeholders[idx]
+    buffer_index = {fqn: n_params + i for i, fqn in enumerate(layout.buffers)}
+    for idx in sorted(mutated | {buffer_index[fqn] for fqn in new_buffer_values}):
         if idx < n_params:
-            raise UnsupportedError(
-                f"The program writes in place to parameter {layout.parameters[idx]!r}.",
-                where=f"graph input {node.name}",
-                fix="Parameters are inputs of an exported program and may not change. Keep the "
-                    "state in a buffer (register_buffer) if it has to be updated in forward.")
+            continue  # stays an in-place write in the graph, as in torch's training IR
+        node = placeholders[idx]
         if idx < n_state:
-            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(node.name),
-                                           layout.buffers[idx - n_params]))
+            fqn = layout.buffers[idx - n_params]
+            value = new_buffer_values.get(fqn, node)
+            if value is not node:  # the old tensor, if returned, keeps its value (as in eager)
+                user_values = [_copy_of(v, node) if v is node else v for v in user_values]
+            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, argument_for(value), fqn))
+            mutation_values.append(value)
         else:
             output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(node.name),
                                            node.name))
-        mutation_values.append(node)
+            mutation_values.append(node)
     for value in user_values:
         output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, argument_for(value)))
     output_node.args = (tuple(mutation_values + user_values),)
 
     graph.lint()
     gm = torch.fx.GraphModule(gm, graph, class_name="GraphModule")
-    return Lifted(gm, ExportGraphSignature(input_specs, output_specs),
-                  {target: value for _, target, value in constants})
+    program_constants = {fqn: c.value for c in constants for fqn in c.fqns}
+    return Lifted(gm, ExportGraphSignature(input_specs, output_specs), program_constants)
 
 
 def sync_output_specs(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> None:

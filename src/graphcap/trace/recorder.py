@@ -11,6 +11,7 @@ other modules of ``graphcap.trace``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sys
 import traceback
@@ -27,8 +28,9 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
-from ..pytree import auto_register, holds_tensor
+from ..pytree import auto_register
 from . import hops, python_overrides, subclass_access
+from .module_state import preserved_module_attributes, reassigned_buffers
 
 
 @dataclass
@@ -37,49 +39,10 @@ class Recording:
 
     graph_module: torch.fx.GraphModule
     out_spec: pytree.TreeSpec
-
-
-@contextlib.contextmanager
-def preserved_module_attributes(root: Optional[torch.nn.Module]):
-    """Undo attribute writes the traced forward makes on the user's modules.
-
-    Some models cache tensors on themselves during forward (timm's
-    EfficientFormer keeps an ``attention_bias_cache`` dict). During export
-    those would be fake tensors left behind in the user's model, breaking its
-    next eager call, so plain attributes and the contents of dict/list
-    attributes are put back as they were.
-    """
-    if root is None:
-        yield
-        return
-    saved = []
-    for mod in root.modules():
-        state = {}
-        for k, v in mod.__dict__.items():
-            if k in ("_parameters", "_buffers", "_modules") or k.startswith(("_forward", "_backward")):
-                state[k] = None  # nn.Module's own registries: restored by reparametrization
-                continue
-            copy = dict(v) if type(v) is dict else list(v) if type(v) is list else None
-            state[k] = (v, copy)
-        saved.append((mod, state))
-    try:
-        yield
-    finally:
-        for mod, state in saved:
-            for k in [k for k in mod.__dict__ if k not in state]:
-                if holds_tensor(mod.__dict__[k]):
-                    del mod.__dict__[k]
-            for k, entry in state.items():
-                if entry is None:
-                    continue
-                v, copy = entry
-                mod.__dict__[k] = v
-                if copy is not None:
-                    v.clear()
-                    if isinstance(v, dict):
-                        v.update(copy)
-                    else:
-                        v.extend(copy)
+    # buffers forward gave a new tensor; their new values are the graph's last outputs, in this order
+    reassigned_buffers: list[str] = dataclasses.field(default_factory=list)
+    # the fake tensors of the trace, held weakly (for graphcap.trace.leaks)
+    tracked: Any = None
 
 
 @contextlib.contextmanager
@@ -165,13 +128,16 @@ def record(
     in_spec: pytree.TreeSpec,
     fake_mode: FakeTensorMode,
     program_name: str,
+    buffer_names: Optional[list[str]] = None,
 ) -> Recording:
     """Trace ``call(*args, **kwargs)`` once on fake inputs.
 
     ``flat_inputs`` holds the fake parameters and buffers (named by
     ``state_names``, in that order) followed by the flat user inputs, whose
     structure is ``in_spec`` over ``(args, kwargs)``. The graph gets one
-    placeholder per flat input, in the same order.
+    placeholder per flat input, in the same order. Its outputs are the flat
+    user outputs, then the new tensor of each buffer (of ``buffer_names``)
+    that forward reassigned.
     """
     n_state = len(state_names)
     box: dict[str, Any] = {}
@@ -180,16 +146,20 @@ def record(
         # Subgraph tracers (torch.cond branches, ...) are made inside this call
         # and keep torch's own stack recording; the top-level one gets ours.
         torch.fx.config.do_not_emit_stack_traces = box["torch_stack_traces_off"]
-        _record_user_stack_traces(proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer)
+        tracer = proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer
+        _record_user_stack_traces(tracer)
+        box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = pytree.tree_unflatten(list(flat[n_state:]), in_spec)
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
         with ctx:
             out = call(*args, **kwargs)
+            reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         auto_register(out, "outputs")
         flat_out, box["spec"] = pytree.tree_flatten(out)
-        return tuple(flat_out)
+        box["reassigned"] = list(reassigned)
+        return tuple(flat_out) + tuple(reassigned.values())
 
     if root is not None:
         traced._orig_mod = root  # lets make_fx record nn_module_stack against the user's module tree
@@ -209,7 +179,7 @@ def record(
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
-    return Recording(gm, box["spec"])
+    return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:

@@ -1,0 +1,127 @@
+"""Fake tensors that outlive their export: find them and tell the user.
+
+Non-strict export runs the user's Python on fake tensors. Python the user
+wrote may keep one: appended to a global list, stored by a forward hook,
+captured by a closure, held in a reference cycle. Such a tensor has no data;
+the next eager code that reaches it fails far from the cause, so graphcap
+warns at the end of the export, naming the operator that made each tensor
+and the user's source line.
+
+The check is cheap when nothing leaks, which is the normal case: the
+recorder's tensor tracker holds the fake tensors of the trace weakly, and
+after the export's own references are gone none of them is alive (but the
+inputs' fake tensors the shape environment records for dynamic shapes,
+which are not checked). Only when
+some are does graphcap collect garbage cycles and ask the garbage collector
+who refers to the survivors. Referrers that belong to the program itself
+(shape-environment records, the fake mode's memo of converted tensors, node
+metadata) do not count; any other is a leak.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.fx
+
+
+@dataclass
+class LeakProbe:
+    """What the check needs after the export returned; holds no fake tensor strongly."""
+
+    tracked: Any  # the recorder's WeakKeyDictionary: fake tensor → its proxy
+    fake_mode: Any
+    graph_module: "weakref.ref[torch.fx.GraphModule]"
+    # ids of fake inputs the program keeps on purpose (the dynamic-shape records); not checked
+    kept_inputs: frozenset = frozenset()
+
+
+def _alive(probe: LeakProbe) -> list[torch.Tensor]:
+    """Tracked fake tensors still alive, but those the shape environment keeps by design.
+
+    With dynamic shapes the ShapeEnv and graphcap's symbol records keep each
+    input's fake tensor; they live as long as the program. They are left out
+    of the check (a user keeping one of them is not reported), so that the
+    check stays free.
+    """
+    shape_env = getattr(probe.fake_mode, "shape_env", None)
+    recorded = {id(getattr(r, "fake", None)) for r in (getattr(shape_env, "tracked_fakes", None) or [])}
+    recorded |= probe.kept_inputs
+    return [t for t in list(probe.tracked.keys()) if isinstance(t, torch.Tensor) and id(t) not in recorded]
+
+
+def _program_holders(probe: LeakProbe) -> set[int]:
+    """ids of the containers through which the program itself keeps fake tensors."""
+    ids: set[int] = set()
+    shape_env = getattr(probe.fake_mode, "shape_env", None)
+    tracked_fakes = getattr(shape_env, "tracked_fakes", None) or []
+    ids.add(id(tracked_fakes))
+    for record in tracked_fakes:
+        ids.add(id(record))
+        ids.add(id(getattr(record, "__dict__", None)))
+    converter = getattr(probe.fake_mode, "fake_tensor_converter", None)
+    memo = getattr(getattr(converter, "meta_converter", None), "tensor_memo", None)
+    if memo is not None:
+        ids.add(id(memo))
+    gm = probe.graph_module()
+    if gm is not None:
+        for mod in gm.modules():
+            if isinstance(mod, torch.fx.GraphModule):
+                ids.update(id(node.meta) for node in mod.graph.nodes)
+    return ids
+
+
+def _leaked(alive: list[torch.Tensor], program: set[int]) -> list[torch.Tensor]:
+    """The tensors of ``alive`` referred to from outside the program (one heap scan for all)."""
+    by_id = {id(t): t for t in alive}
+    leaked: dict[int, torch.Tensor] = {}
+    frame_type = type(sys._getframe())
+    for referrer in gc.get_referrers(*alive):
+        if referrer is alive or id(referrer) in program or isinstance(referrer, frame_type):
+            continue
+        for held in gc.get_referents(referrer):
+            if id(held) in by_id:
+                leaked[id(held)] = by_id[id(held)]
+    return [t for t in alive if id(t) in leaked]
+
+
+def _describe(t: torch.Tensor, probe: LeakProbe) -> str:
+    shape = f"FakeTensor(shape={list(t.shape)}, dtype={t.dtype})"
+    proxy = probe.tracked.get(t)
+    node: Optional[torch.fx.Node] = getattr(getattr(proxy, "proxy", None), "node", None)
+    if node is None:
+        return f"{shape}: not from a recorded operator"
+    stack = node.meta.get("stack_trace")
+    if stack:
+        return f"{shape} made by node '{node.name}':\n{stack}"
+    for user in node.users:
+        if user.meta.get("stack_trace"):
+            return f"{shape} of node '{node.name}'. Used by '{user.name}':\n{user.meta['stack_trace']}"
+    return f"{shape} of node '{node.name}'"
+
+
+def warn_if_leaked(probe: Optional[LeakProbe]) -> None:
+    """Warn (UserWarning) about fake tensors of this export still reachable from user code."""
+    if probe is None or not probe.tracked or not _alive(probe):
+        return
+    gc.collect()  # tensors kept only by garbage cycles are not leaks
+    alive = _alive(probe)
+    if not alive:
+        return
+    leaked = _leaked(alive, _program_holders(probe))
+    if not leaked:
+        return
+    details = "\n  ".join(_describe(t, probe) for t in leaked)
+    noun = "fake tensors that are"  # plural even for one: the words torch prints, which users match
+    warnings.warn(
+        f"Detected {len(leaked)} {noun} still alive after export. The exported program "
+        f"is fine, but code that ran during the trace (forward, a hook, a closure) kept a reference "
+        f"to a tensor without data; using it later in eager code will fail. Keep such values out "
+        f"of globals, hooks and caches while exporting (torch.compiler.is_exporting() tells when).\n"
+        f"  {details}",
+        UserWarning, stacklevel=3)
