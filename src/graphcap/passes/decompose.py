@@ -40,6 +40,7 @@ from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, Modul
                          OutputSpec, TensorArgument)
 from ..trace import metadata
 from ..trace.lifting import argument_for
+from ..trace.node_names import name_inputs
 from . import simple_inplace
 from .composites import steer_composites
 from .unalias_outputs import unalias_outputs_pass
@@ -163,14 +164,8 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
 
 
 def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
-    wanted = set(names)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node in gm.graph.nodes:
-        if node.op != "placeholder" and node.name in wanted:
-            node._rename(node.name + "_0")
-    for node, name in zip(placeholders, names):
-        node._rename(name)
-        node.target = name
+    name_inputs(gm.graph, list(zip(placeholders, names)))
 
 
 def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:

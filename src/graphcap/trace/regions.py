@@ -18,14 +18,16 @@ torch.export's training IR does:
   Stretches in the starting mode are left inline, so they follow the mode the
   program is called in.
 
-The switch nodes themselves disappear. Region outputs keep their node names
-(they become ``getitem`` nodes of the call). Tensor constants (``get_attr``)
+The switch nodes themselves disappear. Submodules, calls and their outputs
+are named as torch.export names them (see :class:`RegionNames`,
+:func:`extract_region`). Tensor constants (``get_attr``)
 stay in the enclosing graph and are passed in, so lifting still sees them.
 """
 from __future__ import annotations
 
 import copy
 import operator
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -73,15 +75,36 @@ def _keep_name(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
     node._rename(name)
 
 
+@dataclass
+class RegionNames:
+    """What a region's submodule and its ``get_attr`` node are called.
+
+    torch.export cuts a graph at every mode switch into pieces numbered from
+    0 and keeps the pieces that need a wrapper as ``submod_<piece>``; the
+    ``get_attr`` nodes that fetch them are numbered on from the last piece.
+    Users see both in the printed program, so graphcap numbers the same way.
+    """
+
+    attribute: str
+    node: str
+
+
+def piece_names(pieces: list[int], last: int) -> list[RegionNames]:
+    """Names for the regions that are pieces ``pieces`` (ascending) of a graph cut
+    into pieces ``0..last``."""
+    return [RegionNames(f"submod_{p}", f"submod_{last + 1 + i}") for i, p in enumerate(pieces)]
+
+
 def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, leading_args: tuple,
-                   anchor: torch.fx.Node) -> Optional[torch.fx.Node]:
+                   anchor: torch.fx.Node, names: Optional[RegionNames] = None) -> Optional[torch.fx.Node]:
     """Move ``region`` (nodes of ``gm``, in graph order) into a new submodule.
 
     The nodes are replaced by ``hop(*leading_args, submod, *inputs)`` placed
-    after the last of them, followed by one ``getitem`` per value used outside
-    the region, each named like the node it replaces. ``anchor`` gives the
-    call its source metadata. Returns the call node (None for an empty
-    region).
+    after the last of them, then one ``getitem`` per value used outside the
+    region. As in torch.export, a region with one such value gives the call
+    that value's name (its ``getitem`` is a fresh one); with several, each
+    ``getitem`` is named like the node it replaces. ``anchor`` gives the call
+    its source metadata. Returns the call node (None for an empty region).
     """
     graph = gm.graph
     members = [n for n in region if not _holds_tensor_constant(gm, n)]
@@ -111,10 +134,12 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     sub_graph.output(tuple(env[o] for o in outputs))
     submod = torch.fx.GraphModule(holder, sub_graph)
 
-    name = _fresh_name(gm, "submod")
+    name = names.attribute if names is not None and not hasattr(gm, names.attribute) else _fresh_name(gm, "submod")
     gm.add_submodule(name, submod)
     with graph.inserting_after(members[-1]):
         attr = graph.get_attr(name)
+    if names is not None:
+        attr._rename(names.node)
     with graph.inserting_after(attr):
         call = graph.call_function(hop, (*leading_args, attr, *inputs))
     for key in ("stack_trace", "nn_module_stack"):
@@ -124,13 +149,16 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     call.meta["val"] = tuple(o.meta.get("val") for o in outputs)
 
     renames = []
+    if len(outputs) == 1:
+        renames.append((call, outputs[0].name))
     last = call
     for i, o in enumerate(outputs):
         with graph.inserting_after(last):
             item = graph.call_function(operator.getitem, (call, i))
         item.meta = copy.copy(o.meta)
         o.replace_all_uses_with(item)
-        renames.append((item, o.name))
+        if len(outputs) > 1:
+            renames.append((item, o.name))
         last = item
     moved_attrs = {n.target for n in members if _subgraph_at(gm, n) is not None}
     for n in reversed(members):
@@ -154,9 +182,32 @@ def _modes_before(graph: torch.fx.Graph, ambient: bool) -> dict[torch.fx.Node, b
     return modes
 
 
+def _autocast_pieces(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, int], int]:
+    """torch.export's cut of a graph for autocast: a piece per outermost block
+    (enter to exit) and per stretch between blocks. Returns each block's piece
+    (by its enter node) and the last piece holding a node."""
+    piece, depth, after_block, last = 0, 0, False, 0
+    blocks: dict[torch.fx.Node, int] = {}
+    for n in graph.nodes:
+        if after_block or (depth == 0 and _is_enter(n)):
+            piece, after_block = piece + 1, False
+        if _is_enter(n):
+            if depth == 0:
+                blocks[n] = piece
+            depth += 1
+        elif _is_exit(n):
+            depth -= 1
+            after_block = depth == 0
+        if n.op not in ("placeholder", "output"):
+            last = piece
+    return blocks, last
+
+
 def _wrap_autocast(gm: torch.fx.GraphModule, ambient: bool) -> None:
     """Move every outermost autocast block into a ``wrap_with_autocast`` call."""
     graph = gm.graph
+    blocks, last_piece = _autocast_pieces(graph)
+    names = dict(zip(blocks, piece_names(list(blocks.values()), last_piece)))
     while True:
         modes = _modes_before(graph, ambient)
         enter = next((n for n in graph.nodes if _is_enter(n)), None)
@@ -177,7 +228,8 @@ def _wrap_autocast(gm: torch.fx.GraphModule, ambient: bool) -> None:
             graph.erase_node(exit_node)
         graph.erase_node(enter)
         device, dtype, enabled, cache = (list(enter.args) + [None] * 4)[:4]
-        call = extract_region(gm, region, wrap_with_autocast, (device, dtype, enabled, cache), enter)
+        call = extract_region(gm, region, wrap_with_autocast, (device, dtype, enabled, cache), enter,
+                              names.get(enter))
         if call is None:
             continue
         submod = getattr(gm, call.args[4].target)
@@ -206,8 +258,11 @@ def _wrap_grad(gm: torch.fx.GraphModule, ambient: bool) -> None:
             continue
         if n.op != "placeholder":
             stretch.append(n)
-    for mode, nodes, anchor in stretches:
-        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor)
+    # torch.export's pieces: piece k starts at the k-th switch (piece 0 before the first)
+    switches = [n for n in graph.nodes if _is_grad_switch(n)]
+    pieces = [switches.index(anchor) + 1 for _, _, anchor in stretches]
+    for (mode, nodes, anchor), names in zip(stretches, piece_names(pieces, len(switches))):
+        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor, names)
     for n in [n for n in graph.nodes if _is_grad_switch(n)]:
         graph.erase_node(n)
 
