@@ -95,6 +95,10 @@ class _Replay(torch.fx.Interpreter):
             return out
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is torch.ops.aten.lift_fresh_copy.default:
+            # functionalization copies a lifted tensor literal with clone, whatever the table
+            # says; torch.export's inference IR shows that clone, so graphcap's does too
+            return super().call_function(torch.ops.aten.clone.default, args, kwargs)
         if target is not torch.ops.aten.view.default:
             return super().call_function(target, args, kwargs)
         try:
@@ -190,6 +194,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     used_ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
+    if table.calls_user_functions:
+        # torch.export keeps whole every composite a plain table does not list, also when
+        # one of the table's functions calls it (linear -> matmul stays matmul)
+        keep |= table.composites_kept()
     replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
