@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import pytree as gp_pytree
-from ..errors import ExportInputError
+from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
@@ -33,6 +33,14 @@ class Target:
 
 
 def resolve_target(mod: Any) -> Target:
+    if isinstance(mod, torch.jit.ScriptModule):
+        # its forward is TorchScript: there is no Python to run on fake tensors
+        raise ExportInputError(
+            f"Exporting a ScriptModule is not supported: {type(mod).__name__} runs TorchScript, "
+            "which export cannot trace.",
+            where="export(mod, ...)",
+            fix="Export the original nn.Module (before torch.jit.script), or convert the ScriptModule "
+                "with torch._export.converter.TS2EPConverter.")
     if isinstance(mod, torch.nn.Module):
         return Target(mod, mod, mod.forward, type(mod).__name__)
     if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):
@@ -49,15 +57,15 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if isinstance(args, list):
         args = tuple(args)
     if not isinstance(args, tuple):
-        raise ExportInputError(
-            f"`args` must be a tuple of positional inputs, got {type(args).__name__}.",
+        raise export_args_error(
+            f"Expecting `args` to be a tuple of example positional inputs, got {type(args).__name__}.",
             where="export(mod, args)",
             fix="Wrap a single input in a tuple: export(mod, (x,)).")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict):
-        raise ExportInputError(
-            f"`kwargs` must be a dict of keyword inputs, got {type(kwargs).__name__}.",
+        raise export_args_error(
+            f"Expecting `kwargs` to be a dict of example keyword inputs, got {type(kwargs).__name__}.",
             where="export(mod, args, kwargs)",
             fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
     return args, kwargs

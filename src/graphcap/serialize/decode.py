@@ -24,7 +24,6 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..errors import SerializationError
-from ..trace.node_names import set_exact_name
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                          ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
                          SymIntArgument, TensorArgument)
@@ -328,8 +327,8 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
-            if node.name != name:  # a builtin's name (an input called `input`): code generation renames it
-                set_exact_name(node, name)
+            if node.name != name:
+                raise bad(f"Node name {name} clashes with a name torch.fx reserves.")
             env[name] = node
             self.meta(node, _field(nj, "meta", dict, where), where)
         if not saw_output:

@@ -22,7 +22,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import UnsupportedError
 from ..pytree import sanitize_name
-from . import node_names
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,
                          OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
@@ -61,9 +60,10 @@ def argument_for(node_or_value: Any, name_hint: str = "") -> Any:
     return ConstantArgument(name=node_or_value.name, value=val)
 
 
-def _placeholder_name(name: str) -> str:
-    """A placeholder's name (and target, the parameter name in generated code)."""
-    return sanitize_name(name.replace(".", "_"))
+def _name(node: torch.fx.Node, name: str) -> None:
+    """Rename a placeholder; its target is the parameter name in generated code."""
+    node._rename(sanitize_name(name.replace(".", "_")))
+    node.target = node.name
 
 
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
@@ -104,23 +104,20 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
 
     constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode)
 
-    # names: user inputs by argument path, then p_/b_/c_ prefixes; operator
-    # nodes that hold one of these names move aside (see node_names)
-    owed = [(node, name) for node, name in zip(user_nodes, user_input_names)]
-    owed += [(node, "p_" + fqn) for node, fqn in zip(placeholders[:n_params], layout.parameters)]
-    owed += [(node, "b_" + fqn) for node, fqn in zip(placeholders[n_params:n_state], layout.buffers)]
-    owed += [(node, "c_" + target) for node, target, _ in constants]
-    node_names.name_inputs(graph, [(node, _placeholder_name(name)) for node, name in owed])
-
+    # names: p_/b_/c_ prefixes, then user inputs by argument path
     input_specs: list[InputSpec] = []
     for node, fqn in zip(placeholders[:n_params], layout.parameters):
+        _name(node, "p_" + fqn)
         input_specs.append(InputSpec(InputKind.PARAMETER, TensorArgument(node.name), fqn))
     for node, fqn in zip(placeholders[n_params:n_state], layout.buffers):
+        _name(node, "b_" + fqn)
         input_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), fqn,
                                      persistent=fqn not in layout.non_persistent))
     for node, target, _ in constants:
+        _name(node, "c_" + target)
         input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), target))
-    for node, value in zip(user_nodes, user_input_values):
+    for node, name, value in zip(user_nodes, user_input_names, user_input_values):
+        _name(node, name)
         if isinstance(value, torch.Tensor):
             arg = argument_for(node)
         else:  # a Python value the program is specialized on
