@@ -78,3 +78,34 @@ def test_printed_program_indents_every_line_as_torch_does():
     inside = lines[1:lines.index("Graph signature:")]
     assert all(line.startswith("    ") for line in inside)
     assert text.endswith("Range constraints: {}\n")
+
+
+def test_regions_read_as_torch_prints_them():
+    """Outputs in order of first use after the region; a one-output region's
+    getitem numbered after those the cut made for several-output pieces."""
+    class Bar(torch.nn.Module):
+        def forward(self, x):
+            a = x.sin()
+            with torch.no_grad():
+                b = a * 2
+            c = b + 1
+            with torch.no_grad():
+                d = c * 3
+                e = d - 1
+            return e, d
+
+    ep = graphcap.export(Bar(), (torch.randn(3),))
+    assert ep.graph_module.code.strip() == """\
+def forward(self, x):
+    sin = torch.ops.aten.sin.default(x);  x = None
+    submod_5 = self.submod_1
+    mul = torch.ops.higher_order.wrap_with_set_grad_enabled(False, submod_5, sin);  submod_5 = sin = None
+    getitem_2 = mul[0];  mul = None
+    add = torch.ops.aten.add.Tensor(getitem_2, 1);  getitem_2 = None
+    submod_6 = self.submod_3
+    wrap_with_set_grad_enabled = torch.ops.higher_order.wrap_with_set_grad_enabled(False, submod_6, add);  submod_6 = add = None
+    sub = wrap_with_set_grad_enabled[0]
+    mul_1 = wrap_with_set_grad_enabled[1];  wrap_with_set_grad_enabled = None
+    return (sub, mul_1)"""
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x), Bar()(x))

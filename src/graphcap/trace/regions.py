@@ -19,21 +19,21 @@ torch.export's training IR does:
   program is called in.
 
 The switch nodes themselves disappear. Submodules, calls and their outputs
-are named as torch.export names them (see :class:`RegionNames`,
-:func:`extract_region`). Tensor constants (``get_attr``)
+are named and ordered as torch.export names them (:mod:`.region_names`). Tensor constants (``get_attr``)
 stay in the enclosing graph and are passed in, so lifting still sees them.
 """
 from __future__ import annotations
 
 import copy
 import operator
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.fx
 from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+from .region_names import RegionNames, cut_node, name_regions
 
 _SET_GRAD = torch._C._set_grad_enabled
 
@@ -75,26 +75,6 @@ def _keep_name(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
     node._rename(name)
 
 
-@dataclass
-class RegionNames:
-    """What a region's submodule and its ``get_attr`` node are called.
-
-    torch.export cuts a graph at every mode switch into pieces numbered from
-    0 and keeps the pieces that need a wrapper as ``submod_<piece>``; the
-    ``get_attr`` nodes that fetch them are numbered on from the last piece.
-    Users see both in the printed program, so graphcap numbers the same way.
-    """
-
-    attribute: str
-    node: str
-
-
-def piece_names(pieces: list[int], last: int) -> list[RegionNames]:
-    """Names for the regions that are pieces ``pieces`` (ascending) of a graph cut
-    into pieces ``0..last``."""
-    return [RegionNames(f"submod_{p}", f"submod_{last + 1 + i}") for i, p in enumerate(pieces)]
-
-
 def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, leading_args: tuple,
                    anchor: torch.fx.Node, names: Optional[RegionNames] = None) -> Optional[torch.fx.Node]:
     """Move ``region`` (nodes of ``gm``, in graph order) into a new submodule.
@@ -117,6 +97,8 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
             if inp not in inside and inp not in inputs:
                 inputs.append(inp)
     outputs = [n for n in members if any(u not in inside for u in n.users)]
+    if names is not None:
+        outputs = names.order(outputs)
 
     sub_graph = torch.fx.Graph()
     holder = torch.nn.Module()
@@ -140,8 +122,9 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
         attr = graph.get_attr(name)
     if names is not None:
         attr._rename(names.node)
-    with graph.inserting_after(attr):
-        call = graph.call_function(hop, (*leading_args, attr, *inputs))
+    with graph.inserting_after(attr):  # a one-output call is renamed below: leave the hop's name free
+        call = graph.create_node("call_function", hop, (*leading_args, attr, *inputs),
+                                 name="_region_call" if len(outputs) == 1 else None)
     for key in ("stack_trace", "nn_module_stack"):
         if key in anchor.meta:
             call.meta[key] = copy.copy(anchor.meta[key])
@@ -159,6 +142,8 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
         o.replace_all_uses_with(item)
         if len(outputs) > 1:
             renames.append((item, o.name))
+        elif names is not None:
+            item._rename(names.single_output_item)
         last = item
     moved_attrs = {n.target for n in members if _subgraph_at(gm, n) is not None}
     for n in reversed(members):
@@ -182,11 +167,11 @@ def _modes_before(graph: torch.fx.Graph, ambient: bool) -> dict[torch.fx.Node, b
     return modes
 
 
-def _autocast_pieces(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, int], int]:
-    """torch.export's cut of a graph for autocast: a piece per outermost block
-    (enter to exit) and per stretch between blocks. Returns each block's piece
-    (by its enter node) and the last piece holding a node."""
-    piece, depth, after_block, last = 0, 0, False, 0
+def _autocast_names(graph: torch.fx.Graph) -> dict[torch.fx.Node, RegionNames]:
+    """torch.export's cut of a graph for autocast — a piece per outermost block
+    (enter to exit) and per stretch between blocks — named per block's enter node."""
+    piece, depth, after_block = 0, 0, False
+    piece_of: dict[torch.fx.Node, int] = {}
     blocks: dict[torch.fx.Node, int] = {}
     for n in graph.nodes:
         if after_block or (depth == 0 and _is_enter(n)):
@@ -198,16 +183,16 @@ def _autocast_pieces(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, int], i
         elif _is_exit(n):
             depth -= 1
             after_block = depth == 0
-        if n.op not in ("placeholder", "output"):
-            last = piece
-    return blocks, last
+        if cut_node(n):
+            piece_of[n] = piece
+    names = name_regions(graph, piece_of, list(blocks.values()))
+    return {enter: names[p] for enter, p in blocks.items()}
 
 
 def _wrap_autocast(gm: torch.fx.GraphModule, ambient: bool) -> None:
     """Move every outermost autocast block into a ``wrap_with_autocast`` call."""
     graph = gm.graph
-    blocks, last_piece = _autocast_pieces(graph)
-    names = dict(zip(blocks, piece_names(list(blocks.values()), last_piece)))
+    names = _autocast_names(graph)
     while True:
         modes = _modes_before(graph, ambient)
         enter = next((n for n in graph.nodes if _is_enter(n)), None)
@@ -259,10 +244,15 @@ def _wrap_grad(gm: torch.fx.GraphModule, ambient: bool) -> None:
         if n.op != "placeholder":
             stretch.append(n)
     # torch.export's pieces: piece k starts at the k-th switch (piece 0 before the first)
-    switches = [n for n in graph.nodes if _is_grad_switch(n)]
-    pieces = [switches.index(anchor) + 1 for _, _, anchor in stretches]
-    for (mode, nodes, anchor), names in zip(stretches, piece_names(pieces, len(switches))):
-        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor, names)
+    piece_of, piece = {}, 0
+    for n in graph.nodes:
+        piece += _is_grad_switch(n)
+        if cut_node(n):
+            piece_of[n] = piece
+    pieces = [piece_of[anchor] for _, _, anchor in stretches]
+    names = name_regions(graph, piece_of, pieces)
+    for (mode, nodes, anchor), p in zip(stretches, pieces):
+        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor, names[p])
     for n in [n for n in graph.nodes if _is_grad_switch(n)]:
         graph.erase_node(n)
 
