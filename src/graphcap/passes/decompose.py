@@ -40,7 +40,7 @@ from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, Modul
                          OutputSpec, TensorArgument)
 from ..trace import metadata
 from ..trace.lifting import argument_for
-from ..trace.naming import NameAllocator, set_node_name
+from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .composites import steer_composites
 from .unalias_outputs import unalias_outputs_pass
@@ -169,18 +169,8 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
 
 def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
     """The old program's input names; operator nodes move aside as torch.export moves them."""
-    allocator = NameAllocator()
-    chosen = {n: allocator.take(name, whole_stem=True)
-              for n, name in zip([n for n in gm.graph.nodes if n.op == "placeholder"], names)}
-    for node in gm.graph.nodes:
-        if node not in chosen:
-            chosen[node] = allocator.take(node.name, whole_stem=False)
-    for i, node in enumerate(chosen):  # two steps: a name may pass from one node to another
-        set_node_name(node, f"_renaming_{i}")
-    for node, name in chosen.items():
-        set_node_name(node, name)
-        if node.op == "placeholder":
-            node.target = name
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    apply_owed_names(gm.graph, list(zip(placeholders, names)))
 
 
 def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:

@@ -227,24 +227,11 @@ def _name_inputs(gm: torch.fx.GraphModule) -> None:
 
 
 def _name_from_operands(sub: torch.fx.GraphModule, operands: list[Any]) -> None:
-    """Placeholders take the names of the enclosing values bound to them; the
-    subgraph's other nodes keep theirs or move to the next free suffix."""
-    from .naming import NameAllocator, set_node_name
-    names = NameAllocator()
-    chosen: dict[torch.fx.Node, str] = {}
+    """Placeholders take the names of the enclosing values bound to them."""
+    from .owed_names import apply_owed_names
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    for ph, value in zip(placeholders, operands):
-        if isinstance(value, torch.fx.Node):
-            chosen[ph] = names.take(value.name, whole_stem=True)
-    for n in sub.graph.nodes:
-        if n not in chosen:
-            chosen[n] = names.take(n.name, whole_stem=n.op == "placeholder")
-    for i, n in enumerate(chosen):  # two steps: a name may pass from one node to another
-        set_node_name(n, f"_renaming_{i}")
-    for n, name in chosen.items():
-        set_node_name(n, name)
-        if n.op == "placeholder":
-            n.target = name
+    apply_owed_names(sub.graph, [(ph, value.name) for ph, value in zip(placeholders, operands)
+                                 if isinstance(value, torch.fx.Node)])
 
 
 def _in_hop_module(filename: str) -> bool:
