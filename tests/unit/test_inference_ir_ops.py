@@ -45,3 +45,18 @@ def test_composite_called_by_a_users_decomposition_stays_whole():
     torch.testing.assert_close(ep.module()(x), expected)
     # the default table still breaks matmul down to core ATen
     assert torch.ops.aten.matmul.default not in _targets(graphcap.export(m, (x,)).run_decompositions())
+
+
+def test_in_place_detach_of_a_tensor_literal_leaves_no_node():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            torch.ops.aten._assert_async.msg(torch.tensor(True), "Fail")
+            return x + 1
+
+    x = torch.randn(2, 2)
+    training = graphcap.export(M(), (x,))
+    assert torch.ops.aten.detach_.default in _targets(training)
+    ep = training.run_decompositions({})
+    assert _targets(ep)[:2] == [torch.ops.aten.clone.default, torch.ops.aten._assert_async.msg]
+    assert torch.ops.aten.detach.default not in _targets(ep)
+    torch.testing.assert_close(ep.module()(x), x + 1)

@@ -78,6 +78,10 @@ class _Replay(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current = n
+        if n.op == "call_function" and n.target is torch.ops.aten.detach_.default:
+            # only autograd sees an in-place detach (it returns its input, cut from the graph of
+            # gradients): the inference IR has no autograd, and torch's functionalization drops it
+            return self.env[n.args[0]]
         variant = self.out_of_place.get(n)
         if variant is None:
             return super().run_node(n)
