@@ -18,7 +18,8 @@ from ..dynamic import constraints as dyn_constraints
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import conversion_asserts, fakify, hops, lifting, metadata, mutations, recorder
+from ..trace import fakify, hops, lifting, metadata, mutations, recorder
+from ..trace.conversion_asserts import insert_conversion_asserts
 from . import call_signatures
 
 
@@ -150,8 +151,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
     range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name)
-    conversion_asserts.insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     lifting.sync_output_specs(gm, lifted.signature)
+    insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     metadata.finalize(gm)
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}
