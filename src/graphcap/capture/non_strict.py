@@ -19,8 +19,8 @@ from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
 from ..trace import fakify, hops, lifting, metadata, mutations, recorder
-from ..trace.conversion_asserts import insert_conversion_asserts
 from . import call_signatures
+from ..trace.conversion_asserts import insert_conversion_asserts
 
 
 @dataclass
