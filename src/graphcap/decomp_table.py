@@ -217,6 +217,8 @@ class TableView:
         else:
             self.entries = dict(table)
             self.deleted = set()
+        # a plain mapping with functions of the user's: those may call composites it keeps whole
+        self.calls_user_functions = bool(self.entries) and not isinstance(table, CustomDecompTable)
 
     def decomposes(self, op: Any) -> bool:
         if isinstance(self._table, CustomDecompTable):
@@ -225,6 +227,10 @@ class TableView:
             return True
         # Composites that mutate or alias are always broken down: functionalization needs their parts.
         return is_composite(op) and not can_keep_composite(op)
+
+    def composites_kept(self) -> set[OpOverload]:
+        """Every registered composite this table keeps whole."""
+        return {op for op in _all_composites() if self.keeps_composite(op)}
 
     def keeps_composite(self, op: Any) -> bool:
         """A composite the table keeps whole (it must be protected from autograd's decomposition)."""

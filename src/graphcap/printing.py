@@ -6,7 +6,6 @@ code generator), then ``Graph signature:`` and ``Range constraints:``.
 """
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,9 +23,11 @@ def range_constraints_str(constraints: dict[Any, Any]) -> str:
 
 
 def program_to_str(ep: "ExportedProgram") -> str:
-    graph = textwrap.indent(graph_to_str(ep.graph_module), "    ")
-    signature = textwrap.indent(str(ep.graph_signature), "    ")
-    return (f"ExportedProgram:\n{graph}\nGraph signature: {signature}\n"
+    # every line indented, blank ones too, and no space after "Graph signature:"
+    # (the signature starts on a new line): what torch prints, byte for byte
+    graph = "    " + graph_to_str(ep.graph_module).replace("\n", "\n    ")
+    signature = str(ep.graph_signature).replace("\n", "\n    ")
+    return (f"ExportedProgram:\n{graph}\nGraph signature:{signature}\n"
             f"Range constraints: {range_constraints_str(ep.range_constraints)}\n")
 
 

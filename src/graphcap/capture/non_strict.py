@@ -14,13 +14,14 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import pytree as gp_pytree
-from ..errors import ExportInputError
+from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
 from ..trace import fakify, hops, leaks, lifting, metadata, mutations, recorder
 from . import call_signatures
+from ..trace.conversion_asserts import insert_conversion_asserts
 
 
 @dataclass
@@ -34,6 +35,14 @@ class Target:
 
 
 def resolve_target(mod: Any) -> Target:
+    if isinstance(mod, torch.jit.ScriptModule):
+        # its forward is TorchScript: there is no Python to run on fake tensors
+        raise ExportInputError(
+            f"Exporting a ScriptModule is not supported: {type(mod).__name__} runs TorchScript, "
+            "which export cannot trace.",
+            where="export(mod, ...)",
+            fix="Export the original nn.Module (before torch.jit.script), or convert the ScriptModule "
+                "with torch._export.converter.TS2EPConverter.")
     if isinstance(mod, torch.nn.Module):
         return Target(mod, mod, mod.forward, type(mod).__name__)
     if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):
@@ -50,15 +59,15 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if isinstance(args, list):
         args = tuple(args)
     if not isinstance(args, tuple):
-        raise ExportInputError(
-            f"`args` must be a tuple of positional inputs, got {type(args).__name__}.",
+        raise export_args_error(
+            f"Expecting `args` to be a tuple of example positional inputs, got {type(args).__name__}.",
             where="export(mod, args)",
             fix="Wrap a single input in a tuple: export(mod, (x,)).")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict):
-        raise ExportInputError(
-            f"`kwargs` must be a dict of keyword inputs, got {type(kwargs).__name__}.",
+        raise export_args_error(
+            f"Expecting `kwargs` to be a dict of example keyword inputs, got {type(kwargs).__name__}.",
             where="export(mod, args, kwargs)",
             fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
     return args, kwargs
@@ -171,6 +180,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
     range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name)
     lifting.sync_output_specs(gm, lifted.signature)
+    insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     metadata.finalize(gm)
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}

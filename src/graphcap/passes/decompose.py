@@ -42,6 +42,7 @@ from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, Modul
                          OutputSpec, TensorArgument)
 from ..trace import metadata
 from ..trace.lifting import argument_for
+from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .composites import steer_composites
 from .unalias_outputs import unalias_outputs_pass
@@ -79,6 +80,10 @@ class _Replay(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current = n
+        if n.op == "call_function" and n.target is torch.ops.aten.detach_.default:
+            # only autograd sees an in-place detach (it returns its input, cut from the graph of
+            # gradients): the inference IR has no autograd, and torch's functionalization drops it
+            return self.env[n.args[0]]
         variant = self.out_of_place.get(n)
         if variant is None:
             return super().run_node(n)
@@ -96,6 +101,10 @@ class _Replay(torch.fx.Interpreter):
             return out
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is torch.ops.aten.lift_fresh_copy.default:
+            # functionalization copies a lifted tensor literal with clone, whatever the table
+            # says; torch.export's inference IR shows that clone, so graphcap's does too
+            return super().call_function(torch.ops.aten.clone.default, args, kwargs)
         if target is not torch.ops.aten.view.default:
             return super().call_function(target, args, kwargs)
         try:
@@ -165,14 +174,9 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
 
 
 def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
-    wanted = set(names)
+    """The old program's input names; operator nodes move aside as torch.export moves them."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node in gm.graph.nodes:
-        if node.op != "placeholder" and node.name in wanted:
-            node._rename(node.name + "_0")
-    for node, name in zip(placeholders, names):
-        node._rename(name)
-        node.target = name
+    apply_owed_names(gm.graph, list(zip(placeholders, names)))
 
 
 def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node]) -> None:
@@ -206,6 +210,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     used_ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
+    if table.calls_user_functions:
+        # torch.export keeps whole every composite a plain table does not list, also when
+        # one of the table's functions calls it (linear -> matmul stays matmul)
+        keep |= table.composites_kept()
     replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 

@@ -214,19 +214,24 @@ def recompile_subgraphs(gm: torch.fx.GraphModule) -> None:
 
 
 def name_subgraph_inputs(gm: torch.fx.GraphModule) -> None:
-    """Name each subgraph placeholder after the operand bound to it, recursively."""
+    """Name each subgraph placeholder after the operand bound to it, recursively
+    (other subgraph nodes move aside, as torch.export names them)."""
     _name_inputs(gm)
     recompile_subgraphs(gm)
 
 
 def _name_inputs(gm: torch.fx.GraphModule) -> None:
     for node, sub, operands in list(subgraphs(gm)):
-        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-        for ph, value in zip(placeholders, operands):
-            if isinstance(value, torch.fx.Node) and ph.name != value.name:
-                ph._rename(value.name)
-                ph.target = ph.name
+        _name_from_operands(sub, operands)
         _name_inputs(sub)
+
+
+def _name_from_operands(sub: torch.fx.GraphModule, operands: list[Any]) -> None:
+    """Placeholders take the names of the enclosing values bound to them."""
+    from .owed_names import apply_owed_names
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    apply_owed_names(sub.graph, [(ph, value.name) for ph, value in zip(placeholders, operands)
+                                 if isinstance(value, torch.fx.Node)])
 
 
 def _in_hop_module(filename: str) -> bool:

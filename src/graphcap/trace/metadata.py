@@ -3,10 +3,11 @@
 
 The recorder already leaves ``val`` (fake tensors), ``stack_trace`` (the user
 frames) and ``nn_module_stack`` (module path → (FQN, class)) on operator nodes.
-This pass makes the set complete and uniform: placeholders and the output
-carry no source information; every operator node has all four keys; and
-``source_fn_stack`` names, for each node, the module or function the user
-called that produced it.
+This pass makes the set complete and uniform, in control-flow subgraphs too:
+placeholders and the output carry no source information; every operator
+node has all four keys; and ``source_fn_stack`` names, for each node, the
+module or function the user called that produced it (as strings: torch's
+branch capture leaves operator objects there, which are replaced).
 """
 from __future__ import annotations
 
@@ -27,7 +28,22 @@ def _source_fn_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
     return stack
 
 
+def _recorded_by_branch_capture(stack: object) -> bool:
+    """A ``source_fn_stack`` torch's branch capture wrote: it holds operator objects
+    (``('cond', <CondOp>)``) where graphcap's holds their names."""
+    return isinstance(stack, list) and any(
+        not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(e, str) for e in entry))
+        for entry in stack)
+
+
 def finalize(gm: torch.fx.GraphModule) -> None:
+    """Complete the metadata of ``gm`` and of its control-flow subgraphs alike."""
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            _finalize_graph(sub)
+
+
+def _finalize_graph(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             node.meta.pop("stack_trace", None)
@@ -38,5 +54,5 @@ def finalize(gm: torch.fx.GraphModule) -> None:
         if node.op == "call_function":
             node.meta.setdefault("nn_module_stack", {})
             node.meta.setdefault("stack_trace", None)
-            if "source_fn_stack" not in node.meta:
+            if "source_fn_stack" not in node.meta or _recorded_by_branch_capture(node.meta["source_fn_stack"]):
                 node.meta["source_fn_stack"] = _source_fn_stack(node)

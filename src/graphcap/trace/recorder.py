@@ -61,6 +61,25 @@ def _exporting_flags():
 
 
 @contextlib.contextmanager
+def _backend_neutral():
+    """Trace with the cuDNN, MKL-DNN and NNPACK backends switched off.
+
+    Some operators take the backend choice as an argument when the user's
+    Python calls them (``F.batch_norm`` and ``F.layer_norm`` pass
+    ``torch.backends.cudnn.enabled``); recorded as it is on the exporting
+    machine, that choice would be baked into the program. torch.export traces
+    with these backends off, so both record ``cudnn_enabled=False``.
+    """
+    backends = (torch.backends.cudnn, torch.backends.mkldnn, torch.backends.nnpack)
+    saved = [backend.set_flags(False) for backend in backends]
+    try:
+        yield
+    finally:
+        for backend, flags in zip(backends, saved):
+            backend.set_flags(*flags)
+
+
+@contextlib.contextmanager
 def _restore_grad_mode():
     enabled = torch.is_grad_enabled()
     try:
@@ -168,8 +187,9 @@ def record(
         torch.fx.proxy._register_stack_trace_anchor(target)
 
     try:
-        with fake_mode, _exporting_flags(), _restore_grad_mode(), preserved_module_attributes(root), \
-                hops.capture_context(), python_overrides.installed(), subclass_access.recorded(flat_inputs), \
+        with fake_mode, _exporting_flags(), _backend_neutral(), _restore_grad_mode(), \
+                preserved_module_attributes(root), hops.capture_context(), python_overrides.installed(), \
+                subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,

@@ -18,8 +18,8 @@ torch.export's training IR does:
   Stretches in the starting mode are left inline, so they follow the mode the
   program is called in.
 
-The switch nodes themselves disappear. Region outputs keep their node names
-(they become ``getitem`` nodes of the call). Tensor constants (``get_attr``)
+The switch nodes themselves disappear. Submodules, calls and their outputs
+are named and ordered as torch.export names them (:mod:`.region_names`). Tensor constants (``get_attr``)
 stay in the enclosing graph and are passed in, so lifting still sees them.
 """
 from __future__ import annotations
@@ -32,6 +32,8 @@ import torch
 import torch.fx
 from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+from .region_names import RegionNames, cut_node, name_regions
 
 _SET_GRAD = torch._C._set_grad_enabled
 
@@ -74,14 +76,15 @@ def _keep_name(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
 
 
 def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, leading_args: tuple,
-                   anchor: torch.fx.Node) -> Optional[torch.fx.Node]:
+                   anchor: torch.fx.Node, names: Optional[RegionNames] = None) -> Optional[torch.fx.Node]:
     """Move ``region`` (nodes of ``gm``, in graph order) into a new submodule.
 
     The nodes are replaced by ``hop(*leading_args, submod, *inputs)`` placed
-    after the last of them, followed by one ``getitem`` per value used outside
-    the region, each named like the node it replaces. ``anchor`` gives the
-    call its source metadata. Returns the call node (None for an empty
-    region).
+    after the last of them, then one ``getitem`` per value used outside the
+    region. As in torch.export, a region with one such value gives the call
+    that value's name (its ``getitem`` is a fresh one); with several, each
+    ``getitem`` is named like the node it replaces. ``anchor`` gives the call
+    its source metadata. Returns the call node (None for an empty region).
     """
     graph = gm.graph
     members = [n for n in region if not _holds_tensor_constant(gm, n)]
@@ -94,6 +97,8 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
             if inp not in inside and inp not in inputs:
                 inputs.append(inp)
     outputs = [n for n in members if any(u not in inside for u in n.users)]
+    if names is not None:
+        outputs = names.order(outputs)
 
     sub_graph = torch.fx.Graph()
     holder = torch.nn.Module()
@@ -111,12 +116,15 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     sub_graph.output(tuple(env[o] for o in outputs))
     submod = torch.fx.GraphModule(holder, sub_graph)
 
-    name = _fresh_name(gm, "submod")
+    name = names.attribute if names is not None and not hasattr(gm, names.attribute) else _fresh_name(gm, "submod")
     gm.add_submodule(name, submod)
     with graph.inserting_after(members[-1]):
         attr = graph.get_attr(name)
-    with graph.inserting_after(attr):
-        call = graph.call_function(hop, (*leading_args, attr, *inputs))
+    if names is not None:
+        attr._rename(names.node)
+    with graph.inserting_after(attr):  # a one-output call is renamed below: leave the hop's name free
+        call = graph.create_node("call_function", hop, (*leading_args, attr, *inputs),
+                                 name="_region_call" if len(outputs) == 1 else None)
     for key in ("stack_trace", "nn_module_stack"):
         if key in anchor.meta:
             call.meta[key] = copy.copy(anchor.meta[key])
@@ -124,13 +132,18 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     call.meta["val"] = tuple(o.meta.get("val") for o in outputs)
 
     renames = []
+    if len(outputs) == 1:
+        renames.append((call, outputs[0].name))
     last = call
     for i, o in enumerate(outputs):
         with graph.inserting_after(last):
             item = graph.call_function(operator.getitem, (call, i))
         item.meta = copy.copy(o.meta)
         o.replace_all_uses_with(item)
-        renames.append((item, o.name))
+        if len(outputs) > 1:
+            renames.append((item, o.name))
+        elif names is not None:
+            item._rename(names.single_output_item)
         last = item
     moved_attrs = {n.target for n in members if _subgraph_at(gm, n) is not None}
     for n in reversed(members):
@@ -154,9 +167,32 @@ def _modes_before(graph: torch.fx.Graph, ambient: bool) -> dict[torch.fx.Node, b
     return modes
 
 
+def _autocast_names(graph: torch.fx.Graph) -> dict[torch.fx.Node, RegionNames]:
+    """torch.export's cut of a graph for autocast — a piece per outermost block
+    (enter to exit) and per stretch between blocks — named per block's enter node."""
+    piece, depth, after_block = 0, 0, False
+    piece_of: dict[torch.fx.Node, int] = {}
+    blocks: dict[torch.fx.Node, int] = {}
+    for n in graph.nodes:
+        if after_block or (depth == 0 and _is_enter(n)):
+            piece, after_block = piece + 1, False
+        if _is_enter(n):
+            if depth == 0:
+                blocks[n] = piece
+            depth += 1
+        elif _is_exit(n):
+            depth -= 1
+            after_block = depth == 0
+        if cut_node(n):
+            piece_of[n] = piece
+    names = name_regions(graph, piece_of, list(blocks.values()))
+    return {enter: names[p] for enter, p in blocks.items()}
+
+
 def _wrap_autocast(gm: torch.fx.GraphModule, ambient: bool) -> None:
     """Move every outermost autocast block into a ``wrap_with_autocast`` call."""
     graph = gm.graph
+    names = _autocast_names(graph)
     while True:
         modes = _modes_before(graph, ambient)
         enter = next((n for n in graph.nodes if _is_enter(n)), None)
@@ -177,7 +213,8 @@ def _wrap_autocast(gm: torch.fx.GraphModule, ambient: bool) -> None:
             graph.erase_node(exit_node)
         graph.erase_node(enter)
         device, dtype, enabled, cache = (list(enter.args) + [None] * 4)[:4]
-        call = extract_region(gm, region, wrap_with_autocast, (device, dtype, enabled, cache), enter)
+        call = extract_region(gm, region, wrap_with_autocast, (device, dtype, enabled, cache), enter,
+                              names.get(enter))
         if call is None:
             continue
         submod = getattr(gm, call.args[4].target)
@@ -206,8 +243,16 @@ def _wrap_grad(gm: torch.fx.GraphModule, ambient: bool) -> None:
             continue
         if n.op != "placeholder":
             stretch.append(n)
-    for mode, nodes, anchor in stretches:
-        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor)
+    # torch.export's pieces: piece k starts at the k-th switch (piece 0 before the first)
+    piece_of, piece = {}, 0
+    for n in graph.nodes:
+        piece += _is_grad_switch(n)
+        if cut_node(n):
+            piece_of[n] = piece
+    pieces = [piece_of[anchor] for _, _, anchor in stretches]
+    names = name_regions(graph, piece_of, pieces)
+    for (mode, nodes, anchor), p in zip(stretches, pieces):
+        extract_region(gm, nodes, wrap_with_set_grad_enabled, (mode,), anchor, names[p])
     for n in [n for n in graph.nodes if _is_grad_switch(n)]:
         graph.erase_node(n)
 

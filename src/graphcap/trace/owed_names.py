@@ -1,0 +1,29 @@
+"""Rename a graph whose inputs are owed given names, by torch.export's rule.
+
+Two places name a graph after another one: a control-flow subgraph's inputs
+take the names of the values bound to them, and a decomposed program's
+inputs take the names they had before. The owed names are given whole; every
+other node keeps its name unless it is taken, then moves to the next free
+suffix of its stem (the counting of :class:`.naming.NameAllocator`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch.fx
+
+from .naming import NameAllocator, set_node_name
+
+
+def apply_owed_names(graph: torch.fx.Graph, owed: Sequence[tuple[torch.fx.Node, str]]) -> None:
+    names = NameAllocator()
+    chosen: dict[torch.fx.Node, str] = {node: names.take(name, whole_stem=True) for node, name in owed}
+    for node in graph.nodes:
+        if node not in chosen:
+            chosen[node] = names.take(node.name, whole_stem=node.op == "placeholder")
+    for i, node in enumerate(chosen):  # two steps: a name may pass from one node to another
+        set_node_name(node, f"_renaming_{i}")
+    for node, name in chosen.items():
+        set_node_name(node, name)
+        if node.op == "placeholder":
+            node.target = name
