@@ -34,6 +34,12 @@ class _TensorLeaf:
 
 
 @dataclass
+class _SymIntLeaf:
+    path: str
+    expr: Any  # sympy expression of the int input
+
+
+@dataclass
 class _ConstantLeaf:
     path: str
     value: Any
@@ -65,6 +71,8 @@ class InputChecker:
             val = placeholders[spec.arg.name].meta.get("val")
             if isinstance(val, torch.Tensor):
                 self._leaves.append(_TensorLeaf(path, val.dtype, val.device, [_dim_expr(s) for s in val.shape]))
+            elif isinstance(val, torch.SymInt) and not isinstance(_dim_expr(val), int):
+                self._leaves.append(_SymIntLeaf(path, _dim_expr(val)))  # a dynamic int input
             else:
                 self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
@@ -96,6 +104,9 @@ class InputChecker:
             if isinstance(leaf, _ConstantLeaf):
                 self._check_constant(leaf, value)
                 continue
+            if isinstance(leaf, _SymIntLeaf):
+                self._check_symint(leaf, value, bindings, deferred)
+                continue
             self._check_tensor(leaf, value, bindings, deferred)
         for path, expr, got in deferred:
             self._check_derived(path, expr, got, bindings)
@@ -116,6 +127,22 @@ class InputChecker:
                 f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
+
+    # -- dynamic ints (graphcap.dynamic: an int marked dynamic is a SymInt input) ----
+    def _check_symint(self, leaf: "_SymIntLeaf", value: Any, bindings, deferred) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be an int, but got {type(value).__name__}",
+                fix="Pass an int here, as in the example inputs given to export.")
+        if not isinstance(leaf.expr, sympy.Symbol):
+            deferred.append((leaf.path, leaf.expr, int(value)))
+            return
+        self._check_range(leaf.path, leaf.expr, value)
+        if leaf.expr in bindings and bindings[leaf.expr] != value:
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be equal to {bindings[leaf.expr]}, but got {value}",
+                fix=f"This int shares the symbol {leaf.expr} with an earlier input of that value.")
+        bindings[leaf.expr] = int(value)
 
     def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, deferred) -> None:
         if not isinstance(value, torch.Tensor):
@@ -187,6 +214,8 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     so that ``module()`` refuses inputs that break them before computing anything."""
     names: dict[Any, str] = {}
     for leaf in leaves:
+        if isinstance(leaf, _SymIntLeaf) and isinstance(leaf.expr, sympy.Symbol):
+            names.setdefault(leaf.expr, leaf.path)
         if isinstance(leaf, _TensorLeaf):
             for i, d in enumerate(leaf.dims):
                 if isinstance(d, sympy.Symbol):

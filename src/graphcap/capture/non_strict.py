@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 from .. import pytree as gp_pytree
 from ..errors import ExportInputError
 from ..dynamic import constraints as dyn_constraints
+from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
@@ -93,9 +94,12 @@ def _unique(names: Sequence[str]) -> list[str]:
 
 
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
-                      preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+                      preserve_module_call_signature: tuple[str, ...] = (),
+                      prefer_deferred_asserts: bool = False) -> ExportedProgram:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
+    # a ShapesCollection / AdditionalInputs builds its spec from the inputs
+    dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")
 
@@ -141,7 +145,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
-    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name)
+    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name,
+                                               prefer_deferred_asserts=prefer_deferred_asserts)
     lifting.sync_output_specs(gm, lifted.signature)
     metadata.finalize(gm)
 
@@ -155,5 +160,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
         in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
-    return ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
-                           example_inputs=(args, kwargs), constants=constants)
+    ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
+                         example_inputs=(args, kwargs), constants=constants)
+    if verify_examples is not None:
+        verify_examples(ep)
+    return ep

@@ -29,6 +29,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from ..errors import ConstraintViolationError, ExportInputError, UnsupportedError
+from . import hints as dyn_hints
 from .dims import DerivedDim, Dim, as_dim
 from .symbols import RootSymbol, SymbolicInputs
 
@@ -91,8 +92,39 @@ class _Namer:
         return str(sympy.sympify(expr).xreplace(self.sub))
 
 
-def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
-    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives."""
+def _expressible(expr: Any) -> bool:
+    """Whether a replacement can be written in a spec: ``a*other + b`` of one other Dim."""
+    syms = expr.free_symbols
+    if len(syms) != 1:
+        return False
+    (s,) = syms
+    poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
+    return poly is not None and poly.degree() == 1
+
+
+def _defer_range(env: Any, r: RootSymbol, expr: Any, namer: "_Namer", sloc: Any) -> None:
+    ranges = {s: env.var_to_range.get(s, ValueRanges(0, int_oo)) for s in expr.free_symbols}
+    for cond in (expr >= r.declared.lower, expr <= r.declared.upper):
+        if cond is sympy.true or r.declared.upper is int_oo and cond.rhs is int_oo or _implied(cond, ranges):
+            continue
+        _defer(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{_where(sloc)}")
+
+
+def _defer(env: Any, cond: Any, message: str) -> None:
+    """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
+    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+    from torch.utils._traceback import CapturedTraceback
+    env.deferred_runtime_asserts.setdefault(None, []).append(
+        RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))
+    env.num_deferred_runtime_asserts += 1
+
+
+def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
+    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
+
+    With ``prefer_deferred_asserts`` a relation between dims that the spec
+    does not guarantee is asserted in the graph instead (module() refuses
+    inputs that break it, before computing)."""
     env = mode.shape_env
     by_sym = inputs.by_symbol()
     namer = _Namer(inputs.roots)
@@ -106,17 +138,28 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
         sloc = env.replacements_slocs.get(r.symbol)
         if expr.is_number:
             covered.add(r.symbol)
+            if dyn_hints.is_dynamic_hint(r):
+                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, _where(sloc)))
+                continue
             if r.hint is not None:
                 log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, _where(sloc))
                 continue
             problems.append(
-                f"You marked {r.name} dynamic with range {_range_words(r.name, r.declared)}, but the program "
-                f"only works for {r.name} = {expr}{_where(sloc)}.")
+                f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
+                f"the spec gives the range {_range_words(r.name, r.declared)}, but the program "
+                f"only works for {r.name} = {expr}{_where(sloc)}. If you're using Dim.DYNAMIC, replace it "
+                f"with either Dim.STATIC or Dim.AUTO.")
             fixes[r.name] = f"{r.name} = {int(expr)}"
             continue
         if expr != r.symbol:
             covered.add(r.symbol)
             others = [by_sym.get(s) for s in expr.free_symbols]
+            if r.hint is None and not any(o is None for o in others) and not _expressible(expr):
+                # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
+                # program keeps the relation (the input check computes z from x) and its range
+                # becomes a runtime assert where the other dims do not imply it
+                _defer_range(env, r, expr, namer, sloc)
+                continue
             if r.hint is not None or any(o is None for o in others):
                 log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), _where(sloc))
                 continue
@@ -170,10 +213,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
         if _implied(g, ranges):
             continue
         reported.add(g)
+        if prefer_deferred_asserts:  # export(..., prefer_deferred_runtime_asserts_over_guards=True)
+            _defer(env, g, f"the program needs {namer(g)}{_where(guard.sloc)}")
+            continue
         problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
 
     if problems:
-        names = sorted({*fixes} or {r.name for r in declared})
+        names = sorted({*fixes} or {r.name for r in declared} or {r.name for r in inputs.roots})
         listing = "\n".join(f"  - {p}" for p in problems)
         suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
         raise ConstraintViolationError(
@@ -252,6 +298,8 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     program to one side of the comparison; nothing about either dim alone says
     so. The relation is asserted in the graph (``aten._assert_scalar`` over the
     input sizes), which ``module()`` checks with the inputs, before computing.
+    (Declared Dims: ``check_guards`` reports such a relation, except a size
+    that equals a non-linear expression of other Dims, which is kept.)
     """
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
     from torch.utils._traceback import CapturedTraceback
@@ -273,11 +321,13 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
         env.num_deferred_runtime_asserts += 1
 
 
-def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str) -> dict[Any, ValueRanges]:
+def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,
+           prefer_deferred_asserts: bool = False) -> dict[Any, ValueRanges]:
     """The pipeline's guards step: check, insert runtime asserts, return range_constraints."""
     env = mode.shape_env
     if inputs is not None:
-        check_guards(mode, inputs)
+        check_guards(mode, inputs, prefer_deferred_asserts)
+        dyn_hints.apply_bounds(env, inputs)
         defer_relations(mode, inputs)
     if env is None:
         return {}

@@ -118,8 +118,8 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
         input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), target))
     for node, name, value in zip(user_nodes, user_input_names, user_input_values):
         _name(node, name)
-        if isinstance(value, torch.Tensor):
-            arg = argument_for(node)
+        if isinstance(value, torch.Tensor) or isinstance(node.meta.get("val"), torch.SymInt):
+            arg = argument_for(node)  # a tensor, or an int the spec made dynamic (a SymInt input)
         else:  # a Python value the program is specialized on
             node.meta["val"] = value
             arg = ConstantArgument(node.name, value)
