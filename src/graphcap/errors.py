@@ -80,6 +80,14 @@ class RuntimeInputError(GraphcapError, RuntimeError):
         super().__init__(what, where=where, fix=fix)
 
 
+class GuardFailedError(RuntimeInputError, AssertionError):
+    """An input breaks a condition the program needs (a size, a range, a baked value).
+
+    Also an ``AssertionError``, which torch.export's module raises for a failed
+    guard; the message carries torch's ``Guard failed: <condition>`` line.
+    """
+
+
 class VerificationError(GraphcapError):
     """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``)."""
 

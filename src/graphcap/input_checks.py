@@ -17,7 +17,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
-from .errors import RuntimeInputError
+from .dynamic import guard_text
+from .errors import GuardFailedError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
 
@@ -77,6 +78,16 @@ class InputChecker:
                 self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._relations = _input_relations(ep.graph, self._leaves)
+        # torch's names of the inputs, for the "Guard failed: ..." line (graphcap.dynamic.guard_text)
+        call_graph = getattr(ep, "module_call_graph", None) or []
+        self._arg_names = call_graph[0].signature.forward_arg_names if call_graph and call_graph[0].signature else None
+        self._sym_paths = _symbol_paths(self._leaves)
+
+    def _tn(self, path: str) -> str:
+        return guard_text.torch_name(path, self._arg_names)
+
+    def _expr(self, expr: Any) -> str:
+        return guard_text.expression(expr, self._sym_paths, self._arg_names)
 
     # -- structure -----------------------------------------------------------
     def _flatten(self, args: tuple, kwargs: dict) -> list[Any]:
@@ -114,8 +125,9 @@ class InputChecker:
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
                 got = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
-                raise RuntimeInputError(
-                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",
+                raise GuardFailedError(
+                    f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}."
+                    + guard_text.line(self._expr(relation)),
                     fix="The program was specialized on this relation between input sizes at export "
                         "(a shape comparison in Python); export with inputs on the other side of it "
                         "to get a program for them, or use torch.cond to keep both sides.")
@@ -123,8 +135,9 @@ class InputChecker:
 
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
         if type(value) is not type(leaf.value) or value != leaf.value:
-            raise RuntimeInputError(
-                f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+            raise GuardFailedError(
+                f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}."
+                + guard_text.line(f"{self._tn(leaf.path)} == {leaf.value!r}"),
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
 
@@ -139,8 +152,9 @@ class InputChecker:
             return
         self._check_range(leaf.path, leaf.expr, value)
         if leaf.expr in bindings and bindings[leaf.expr] != value:
-            raise RuntimeInputError(
-                f"Expected input at {leaf.path} to be equal to {bindings[leaf.expr]}, but got {value}",
+            raise GuardFailedError(
+                f"Expected input at {leaf.path} to be equal to {bindings[leaf.expr]}, but got {value}."
+                + guard_text.line(f"{self._tn(leaf.path)} == {self._tn(self._sym_paths[leaf.expr])}"),
                 fix=f"This int shares the symbol {leaf.expr} with an earlier input of that value.")
         bindings[leaf.expr] = int(value)
 
@@ -166,30 +180,40 @@ class InputChecker:
             path = f"{leaf.path}.shape[{i}]"
             if isinstance(expected, int):
                 if got != expected:
-                    raise RuntimeInputError(
-                        f"Expected input at {path} to be equal to {expected}, but got {got}", fix=_STATIC_FIX)
+                    raise GuardFailedError(
+                        f"Expected input at {path} to be equal to {expected}, but got {got}."
+                        + guard_text.line(f"{self._tn(path)} == {expected}"), fix=_STATIC_FIX)
             elif isinstance(expected, sympy.Symbol):
                 self._check_range(path, expected, got)
                 if expected in bindings and bindings[expected] != got:
-                    raise RuntimeInputError(
-                        f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}",
+                    raise GuardFailedError(
+                        f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}."
+                        + guard_text.line(f"{self._tn(path)} == {self._tn(self._sym_paths[expected])}"),
                         fix=f"This dimension shares the symbol {expected} with an earlier input "
                             f"dimension of size {bindings[expected]}; the sizes must agree.")
                 bindings[expected] = int(got)
             else:
                 deferred.append((path, expected, int(got)))
 
-    def _check_range(self, path: str, sym: Any, got: int) -> None:
+    def _check_range(self, path: str, sym: Any, got: int, through: Any = None) -> None:
+        """``through``: the size at ``path`` is this expression of ``sym`` (a derived dim)."""
         rng = self._ranges.get(sym)
         if rng is None:
             return
         lower, upper = rng.lower, rng.upper
+
+        def shown(bound: Any) -> int:
+            return int(through.subs(sym, bound)) if through is not None else int(bound)
         if _finite(lower) and got < int(lower):
-            raise RuntimeInputError(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
-                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+            raise GuardFailedError(f"Expected input at {path} to be >= {shown(lower)}, but got "
+                                   f"{through.subs(sym, got) if through is not None else got}."
+                                   + guard_text.line(f"{self._tn(path)} >= {shown(lower)}"),
+                                   fix=f"The program accepts sizes in [{lower}, {upper}] here.")
         if _finite(upper) and got > int(upper):
-            raise RuntimeInputError(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
-                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+            raise GuardFailedError(f"Expected input at {path} to be <= {shown(upper)}, but got "
+                                   f"{through.subs(sym, got) if through is not None else got}."
+                                   + guard_text.line(f"{self._tn(path)} <= {shown(upper)}"),
+                                   fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
     def _check_derived(self, path: str, expr: Any, got: int, bindings) -> None:
         free = expr.free_symbols
@@ -197,15 +221,17 @@ class InputChecker:
             root = next(iter(free))
             solved = sympy.solve(sympy.Eq(expr, got), root)
             if len(solved) != 1 or not solved[0].is_integer:
-                raise RuntimeInputError(
-                    f"Expected input at {path} to be of the form {expr}, but got {got}",
+                raise GuardFailedError(
+                    f"Expected input at {path} to be of the form {expr}, but got {got}."
+                    + guard_text.line(guard_text.divisibility(self._tn(path), expr)),
                     fix=f"Choose a size that {expr} can take for an integer {root}.")
             bindings[root] = int(solved[0])
-            self._check_range(path, root, int(solved[0]))
+            self._check_range(path, root, int(solved[0]), through=expr)
         want = int(expr.subs(bindings))
         if want != got:
-            raise RuntimeInputError(
-                f"Expected input at {path} to be equal to {want}, but got {got}",
+            raise GuardFailedError(
+                f"Expected input at {path} to be equal to {want}, but got {got}."
+                + guard_text.line(f"{self._tn(path)} == {self._expr(expr)}"),
                 fix=f"This dimension is {expr} in the exported program.")
 
 
@@ -229,6 +255,19 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
             if expr is not None and expr.free_symbols and expr.free_symbols <= set(names):
                 out.append((expr, names))
     return out
+
+
+def _symbol_paths(leaves: list[Any]) -> dict:
+    """Each input symbol → the path of the first input size (or int) that is exactly it."""
+    paths: dict[Any, str] = {}
+    for leaf in leaves:
+        if isinstance(leaf, _SymIntLeaf) and isinstance(leaf.expr, sympy.Symbol):
+            paths.setdefault(leaf.expr, leaf.path)
+        if isinstance(leaf, _TensorLeaf):
+            for i, d in enumerate(leaf.dims):
+                if isinstance(d, sympy.Symbol):
+                    paths.setdefault(d, f"{leaf.path}.shape[{i}]")
+    return paths
 
 
 def _as_names(names: dict) -> dict:

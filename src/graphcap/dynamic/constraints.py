@@ -110,6 +110,26 @@ def _defer_range(env: Any, r: RootSymbol, expr: Any, namer: "_Namer", sloc: Any)
         _defer(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{_where(sloc)}")
 
 
+def _only_solution(guard: Any, sym: Any) -> Optional[int]:
+    """The one integer value of ``sym`` an equality guard allows, if it is one."""
+    if not isinstance(guard, sympy.Eq):
+        return None
+    try:
+        sols = sympy.solve(guard, sym)
+    except NotImplementedError:
+        return None
+    return int(sols[0]) if len(sols) == 1 and sols[0].is_integer else None
+
+
+def _specialization(r: RootSymbol, value: int, guard: str, where: str) -> str:
+    """A declared Dim the program's guards fix to one value (through the dims derived from it)."""
+    derived = [u.spec for u in r.uses if isinstance(u.spec, DerivedDim)]
+    through = "".join(f" solving the guards generated for {d.__name__} resulted in a specialized value of "
+                      f"{int(d.fn(value))};" for d in derived)
+    return (f"Specializations unexpectedly required ({r.name})! The program needs {guard}{where}:{through} "
+            f"{r.name} can only be {value}.")
+
+
 def _defer(env: Any, cond: Any, message: str) -> None:
     """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
@@ -201,15 +221,24 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if r.hint is not None:
             ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
     reported: set[Any] = set()
-    for guard in env.guards:
+    for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
-        if len(syms) == 1:  # a range guard on one symbol already shows in var_to_range
-            continue
+        if len(syms) == 1:
+            (sym,) = syms
+            if _implied(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
+                continue  # a range guard: the range check above saw it
+            value = _only_solution(g, sym)
+            if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
+                reported.add(g)
+                covered.add(sym)
+                problems.append(_specialization(by_sym[sym], value, namer(g), _where(guard.sloc)))
+                fixes[by_sym[sym].name] = f"{by_sym[sym].name} = {value}"
+                continue
         if _implied(g, ranges):
             continue
         reported.add(g)

@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicC
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from ..errors import DynamicSpecError, ExportInputError
+from ..errors import DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec
 
@@ -96,6 +96,7 @@ class SymbolicInputs:
     roots: list[RootSymbol]
     derived: dict[sympy.Expr, ValueRanges]  # derived size expression -> its declared range
     shape_env: Any = None
+    first_program_guard: int = 0  # guards before this index came from making the fake inputs
 
     def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
         return {r.symbol: r for r in self.roots}
@@ -113,8 +114,10 @@ def _solve_root(d: DerivedDim, size: int, path: str) -> int:
     r = sympy.Symbol("r", integer=True)
     sols = [s for s in sympy.solve(sympy.Eq(sympy.sympify(d.fn(r)), size), r) if s.is_integer]
     if len(sols) != 1:
-        raise ExportInputError(
-            f"The example size {size} at {path} is not {d.__name__} for any integer {d.root.__name__}.",
+        raise DynamicSpecError(
+            f"Expected shape = {size} of input Tensor to be of the form {d.__name__}, where "
+            f"{d.root.__name__} is an integer: the example size {size} at {path} is not {d.__name__} for "
+            f"any integer {d.root.__name__}.",
             where=path, fix=f"Change the example input so that its size there has the form {d.__name__}.")
     return int(sols[0])
 
@@ -238,7 +241,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             constraint_sizes=[None] * leaf.dim(), tensor_source=source,
             shape_env_to_source_to_symbol_cache={id(env): cache})
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
-    return SymbolicInputs(fakes, roots, derived, env)
+    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
 
 
 def _dim_src(root: Dim, use: DimUse, value: int) -> str:
