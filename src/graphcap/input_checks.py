@@ -216,6 +216,7 @@ class InputChecker:
                                    fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
     def _check_derived(self, path: str, expr: Any, got: int, bindings) -> None:
+        self._check_range(path, expr, got)  # a derived size's own range first, as torch checks it
         free = expr.free_symbols
         if not free.issubset(bindings):
             root = next(iter(free))

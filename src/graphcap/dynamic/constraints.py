@@ -110,6 +110,10 @@ def _defer_range(env: Any, r: RootSymbol, expr: Any, namer: "_Namer", sloc: Any)
         _defer(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{_where(sloc)}")
 
 
+def _meets(a: ValueRanges, b: ValueRanges) -> bool:
+    return bool(max(a.lower, b.lower) <= min(a.upper, b.upper))
+
+
 def _only_solution(guard: Any, sym: Any) -> Optional[int]:
     """The one integer value of ``sym`` an equality guard allows, if it is one."""
     if not isinstance(guard, sympy.Eq):
@@ -183,10 +187,12 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             if r.hint is not None or any(o is None for o in others):
                 log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), _where(sloc))
                 continue
-            problems.append(
-                f"The program needs {r.name} = {namer(expr)}{_where(sloc)}, but the spec declares them as "
-                f"independent dims.")
             other = others[0]
+            same = (f"The values of {r.name} and {other.name} must always be equal: "
+                    if expr == other.symbol else "")
+            problems.append(
+                f"{same}The program needs {r.name} = {namer(expr)}{_where(sloc)}, but the spec declares them as "
+                f"independent dims.")
             if expr == other.symbol and other.hint is None:
                 fixes[r.name] = f"{r.name} = {other.name}"
             elif len(others) == 1 and other.hint is None:
@@ -232,6 +238,17 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             (sym,) = syms
             if _implied(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
                 continue  # a range guard: the range check above saw it
+            bound = dyn_hints.bound_of(g, sym)
+            r = by_sym[sym]
+            if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
+                reported.add(g)
+                covered.add(sym)
+                need = r.declared & bound if _meets(r.declared, bound) else bound
+                problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+                                f"{_range_words(r.name, r.declared)} work: the program needs "
+                                f"{_range_words(r.name, need)}{_where(guard.sloc)}.")
+                fixes[r.name] = _dim_fix(r.name, _bound(need.lower), _bound(need.upper))
+                continue
             value = _only_solution(g, sym)
             if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
                 reported.add(g)

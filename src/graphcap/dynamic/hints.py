@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import sympy
 from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRangeError, ValueRanges
+from torch.utils._sympy.value_ranges import ValueRangeError, ValueRanges, bound_sympy
 
 from ..errors import DynamicSpecError
 from .dims import DimHint
@@ -50,8 +50,70 @@ def dynamic_specialization_problem(r: RootSymbol, value: Any, where: str) -> str
             f"({value}){where}. If you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO.")
 
 
+def _without_min_max(cond: Any) -> Any:
+    """``Eq(Min(a, b), a)`` as ``a <= b`` and ``Eq(Max(a, b), a)`` as ``a >= b`` (what slicing and
+    broadcasting guards look like), so one-dim guards read as bounds."""
+    if isinstance(cond, sympy.Eq):
+        for side, other in ((cond.lhs, cond.rhs), (cond.rhs, cond.lhs)):
+            kind = type(side).__name__  # sympy's Min/Max or the shape engine's own
+            if kind in ("Min", "Max") and len(side.args) == 2 and other in side.args:
+                rest = side.args[0] if side.args[1] == other else side.args[1]
+                return sympy.Le(other, rest) if kind == "Min" else sympy.Ge(other, rest)
+    return cond
+
+
+def _bound_of(cond: Any, sym: Any) -> Optional[ValueRanges]:
+    """The range ``cond`` gives ``sym`` when it is ``sym`` compared with a number."""
+    if not isinstance(cond, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt)):
+        return None
+    lhs, rhs, rel = cond.lhs, cond.rhs, type(cond)
+    if lhs != sym:
+        lhs, rhs = rhs, lhs
+        rel = {sympy.Le: sympy.Ge, sympy.Lt: sympy.Gt, sympy.Ge: sympy.Le, sympy.Gt: sympy.Lt}[rel]
+    if lhs != sym or not rhs.is_Integer:
+        return None
+    c = int(rhs)
+    return {sympy.Le: ValueRanges(-int_oo, c), sympy.Lt: ValueRanges(-int_oo, c - 1),
+            sympy.Ge: ValueRanges(c, int_oo), sympy.Gt: ValueRanges(c + 1, int_oo)}[rel]
+
+
+def bound_of(guard: Any, sym: Any) -> Optional[ValueRanges]:
+    """The range a one-dim guard gives ``sym``, if it is a bound (possibly through Min/Max)."""
+    return _bound_of(_without_min_max(guard), sym)
+
+
+def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -> None:
+    """Guards on one hint dim that its traced range does not show (``Min(3, s) == 3`` after a
+    slice) become its range when they are a bound, else a runtime assert: either way the
+    program refuses the sizes it was not traced for."""
+    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+    from torch.utils._traceback import CapturedTraceback
+    hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
+    for guard in env.guards[first_guard:]:
+        g = env.simplify(guard.expr)
+        syms = g.free_symbols
+        if len(syms) != 1 or not syms <= set(hinted):
+            continue
+        (sym,) = syms
+        traced = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
+        try:
+            holds = bound_sympy(g, {sym: traced})
+            if holds.lower and holds.upper:
+                continue
+        except Exception:  # noqa: BLE001 (not boundable: keep it as an assert)
+            pass
+        bound = _bound_of(_without_min_max(g), sym)
+        if bound is not None:
+            env.var_to_range[sym] = traced & bound
+            continue
+        env.deferred_runtime_asserts.setdefault(None, []).append(
+            RuntimeAssert(g, f"the program needs {g}", CapturedTraceback.extract(skip=1)))
+        env.num_deferred_runtime_asserts += 1
+
+
 def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
     """Narrow each hint symbol's traced range to the user's bounds; raise on conflicts."""
+    narrow_from_guards(env, inputs, inputs.first_program_guard)
     conflicts: list[str] = []
     for r in inputs.roots:
         if r.hint is None:
