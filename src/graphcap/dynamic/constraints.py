@@ -110,6 +110,56 @@ def _defer_range(env: Any, r: RootSymbol, expr: Any, namer: "_Namer", sloc: Any)
         _defer(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{_where(sloc)}")
 
 
+def _divisor(guard: Any) -> Optional[tuple[Any, int]]:
+    """``(d, c)`` when ``guard`` says a dim ``d`` is a multiple of ``c``: ``Eq(Mod(d, c), 0)``."""
+    if not isinstance(guard, sympy.Eq) or guard.rhs != 0:
+        return None
+    mod = guard.lhs
+    if type(mod).__name__ != "Mod" or len(mod.args) != 2:
+        return None
+    base, c = mod.args
+    if not isinstance(base, sympy.Symbol) or not c.is_Integer or int(c) <= 1:
+        return None
+    return base, int(c)
+
+
+def _new_root_fixes(r: RootSymbol, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
+    """``_d = Dim('_d', ...)`` and ``d = c*_d``: a dim that must be a multiple of ``c``."""
+    lo = max(need.lower, r.declared.lower)
+    hi = min(need.upper, r.declared.upper)
+    root = f"_{r.name}"
+    root_lo = -(-int(lo) // c)
+    root_hi = None if _bound(hi) is None else int(hi) // c
+    fixes.pop(r.name, None)  # the range of d is now the root's
+    return {root: _dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {c}*{root}"}
+
+
+def _tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
+    """``(d, a*e + b)``: the equality between two dims ``guard`` says on the example's side of its
+    Min/Max (``dx0 == Max(0, dy0 - Min(4, dy0))`` at dy0 = 10 is ``dy0 = dx0 + 4``)."""
+    def branch(e: Any) -> Any:
+        values = [a.xreplace({s: example.get(s, s) for s in a.free_symbols}) for a in e.args]
+        if not all(v.is_number for v in values):
+            return e
+        pick = min if type(e).__name__ == "Min" else max
+        return e.args[values.index(pick(values))]
+    plain = guard.replace(lambda e: type(e).__name__ in ("Min", "Max"), branch)
+    if not isinstance(plain, sympy.Eq) or len(plain.free_symbols) != 2:
+        return None
+    for target in sorted(plain.free_symbols, key=str):
+        try:
+            sols = sympy.solve(plain, target)
+        except NotImplementedError:
+            continue
+        if len(sols) == 1 and _expressible(sols[0]):
+            (other,) = sols[0].free_symbols
+            poly = sympy.Poly(sols[0], other)
+            a, b = poly.all_coeffs()
+            if a.is_Integer and b.is_Integer and a >= 1 and b >= 0:
+                return target, sols[0]
+    return None
+
+
 def _meets(a: ValueRanges, b: ValueRanges) -> bool:
     return bool(max(a.lower, b.lower) <= min(a.upper, b.upper))
 
@@ -217,7 +267,8 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 sloc = slocs.lower if lo != r.declared.lower else slocs.upper
             problems.append(
                 f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                f"{_range_words(r.name, r.declared)} work: the program needs "
+                f"{_range_words(r.name, r.declared)} satisfy the generated guard "
+                f"{_range_words(r.name, ValueRanges(lo, hi))}: the program needs "
                 f"{_range_words(r.name, ValueRanges(lo, hi))}{_where(sloc)}.")
             fixes[r.name] = _dim_fix(r.name, _bound(lo), _bound(hi))
 
@@ -232,6 +283,19 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
+        modulus = _divisor(g)
+        if modulus is not None and by_sym[modulus[0]].hint is None:  # e.g. a reshape to (-1, 3)
+            reported.add(g)
+            r, c = by_sym[modulus[0]], modulus[1]
+            if prefer_deferred_asserts:
+                _defer(env, g, f"the program needs {namer(g)}{_where(guard.sloc)}")
+                continue
+            problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
+                            f"{_range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
+                            f"{_where(guard.sloc)}.")
+            fixes.update(_new_root_fixes(r, c, env.var_to_range.get(r.symbol, r.declared), fixes))
+            covered.add(r.symbol)
+            continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
         if len(syms) == 1:
@@ -245,7 +309,8 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 covered.add(sym)
                 need = r.declared & bound if _meets(r.declared, bound) else bound
                 problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                                f"{_range_words(r.name, r.declared)} work: the program needs "
+                                f"{_range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
+                                f"the program needs "
                                 f"{_range_words(r.name, need)}{_where(guard.sloc)}.")
                 fixes[r.name] = _dim_fix(r.name, _bound(need.lower), _bound(need.upper))
                 continue
@@ -259,7 +324,19 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if _implied(g, ranges):
             continue
         reported.add(g)
-        if prefer_deferred_asserts:  # export(..., prefer_deferred_runtime_asserts_over_guards=True)
+        tied = _tie_at_example(g, env.var_to_val) if isinstance(g, sympy.Eq) else None
+        if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
+            target, expr = tied
+            problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
+                            f"side of {namer(g)}{_where(guard.sloc)}, but the spec declares them as "
+                            f"independent dims.")
+            fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
+            continue
+        framework_relation = _in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
+        if prefer_deferred_asserts or framework_relation:
+            # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
+            # its input sizes (a slice assigned from another input): asserted and checked before
+            # computing, as torch.export accepts it
             _defer(env, g, f"the program needs {namer(g)}{_where(guard.sloc)}")
             continue
         problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")

@@ -77,6 +77,10 @@ def _bound_of(cond: Any, sym: Any) -> Optional[ValueRanges]:
             sympy.Ge: ValueRanges(c, int_oo), sympy.Gt: ValueRanges(c + 1, int_oo)}[rel]
 
 
+def without_min_max(cond: Any) -> Any:
+    return _without_min_max(cond)
+
+
 def bound_of(guard: Any, sym: Any) -> Optional[ValueRanges]:
     """The range a one-dim guard gives ``sym``, if it is a bound (possibly through Min/Max)."""
     return _bound_of(_without_min_max(guard), sym)
