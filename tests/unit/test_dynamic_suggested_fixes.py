@@ -65,3 +65,19 @@ def test_an_operator_relation_between_declared_dims_is_asserted():
     torch.testing.assert_close(ep.module()(m, v), model(m, v))
     with pytest.raises(graphcap.RuntimeInputError):  # refused before computing
         ep.module()(torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 6))
+
+
+def test_a_check_on_data_does_not_narrow_the_declared_range():
+    class Take(torch.nn.Module):
+        def forward(self, x, y):
+            b = x.item()
+            torch._check(b >= 0)
+            torch._check(b < y.size(0))
+            return y[:b]
+
+    ep = graphcap.export(Take(), (torch.tensor(3), torch.randn(10)), dynamic_shapes={"x": None, "y": (Dim("moo"),)})
+    (vr,) = [v for k, v in ep.range_constraints.items() if str(k).startswith("s")]
+    assert int(vr.lower) == 0  # the declared range; the check stays an assert in the graph
+    assert ep.module()(torch.tensor(2), torch.arange(5.0)).tolist() == [0.0, 1.0]
+    with pytest.raises(RuntimeError):
+        ep.module()(torch.tensor(7), torch.arange(5.0))
