@@ -47,6 +47,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     by_sym = inputs.by_symbol()
     namer = _Namer(inputs.roots)
     problems: list[str] = []
+    range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
     fixes: dict[str, str] = {}
     declared = [r for r in inputs.roots if r.hint is None]
     covered: set[Any] = set()
@@ -114,7 +115,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             sloc = None
             if slocs is not None:
                 sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-            problems.append(
+            range_problems.append(
                 f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
                 f"{_range_words(r.name, r.declared)} satisfy the generated guard "
                 f"{_range_words(r.name, ValueRanges(lo, hi))}: the program needs "
@@ -190,6 +191,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             continue
         problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
 
+    problems += range_problems
     if problems:
         names = sorted({*fixes} or {r.name for r in declared} or {r.name for r in inputs.roots})
         listing = "\n".join(f"  - {p}" for p in problems)
