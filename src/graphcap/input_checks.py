@@ -72,8 +72,9 @@ class InputChecker:
             val = placeholders[spec.arg.name].meta.get("val")
             if isinstance(val, torch.Tensor):
                 self._leaves.append(_TensorLeaf(path, val.dtype, val.device, [_dim_expr(s) for s in val.shape]))
-            elif isinstance(val, torch.SymInt) and not isinstance(_dim_expr(val), int):
-                self._leaves.append(_SymIntLeaf(path, _dim_expr(val)))  # a dynamic int input
+            elif isinstance(val, torch.SymInt):  # an int marked dynamic (graphcap.dynamic)
+                expr = _dim_expr(val)  # an int when the program specialized it after all
+                self._leaves.append(_ConstantLeaf(path, expr) if isinstance(expr, int) else _SymIntLeaf(path, expr))
             else:
                 self._leaves.append(_ConstantLeaf(path, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}

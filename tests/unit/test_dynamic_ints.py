@@ -151,3 +151,32 @@ def test_prefer_deferred_runtime_asserts_keeps_relations_as_asserts():
     assert out[0].tolist() == [2.0] * 6
     with pytest.raises(RuntimeError):
         ep.module()(torch.ones(3), torch.ones(3))
+
+
+def test_a_dynamic_int_the_program_specializes_is_checked_as_a_value():
+    class Loop(torch.nn.Module):
+        def forward(self, x, n):
+            for _ in range(n):
+                x = x + 1
+            return x
+
+    ep = graphcap.export(Loop(), (torch.ones(2), 3), dynamic_shapes=(None, Dim.AUTO))
+    assert ep.module()(torch.ones(2), 3).tolist() == [4.0, 4.0]
+    with pytest.raises(graphcap.RuntimeInputError, match="n == 3"):
+        ep.module()(torch.ones(2), 4)
+    with pytest.raises(graphcap.ConstraintViolationError, match=r"specialized it to be a constant \(3\)"):
+        graphcap.export(Loop(), (torch.ones(2), 3), dynamic_shapes=(None, Dim.DYNAMIC))
+
+
+def test_a_dynamic_int_program_saves_loads_and_decomposes():
+    import io
+    ep = graphcap.export(Mul(), (3, torch.ones(2)), dynamic_shapes=(Dim.DYNAMIC(min=1, max=10), None))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    loaded = graphcap.load(buf)
+    assert isinstance(loaded.graph_signature.input_specs[0].arg, SymIntArgument)
+    assert loaded.module()(5, torch.ones(2)).tolist() == [5.0, 5.0]
+    with pytest.raises(graphcap.RuntimeInputError, match="<= 10"):
+        loaded.module()(11, torch.ones(2))
+    assert ep.run_decompositions().module()(7, torch.ones(2)).tolist() == [7.0, 7.0]

@@ -21,6 +21,10 @@ from ..errors import DynamicSpecError, ExportInputError
 from .dims import DerivedDim, Dim, DimHint, as_dim
 
 
+# torch's own leaf test (registered types count as nodes); public from torch 2.14 on
+_is_leaf = getattr(pytree, "tree_is_leaf", None) or pytree._is_leaf  # noqa: SLF001
+
+
 @dataclass(frozen=True)
 class IntSpec:
     """A Python int input marked dynamic: it becomes a SymInt input with ``dim``'s range."""
@@ -50,7 +54,7 @@ def combined_inputs(m: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 
 def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
-    if pytree._is_leaf(value):  # noqa: SLF001 (torch's own leaf test, with registered types)
+    if _is_leaf(value):
         return None
     node = pytree._get_node_type(value)  # noqa: SLF001
     handler = pytree.SUPPORTED_NODES[node]
