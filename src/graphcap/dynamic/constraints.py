@@ -27,10 +27,11 @@ from torch.utils._sympy.value_ranges import ValueRanges
 from ..errors import ConstraintViolationError
 from . import hints as dyn_hints
 from .data_dependent import explain_data_dependent  # noqa: F401 (re-exported)
-from .guard_words import _bound, _defer, _dim_fix, _implied, _in_framework, _Namer, _range_words, _where
+from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
+                          where_text)
 from .ranges import defer_relations, range_constraints
-from .relations import (_divisor, _expressible, _defer_range, _meets, _narrowed_only_by_asserts,
-                        _new_root_fixes, _only_solution, _specialization, _tie_at_example)
+from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
+                        new_root_fixes, only_solution, specialization_problem, tie_at_example)
 from .suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes  # noqa: F401
 from .symbols import SymbolicInputs
 
@@ -45,7 +46,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     inputs that break it, before computing)."""
     env = mode.shape_env
     by_sym = inputs.by_symbol()
-    namer = _Namer(inputs.roots)
+    namer = DimNamer(inputs.roots)
     problems: list[str] = []
     range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
     fixes: dict[str, str] = {}
@@ -58,35 +59,35 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if expr.is_number:
             covered.add(r.symbol)
             if dyn_hints.is_dynamic_hint(r):
-                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, _where(sloc)))
+                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
                 continue
             if r.hint is not None:
-                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, _where(sloc))
+                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
                 continue
             problems.append(
                 f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
-                f"the spec gives the range {_range_words(r.name, r.declared)}, but the program "
-                f"only works for {r.name} = {expr}{_where(sloc)}. If you're using Dim.DYNAMIC, replace it "
+                f"the spec gives the range {range_words(r.name, r.declared)}, but the program "
+                f"only works for {r.name} = {expr}{where_text(sloc)}. If you're using Dim.DYNAMIC, replace it "
                 f"with either Dim.STATIC or Dim.AUTO.")
             fixes[r.name] = f"{r.name} = {int(expr)}"
             continue
         if expr != r.symbol:
             covered.add(r.symbol)
             others = [by_sym.get(s) for s in expr.free_symbols]
-            if r.hint is None and not any(o is None for o in others) and not _expressible(expr):
+            if r.hint is None and not any(o is None for o in others) and not is_affine_in_one(expr):
                 # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
                 # program keeps the relation (the input check computes z from x) and its range
                 # becomes a runtime assert where the other dims do not imply it
-                _defer_range(env, r, expr, namer, sloc)
+                defer_range_asserts(env, r, expr, namer, sloc)
                 continue
             if r.hint is not None or any(o is None for o in others):
-                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), _where(sloc))
+                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
                 continue
             other = others[0]
             same = (f"The values of {r.name} and {other.name} must always be equal: "
                     if expr == other.symbol else "")
             problems.append(
-                f"{same}The program needs {r.name} = {namer(expr)}{_where(sloc)}, but the spec declares them as "
+                f"{same}The program needs {r.name} = {namer(expr)}{where_text(sloc)}, but the spec declares them as "
                 f"independent dims.")
             if expr == other.symbol and other.hint is None:
                 fixes[r.name] = f"{r.name} = {other.name}"
@@ -99,13 +100,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         lo = max(vr.lower, r.declared.lower)
         hi = min(vr.upper, r.declared.upper)
         slocs = env.var_to_range_sloc.get(r.symbol)
-        if lo != r.declared.lower and lo <= 2 and slocs is not None and _in_framework(slocs.lower):
+        if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
             # A layout decision inside torch (memory format, kernel choice) assumed the size is
             # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
             # does, this assumption does not narrow the declared range.
-            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, _where(slocs.lower))
+            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
             lo = r.declared.lower
-        if (lo, hi) != (r.declared.lower, r.declared.upper) and _narrowed_only_by_asserts(env, inputs, r.symbol):
+        if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, inputs, r.symbol):
             # torch._check(u < y.size(0)) on a value read from data: the check stays a runtime
             # assert in the graph; no guard needs the narrower range of the input size
             log.debug("graphcap: %s narrowed only by runtime asserts; keeping the declared range", r.name)
@@ -117,10 +118,10 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 sloc = slocs.lower if lo != r.declared.lower else slocs.upper
             range_problems.append(
                 f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                f"{_range_words(r.name, r.declared)} satisfy the generated guard "
-                f"{_range_words(r.name, ValueRanges(lo, hi))}: the program needs "
-                f"{_range_words(r.name, ValueRanges(lo, hi))}{_where(sloc)}.")
-            fixes[r.name] = _dim_fix(r.name, _bound(lo), _bound(hi))
+                f"{range_words(r.name, r.declared)} satisfy the generated guard "
+                f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
+                f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
+            fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
 
     # other guards: relations that are not a replacement or a range of one symbol
     ranges = {r.symbol: r.declared for r in declared}
@@ -133,63 +134,63 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
-        modulus = _divisor(g)
+        modulus = divisor_guard(g)
         if modulus is not None and by_sym[modulus[0]].hint is None:  # e.g. a reshape to (-1, 3)
             reported.add(g)
             r, c = by_sym[modulus[0]], modulus[1]
             if prefer_deferred_asserts:
-                _defer(env, g, f"the program needs {namer(g)}{_where(guard.sloc)}")
+                defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
                 continue
             problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
-                            f"{_range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
-                            f"{_where(guard.sloc)}.")
-            fixes.update(_new_root_fixes(r, c, env.var_to_range.get(r.symbol, r.declared), fixes))
+                            f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
+                            f"{where_text(guard.sloc)}.")
+            fixes.update(new_root_fixes(r, c, env.var_to_range.get(r.symbol, r.declared), fixes))
             covered.add(r.symbol)
             continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
         if len(syms) == 1:
             (sym,) = syms
-            if _implied(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
+            if implied_by(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
                 continue  # a range guard: the range check above saw it
             bound = dyn_hints.bound_of(g, sym)
             r = by_sym[sym]
             if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
                 reported.add(g)
                 covered.add(sym)
-                need = r.declared & bound if _meets(r.declared, bound) else bound
+                need = r.declared & bound if ranges_meet(r.declared, bound) else bound
                 problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                                f"{_range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
+                                f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
                                 f"the program needs "
-                                f"{_range_words(r.name, need)}{_where(guard.sloc)}.")
-                fixes[r.name] = _dim_fix(r.name, _bound(need.lower), _bound(need.upper))
+                                f"{range_words(r.name, need)}{where_text(guard.sloc)}.")
+                fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
                 continue
-            value = _only_solution(g, sym)
+            value = only_solution(g, sym)
             if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
                 reported.add(g)
                 covered.add(sym)
-                problems.append(_specialization(by_sym[sym], value, namer(g), _where(guard.sloc)))
+                problems.append(specialization_problem(by_sym[sym], value, namer(g), where_text(guard.sloc)))
                 fixes[by_sym[sym].name] = f"{by_sym[sym].name} = {value}"
                 continue
-        if _implied(g, ranges):
+        if implied_by(g, ranges):
             continue
         reported.add(g)
-        tied = _tie_at_example(g, env.var_to_val) if isinstance(g, sympy.Eq) else None
+        tied = tie_at_example(g, env.var_to_val) if isinstance(g, sympy.Eq) else None
         if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
             target, expr = tied
             problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
-                            f"side of {namer(g)}{_where(guard.sloc)}, but the spec declares them as "
+                            f"side of {namer(g)}{where_text(guard.sloc)}, but the spec declares them as "
                             f"independent dims.")
             fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
             continue
-        framework_relation = _in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
+        framework_relation = in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
         if prefer_deferred_asserts or framework_relation:
             # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
             # its input sizes (a slice assigned from another input): asserted and checked before
             # computing, as torch.export accepts it
-            _defer(env, g, f"the program needs {namer(g)}{_where(guard.sloc)}")
+            defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
             continue
-        problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
+        problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
 
     problems += range_problems
     if problems:

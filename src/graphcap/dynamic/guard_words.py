@@ -15,20 +15,20 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 from .symbols import RootSymbol
 
 
-def _bound(v: Any) -> Optional[int]:
+def finite_int(v: Any) -> Optional[int]:
     if v in (int_oo, -int_oo, sympy.oo, -sympy.oo):
         return None
     return int(v)
 
 
-def _range_words(name: str, vr: ValueRanges) -> str:
-    lo, hi = _bound(vr.lower), _bound(vr.upper)
+def range_words(name: str, vr: ValueRanges) -> str:
+    lo, hi = finite_int(vr.lower), finite_int(vr.upper)
     if hi is None:
         return f"{name} >= {lo}"
     return f"{lo} <= {name} <= {hi}"
 
 
-def _dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
+def dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
     parts = []
     if lo is not None and lo > 0:
         parts.append(f"min={lo}")
@@ -37,7 +37,7 @@ def _dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
     return f"{name} = Dim('{name}'" + "".join(f", {p}" for p in parts) + ")"
 
 
-def _where(sloc: Any) -> str:
+def where_text(sloc: Any) -> str:
     """The user source line of a guard, as `` (at file:line in fn: code)``."""
     if sloc is None:
         return ""
@@ -51,13 +51,13 @@ def _where(sloc: Any) -> str:
     return ""
 
 
-def _in_framework(sloc: Any) -> bool:
+def in_framework(sloc: Any) -> bool:
     """Whether a guard was raised inside torch (an operator's own logic), not by user code."""
     frame = getattr(sloc, "framework_loc", None)
     return isinstance(frame, traceback.FrameSummary) and "/torch/" in frame.filename
 
 
-class _Namer:
+class DimNamer:
     """Print expressions over symbols with the user's Dim names."""
 
     def __init__(self, roots: list[RootSymbol]):
@@ -67,7 +67,7 @@ class _Namer:
         return str(sympy.sympify(expr).xreplace(self.sub))
 
 
-def _implied(guard: Any, ranges: dict) -> bool:
+def implied_by(guard: Any, ranges: dict) -> bool:
     try:
         implied = bound_sympy(guard, ranges)
     except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
@@ -75,7 +75,7 @@ def _implied(guard: Any, ranges: dict) -> bool:
     return bool(implied.lower and implied.upper)
 
 
-def _defer(env: Any, cond: Any, message: str) -> None:
+def defer_assert(env: Any, cond: Any, message: str) -> None:
     """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
     from torch.utils._traceback import CapturedTraceback

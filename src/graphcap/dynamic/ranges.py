@@ -8,7 +8,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from .guard_words import _implied, _Namer, _where
+from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs
 
 
@@ -81,10 +81,10 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
         syms = g.free_symbols
         if len(syms) < 2 or not syms <= set(by_sym) or any(by_sym[s].hint is None for s in syms):
             continue  # one dim (a range) or a declared Dim (check_guards decides)
-        if g in seen or _implied(g, ranges):
+        if g in seen or implied_by(g, ranges):
             continue
         seen.add(g)
-        message = f"the program needs {_Namer(inputs.roots)(g)}{_where(guard.sloc)}"
+        message = f"the program needs {DimNamer(inputs.roots)(g)}{where_text(guard.sloc)}"
         env.deferred_runtime_asserts.setdefault(None, []).append(
             RuntimeAssert(g, message, CapturedTraceback.extract(skip=1)))
         env.num_deferred_runtime_asserts += 1

@@ -15,11 +15,11 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from .dims import DerivedDim
-from .guard_words import _bound, _defer, _dim_fix, _implied, _Namer, _where
+from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text
 from .symbols import RootSymbol, SymbolicInputs
 
 
-def _expressible(expr: Any) -> bool:
+def is_affine_in_one(expr: Any) -> bool:
     """Whether a replacement can be written in a spec: ``a*other + b`` of one other Dim."""
     syms = expr.free_symbols
     if len(syms) != 1:
@@ -29,15 +29,15 @@ def _expressible(expr: Any) -> bool:
     return poly is not None and poly.degree() == 1
 
 
-def _defer_range(env: Any, r: RootSymbol, expr: Any, namer: "_Namer", sloc: Any) -> None:
+def defer_range_asserts(env: Any, r: RootSymbol, expr: Any, namer: "DimNamer", sloc: Any) -> None:
     ranges = {s: env.var_to_range.get(s, ValueRanges(0, int_oo)) for s in expr.free_symbols}
     for cond in (expr >= r.declared.lower, expr <= r.declared.upper):
-        if cond is sympy.true or r.declared.upper is int_oo and cond.rhs is int_oo or _implied(cond, ranges):
+        if cond is sympy.true or r.declared.upper is int_oo and cond.rhs is int_oo or implied_by(cond, ranges):
             continue
-        _defer(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{_where(sloc)}")
+        defer_assert(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{where_text(sloc)}")
 
 
-def _divisor(guard: Any) -> Optional[tuple[Any, int]]:
+def divisor_guard(guard: Any) -> Optional[tuple[Any, int]]:
     """``(d, c)`` when ``guard`` says a dim ``d`` is a multiple of ``c``: ``Eq(Mod(d, c), 0)``."""
     if not isinstance(guard, sympy.Eq) or guard.rhs != 0:
         return None
@@ -50,18 +50,18 @@ def _divisor(guard: Any) -> Optional[tuple[Any, int]]:
     return base, int(c)
 
 
-def _new_root_fixes(r: RootSymbol, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
+def new_root_fixes(r: RootSymbol, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
     """``_d = Dim('_d', ...)`` and ``d = c*_d``: a dim that must be a multiple of ``c``."""
     lo = max(need.lower, r.declared.lower)
     hi = min(need.upper, r.declared.upper)
     root = f"_{r.name}"
     root_lo = -(-int(lo) // c)
-    root_hi = None if _bound(hi) is None else int(hi) // c
+    root_hi = None if finite_int(hi) is None else int(hi) // c
     fixes.pop(r.name, None)  # the range of d is now the root's
-    return {root: _dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {c}*{root}"}
+    return {root: dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {c}*{root}"}
 
 
-def _tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
+def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
     """``(d, a*e + b)``: the equality between two dims ``guard`` says on the example's side of its
     Min/Max (``dx0 == Max(0, dy0 - Min(4, dy0))`` at dy0 = 10 is ``dy0 = dx0 + 4``)."""
     def branch(e: Any) -> Any:
@@ -78,7 +78,7 @@ def _tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
             sols = sympy.solve(plain, target)
         except NotImplementedError:
             continue
-        if len(sols) == 1 and _expressible(sols[0]):
+        if len(sols) == 1 and is_affine_in_one(sols[0]):
             (other,) = sols[0].free_symbols
             poly = sympy.Poly(sols[0], other)
             a, b = poly.all_coeffs()
@@ -87,18 +87,18 @@ def _tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
     return None
 
 
-def _narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
+def narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
     """Whether no guard of the program mentions ``sym`` but a deferred runtime assert does."""
     if any(sym in env.simplify(g.expr).free_symbols for g in env.guards[inputs.first_program_guard:]):
         return False
     return any(sym in a.expr.free_symbols for asserts in env.deferred_runtime_asserts.values() for a in asserts)
 
 
-def _meets(a: ValueRanges, b: ValueRanges) -> bool:
+def ranges_meet(a: ValueRanges, b: ValueRanges) -> bool:
     return bool(max(a.lower, b.lower) <= min(a.upper, b.upper))
 
 
-def _only_solution(guard: Any, sym: Any) -> Optional[int]:
+def only_solution(guard: Any, sym: Any) -> Optional[int]:
     """The one integer value of ``sym`` an equality guard allows, if it is one."""
     if not isinstance(guard, sympy.Eq):
         return None
@@ -109,7 +109,7 @@ def _only_solution(guard: Any, sym: Any) -> Optional[int]:
     return int(sols[0]) if len(sols) == 1 and sols[0].is_integer else None
 
 
-def _specialization(r: RootSymbol, value: int, guard: str, where: str) -> str:
+def specialization_problem(r: RootSymbol, value: int, guard: str, where: str) -> str:
     """A declared Dim the program's guards fix to one value (through the dims derived from it)."""
     derived = [u.spec for u in r.uses if isinstance(u.spec, DerivedDim)]
     through = "".join(f" solving the guards generated for {d.__name__} resulted in a specialized value of "
