@@ -3,17 +3,21 @@
 After the trace the ``ShapeEnv`` knows what the program needed of each
 symbol: a narrower range (``if x.shape[0] > 4``), a constant (a shape branch
 that only works for one size), an equality with another symbol (``x + y``)
-or some other relation. For a declared ``Dim`` any of these is a constraint
-violation: the error lists each in plain words, with the user source line,
-and ends with ``Suggested fixes:`` lines (``x = Dim('x', min=5, max=16)``,
-``y = x``, ``x = 8``) that :func:`refine_dynamic_shapes_from_suggested_fixes`
-applies to the spec. For ``Dim.AUTO`` / ``Dim.DYNAMIC`` dims what was found
-is used as it is, and each specialization is logged with its source line.
+or some other relation. For a declared ``Dim`` these are constraint
+violations: the error lists each in plain words (torch.export's phrases
+included), with the user source line, and ends with ``Suggested fixes:``
+lines (``x = Dim('x', min=5, max=16)``, ``y = x``, ``x = 8``, ``_x = Dim('_x')``
+and ``x = 3*_x``) that ``refine_dynamic_shapes_from_suggested_fixes`` (ours or
+torch's) applies to the spec. Relations no Dim can state and that an
+operator (not the user's branch) needs are kept as runtime asserts instead
+(``relations``), as torch.export accepts them. ``Dim.AUTO`` findings are used
+as they are and logged; a ``Dim.DYNAMIC`` fixed to a constant is an error;
+hint bounds are met with the traced range (``hints``).
 
 Then every symbol of the graph gets a range (``range_constraints``), and the
-asserts the trace deferred (data-dependent values bounded by
+deferred asserts (relations, data-dependent values bounded by
 ``torch._check``) are inserted into the graph as ``aten._assert_scalar``
-nodes, so the program refuses data that breaks them.
+nodes, so the program refuses inputs and data that break them.
 """
 from __future__ import annotations
 
