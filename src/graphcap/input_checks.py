@@ -83,6 +83,7 @@ class InputChecker:
         call_graph = getattr(ep, "module_call_graph", None) or []
         self._arg_names = call_graph[0].signature.forward_arg_names if call_graph and call_graph[0].signature else None
         self._sym_paths = _symbol_paths(self._leaves)
+        self._expr_paths = _symbol_paths(self._leaves, any_expression=True)
 
     def _tn(self, path: str) -> str:
         return guard_text.torch_name(path, self._arg_names)
@@ -231,9 +232,11 @@ class InputChecker:
             self._check_range(path, root, int(solved[0]), through=expr)
         want = int(expr.subs(bindings))
         if want != got:
+            same = self._expr_paths.get(expr)  # an earlier input size with this very expression
+            other = self._tn(same) if same is not None and same != path else self._expr(expr)
             raise GuardFailedError(
                 f"Expected input at {path} to be equal to {want}, but got {got}."
-                + guard_text.line(f"{self._tn(path)} == {self._expr(expr)}"),
+                + guard_text.line(f"{self._tn(path)} == {other}"),
                 fix=f"This dimension is {expr} in the exported program.")
 
 
@@ -259,15 +262,18 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     return out
 
 
-def _symbol_paths(leaves: list[Any]) -> dict:
-    """Each input symbol → the path of the first input size (or int) that is exactly it."""
+def _symbol_paths(leaves: list[Any], any_expression: bool = False) -> dict:
+    """Each input symbol (or, with ``any_expression``, each size expression) → the path of the
+    first input size (or int) that is exactly it."""
+    def wanted(e: Any) -> bool:
+        return isinstance(e, sympy.Symbol) or (any_expression and isinstance(e, sympy.Expr) and not e.is_number)
     paths: dict[Any, str] = {}
     for leaf in leaves:
-        if isinstance(leaf, _SymIntLeaf) and isinstance(leaf.expr, sympy.Symbol):
+        if isinstance(leaf, _SymIntLeaf) and wanted(leaf.expr):
             paths.setdefault(leaf.expr, leaf.path)
         if isinstance(leaf, _TensorLeaf):
             for i, d in enumerate(leaf.dims):
-                if isinstance(d, sympy.Symbol):
+                if wanted(d):
                     paths.setdefault(d, f"{leaf.path}.shape[{i}]")
     return paths
 

@@ -62,3 +62,15 @@ def test_refused_inputs_name_the_failed_guard_in_torch_words():
         ep.module()(torch.randn(5), [torch.randn(5)], 3)
     with pytest.raises(graphcap.RuntimeInputError):  # still graphcap's own type too
         ep.module()(torch.randn(5), [torch.randn(5)], 3)
+
+
+def test_a_refused_derived_size_names_the_input_with_the_same_size():
+    class ThreeWay(torch.nn.Module):
+        def forward(self, x, y, y1):
+            return x[1:] + y + y1
+
+    d = Dim("d", min=3)
+    ep = graphcap.export(ThreeWay(), (torch.randn(6), torch.randn(5), torch.randn(5)),
+                         dynamic_shapes={"x": (d + 1,), "y": (d,), "y1": (d,)})
+    with pytest.raises(AssertionError, match=r"Guard failed: y1\.size\(\)\[0\] == y\.size\(\)\[0\]"):
+        ep.module()(torch.randn(6), torch.randn(5), torch.randn(4))
