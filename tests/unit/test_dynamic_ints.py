@@ -180,3 +180,16 @@ def test_a_dynamic_int_program_saves_loads_and_decomposes():
     with pytest.raises(graphcap.RuntimeInputError, match="<= 10"):
         loaded.module()(11, torch.ones(2))
     assert ep.run_decompositions().module()(7, torch.ones(2)).tolist() == [7.0, 7.0]
+
+
+def test_a_dynamic_int_with_a_negative_example_ranges_below_zero():
+    import io
+    ep = graphcap.export(Mul(), (-3, torch.ones(2)), dynamic_shapes=(Dim.DYNAMIC, None))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    assert graphcap.load(buf).module()(-7, torch.ones(2)).tolist() == [-7.0, -7.0]
+    assert ep.module()(5, torch.ones(2)).tolist() == [5.0, 5.0]
+    ep = graphcap.export(Mul(), (3, torch.ones(2)), dynamic_shapes=(Dim.DYNAMIC, None))
+    (vr,) = ep.range_constraints.values()
+    assert int(vr.lower) == 0  # as torch.export ranges an int input with a non-negative example

@@ -166,7 +166,3 @@ def _empty(vr: ValueRanges) -> bool:
 
 def is_dynamic_hint(r: RootSymbol) -> bool:
     return r.hint is not None and r.hint.kind is DimHint.Kind.DYNAMIC
-
-
-def source_of(r: RootSymbol) -> Optional[str]:
-    return r.uses[0].source if r.uses else None

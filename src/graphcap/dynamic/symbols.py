@@ -170,9 +170,12 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
 
     def new_symbol(value: int, use: DimUse, lo: Any, hi: Any) -> sympy.Symbol:
         source = InputSource(use.source)
+        # An int input ranges over [0, oo] as in torch.export, unless its example is negative:
+        # then it ranges below 0 too (torch cannot export that example at all).
+        positive = None if use.is_int and value < 0 else True
         sym = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC,
                                 constraint_dim=StrictMinMaxConstraint(warn_only=False, vr=_vr(lo, hi)),
-                                do_not_specialize_zero_one=True)
+                                positive=positive, do_not_specialize_zero_one=True)
         return sym
 
     for name, group in groups.items():
