@@ -17,6 +17,7 @@ def export(
     dynamic_shapes: Any = None,
     strict: bool = False,
     preserve_module_call_signature: tuple[str, ...] = (),
+    prefer_deferred_runtime_asserts_over_guards: bool = False,
 ) -> ExportedProgram:
     """Capture ``mod`` called on ``args``/``kwargs`` into an ExportedProgram.
 
@@ -24,6 +25,12 @@ def export(
     ``nn.Module``, a function or a bound method. The user's Python runs as it
     is on fake tensors (non-strict capture) and every ATen operator it reaches
     is recorded at the training-IR level.
+
+    ``prefer_deferred_runtime_asserts_over_guards=True`` keeps the program
+    general where a shape guard would otherwise narrow or contradict a
+    declared dynamic dim: the condition becomes a runtime assert in the graph
+    (checked by ``module()`` before computing) instead of a constraint
+    violation.
     """
     if strict:
         raise UnsupportedError(
@@ -34,7 +41,8 @@ def export(
     from .capture.non_strict import export_non_strict
     with torch.utils._python_dispatch._disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                 preserve_module_call_signature=tuple(preserve_module_call_signature))
+                                 preserve_module_call_signature=tuple(preserve_module_call_signature),
+                                 prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
 
 
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None) -> None:

@@ -13,6 +13,18 @@ from types import TracebackType
 from typing import Optional
 
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch._dynamo.exc import UserError as _TorchUserError
+from torch._dynamo.exc import UserErrorType as _TorchUserErrorType
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
+
+
+def _compose(what: str, where: Optional[str], fix: Optional[str]) -> str:
+    parts = [what]
+    if where:
+        parts.append(f"Where: {where}")
+    if fix:
+        parts.append(f"How to fix: {fix}")
+    return "\n".join(parts)
 
 
 class GraphcapError(Exception):
@@ -22,12 +34,29 @@ class GraphcapError(Exception):
         self.what = what
         self.where = where
         self.fix = fix
-        parts = [what]
-        if where:
-            parts.append(f"Where: {where}")
-        if fix:
-            parts.append(f"How to fix: {fix}")
-        super().__init__("\n".join(parts))
+        super().__init__(_compose(what, where, fix))
+
+
+class _AlsoTorchUserError(GraphcapError):
+    """Mixin: the error is also torch's ``UserError`` (and so its ``RuntimeError``).
+
+    torch.export raises ``torch._dynamo.exc.UserError`` (or its shape engine's
+    ``ConstraintViolationError``) for a dynamic_shapes spec the program does
+    not satisfy; code written against torch catches those. The torch base
+    initializer wants an error kind, so the message is set here directly.
+    """
+
+    _user_error_type = _TorchUserErrorType.CONSTRAINT_VIOLATION
+
+    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
+        self.what, self.where, self.fix = what, where, fix
+        message = _compose(what, where, fix)
+        Exception.__init__(self, message)
+        self.error_type = self._user_error_type
+        self.msg = self.message = message
+        self.real_stack = None
+        self.skip_frame = False
+        self.logged = False
 
 
 class ExportInputError(GraphcapError, ValueError):
@@ -149,12 +178,26 @@ class MissingFakeKernelError(UnsupportedError):
         super().__init__(what, where=where, fix=fix)
 
 
-class ConstraintViolationError(GraphcapError):
+class ConstraintViolationError(_AlsoTorchUserError, _TorchConstraintViolation, _TorchUserError):
     """The traced program needs more of a dynamic dim than the spec declares.
 
     The message lists each violation and ends with ``Suggested fixes:`` lines
-    that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies.
+    that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies. Also
+    torch's ``ConstraintViolationError`` and ``UserError``, which torch.export
+    raises in the same situation.
     """
+
+
+class DynamicSpecError(_AlsoTorchUserError, ExportInputError, _TorchConstraintViolation, _TorchUserError):
+    """A dynamic_shapes spec that does not fit the example inputs or itself.
+
+    An ``ExportInputError`` (a ``ValueError``), and also torch's
+    ``ConstraintViolationError`` / ``UserError``: torch.export raises one of
+    those for the same mistakes (an example size outside its Dim's range, one
+    name for two different Dims, a hint range the trace contradicts).
+    """
+
+    _user_error_type = _TorchUserErrorType.INVALID_INPUT
 
 
 class SerializationError(GraphcapError):

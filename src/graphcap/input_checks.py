@@ -40,6 +40,15 @@ class _TensorLeaf:
 
 
 @dataclass
+class _SymIntLeaf:
+    """An int input the spec made dynamic: a SymInt placeholder with a range."""
+
+    path: str
+    source: str
+    expr: Any  # sympy expression of the int input
+
+
+@dataclass
 class _ConstantLeaf:
     path: str
     source: str
@@ -78,6 +87,10 @@ class InputChecker:
             if isinstance(val, torch.Tensor):
                 self._leaves.append(_TensorLeaf(path, source, val.dtype, val.device,
                                                 [_dim_expr(s) for s in val.shape]))
+            elif isinstance(val, torch.SymInt):  # an int marked dynamic (graphcap.dynamic)
+                expr = _dim_expr(val)  # an int when the program specialized it after all
+                self._leaves.append(_ConstantLeaf(path, source, expr) if isinstance(expr, int)
+                                    else _SymIntLeaf(path, source, expr))
             else:
                 self._leaves.append(_ConstantLeaf(path, source, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
@@ -128,6 +141,9 @@ class InputChecker:
             if isinstance(leaf, _ConstantLeaf):
                 self._check_constant(leaf, value)
                 continue
+            if isinstance(leaf, _SymIntLeaf):
+                self._check_symint(leaf, value, bindings, sources)
+                continue
             self._check_tensor(leaf, value, bindings, sources, deferred, exprs)
         if any(not isinstance(v, int) for v in bindings.values()):
             return  # symbolic sizes: relations are the tracer's to record
@@ -154,6 +170,26 @@ class InputChecker:
                                   guards.value_condition(leaf.source, leaf.value)),
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
+
+    def _check_symint(self, leaf: _SymIntLeaf, value: Any, bindings, sources) -> None:
+        """A dynamic int input: an int, within its range, equal to other inputs sharing its symbol."""
+        if isinstance(value, torch.SymInt):
+            bindings.setdefault(leaf.expr, value)  # a tracer re-exporting module(): no concrete check
+            return
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise RuntimeInputError(
+                f"Expected input at {leaf.path} to be an int, but got {type(value).__name__}",
+                fix="Pass an int here, as in the example inputs given to export.")
+        self._check_range(leaf.path, leaf.source, leaf.expr, value)
+        if not isinstance(leaf.expr, sympy.Symbol):
+            return
+        if leaf.expr in bindings and bindings[leaf.expr] != value:
+            raise InputGuardError(
+                guards.with_guard(f"Expected input at {leaf.path} to be equal to {bindings[leaf.expr]}, "
+                                  f"but got {value}", f"{leaf.source} == {sources[leaf.expr]}"),
+                fix=f"This int shares the symbol {leaf.expr} with an earlier input of that value.")
+        bindings[leaf.expr] = int(value)
+        sources[leaf.expr] = leaf.source
 
     def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred, exprs) -> None:
         if not isinstance(value, torch.Tensor):
@@ -275,6 +311,8 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     so that ``module()`` refuses inputs that break them before computing anything."""
     names: dict[Any, str] = {}
     for leaf in leaves:
+        if isinstance(leaf, _SymIntLeaf) and isinstance(leaf.expr, sympy.Symbol):
+            names.setdefault(leaf.expr, leaf.path)
         if isinstance(leaf, _TensorLeaf):
             for i, d in enumerate(leaf.dims):
                 if isinstance(d, sympy.Symbol):

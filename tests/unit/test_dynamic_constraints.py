@@ -211,8 +211,11 @@ def test_dynamic_specialization_is_logged_with_the_source_line(caplog):
     (lo, hi), = _symbols(ep).values()
     assert lo == 5  # the range found is the one used
     with caplog.at_level(logging.INFO, logger="graphcap.dynamic"):
-        graphcap.export(Add(), (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=({0: Dim.DYNAMIC}, None))
+        graphcap.export(Add(), (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=({0: Dim.AUTO}, None))
     assert "was specialized to 4" in caplog.text
+    # Dim.DYNAMIC says "this must stay dynamic": specializing it is an error, as in torch.export
+    with pytest.raises(graphcap.ConstraintViolationError, match=r"specialized it to be a constant \(4\)"):
+        graphcap.export(Add(), (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=({0: Dim.DYNAMIC}, None))
 
 
 # -- sizes 0 and 1 ----------------------------------------------------------------------

@@ -111,11 +111,11 @@ def test_derived_example_must_fit_its_form():
         graphcap.export(Add(), (torch.randn(5, 3), torch.randn(5, 3)), dynamic_shapes=({0: 2 * dx}, None))
 
 
-def test_int_inputs_cannot_be_dynamic():
+def test_int_inputs_marked_dynamic_become_symint_inputs():
     def f(x, n):
         return x * n
-    with pytest.raises(graphcap.ExportInputError, match="graphcap specializes Python ints"):
-        graphcap.export(f, (torch.randn(3), 2), dynamic_shapes=({0: Dim("b")}, Dim.DYNAMIC))
+    ep = graphcap.export(f, (torch.randn(3), 2), dynamic_shapes=({0: Dim("b")}, Dim.DYNAMIC))
+    assert ep.module()(torch.ones(5), 7).tolist() == [7.0] * 5
 
 
 # -- builders -------------------------------------------------------------------------

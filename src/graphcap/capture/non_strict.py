@@ -16,6 +16,7 @@ import torch.utils._pytree as pytree
 from .. import pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
+from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
@@ -117,21 +118,26 @@ def _unique(names: Sequence[str]) -> list[str]:
 
 
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
-                      preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+                      preserve_module_call_signature: tuple[str, ...] = (),
+                      prefer_deferred_asserts: bool = False) -> ExportedProgram:
     """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
 
     The check runs here, once the exporting frame and its fake inputs are gone.
     """
     ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                   preserve_module_call_signature=preserve_module_call_signature)
+                                   preserve_module_call_signature=preserve_module_call_signature,
+                                   prefer_deferred_asserts=prefer_deferred_asserts)
     leaks.warn_if_leaked(probe)
     return ep
 
 
 def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
-                       preserve_module_call_signature: tuple[str, ...]) -> tuple[ExportedProgram, Any]:
+                       preserve_module_call_signature: tuple[str, ...],
+                       prefer_deferred_asserts: bool) -> tuple[ExportedProgram, Any]:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
+    # a ShapesCollection / AdditionalInputs builds its spec from the inputs
+    dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")
 
@@ -178,7 +184,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
-    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name)
+    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name,
+                                               prefer_deferred_asserts=prefer_deferred_asserts)
     lifting.sync_output_specs(gm, lifted.signature)
     insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     metadata.finalize(gm)
@@ -195,6 +202,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
 
     ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
                          example_inputs=(args, kwargs), constants=constants)
+    if verify_examples is not None:
+        verify_examples(ep)
     probe = None
     if recording.tracked is not None:
         kept = frozenset(id(t) for t in flat_inputs) if dyn_inputs is not None else frozenset()

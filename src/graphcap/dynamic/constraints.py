@@ -3,100 +3,55 @@
 After the trace the ``ShapeEnv`` knows what the program needed of each
 symbol: a narrower range (``if x.shape[0] > 4``), a constant (a shape branch
 that only works for one size), an equality with another symbol (``x + y``)
-or some other relation. For a declared ``Dim`` any of these is a constraint
-violation: the error lists each in plain words, with the user source line,
-and ends with ``Suggested fixes:`` lines (``x = Dim('x', min=5, max=16)``,
-``y = x``, ``x = 8``) that :func:`refine_dynamic_shapes_from_suggested_fixes`
-applies to the spec. For ``Dim.AUTO`` / ``Dim.DYNAMIC`` dims what was found
-is used as it is, and each specialization is logged with its source line.
+or some other relation. For a declared ``Dim`` these are constraint
+violations: the error lists each in plain words (torch.export's phrases
+included), with the user source line, and ends with ``Suggested fixes:``
+lines (``x = Dim('x', min=5, max=16)``, ``y = x``, ``x = 8``, ``_x = Dim('_x')``
+and ``x = 3*_x``) that ``refine_dynamic_shapes_from_suggested_fixes`` (ours or
+torch's) applies to the spec. Relations no Dim can state and that an
+operator (not the user's branch) needs are kept as runtime asserts instead
+(``relations``), as torch.export accepts them. ``Dim.AUTO`` findings are used
+as they are and logged; a ``Dim.DYNAMIC`` fixed to a constant is an error;
+hint bounds are met with the traced range (``hints``).
 
 Then every symbol of the graph gets a range (``range_constraints``), and the
-asserts the trace deferred (data-dependent values bounded by
+deferred asserts (relations, data-dependent values bounded by
 ``torch._check``) are inserted into the graph as ``aten._assert_scalar``
-nodes, so the program refuses data that breaks them.
+nodes, so the program refuses inputs and data that break them.
 """
 from __future__ import annotations
 
 import logging
-import re
-import traceback
 from typing import Any, Optional
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+from torch.utils._sympy.value_ranges import ValueRanges
 
-from ..errors import ConstraintViolationError, ExportInputError
-from .dims import DerivedDim, Dim, as_dim
-from .symbols import RootSymbol, SymbolicInputs
+from ..errors import ConstraintViolationError
+from . import hints as dyn_hints
+from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
+                          where_text)
+from .ranges import defer_relations, range_constraints
+from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
+                        new_root_fixes, only_solution, specialization_problem, tie_at_example)
+from .suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes  # noqa: F401
+from .symbols import SymbolicInputs
 
 log = logging.getLogger("graphcap.dynamic")
 
 
-# ---------------------------------------------------------------------------
-# guard check
-# ---------------------------------------------------------------------------
+def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
+    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
 
-def _bound(v: Any) -> Optional[int]:
-    if v in (int_oo, -int_oo, sympy.oo, -sympy.oo):
-        return None
-    return int(v)
-
-
-def _range_words(name: str, vr: ValueRanges) -> str:
-    lo, hi = _bound(vr.lower), _bound(vr.upper)
-    if hi is None:
-        return f"{name} >= {lo}"
-    return f"{lo} <= {name} <= {hi}"
-
-
-def _dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
-    parts = []
-    if lo is not None and lo > 0:
-        parts.append(f"min={lo}")
-    if hi is not None:
-        parts.append(f"max={hi}")
-    return f"{name} = Dim('{name}'" + "".join(f", {p}" for p in parts) + ")"
-
-
-def _where(sloc: Any) -> str:
-    """The user source line of a guard, as `` (at file:line in fn: code)``."""
-    if sloc is None:
-        return ""
-    user = getattr(sloc, "maybe_user_loc", None)
-    if user:
-        return f" (at {user.strip()})"
-    frame = getattr(sloc, "framework_loc", None)
-    if isinstance(frame, traceback.FrameSummary) and "/torch/" not in frame.filename:
-        code = f": {frame.line.strip()}" if frame.line else ""
-        return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
-    return ""
-
-
-def _in_framework(sloc: Any) -> bool:
-    """Whether a guard was raised inside torch (an operator's own logic), not by user code."""
-    frame = getattr(sloc, "framework_loc", None)
-    return isinstance(frame, traceback.FrameSummary) and "/torch/" in frame.filename
-
-
-class _Namer:
-    """Print expressions over symbols with the user's Dim names."""
-
-    def __init__(self, roots: list[RootSymbol]):
-        self.sub = {r.symbol: sympy.Symbol(r.name, integer=True) for r in roots}
-
-    def __call__(self, expr: Any) -> str:
-        return str(sympy.sympify(expr).xreplace(self.sub))
-
-
-def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
-    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives."""
+    With ``prefer_deferred_asserts`` a relation between dims that the spec
+    does not guarantee is asserted in the graph instead (module() refuses
+    inputs that break it, before computing)."""
     env = mode.shape_env
     by_sym = inputs.by_symbol()
-    namer = _Namer(inputs.roots)
+    namer = DimNamer(inputs.roots)
     problems: list[str] = []
+    range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
     fixes: dict[str, str] = {}
     declared = [r for r in inputs.roots if r.hint is None]
     covered: set[Any] = set()
@@ -106,24 +61,37 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
         sloc = env.replacements_slocs.get(r.symbol)
         if expr.is_number:
             covered.add(r.symbol)
+            if dyn_hints.is_dynamic_hint(r):
+                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
+                continue
             if r.hint is not None:
-                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, _where(sloc))
+                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
                 continue
             problems.append(
-                f"You marked {r.name} dynamic with range {_range_words(r.name, r.declared)}, but the program "
-                f"only works for {r.name} = {expr}{_where(sloc)}.")
+                f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
+                f"the spec gives the range {range_words(r.name, r.declared)}, but the program "
+                f"only works for {r.name} = {expr}{where_text(sloc)}. If you're using Dim.DYNAMIC, replace it "
+                f"with either Dim.STATIC or Dim.AUTO.")
             fixes[r.name] = f"{r.name} = {int(expr)}"
             continue
         if expr != r.symbol:
             covered.add(r.symbol)
             others = [by_sym.get(s) for s in expr.free_symbols]
-            if r.hint is not None or any(o is None for o in others):
-                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), _where(sloc))
+            if r.hint is None and not any(o is None for o in others) and not is_affine_in_one(expr):
+                # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
+                # program keeps the relation (the input check computes z from x) and its range
+                # becomes a runtime assert where the other dims do not imply it
+                defer_range_asserts(env, r, expr, namer, sloc)
                 continue
-            problems.append(
-                f"The program needs {r.name} = {namer(expr)}{_where(sloc)}, but the spec declares them as "
-                f"independent dims.")
+            if r.hint is not None or any(o is None for o in others):
+                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
+                continue
             other = others[0]
+            same = (f"The values of {r.name} and {other.name} must always be equal: "
+                    if expr == other.symbol else "")
+            problems.append(
+                f"{same}The program needs {r.name} = {namer(expr)}{where_text(sloc)}, but the spec declares them as "
+                f"independent dims.")
             if expr == other.symbol and other.hint is None:
                 fixes[r.name] = f"{r.name} = {other.name}"
             elif len(others) == 1 and other.hint is None:
@@ -135,22 +103,28 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
         lo = max(vr.lower, r.declared.lower)
         hi = min(vr.upper, r.declared.upper)
         slocs = env.var_to_range_sloc.get(r.symbol)
-        if lo != r.declared.lower and lo <= 2 and slocs is not None and _in_framework(slocs.lower):
+        if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
             # A layout decision inside torch (memory format, kernel choice) assumed the size is
             # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
             # does, this assumption does not narrow the declared range.
-            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, _where(slocs.lower))
+            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
             lo = r.declared.lower
+        if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, inputs, r.symbol):
+            # torch._check(u < y.size(0)) on a value read from data: the check stays a runtime
+            # assert in the graph; no guard needs the narrower range of the input size
+            log.debug("graphcap: %s narrowed only by runtime asserts; keeping the declared range", r.name)
+            lo, hi = r.declared.lower, r.declared.upper
         if (lo, hi) != (r.declared.lower, r.declared.upper):
             covered.add(r.symbol)
             sloc = None
             if slocs is not None:
                 sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-            problems.append(
+            range_problems.append(
                 f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                f"{_range_words(r.name, r.declared)} work: the program needs "
-                f"{_range_words(r.name, ValueRanges(lo, hi))}{_where(sloc)}.")
-            fixes[r.name] = _dim_fix(r.name, _bound(lo), _bound(hi))
+                f"{range_words(r.name, r.declared)} satisfy the generated guard "
+                f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
+                f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
+            fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
 
     # other guards: relations that are not a replacement or a range of one symbol
     ranges = {r.symbol: r.declared for r in declared}
@@ -158,22 +132,72 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
         if r.hint is not None:
             ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
     reported: set[Any] = set()
-    for guard in env.guards:
+    for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
+        modulus = divisor_guard(g)
+        if modulus is not None and by_sym[modulus[0]].hint is None:  # e.g. a reshape to (-1, 3)
+            reported.add(g)
+            r, c = by_sym[modulus[0]], modulus[1]
+            if prefer_deferred_asserts:
+                defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
+                continue
+            problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
+                            f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
+                            f"{where_text(guard.sloc)}.")
+            fixes.update(new_root_fixes(r, c, env.var_to_range.get(r.symbol, r.declared), fixes))
+            covered.add(r.symbol)
+            continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
-        if len(syms) == 1:  # a range guard on one symbol already shows in var_to_range
-            continue
-        if _implied(g, ranges):
+        if len(syms) == 1:
+            (sym,) = syms
+            if implied_by(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
+                continue  # a range guard: the range check above saw it
+            bound = dyn_hints.bound_of(g, sym)
+            r = by_sym[sym]
+            if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
+                reported.add(g)
+                covered.add(sym)
+                need = r.declared & bound if ranges_meet(r.declared, bound) else bound
+                problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+                                f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
+                                f"the program needs "
+                                f"{range_words(r.name, need)}{where_text(guard.sloc)}.")
+                fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+                continue
+            value = only_solution(g, sym)
+            if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
+                reported.add(g)
+                covered.add(sym)
+                problems.append(specialization_problem(by_sym[sym], value, namer(g), where_text(guard.sloc)))
+                fixes[by_sym[sym].name] = f"{by_sym[sym].name} = {value}"
+                continue
+        if implied_by(g, ranges):
             continue
         reported.add(g)
-        problems.append(f"The program needs {namer(g)}{_where(guard.sloc)}, which the spec does not guarantee.")
+        tied = tie_at_example(g, env.var_to_val) if isinstance(g, sympy.Eq) else None
+        if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
+            target, expr = tied
+            problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
+                            f"side of {namer(g)}{where_text(guard.sloc)}, but the spec declares them as "
+                            f"independent dims.")
+            fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
+            continue
+        framework_relation = in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
+        if prefer_deferred_asserts or framework_relation:
+            # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
+            # its input sizes (a slice assigned from another input): asserted and checked before
+            # computing, as torch.export accepts it
+            defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
+            continue
+        problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
 
+    problems += range_problems
     if problems:
-        names = sorted({*fixes} or {r.name for r in declared})
+        names = sorted({*fixes} or {r.name for r in declared} or {r.name for r in inputs.roots})
         listing = "\n".join(f"  - {p}" for p in problems)
         suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
         raise ConstraintViolationError(
@@ -185,99 +209,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs) -> None:
                 "let graphcap find the ranges." + suggested)
 
 
-# ---------------------------------------------------------------------------
-# range constraints and runtime asserts
-# ---------------------------------------------------------------------------
-
-def _sizes(val: Any) -> list[Any]:
-    if isinstance(val, torch.Tensor):
-        return list(val.shape)
-    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return [val]
-    return []
-
-
-def range_constraints(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs]) -> dict[Any, ValueRanges]:
-    """A range for every symbol (and derived size expression of an input) in the graph."""
-    env = mode.shape_env
-    out: dict[Any, ValueRanges] = {}
-
-    def symbol_range(sym: Any) -> ValueRanges:
-        vr = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
-        root = inputs.by_symbol().get(sym) if inputs is not None else None
-        if root is not None and root.hint is None:  # the check passed: the declared range holds
-            vr = root.declared
-        return vr
-
-    def add(expr: Any) -> None:
-        expr = env.replace(expr)
-        if expr.is_number or expr in out:
-            return
-        if isinstance(expr, sympy.Symbol):
-            out[expr] = symbol_range(expr)
-            return
-        # a derived size first, then its root, as torch.export lists them
-        out[expr] = bound_sympy(expr, {s: symbol_range(s) for s in expr.free_symbols})
-        for s in sorted(expr.free_symbols, key=str):
-            add(s)
-
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            for s in _sizes(node.meta.get("val")):
-                if isinstance(s, torch.SymInt):
-                    add(s.node.expr)
-    if inputs is not None:
-        for r in inputs.roots:
-            add(r.symbol)
-    for node in gm.graph.nodes:
-        for s in _sizes(node.meta.get("val")):
-            if isinstance(s, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                for sym in env.replace(s.node.expr).free_symbols:
-                    add(sym)
-    return out
-
-
-def _implied(guard: Any, ranges: dict) -> bool:
-    try:
-        implied = bound_sympy(guard, ranges)
-    except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
-        return False
-    return bool(implied.lower and implied.upper)
-
-
-def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
-    """Turn relations between ``Dim.AUTO`` dims that ranges cannot hold into runtime asserts.
-
-    ``if x.shape[0] <= y.shape[0]:`` with both dims automatic specializes the
-    program to one side of the comparison; nothing about either dim alone says
-    so. The relation is asserted in the graph (``aten._assert_scalar`` over the
-    input sizes), which ``module()`` checks with the inputs, before computing.
-    """
-    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
-    from torch.utils._traceback import CapturedTraceback
-    env = mode.shape_env
-    by_sym = inputs.by_symbol()
-    ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}
-    seen = set()
-    for guard in env.guards:
-        g = env.simplify(guard.expr)
-        syms = g.free_symbols
-        if len(syms) < 2 or not syms <= set(by_sym) or any(by_sym[s].hint is None for s in syms):
-            continue  # one dim (a range) or a declared Dim (check_guards decides)
-        if g in seen or _implied(g, ranges):
-            continue
-        seen.add(g)
-        message = f"the program needs {_Namer(inputs.roots)(g)}{_where(guard.sloc)}"
-        env.deferred_runtime_asserts.setdefault(None, []).append(
-            RuntimeAssert(g, message, CapturedTraceback.extract(skip=1)))
-        env.num_deferred_runtime_asserts += 1
-
-
-def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str) -> dict[Any, ValueRanges]:
+def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,
+           prefer_deferred_asserts: bool = False) -> dict[Any, ValueRanges]:
     """The pipeline's guards step: check, insert runtime asserts, return range_constraints."""
     env = mode.shape_env
     if inputs is not None:
-        check_guards(mode, inputs)
+        check_guards(mode, inputs, prefer_deferred_asserts)
+        dyn_hints.apply_bounds(env, inputs)
         defer_relations(mode, inputs)
     if env is None:
         return {}
@@ -287,108 +225,3 @@ def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs]
         insert_deferred_runtime_asserts(gm, env, f"exported program: {name}", export=True)
         gm.recompile()
     return range_constraints(gm, mode, inputs)
-
-
-# ---------------------------------------------------------------------------
-# suggested fixes → spec
-# ---------------------------------------------------------------------------
-
-_FIX_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*(.+?)\s*$")
-_DIM_CALL = re.compile(r"^Dim\(\s*['\"]([A-Za-z_][A-Za-z_0-9]*)['\"]\s*((?:,\s*(?:min|max)\s*=\s*-?\d+\s*)*)\)$")
-_AFFINE = re.compile(r"^(?:(\d+)\s*\*\s*)?([A-Za-z_][A-Za-z_0-9]*)(?:\s*([+-])\s*(\d+))?$")
-
-
-def parse_suggested_fixes(msg: str) -> dict[str, Any]:
-    """The ``name = ...`` lines under ``Suggested fixes:``; stops at the first other line."""
-    lines = msg.splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.strip() == "Suggested fixes:")
-    except StopIteration:
-        raise ExportInputError("The message has no 'Suggested fixes:' section.",
-                               fix="Pass the text of a ConstraintViolationError raised by graphcap.export.") from None
-    fixes: dict[str, str] = {}
-    for line in lines[start + 1:]:
-        m = _FIX_LINE.match(line)
-        if not line.startswith("  ") or m is None:
-            break
-        fixes[m.group(1)] = m.group(2)
-    return fixes
-
-
-def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) -> Any:
-    """Apply the ``Suggested fixes:`` of a constraint-violation message to a spec.
-
-    ``x = Dim('x', min=5, max=16)`` gives ``x`` a new range, ``x = 8`` makes it
-    static, ``y = x`` makes ``y`` the same Dim as ``x``, ``y = 2*x + 1`` makes it
-    derived from ``x``. Works on graphcap's and torch.export's Dim objects; the
-    result uses graphcap's.
-    """
-    fixes = parse_suggested_fixes(str(msg))
-    roots: dict[str, Dim] = {}
-
-    def collect(d: Any) -> None:
-        d = as_dim(d)
-        if isinstance(d, DerivedDim):
-            roots.setdefault(d.root.__name__, d.root)
-        elif isinstance(d, Dim):
-            roots.setdefault(d.__name__, d)
-
-    def is_leaf(x: Any) -> bool:
-        return not isinstance(x, (dict, list, tuple)) or x is None
-
-    pytree.tree_map(lambda x: collect(x) if x is not None else None, dynamic_shapes, is_leaf=is_leaf)
-
-    new: dict[str, Any] = {}
-
-    def resolve(name: str) -> Any:
-        if name in new:
-            return new[name]
-        text = fixes.get(name)
-        if text is None:
-            new[name] = roots.get(name)
-            return new[name]
-        if re.fullmatch(r"-?\d+", text):
-            new[name] = int(text)
-        elif (m := _DIM_CALL.match(text)) is not None:
-            bounds = dict(re.findall(r"(min|max)\s*=\s*(-?\d+)", m.group(2)))
-            new[name] = Dim(m.group(1), min=int(bounds["min"]) if "min" in bounds else None,
-                            max=int(bounds["max"]) if "max" in bounds else None)
-        elif (m := _AFFINE.match(text)) is not None:
-            factor, other, sign, offset = m.groups()
-            base = resolve(other) if other in fixes else roots.get(other)
-            if base is None:
-                base = Dim(other)
-                roots[other] = base
-            if isinstance(base, int):
-                value = base * int(factor or 1) + (int(offset or 0) * (-1 if sign == "-" else 1))
-                new[name] = value
-            else:
-                out = base
-                if factor:
-                    out = out * int(factor)
-                if offset:
-                    out = out + int(offset) if sign == "+" else out - int(offset)
-                new[name] = out
-        else:
-            raise ExportInputError(f"Cannot read the suggested fix {name} = {text}.",
-                                   fix="Apply this fix to the spec by hand.")
-        return new[name]
-
-    for name in fixes:
-        resolve(name)
-
-    def replace(x: Any) -> Any:
-        d = as_dim(x)
-        if isinstance(d, DerivedDim) and d.root.__name__ in new:
-            root = new[d.root.__name__]
-            if isinstance(root, int):
-                return int(d.fn(root))
-            return DerivedDim(root.root if isinstance(root, DerivedDim) else root,
-                              (lambda f, g: (lambda r: f(g(r))))(d.fn, root.fn) if isinstance(root, DerivedDim)
-                              else d.fn, d.__name__.replace(d.root.__name__, root.__name__)
-                              if not isinstance(root, DerivedDim) else d.__name__)
-        if isinstance(d, Dim) and not isinstance(d, DerivedDim) and d.__name__ in new:
-            return new[d.__name__]
-        return x
-
-    return pytree.tree_map(replace, dynamic_shapes, is_leaf=is_leaf)

@@ -261,7 +261,8 @@ class AdditionalInputs:
     """Infer a spec from several example input sets.
 
     Every dimension whose size differs between the sets becomes
-    ``Dim.DYNAMIC``; the others stay static. ``verify(ep)`` runs the program's
+    ``Dim.DYNAMIC``, and so does every int input whose value differs; the
+    others stay static. ``verify(ep)`` runs the program's
     input checks on each added set.
     """
 
@@ -288,11 +289,19 @@ class AdditionalInputs:
             others.append(leaves)
 
         def mark(j: int, leaf: Any) -> Any:
+            values = (leaf, *(o[j] for o in others))
+            if any(type(v) is not type(leaf) for v in values):
+                raise ExportInputError(
+                    f"The input sets have differing types at one input, so it cannot be marked as "
+                    f"dynamic: {values!r}.", fix="Keep each input's type the same in every set.")
             if not isinstance(leaf, torch.Tensor):
-                if any(o[j] != leaf for o in others):
+                if any(v != leaf for v in values):
+                    if isinstance(leaf, int) and not isinstance(leaf, bool):
+                        return Dim.DYNAMIC  # an int that varies becomes a SymInt input
                     raise ExportInputError(
-                        f"The non-tensor input {leaf!r} differs between the input sets; only tensor "
-                        f"sizes can vary.", fix="Keep Python values the same in every set.")
+                        f"The following inputs were found to have differing values, but they cannot be "
+                        f"marked as dynamic: {values!r}.",
+                        fix="Keep Python values other than ints the same in every set.")
                 return None
             sizes = [tuple(o[j].shape) for o in others]
             if any(len(s) != leaf.dim() for s in sizes):

@@ -4,21 +4,35 @@ The spec mirrors the inputs: a dict keyed by argument names or a tuple/list
 by position, nested like the pytree inputs, with ``None`` for static parts
 and, per tensor, a dict ``{dim: Dim}`` or a list/tuple over its dims. The
 result is one entry per flat input leaf (in ``(args, kwargs)`` flatten order):
-``None`` or ``{dim index: Dim | DerivedDim | DimHint | int}``. Every mistake
-is an ``ExportInputError`` naming the input path and what to change.
+``None`` or ``{dim index: Dim | DerivedDim | DimHint | int}``, or for a
+Python int marked dynamic an :class:`IntSpec`. Every mistake is an
+``ExportInputError`` naming the input path and what to change.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import ExportInputError
-from .dims import DerivedDim, Dim, DimHint, ShapesCollection, AdditionalInputs, as_dim
+from ..errors import DynamicSpecError, ExportInputError
+from .dims import DerivedDim, Dim, DimHint, as_dim
 
-LeafSpec = Optional[dict[int, Any]]
+
+# torch's own leaf test (registered types count as nodes); public from torch 2.14 on
+_is_leaf = getattr(pytree, "tree_is_leaf", None) or pytree._is_leaf  # noqa: SLF001
+
+
+@dataclass(frozen=True)
+class IntSpec:
+    """A Python int input marked dynamic: it becomes a SymInt input with ``dim``'s range."""
+
+    dim: Any  # Dim or DimHint
+
+
+LeafSpec = Union[None, dict[int, Any], IntSpec]
 
 
 def combined_inputs(m: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -40,7 +54,7 @@ def combined_inputs(m: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 
 def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
-    if pytree._is_leaf(value):  # noqa: SLF001 (torch's own leaf test, with registered types)
+    if _is_leaf(value):
         return None
     node = pytree._get_node_type(value)  # noqa: SLF001
     handler = pytree.SUPPORTED_NODES[node]
@@ -73,10 +87,9 @@ class _Walker:
         if kids is None:
             if spec is not None and as_dim(spec) not in (None, Dim.STATIC):
                 if isinstance(value, int) and not isinstance(value, bool):
-                    raise ExportInputError(
-                        f"dynamic_shapes{path} marks the int input {value!r} dynamic; graphcap specializes "
-                        f"Python ints.", where=f"dynamic_shapes{path}",
-                        fix="Pass the size as a tensor dimension, or use None here (the int is baked in).")
+                    self.leaf_specs.append(self._int_spec(value, as_dim(spec), path))
+                    self.leaf_paths.append(path)
+                    return
                 raise ExportInputError(
                     f"dynamic_shapes{path} gives {spec!r} for a {type(value).__name__} input, which has no "
                     f"shape.", where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
@@ -170,6 +183,22 @@ class _Walker:
             out[dim] = d
         return out or None
 
+    def _int_spec(self, value: int, d: Any, path: str) -> LeafSpec:
+        if isinstance(d, int) and not isinstance(d, bool):
+            if d != value:
+                raise DynamicSpecError(
+                    f"dynamic_shapes{path} fixes the int input to {d}, but the example input is {value}.",
+                    where=f"dynamic_shapes{path}", fix=f"Use {value}, or change the example input.")
+            return None
+        if isinstance(d, DerivedDim) or not isinstance(d, (Dim, DimHint)):
+            raise ExportInputError(
+                f"dynamic_shapes{path} is {d!r} for the int input {value!r}; an int input takes a Dim, "
+                f"Dim.AUTO / Dim.DYNAMIC / Dim.STATIC, or None.", where=f"dynamic_shapes{path}",
+                fix="Mark the int with Dim.DYNAMIC (or a named Dim), or None to bake it in.")
+        if isinstance(d, Dim):
+            self._check_name(d, path)
+        return IntSpec(d)
+
     def _check_name(self, d: Dim, where: str) -> None:
         root = d.root if isinstance(d, DerivedDim) else d
         name = root.__name__
@@ -179,9 +208,10 @@ class _Walker:
             return
         other, other_where = seen
         if other is not root and (other.min, other.max) != (root.min, root.max):
-            raise ExportInputError(
-                f"The name {name!r} is used for two different Dims: {other!r} at {other_where} and "
-                f"{root!r} at {where}.", where=where,
+            raise DynamicSpecError(
+                f"Found different definitions {other!r} and {root!r} for the same symbolic dimension "
+                f"{name!r}: The name {name!r} is used for two different Dims (at {other_where} and {where}).",
+                where=where,
                 fix="Create the Dim once and use the same object wherever that size appears (or give the "
                     "other one its own name).")
 
@@ -217,8 +247,9 @@ def _signature_ordered(m: Any, kwargs: dict) -> dict:
 
 def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                               dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
+    from .spec_objects import is_spec_builder
     combined = combined_inputs(m, args, kwargs)
-    if isinstance(dynamic_shapes, (ShapesCollection, AdditionalInputs)):
+    if is_spec_builder(dynamic_shapes):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)
     walker = _Walker()
     values = list(combined.values())

@@ -26,9 +26,9 @@ from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicC
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from ..errors import ExportInputError
+from ..errors import DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
-from .spec import LeafSpec
+from .spec import IntSpec, LeafSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,18 +55,30 @@ class InputSource(Source):
 
 @dataclass
 class DimUse:
-    """One input dimension marked dynamic: where it is and what the spec said."""
+    """One input dimension (or Python int, ``dim`` None) marked dynamic: where it is and its spec."""
 
     leaf: int
-    dim: int
-    path: str  # "*args[0].shape[1]"
+    dim: Optional[int]
+    path: str  # "*args[0].shape[1]", or "*args[1]" for an int
     spec: Any  # Dim, DerivedDim or DimHint
     size: int
+    source: str = ""  # torch's name of the size: "L['x'].size()[1]", or "L['n']" for an int
+    arg_path: str = ""  # by argument name: "['x'].shape[1]", or "['n']"
+
+    @property
+    def is_int(self) -> bool:
+        return self.dim is None
 
 
 @dataclass
 class RootSymbol:
-    """A symbol of the program and the spec entry it stands for."""
+    """A symbol of the program and the spec entry it stands for.
+
+    For a hint (``Dim.AUTO`` / ``Dim.DYNAMIC``) ``declared`` is the user's
+    bounds; the symbol is traced over the whole range a size (or int) can
+    take, and the range the trace needs is then intersected with the bounds
+    (``graphcap.dynamic.hints``), as torch.export does.
+    """
 
     symbol: sympy.Symbol
     name: str  # the Dim's name, or the input path for a hint
@@ -84,12 +96,13 @@ class SymbolicInputs:
     roots: list[RootSymbol]
     derived: dict[sympy.Expr, ValueRanges]  # derived size expression -> its declared range
     shape_env: Any = None
+    first_program_guard: int = 0  # guards before this index came from making the fake inputs
 
     def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
         return {r.symbol: r for r in self.roots}
 
 
-def _vr(lo: int, hi: int) -> ValueRanges:
+def _vr(lo: Any, hi: Any) -> ValueRanges:
     return ValueRanges(lo, int_oo if hi >= INT_MAX else hi)
 
 
@@ -101,8 +114,10 @@ def _solve_root(d: DerivedDim, size: int, path: str) -> int:
     r = sympy.Symbol("r", integer=True)
     sols = [s for s in sympy.solve(sympy.Eq(sympy.sympify(d.fn(r)), size), r) if s.is_integer]
     if len(sols) != 1:
-        raise ExportInputError(
-            f"The example size {size} at {path} is not {d.__name__} for any integer {d.root.__name__}.",
+        raise DynamicSpecError(
+            f"Expected shape = {size} of input Tensor to be of the form {d.__name__}, where "
+            f"{d.root.__name__} is an integer: the example size {size} at {path} is not {d.__name__} for "
+            f"any integer {d.root.__name__}.",
             where=path, fix=f"Change the example input so that its size there has the form {d.__name__}.")
     return int(sols[0])
 
@@ -117,14 +132,30 @@ def torch_style_name(arg_path: str) -> str:
     return "L" + arg_path
 
 
-def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_paths: list[str],
-          source_names: list[str]) -> SymbolicInputs:
-    """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``)."""
-    env = mode.shape_env
+def _uses(leaves: list[Any], specs: list[LeafSpec], input_paths: list[str], source_names: list[str],
+          arg_paths: list[str]) -> list[DimUse]:
     uses: list[DimUse] = []
     for i, (leaf, spec) in enumerate(zip(leaves, specs)):
+        if isinstance(spec, IntSpec):
+            uses.append(DimUse(i, None, input_paths[i], spec.dim, int(leaf), source_names[i], arg_paths[i]))
+            continue
         for dim, d in sorted((spec or {}).items()):
-            uses.append(DimUse(i, dim, f"{input_paths[i]}.shape[{dim}]", d, int(leaf.shape[dim])))
+            uses.append(DimUse(i, dim, f"{input_paths[i]}.shape[{dim}]", d, int(leaf.shape[dim]),
+                               _size_name(source_names[i], dim), f"{arg_paths[i]}.shape[{dim}]"))
+    return uses
+
+
+def _hint_trace_range(use: DimUse) -> tuple[Any, Any]:
+    """The range a hint's symbol is traced over: every size (or every int); the user's bounds
+    are applied to what the trace finds."""
+    return (-int_oo if use.is_int else 0), INT_MAX
+
+
+def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_paths: list[str],
+          source_names: list[str], arg_paths: Optional[list[str]] = None) -> SymbolicInputs:
+    """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``)."""
+    env = mode.shape_env
+    uses = _uses(leaves, specs, input_paths, source_names, arg_paths or [p[1:] for p in source_names])
 
     # Root values: from a direct use, else solved from a derived one; all must agree.
     groups: dict[str, list[DimUse]] = {}
@@ -137,11 +168,14 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
     roots: list[RootSymbol] = []
     derived: dict[sympy.Expr, ValueRanges] = {}
 
-    def new_symbol(value: int, use: DimUse, lo: int, hi: int) -> sympy.Symbol:
-        source = InputSource(_size_name(source_names[use.leaf], use.dim))
+    def new_symbol(value: int, use: DimUse, lo: Any, hi: Any) -> sympy.Symbol:
+        source = InputSource(use.source)
+        # An int input ranges over [0, oo] as in torch.export, unless its example is negative:
+        # then it ranges below 0 too (torch cannot export that example at all).
+        positive = None if use.is_int and value < 0 else True
         sym = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC,
                                 constraint_dim=StrictMinMaxConstraint(warn_only=False, vr=_vr(lo, hi)),
-                                do_not_specialize_zero_one=True)
+                                positive=positive, do_not_specialize_zero_one=True)
         return sym
 
     for name, group in groups.items():
@@ -153,7 +187,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             values.append((v, u))
             lo, hi = u.spec.min, u.spec.max
             if not lo <= u.size <= hi:
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"The example input has size {u.size} at {u.path}, but its spec {u.spec!r} allows "
                     f"{_range_str(lo, hi)}: {u.size} not in range {_range_str(lo, hi)}.",
                     where=u.path,
@@ -161,13 +195,13 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
         first_v, first_u = values[0]
         for v, u in values[1:]:
             if v != first_v:
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"{first_u.path} and {u.path} use the same Dim {name!r}, so their sizes must agree, but "
                     f"the example inputs give {name} = {first_v} and {name} = {v}.",
                     where=u.path,
                     fix=f"Make the example sizes consistent, or give {u.path} its own Dim.")
         if not root_dim.min <= first_v <= root_dim.max:
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"The example inputs give {name} = {first_v} (from {first_u.path}), but {root_dim!r} allows "
                 f"{_range_str(root_dim.min, root_dim.max)}: {first_v} not in range "
                 f"{_range_str(root_dim.min, root_dim.max)}.", where=first_u.path,
@@ -184,19 +218,19 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
 
     for u in uses:
         if isinstance(u.spec, DimHint):
-            lo = u.spec.min if u.spec.min is not None else 0
-            hi = u.spec.max if u.spec.max is not None else INT_MAX
-            if not lo <= u.size <= hi:
-                raise ExportInputError(
-                    f"The example input has size {u.size} at {u.path}: {u.size} not in range "
-                    f"{_range_str(lo, hi)} given by {u.spec!r}.", where=u.path,
-                    fix="Change the example input or the hint's bounds.")
+            lo, hi = _hint_trace_range(u)
             sym = new_symbol(u.size, u, lo, hi)
-            roots.append(RootSymbol(sym, u.path, _vr(lo, hi), [u], hint=u.spec, value=u.size))
+            user_lo = u.spec.min if u.spec.min is not None else lo
+            user_hi = u.spec.max if u.spec.max is not None else hi
+            roots.append(RootSymbol(sym, u.path, _vr(user_lo, user_hi), [u], hint=u.spec, value=u.size))
             exprs[(u.leaf, u.dim)] = sym
 
     fakes = []
     for i, leaf in enumerate(leaves):
+        if isinstance(specs[i], IntSpec):  # a dynamic Python int: a SymInt input
+            fakes.append(env.create_symintnode(exprs[(i, None)], hint=int(leaf),
+                                               source=InputSource(source_names[i])))
+            continue
         if not isinstance(leaf, torch.Tensor):
             fakes.append(leaf)
             continue
@@ -210,7 +244,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             constraint_sizes=[None] * leaf.dim(), tensor_source=source,
             shape_env_to_source_to_symbol_cache={id(env): cache})
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
-    return SymbolicInputs(fakes, roots, derived, env)
+    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
 
 
 def _dim_src(root: Dim, use: DimUse, value: int) -> str:
@@ -225,7 +259,7 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     """Match ``dynamic_shapes`` to the inputs and build their symbolic fakes (the pipeline's step)."""
     from .spec import match_spec
     specs, arg_paths = match_spec(forward, args, kwargs, dynamic_shapes)
-    return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths])
+    return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths)
 
 
 @contextlib.contextmanager

@@ -226,8 +226,8 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     first_user = len(input_specs)
     for node, name, value in zip(user_nodes, user_input_names, user_input_values):
         wanted_names.append(name)
-        if isinstance(value, torch.Tensor):
-            arg = argument_for(node)
+        if isinstance(value, torch.Tensor) or isinstance(node.meta.get("val"), torch.SymInt):
+            arg = argument_for(node)  # a tensor, or an int the spec made dynamic (a SymInt input)
             _mark_requires_grad(node, value)
         else:  # a Python value the program is specialized on
             node.meta["val"] = value

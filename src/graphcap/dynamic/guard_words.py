@@ -1,0 +1,84 @@
+"""How guard problems are worded and recorded: ranges, source lines, Dim names, fixes.
+
+Shared by the guard check (``constraints``), the relation rules
+(``relations``) and the range step (``ranges``).
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any, Optional
+
+import sympy
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+from .symbols import RootSymbol
+
+
+def finite_int(v: Any) -> Optional[int]:
+    if v in (int_oo, -int_oo, sympy.oo, -sympy.oo):
+        return None
+    return int(v)
+
+
+def range_words(name: str, vr: ValueRanges) -> str:
+    lo, hi = finite_int(vr.lower), finite_int(vr.upper)
+    if hi is None:
+        return f"{name} >= {lo}"
+    return f"{lo} <= {name} <= {hi}"
+
+
+def dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
+    parts = []
+    if lo is not None and lo > 0:
+        parts.append(f"min={lo}")
+    if hi is not None:
+        parts.append(f"max={hi}")
+    return f"{name} = Dim('{name}'" + "".join(f", {p}" for p in parts) + ")"
+
+
+def where_text(sloc: Any) -> str:
+    """The user source line of a guard, as `` (at file:line in fn: code)``."""
+    if sloc is None:
+        return ""
+    user = getattr(sloc, "maybe_user_loc", None)
+    if user:
+        return f" (at {user.strip()})"
+    frame = getattr(sloc, "framework_loc", None)
+    if isinstance(frame, traceback.FrameSummary) and "/torch/" not in frame.filename:
+        code = f": {frame.line.strip()}" if frame.line else ""
+        return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
+    return ""
+
+
+def in_framework(sloc: Any) -> bool:
+    """Whether a guard was raised inside torch (an operator's own logic), not by user code."""
+    frame = getattr(sloc, "framework_loc", None)
+    return isinstance(frame, traceback.FrameSummary) and "/torch/" in frame.filename
+
+
+class DimNamer:
+    """Print expressions over symbols with the user's Dim names."""
+
+    def __init__(self, roots: list[RootSymbol]):
+        self.sub = {r.symbol: sympy.Symbol(r.name, integer=True) for r in roots}
+
+    def __call__(self, expr: Any) -> str:
+        return str(sympy.sympify(expr).xreplace(self.sub))
+
+
+def implied_by(guard: Any, ranges: dict) -> bool:
+    try:
+        implied = bound_sympy(guard, ranges)
+    except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
+        return False
+    return bool(implied.lower and implied.upper)
+
+
+def defer_assert(env: Any, cond: Any, message: str) -> None:
+    """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
+    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+    from torch.utils._traceback import CapturedTraceback
+    env.deferred_runtime_asserts.setdefault(None, []).append(
+        RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))
+    env.num_deferred_runtime_asserts += 1

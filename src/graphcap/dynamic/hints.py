@@ -1,0 +1,168 @@
+"""Bounds of ``Dim.AUTO(min=, max=)`` / ``Dim.DYNAMIC(min=, max=)`` after the trace.
+
+A hint's symbol is traced over every size (or every int); what the program
+needs of it (``var_to_range`` after the trace) is then intersected with the
+user's bounds, as torch.export does. The result is the program's range for
+that input. Two outcomes are errors (``ValueError``s, torch's wording):
+
+- the ranges do not meet: the program cannot run on any size the user
+  allows (``Received user-specified min/max range of [33, None], conflicting
+  with the inferred min/max range of [0, 32], for inputs['x'].shape[0]``);
+- a ``Dim.DYNAMIC`` whose range shrinks to one value: the user asked for a
+  dynamic dimension and the program only works for one size.
+
+A ``Dim.DYNAMIC`` that the program replaces by a constant outright is a
+constraint violation reported with the other guard problems
+(``graphcap.dynamic.constraints``).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import sympy
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRangeError, ValueRanges, bound_sympy
+
+from ..errors import DynamicSpecError
+from .dims import DimHint
+from .symbols import RootSymbol, SymbolicInputs
+
+
+def _bound_str(v: Any, none_if: Any) -> str:
+    return "None" if v is None or v == none_if else str(v)
+
+
+def _spec_path(r: RootSymbol) -> str:
+    return "inputs" + r.uses[0].arg_path
+
+
+def _user_range(hint: DimHint) -> str:
+    return f"[{_bound_str(hint.min, None)}, {_bound_str(hint.max, None)}]"
+
+
+def _vr_str(vr: ValueRanges) -> str:
+    return f"[{vr.lower}, {vr.upper}]"
+
+
+def dynamic_specialization_problem(r: RootSymbol, value: Any, where: str) -> str:
+    """The constraint-violation line for a ``Dim.DYNAMIC`` replaced by a constant."""
+    return (f"You marked {r.uses[0].source} as dynamic but your code specialized it to be a constant "
+            f"({value}){where}. If you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO.")
+
+
+def _without_min_max(cond: Any) -> Any:
+    """``Eq(Min(a, b), a)`` as ``a <= b`` and ``Eq(Max(a, b), a)`` as ``a >= b`` (what slicing and
+    broadcasting guards look like), so one-dim guards read as bounds."""
+    if isinstance(cond, sympy.Eq):
+        for side, other in ((cond.lhs, cond.rhs), (cond.rhs, cond.lhs)):
+            kind = type(side).__name__  # sympy's Min/Max or the shape engine's own
+            if kind in ("Min", "Max") and len(side.args) == 2 and other in side.args:
+                rest = side.args[0] if side.args[1] == other else side.args[1]
+                return sympy.Le(other, rest) if kind == "Min" else sympy.Ge(other, rest)
+    return cond
+
+
+def _bound_of(cond: Any, sym: Any) -> Optional[ValueRanges]:
+    """The range ``cond`` gives ``sym`` when it is ``sym`` compared with a number."""
+    if not isinstance(cond, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt)):
+        return None
+    lhs, rhs, rel = cond.lhs, cond.rhs, type(cond)
+    if lhs != sym:
+        lhs, rhs = rhs, lhs
+        rel = {sympy.Le: sympy.Ge, sympy.Lt: sympy.Gt, sympy.Ge: sympy.Le, sympy.Gt: sympy.Lt}[rel]
+    if lhs != sym or not rhs.is_Integer:
+        return None
+    c = int(rhs)
+    return {sympy.Le: ValueRanges(-int_oo, c), sympy.Lt: ValueRanges(-int_oo, c - 1),
+            sympy.Ge: ValueRanges(c, int_oo), sympy.Gt: ValueRanges(c + 1, int_oo)}[rel]
+
+
+def without_min_max(cond: Any) -> Any:
+    return _without_min_max(cond)
+
+
+def bound_of(guard: Any, sym: Any) -> Optional[ValueRanges]:
+    """The range a one-dim guard gives ``sym``, if it is a bound (possibly through Min/Max)."""
+    return _bound_of(_without_min_max(guard), sym)
+
+
+def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -> None:
+    """Guards on one hint dim that its traced range does not show (``Min(3, s) == 3`` after a
+    slice) become its range when they are a bound, else a runtime assert: either way the
+    program refuses the sizes it was not traced for."""
+    from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+    from torch.utils._traceback import CapturedTraceback
+    hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
+    for guard in env.guards[first_guard:]:
+        g = env.simplify(guard.expr)
+        syms = g.free_symbols
+        if len(syms) != 1 or not syms <= set(hinted):
+            continue
+        (sym,) = syms
+        traced = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
+        try:
+            holds = bound_sympy(g, {sym: traced})
+            if holds.lower and holds.upper:
+                continue
+        except Exception:  # noqa: BLE001 (not boundable: keep it as an assert)
+            pass
+        bound = _bound_of(_without_min_max(g), sym)
+        if bound is not None:
+            env.var_to_range[sym] = traced & bound
+            continue
+        env.deferred_runtime_asserts.setdefault(None, []).append(
+            RuntimeAssert(g, f"the program needs {g}", CapturedTraceback.extract(skip=1)))
+        env.num_deferred_runtime_asserts += 1
+
+
+def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
+    """Narrow each hint symbol's traced range to the user's bounds; raise on conflicts."""
+    narrow_from_guards(env, inputs, inputs.first_program_guard)
+    conflicts: list[str] = []
+    for r in inputs.roots:
+        if r.hint is None:
+            continue
+        expr = env.replace(r.symbol)
+        if expr != r.symbol:
+            if expr.is_number:
+                _check_number(r, int(expr), conflicts)
+            continue
+        traced = env.var_to_range.get(r.symbol, ValueRanges(-int_oo, int_oo))
+        try:
+            narrowed = traced & r.declared
+        except ValueRangeError:
+            narrowed = None
+        if narrowed is None or narrowed.is_bool or _empty(narrowed):
+            conflicts.append(
+                f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
+                f"inferred min/max range of {_vr_str(traced)}, for {_spec_path(r)}.")
+            continue
+        env.var_to_range[r.symbol] = narrowed
+        if r.hint.kind is DimHint.Kind.DYNAMIC and narrowed.is_singleton():
+            conflicts.append(
+                f"- Received user-specified dim hint Dim.DYNAMIC(min={r.hint.min}, max={r.hint.max}), but "
+                f"tracing inferred a static shape of {narrowed.lower} for dimension {_spec_path(r)}.")
+    if conflicts:
+        raise DynamicSpecError(
+            "Found the following conflicts between user-specified ranges and inferred ranges from model "
+            "tracing:\n" + "\n".join(conflicts),
+            where="export(..., dynamic_shapes=...)",
+            fix="Widen the hint's bounds to meet the range the program needs (or drop them), or use "
+                "Dim.AUTO / Dim.STATIC where the program only works for one size.")
+
+
+def _check_number(r: RootSymbol, value: int, conflicts: list[str]) -> None:
+    lo, hi = r.declared.lower, r.declared.upper
+    if not (lo <= value <= hi):
+        conflicts.append(
+            f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
+            f"inferred min/max range of [{value}, {value}], for {_spec_path(r)}.")
+
+
+def _empty(vr: ValueRanges) -> bool:
+    lo, hi = vr.lower, vr.upper
+    return bool(sympy.sympify(lo > hi)) if lo.is_number and hi.is_number else False
+
+
+def is_dynamic_hint(r: RootSymbol) -> bool:
+    return r.hint is not None and r.hint.kind is DimHint.Kind.DYNAMIC

@@ -1,0 +1,118 @@
+"""Rules for guards that are not a plain range or equality of one declared Dim.
+
+A size equal to a product of other dims (kept, its range asserted), a
+multiple of a constant (a new root: ``d = 3*_d``), an equality through
+Min/Max read on the example's side (``dy0 = dx0 + 4``), a dim narrowed only
+by ``torch._check`` on data (the assert stays in the graph), a Dim fixed to
+one value through a derived dim.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import sympy
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
+
+from .dims import DerivedDim
+from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text
+from .symbols import RootSymbol, SymbolicInputs
+
+
+def is_affine_in_one(expr: Any) -> bool:
+    """Whether a replacement can be written in a spec: ``a*other + b`` of one other Dim."""
+    syms = expr.free_symbols
+    if len(syms) != 1:
+        return False
+    (s,) = syms
+    poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
+    return poly is not None and poly.degree() == 1
+
+
+def defer_range_asserts(env: Any, r: RootSymbol, expr: Any, namer: "DimNamer", sloc: Any) -> None:
+    ranges = {s: env.var_to_range.get(s, ValueRanges(0, int_oo)) for s in expr.free_symbols}
+    for cond in (expr >= r.declared.lower, expr <= r.declared.upper):
+        if cond is sympy.true or r.declared.upper is int_oo and cond.rhs is int_oo or implied_by(cond, ranges):
+            continue
+        defer_assert(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{where_text(sloc)}")
+
+
+def divisor_guard(guard: Any) -> Optional[tuple[Any, int]]:
+    """``(d, c)`` when ``guard`` says a dim ``d`` is a multiple of ``c``: ``Eq(Mod(d, c), 0)``."""
+    if not isinstance(guard, sympy.Eq) or guard.rhs != 0:
+        return None
+    mod = guard.lhs
+    if type(mod).__name__ != "Mod" or len(mod.args) != 2:
+        return None
+    base, c = mod.args
+    if not isinstance(base, sympy.Symbol) or not c.is_Integer or int(c) <= 1:
+        return None
+    return base, int(c)
+
+
+def new_root_fixes(r: RootSymbol, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
+    """``_d = Dim('_d', ...)`` and ``d = c*_d``: a dim that must be a multiple of ``c``."""
+    lo = max(need.lower, r.declared.lower)
+    hi = min(need.upper, r.declared.upper)
+    root = f"_{r.name}"
+    root_lo = -(-int(lo) // c)
+    root_hi = None if finite_int(hi) is None else int(hi) // c
+    fixes.pop(r.name, None)  # the range of d is now the root's
+    return {root: dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {c}*{root}"}
+
+
+def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
+    """``(d, a*e + b)``: the equality between two dims ``guard`` says on the example's side of its
+    Min/Max (``dx0 == Max(0, dy0 - Min(4, dy0))`` at dy0 = 10 is ``dy0 = dx0 + 4``)."""
+    def branch(e: Any) -> Any:
+        values = [a.xreplace({s: example.get(s, s) for s in a.free_symbols}) for a in e.args]
+        if not all(v.is_number for v in values):
+            return e
+        pick = min if type(e).__name__ == "Min" else max
+        return e.args[values.index(pick(values))]
+    plain = guard.replace(lambda e: type(e).__name__ in ("Min", "Max"), branch)
+    if not isinstance(plain, sympy.Eq) or len(plain.free_symbols) != 2:
+        return None
+    for target in sorted(plain.free_symbols, key=str):
+        try:
+            sols = sympy.solve(plain, target)
+        except NotImplementedError:
+            continue
+        if len(sols) == 1 and is_affine_in_one(sols[0]):
+            (other,) = sols[0].free_symbols
+            poly = sympy.Poly(sols[0], other)
+            a, b = poly.all_coeffs()
+            if a.is_Integer and b.is_Integer and a >= 1 and b >= 0:
+                return target, sols[0]
+    return None
+
+
+def narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
+    """Whether no guard of the program mentions ``sym`` but a deferred runtime assert does."""
+    if any(sym in env.simplify(g.expr).free_symbols for g in env.guards[inputs.first_program_guard:]):
+        return False
+    return any(sym in a.expr.free_symbols for asserts in env.deferred_runtime_asserts.values() for a in asserts)
+
+
+def ranges_meet(a: ValueRanges, b: ValueRanges) -> bool:
+    return bool(max(a.lower, b.lower) <= min(a.upper, b.upper))
+
+
+def only_solution(guard: Any, sym: Any) -> Optional[int]:
+    """The one integer value of ``sym`` an equality guard allows, if it is one."""
+    if not isinstance(guard, sympy.Eq):
+        return None
+    try:
+        sols = sympy.solve(guard, sym)
+    except NotImplementedError:
+        return None
+    return int(sols[0]) if len(sols) == 1 and sols[0].is_integer else None
+
+
+def specialization_problem(r: RootSymbol, value: int, guard: str, where: str) -> str:
+    """A declared Dim the program's guards fix to one value (through the dims derived from it)."""
+    derived = [u.spec for u in r.uses if isinstance(u.spec, DerivedDim)]
+    through = "".join(f" solving the guards generated for {d.__name__} resulted in a specialized value of "
+                      f"{int(d.fn(value))};" for d in derived)
+    return (f"Specializations unexpectedly required ({r.name})! The program needs {guard}{where}:{through} "
+            f"{r.name} can only be {value}.")

@@ -1,0 +1,111 @@
+"""Apply the ``Suggested fixes:`` of a constraint-violation message to a spec."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch.utils._pytree as pytree
+
+from ..errors import ExportInputError
+from .dims import DerivedDim, Dim, as_dim
+
+
+_FIX_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*(.+?)\s*$")
+_DIM_CALL = re.compile(r"^Dim\(\s*['\"]([A-Za-z_][A-Za-z_0-9]*)['\"]\s*((?:,\s*(?:min|max)\s*=\s*-?\d+\s*)*)\)$")
+_AFFINE = re.compile(r"^(?:(\d+)\s*\*\s*)?([A-Za-z_][A-Za-z_0-9]*)(?:\s*([+-])\s*(\d+))?$")
+
+
+def parse_suggested_fixes(msg: str) -> dict[str, Any]:
+    """The ``name = ...`` lines under ``Suggested fixes:``; stops at the first other line."""
+    lines = msg.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Suggested fixes:")
+    except StopIteration:
+        raise ExportInputError("The message has no 'Suggested fixes:' section.",
+                               fix="Pass the text of a ConstraintViolationError raised by graphcap.export.") from None
+    fixes: dict[str, str] = {}
+    for line in lines[start + 1:]:
+        m = _FIX_LINE.match(line)
+        if not line.startswith("  ") or m is None:
+            break
+        fixes[m.group(1)] = m.group(2)
+    return fixes
+
+
+def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) -> Any:
+    """Apply the ``Suggested fixes:`` of a constraint-violation message to a spec.
+
+    ``x = Dim('x', min=5, max=16)`` gives ``x`` a new range, ``x = 8`` makes it
+    static, ``y = x`` makes ``y`` the same Dim as ``x``, ``y = 2*x + 1`` makes it
+    derived from ``x``. Works on graphcap's and torch.export's Dim objects; the
+    result uses graphcap's.
+    """
+    fixes = parse_suggested_fixes(str(msg))
+    roots: dict[str, Dim] = {}
+
+    def collect(d: Any) -> None:
+        d = as_dim(d)
+        if isinstance(d, DerivedDim):
+            roots.setdefault(d.root.__name__, d.root)
+        elif isinstance(d, Dim):
+            roots.setdefault(d.__name__, d)
+
+    def is_leaf(x: Any) -> bool:
+        return not isinstance(x, (dict, list, tuple)) or x is None
+
+    pytree.tree_map(lambda x: collect(x) if x is not None else None, dynamic_shapes, is_leaf=is_leaf)
+
+    new: dict[str, Any] = {}
+
+    def resolve(name: str) -> Any:
+        if name in new:
+            return new[name]
+        text = fixes.get(name)
+        if text is None:
+            new[name] = roots.get(name)
+            return new[name]
+        if re.fullmatch(r"-?\d+", text):
+            new[name] = int(text)
+        elif (m := _DIM_CALL.match(text)) is not None:
+            bounds = dict(re.findall(r"(min|max)\s*=\s*(-?\d+)", m.group(2)))
+            new[name] = Dim(m.group(1), min=int(bounds["min"]) if "min" in bounds else None,
+                            max=int(bounds["max"]) if "max" in bounds else None)
+        elif (m := _AFFINE.match(text)) is not None:
+            factor, other, sign, offset = m.groups()
+            base = resolve(other) if other in fixes else roots.get(other)
+            if base is None:
+                base = Dim(other)
+                roots[other] = base
+            if isinstance(base, int):
+                value = base * int(factor or 1) + (int(offset or 0) * (-1 if sign == "-" else 1))
+                new[name] = value
+            else:
+                out = base
+                if factor:
+                    out = out * int(factor)
+                if offset:
+                    out = out + int(offset) if sign == "+" else out - int(offset)
+                new[name] = out
+        else:
+            raise ExportInputError(f"Cannot read the suggested fix {name} = {text}.",
+                                   fix="Apply this fix to the spec by hand.")
+        return new[name]
+
+    for name in fixes:
+        resolve(name)
+
+    def replace(x: Any) -> Any:
+        d = as_dim(x)
+        if isinstance(d, DerivedDim) and d.root.__name__ in new:
+            root = new[d.root.__name__]
+            if isinstance(root, int):
+                return int(d.fn(root))
+            return DerivedDim(root.root if isinstance(root, DerivedDim) else root,
+                              (lambda f, g: (lambda r: f(g(r))))(d.fn, root.fn) if isinstance(root, DerivedDim)
+                              else d.fn, d.__name__.replace(d.root.__name__, root.__name__)
+                              if not isinstance(root, DerivedDim) else d.__name__)
+        if isinstance(d, Dim) and not isinstance(d, DerivedDim) and d.__name__ in new:
+            return new[d.__name__]
+        return x
+
+    return pytree.tree_map(replace, dynamic_shapes, is_leaf=is_leaf)
