@@ -20,3 +20,33 @@ def test_derived_size_of_wrong_form_names_its_remainder(scale, offset, bad, rema
         ep.module()(torch.randn(bad))
     good = torch.randn(scale * 5 + offset)
     torch.testing.assert_close(ep.module()(good), _OddSlice()(good))
+
+
+class _SliceByItem(torch.nn.Module):
+    def forward(self, x, y):
+        b = x.item()
+        torch._check(b >= 0)
+        torch._check(b < y.size(0))
+        return y[:b]
+
+
+class _TwoSlicers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = _SliceByItem()
+        self.second = _SliceByItem()
+
+    def forward(self, x, y):
+        return self.first(x, y) + self.second(x, y)
+
+
+def test_nodes_added_for_runtime_asserts_belong_to_the_root_module():
+    """Every operator node names a module: the size reads runtime asserts add sit in the root."""
+    inputs = (torch.tensor(3), torch.randn(10))
+    ep = graphcap.export(_TwoSlicers(), inputs, dynamic_shapes={"x": None, "y": (torch.export.Dim("n"),)})
+    ops = [n for n in ep.graph.nodes if n.op == "call_function"]
+    assert all(n.meta["nn_module_stack"] for n in ops)
+    size_reads = [n for n in ops if n.target is torch.ops.aten.sym_size.int]
+    assert size_reads and all(list(n.meta["nn_module_stack"].values()) == [("", f"{__name__}._TwoSlicers")]
+                              for n in size_reads)
+    torch.testing.assert_close(torch.export.unflatten(ep)(*inputs), _TwoSlicers()(*inputs))
