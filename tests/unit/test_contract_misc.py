@@ -50,3 +50,28 @@ def test_nodes_added_for_runtime_asserts_belong_to_the_root_module():
     assert size_reads and all(list(n.meta["nn_module_stack"].values()) == [("", f"{__name__}._TwoSlicers")]
                               for n in size_reads)
     torch.testing.assert_close(torch.export.unflatten(ep)(*inputs), _TwoSlicers()(*inputs))
+
+
+class _CheckedItemUnderNoGrad(torch.nn.Module):
+    def forward(self, x, y):
+        with torch.no_grad():
+            a = x.item()
+            torch._check(a > 2)
+            torch._check(a < 6)
+            picked = torch.zeros(a, 2)
+        return y + picked.sum()
+
+
+def test_checks_on_a_value_read_inside_a_no_grad_region_stay_in_the_program():
+    """``torch._check`` on ``x.item()`` computed under no_grad is kept (inside the region)
+    and refuses values eager refuses; values eager accepts give eager's result."""
+    inputs = (torch.tensor(4), torch.randn(3))
+    ep = graphcap.export(_CheckedItemUnderNoGrad(), inputs)
+    region = next(m for m in ep.graph_module.children() if isinstance(m, torch.fx.GraphModule))
+    asserts = [n for n in region.graph.nodes if n.target is torch.ops.aten._assert_scalar.default]
+    assert len(asserts) >= 2
+    for bad in (1, 7):
+        with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+            ep.module()(torch.tensor(bad), inputs[1])
+    torch.testing.assert_close(ep.module()(torch.tensor(5), inputs[1]),
+                               _CheckedItemUnderNoGrad()(torch.tensor(5), inputs[1]))
