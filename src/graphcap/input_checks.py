@@ -294,7 +294,7 @@ class InputChecker:
             if len(solved) != 1 or not solved[0].is_integer:
                 raise InputGuardError(
                     guards.with_guard(f"Expected input at {path} to be of the form {expr}, but got {got}",
-                                      f"{source} == {guards.expr_condition(expr, {root: root.name})}"),
+                                      _form_condition(source, expr, root)),
                     fix=f"Choose a size that {expr} can take for an integer {root}.")
             bindings[root] = int(solved[0])
             self._check_range(path, source, root, int(solved[0]))
@@ -304,6 +304,15 @@ class InputChecker:
                 guards.with_guard(f"Expected input at {path} to be equal to {want}, but got {got}",
                                   f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _form_condition(source: str, expr: Any, root: Any) -> str:
+    """torch's condition for a size of the form ``a*root + b``: its remainder modulo ``a``
+    (``w.size()[0] % 2 == 1``), the one fact an integer ``root`` needs."""
+    scale, offset = expr.coeff(root), expr.subs(root, 0)
+    if (expr - scale * root - offset).is_zero and scale.is_Integer and offset.is_Integer and abs(scale) > 1:
+        return f"{source} % {abs(int(scale))} == {int(offset) % abs(int(scale))}"
+    return f"{source} == {guards.expr_condition(expr, {root: root.name})}"
 
 
 def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any, dict]]:

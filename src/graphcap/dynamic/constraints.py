@@ -224,4 +224,36 @@ def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs]
         from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
         insert_deferred_runtime_asserts(gm, env, f"exported program: {name}", export=True)
         gm.recompile()
+        _assert_in_regions(gm, env, name)
     return range_constraints(gm, mode, inputs)
+
+
+def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
+    """Runtime asserts on data-dependent values first computed inside a grad-mode or
+    autocast region (``x.item()`` under ``torch.no_grad()``): the region's submodule
+    is where the value exists, so its asserts go there, next to it. Without this the
+    top-level pass never sees the value defined and the user's ``torch._check`` on it
+    would vanish from the program."""
+    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+    from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in (wrap_with_set_grad_enabled, wrap_with_autocast):
+            continue
+        sub = next((getattr(gm, a.target) for a in node.args
+                    if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
+        if not isinstance(sub, torch.fx.GraphModule) or not _defines_unbacked(sub, env):
+            continue
+        insert_deferred_runtime_asserts(sub, env, f"exported program: {name}", export=True)
+        sub.recompile()
+        _assert_in_regions(sub, env, name)
+
+
+def _defines_unbacked(gm: torch.fx.GraphModule, env: Any) -> bool:
+    """Whether an operator node of ``gm`` produces a value with an unbacked symbol."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        expr = getattr(getattr(val, "node", None), "expr", None)
+        if node.op == "call_function" and expr is not None \
+                and any(env.is_unbacked_symint(s) for s in expr.free_symbols):
+            return True
+    return False

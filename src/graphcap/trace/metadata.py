@@ -41,6 +41,24 @@ def finalize(gm: torch.fx.GraphModule) -> None:
     for sub in gm.modules():
         if isinstance(sub, torch.fx.GraphModule):
             _finalize_graph(sub)
+    _place_unowned_nodes_in_root(gm)
+
+
+def _place_unowned_nodes_in_root(gm: torch.fx.GraphModule) -> None:
+    """Operator nodes no module call produced (the input-size reads runtime asserts add
+    at the top of the graph) belong to the root module's forward: they get its entry.
+
+    An empty module stack is no stack at all to consumers such as ``unflatten``, which
+    place every node in the module its stack's innermost entry names.
+    """
+    root = next((entry for node in gm.graph.nodes
+                 for key, entry in (node.meta.get("nn_module_stack") or {}).items()
+                 if isinstance(entry, tuple) and entry[0] == ""), None)
+    if root is None:
+        return  # a function, not a module, was exported: there is no root to name
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not node.meta.get("nn_module_stack"):
+            node.meta["nn_module_stack"] = {"": root}
 
 
 def _finalize_graph(gm: torch.fx.GraphModule) -> None:
