@@ -29,7 +29,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
 from ..pytree import auto_register
-from . import hops, python_overrides, subclass_access
+from . import hops, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 
 
@@ -173,15 +173,16 @@ def record(
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
         with ctx:
-            out = call(*args, **kwargs)
+            out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
             reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         auto_register(out, "outputs")
         flat_out, box["spec"] = pytree.tree_flatten(out)
         box["reassigned"] = list(reassigned)
         return tuple(flat_out) + tuple(reassigned.values())
 
-    if root is not None:
-        traced._orig_mod = root  # lets make_fx record nn_module_stack against the user's module tree
+    scope = module_paths.ScopeRoot(root) if root is not None else None
+    if scope is not None:
+        traced._orig_mod = scope  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
     if hasattr(target, "__code__"):
         torch.fx.proxy._register_stack_trace_anchor(target)
@@ -199,6 +200,7 @@ def record(
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
+    module_paths.normalize_module_stacks(gm)
     return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
 
 
