@@ -141,3 +141,45 @@ def test_method_target_with_shared_module():
     paths = {name: [path for path, _ in stack.values()] for name, stack in _stacks(ep).items()}
     assert paths["linear_1"][-2:] == ["b", "b.linear"]
     torch.testing.assert_close(ep.module()(x), model(x))
+
+
+class Buffered(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buffer", torch.ones(2, 2))
+
+    def forward(self, x):
+        return x + self.buffer
+
+
+class DisabledMethod(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n = Buffered()
+
+    @torch._dynamo.disable()
+    def foo1(self, x):
+        return self.n(x) @ x
+
+    def foo2(self, x):
+        return self.n(x) * x
+
+    def forward(self, x):
+        return self.foo1(x) + self.foo2(x) + self.foo1(x)
+
+
+def test_disable_annotation_kept_for_the_users_function_only():
+    """Under preserve_node_meta, nodes made inside the user's ``@torch._dynamo.disable``
+    method keep its annotation (torch's unflatten lifts it onto each call of ``n``);
+    torch's own disabled machinery leaves none."""
+    x = torch.randn(2, 2)
+    with torch.fx.traceback.preserve_node_meta():
+        ep = graphcap.export(DisabledMethod(), (x,))
+    methods = {n.name: n.meta.get("custom", {}).get("_torchdynamo_disable_method") for n in ep.graph.nodes}
+    assert methods == {"b_n_buffer": None, "x": None, "add": "foo1", "matmul": "foo1", "add_1": None,
+                       "mul": None, "add_2": None, "add_3": "foo1", "matmul_1": "foo1", "add_4": None,
+                       "output": None}
+    unflat = torch.export.unflatten(ep)
+    calls = {n.name: n.meta.get("custom") for n in unflat.graph.nodes if n.op == "call_module"}
+    assert calls["n"]["_torchdynamo_disable_method"] == "foo1" and calls["n_1"] is None
+    torch.testing.assert_close(unflat(x), DisabledMethod()(x))

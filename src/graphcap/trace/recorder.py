@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import sys
 import traceback
@@ -105,6 +106,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
 
     def create_node(*args, **kwargs):
         node = create(*args, **kwargs)
+        _drop_torch_disable_annotation(node, sys._getframe(1))
         if node.op not in ("placeholder", "output") and not node.stack_trace:
             keys = []
             frame = sys._getframe(1)
@@ -126,6 +128,34 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
         return node
 
     tracer.create_node = create_node
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
+    """Keep a ``torch._dynamo.disable`` annotation (``custom`` metadata, recorded under
+    ``preserve_node_meta``) only when the disabled function is the user's.
+
+    torch's own tracing machinery is disabled the same way and would annotate
+    every node; a user's ``@torch._dynamo.disable`` method is a live frame
+    outside torch's files while the node is made.
+    """
+    custom = node.meta.get("custom")
+    if not isinstance(custom, dict) or "_torchdynamo_disable_method" not in custom:
+        return
+    method = custom["_torchdynamo_disable_method"]
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == method and not code.co_filename.startswith(_TORCH_DIR):
+            node.meta["custom"] = dict(custom)  # not shared with the nodes made after it
+            return
+        frame = frame.f_back
+    kept = {k: v for k, v in custom.items() if not str(k).startswith("_torchdynamo")}
+    if kept:
+        node.meta["custom"] = kept
+    else:
+        del node.meta["custom"]
 
 
 @contextlib.contextmanager
