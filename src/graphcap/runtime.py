@@ -108,7 +108,11 @@ def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) ->
 def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     """``ep.module()``: see the module docstring."""
     sig = ep.graph_signature
-    source = copy.deepcopy(ep.graph_module)  # subgraphs of control flow come along; ep stays untouched
+    # subgraphs of control flow come along; ep stays untouched. Modules other code hung on the
+    # graphs' meta (torch's unflatten leaves itself there) are shared, not copied.
+    shared = {id(v): v for g in ep.graph_module.modules() if isinstance(g, torch.fx.GraphModule)
+              for v in g.meta.values() if isinstance(v, torch.nn.Module)}
+    source = copy.deepcopy(ep.graph_module, shared)
     graph = source.graph
     checker = InputChecker(ep)
 

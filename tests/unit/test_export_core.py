@@ -343,7 +343,9 @@ def test_preserve_module_call_signature():
     x = torch.randn(4, 2)
     ep = graphcap.export(model, (x,), preserve_module_call_signature=("0", "2"))
     entries = {e.fqn: e for e in ep.module_call_graph}
-    assert set(entries) == {"", "0", "2"}
+    # torch.export's layout: the root, every submodule (signature only where preserved)
+    assert [e.fqn for e in ep.module_call_graph] == ["", "0", "1", "2"]
+    assert entries["1"].signature is None
     sig0 = entries["0"].signature
     assert [a.name for a in sig0.inputs] == ["input_1"] and [a.name for a in sig0.outputs] == ["linear"]
     sig2 = entries["2"].signature

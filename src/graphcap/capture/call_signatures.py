@@ -1,9 +1,19 @@
 """Module call signatures kept for ``preserve_module_call_signature``.
 
 For each submodule named by the user, the structure (pytree specs) of its
-inputs and outputs and the graph values that flow in and out of it on its
-call, so that a later unflatten (or a runtime that swaps the submodule) knows
-its calling convention. Hooks record them while the program is traced.
+inputs and outputs and the graph values that flow in and out of it, so that a
+later unflatten (or a runtime that swaps the submodule) knows its calling
+convention. Hooks record them while the program is traced.
+
+A module called more than once gets one signature per call, under the call's
+name as the node metadata writes it: ``sub`` for the first call, ``sub@1`` for
+the second, and so on (``graphcap.trace.module_paths``). A module shared under
+two names is preserved only for the calls made through the name the user gave.
+
+The program's call graph lists the root, then every submodule of the module
+tree (with its signature if preserved and called, else None), then the further
+calls (``sub@1`` ...) of preserved modules, in the order they ran — the
+layout torch.export gives it, which torch's ``unflatten`` reads.
 """
 from __future__ import annotations
 
@@ -15,6 +25,7 @@ from torch.fx.experimental import proxy_tensor
 
 from ..errors import ExportInputError
 from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, TensorArgument
+from ..trace import module_paths
 
 
 def _graph_value(value: Any) -> Any:
@@ -43,14 +54,17 @@ class CallRecorder:
         self._root = root
         self._fqns = list(fqns or ())
         self._handles: list[Any] = []
-        self._found: dict[str, dict[str, Any]] = {}
+        self._calls: dict[str, dict[str, Any]] = {}  # call name -> what its hooks saw, in call order
+        self._counts: dict[str, int] = {}  # calls per preserved FQN, where the tracer keeps no module stack
+        self._modules: dict[str, torch.nn.Module] = {}
         if self._fqns and root is None:
             raise ExportInputError(
                 "preserve_module_call_signature names submodules, but the exported program is a "
                 "plain function with no submodules.", fix="Pass preserve_module_call_signature=().")
-        if root is not None:
-            modules = dict(root.named_modules(remove_duplicate=False))
-            missing = [f for f in self._fqns if f not in modules]
+        self._tree = _module_tree(root) if root is not None else []
+        if self._fqns:
+            modules = dict(self._tree)
+            missing = [f for f in self._fqns if f not in modules or f == ""]
             if missing:
                 raise ExportInputError(
                     f"preserve_module_call_signature names {missing}, which are not submodules of "
@@ -59,7 +73,7 @@ class CallRecorder:
             self._modules = {f: modules[f] for f in self._fqns}
 
     def __enter__(self):
-        for fqn, mod in getattr(self, "_modules", {}).items():
+        for fqn, mod in self._modules.items():
             self._handles.append(mod.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post(fqn), with_kwargs=True))
         return self
@@ -69,28 +83,64 @@ class CallRecorder:
             h.remove()
         self._handles.clear()
 
+    def _call_name(self, fqn: str, starting: bool) -> Optional[str]:
+        """Name of the running call of the module preserved as ``fqn``; None when the
+        call went through another name of a shared module."""
+        name = module_paths.current_call_name()
+        if name is None:  # no module stack to read: number the calls here
+            count = self._counts.get(fqn, 0)
+            if starting:
+                self._counts[fqn] = count + 1
+            else:
+                count -= 1
+            return fqn if count <= 0 else f"{fqn}@{count}"
+        return name if module_paths.split_call_name(name)[0] == fqn else None
+
     def _pre(self, fqn: str):
         def hook(module, args, kwargs):
-            leaves, spec = pytree.tree_flatten((args, kwargs))
-            self._found.setdefault(fqn, {}).update(
-                inputs=[_graph_value(v) for v in leaves], in_spec=spec)
+            name = self._call_name(fqn, starting=True)
+            if name is not None:
+                leaves, spec = pytree.tree_flatten((args, kwargs))
+                self._calls[name] = {"inputs": [_graph_value(v) for v in leaves], "in_spec": spec}
         return hook
 
     def _post(self, fqn: str):
         def hook(module, args, kwargs, output):
-            leaves, spec = pytree.tree_flatten(output)
-            self._found.setdefault(fqn, {}).update(
-                outputs=[_graph_value(v) for v in leaves], out_spec=spec)
+            name = self._call_name(fqn, starting=False)
+            if name is not None and name in self._calls:
+                leaves, spec = pytree.tree_flatten(output)
+                self._calls[name].update(outputs=[_graph_value(v) for v in leaves], out_spec=spec)
         return hook
 
+    def _signature(self, name: str) -> Optional[ModuleCallSignature]:
+        found = self._calls.get(name)
+        if found is None or "out_spec" not in found:
+            return None  # never called (or the call raised)
+        return ModuleCallSignature([_argument(v) for v in found["inputs"]],
+                                   [_argument(v) for v in found["outputs"]],
+                                   found["in_spec"], found["out_spec"])
+
     def entries(self) -> list[ModuleCallEntry]:
-        out = []
-        for fqn in self._fqns:
-            found = self._found.get(fqn)
-            if found is None or "out_spec" not in found:
-                out.append(ModuleCallEntry(fqn, None))  # the submodule was never called
-                continue
-            out.append(ModuleCallEntry(fqn, ModuleCallSignature(
-                [_argument(v) for v in found["inputs"]], [_argument(v) for v in found["outputs"]],
-                found["in_spec"], found["out_spec"])))
+        """The call graph after the root's entry: the module tree, then further calls."""
+        tree = [fqn for fqn, _ in self._tree if fqn]
+        listed = set(tree)
+        out = [ModuleCallEntry(fqn, self._signature(fqn)) for fqn in tree]
+        out += [ModuleCallEntry(name, self._signature(name)) for name in self._calls
+                if name not in listed and self._signature(name) is not None]
         return out
+
+
+def _module_tree(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """Every (FQN, module) of ``root``'s tree, the root first, a module under each of its
+    names (as ``named_modules(remove_duplicate=False)``); a module holding one of its
+    ancestors is not followed into."""
+    out: list[tuple[str, torch.nn.Module]] = []
+
+    def visit(module: torch.nn.Module, fqn: str, path: tuple) -> None:
+        out.append((fqn, module))
+        for name, child in module._modules.items():
+            if child is not None and id(child) not in path:
+                visit(child, f"{fqn}.{name}" if fqn else name, path + (id(child),))
+
+    visit(root, "", (id(root),))
+    return out

@@ -180,7 +180,8 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
     user frame gets the trace of the control-flow call that contains it (the
     user's ``torch.cond(...)`` line). Subgraph nodes take the module stack of
     that call (torch's capture names modules by its own access paths).
-    Annotations torch's own decorators leave (``_torchdynamo_disable``) go.
+    Annotations torch's own decorators leave in subgraphs (``_torchdynamo_disable``) go
+    (at the top level the recorder keeps those of the user's own disabled functions).
     """
     outer_trace = enclosing.meta.get("stack_trace") if enclosing is not None else None
     for node in gm.graph.nodes:
@@ -189,7 +190,8 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
             if node.meta["stack_trace"] is None:
                 del node.meta["stack_trace"]
         custom = node.meta.get("custom")
-        if isinstance(custom, dict):
+        # the recorder sorted out the annotations of the top level's operator nodes
+        if isinstance(custom, dict) and (enclosing is not None or node.op in ("placeholder", "output")):
             for key in [k for k in custom if str(k).startswith("_torchdynamo")]:
                 del custom[key]
             if not custom:

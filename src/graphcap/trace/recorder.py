@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import sys
 import traceback
@@ -29,7 +30,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
 from ..pytree import auto_register
-from . import hops, python_overrides, subclass_access
+from . import hops, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 
 
@@ -105,6 +106,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
 
     def create_node(*args, **kwargs):
         node = create(*args, **kwargs)
+        _drop_torch_disable_annotation(node, sys._getframe(1))
         if node.op not in ("placeholder", "output") and not node.stack_trace:
             keys = []
             frame = sys._getframe(1)
@@ -126,6 +128,34 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
         return node
 
     tracer.create_node = create_node
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
+    """Keep a ``torch._dynamo.disable`` annotation (``custom`` metadata, recorded under
+    ``preserve_node_meta``) only when the disabled function is the user's.
+
+    torch's own tracing machinery is disabled the same way and would annotate
+    every node; a user's ``@torch._dynamo.disable`` method is a live frame
+    outside torch's files while the node is made.
+    """
+    custom = node.meta.get("custom")
+    if not isinstance(custom, dict) or "_torchdynamo_disable_method" not in custom:
+        return
+    method = custom["_torchdynamo_disable_method"]
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == method and not code.co_filename.startswith(_TORCH_DIR):
+            node.meta["custom"] = dict(custom)  # not shared with the nodes made after it
+            return
+        frame = frame.f_back
+    kept = {k: v for k, v in custom.items() if not str(k).startswith("_torchdynamo")}
+    if kept:
+        node.meta["custom"] = kept
+    else:
+        del node.meta["custom"]
 
 
 @contextlib.contextmanager
@@ -173,15 +203,16 @@ def record(
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
         with ctx:
-            out = call(*args, **kwargs)
+            out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
             reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         auto_register(out, "outputs")
         flat_out, box["spec"] = pytree.tree_flatten(out)
         box["reassigned"] = list(reassigned)
         return tuple(flat_out) + tuple(reassigned.values())
 
-    if root is not None:
-        traced._orig_mod = root  # lets make_fx record nn_module_stack against the user's module tree
+    scope = module_paths.ScopeRoot(root) if root is not None else None
+    if scope is not None:
+        traced._orig_mod = scope  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
     if hasattr(target, "__code__"):
         torch.fx.proxy._register_stack_trace_anchor(target)
@@ -199,6 +230,7 @@ def record(
     except Exception as e:  # the user's program (or an operator) failed while tracing
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
+    module_paths.normalize_module_stacks(gm)
     return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
 
 
