@@ -197,8 +197,10 @@ class InputChecker:
                 f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
                 fix="Pass a tensor here, as in the example inputs given to export.")
         if value.dtype != leaf.dtype and not self._dtype_interchangeable(leaf.dtype, value.dtype):
+            # the second line is the phrase torch.export's in-graph dtype check raises with
             raise RuntimeInputError(
-                f"Expected input at {leaf.path} to have dtype {leaf.dtype}, but got {value.dtype}",
+                f"Expected input at {leaf.path} to have dtype {leaf.dtype}, but got {value.dtype}\n"
+                f"Tensor dtype mismatch! Expected {leaf.dtype}, got {value.dtype}",
                 fix=f"Convert the input first, e.g. x.to({leaf.dtype}).")
         if not _same_device(leaf.device, value.device):
             raise RuntimeInputError(

@@ -77,3 +77,16 @@ def test_checks_on_a_value_read_inside_a_no_grad_region_stay_in_the_program():
             ep.module()(torch.tensor(bad), inputs[1])
     torch.testing.assert_close(ep.module()(torch.tensor(5), inputs[1]),
                                _CheckedItemUnderNoGrad()(torch.tensor(5), inputs[1]))
+
+
+def test_wrong_dtype_names_the_input_and_carries_torchs_phrase():
+    """module() refuses a float where int32 was exported, before computing: graphcap's sentence
+    names the input, the second line is the phrase code written for torch.export matches."""
+    class ToFloat(torch.nn.Module):
+        def forward(self, x):
+            return x.float()
+
+    ep = graphcap.export(ToFloat(), (torch.tensor(1, dtype=torch.int32),))
+    with pytest.raises(RuntimeError, match=r"(?s)\*args\[0\] to have dtype torch.int32.*Tensor dtype mismatch!"):
+        ep.module()(torch.tensor(1, dtype=torch.float32))
+    assert ep.module()(torch.tensor(7, dtype=torch.int32)).item() == 7.0
