@@ -13,6 +13,7 @@ Two sources of evidence, joined:
 """
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import torch
@@ -83,3 +84,38 @@ def mutated_inputs(gm: torch.fx.GraphModule, before: Sequence[int], after: Seque
                 if idx is not None:
                     mutated.add(idx)
     return mutated
+
+
+def _base_placeholder(value: object) -> "torch.fx.Node | None":
+    """The placeholder whose memory ``value`` is: itself, a view of it, or an in-place result on it."""
+    node = value
+    while isinstance(node, torch.fx.Node):
+        if node.op == "placeholder":
+            return node
+        if node.op != "call_function" or not node.args:
+            return None
+        if node.target is operator.getitem:
+            node = node.args[0]
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+            return None  # a fresh tensor
+        node = node.args[0]  # a view (Tensor(a)) or the written argument itself (Tensor(a!))
+    return None
+
+
+def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The placeholders the graph writes in place (through views too), in placeholder order.
+
+    In the training IR this is how a program says what it updates: the
+    writes are operators in the graph, not outputs of the signature.
+    """
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        for value in _written_args(node):
+            base = _base_placeholder(value)
+            if base is not None:
+                written.add(base)
+    return [n for n in graph.nodes if n in written]
