@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 import torch.fx
+import torch.utils._pytree
 
 aten = torch.ops.aten
 
@@ -104,8 +105,31 @@ def _base_placeholder(value: object) -> "torch.fx.Node | None":
     return None
 
 
+def _subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Graph, list[object]]]:
+    """For a control-flow or region operator: each subgraph it runs, with the values its inputs get.
+
+    The operands are the arguments after the last subgraph (``cond(pred, t, f, (a, b))``,
+    ``wrap_with_set_grad_enabled(False, body, a, b)``), flattened.
+    """
+    owner = node.graph.owning_module
+    if owner is None:
+        return []
+    subgraphs, last = [], -1
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            sub = getattr(owner, arg.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                subgraphs.append(sub.graph)
+                last = i
+    if not subgraphs:
+        return []
+    operands = torch.utils._pytree.tree_leaves(node.args[last + 1:])
+    return [(g, operands) for g in subgraphs]
+
+
 def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    """The placeholders the graph writes in place (through views too), in placeholder order.
+    """The placeholders the graph writes in place (through views, and inside the subgraphs of
+    control-flow and grad-mode regions too), in placeholder order.
 
     In the training IR this is how a program says what it updates: the
     writes are operators in the graph, not outputs of the signature.
@@ -114,7 +138,12 @@ def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        for value in _written_args(node):
+        values = list(_written_args(node))
+        for sub, operands in _subgraph_operands(node):
+            inner = [n for n in sub.nodes if n.op == "placeholder"]
+            values.extend(operands[inner.index(p)] for p in written_placeholders(sub)
+                          if inner.index(p) < len(operands))
+        for value in values:
             base = _base_placeholder(value)
             if base is not None:
                 written.add(base)
