@@ -5,8 +5,11 @@ instead: every parameter, buffer and constant placeholder becomes a
 ``get_attr`` of the attribute at the state's FQN (parameters and buffers
 registered as such, so ``state_dict()`` keys are the user's FQNs and
 ``load_state_dict`` works; constants as plain attributes, moved with
-``.to()``), and every buffer or input update the program lists as an output
-is written back inside the graph with ``aten.copy_``. The graph's code takes
+``.to()``). Updates of buffers and inputs run as the program records them: in
+the training IR they are in-place operators of the graph (on the module's
+buffer, on the caller's tensor); an update the program lists as an output
+(the inference IR, or a training-IR program saved by an older graphcap) is
+written back inside the graph with ``aten.copy_``. The graph's code takes
 the user's own arguments (``def forward(self, x, y):``): it flattens them with
 the program's input structure and rebuilds the outputs in the structure, and
 the classes, the eager model returned. The graph is the whole behaviour, so the
@@ -32,6 +35,7 @@ from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import InputKind, OutputKind
+from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
 _MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
@@ -194,6 +198,10 @@ def _install_state(root: torch.nn.Module, ep) -> None:
     """Parameters and buffers at their FQNs; constants as plain attributes."""
     sig = ep.graph_signature
     updated = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
+    # the training IR writes its buffers in place in the graph, with no output saying so
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    written = set(written_placeholders(ep.graph_module.graph))
+    updated |= {s.target for s, n in zip(sig.input_specs, placeholders) if n in written}
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER:
             value = ep.state_dict[spec.target]

@@ -305,13 +305,39 @@ INFERENCE_RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
 ]
 
 
+# -- training IR (what export returns) ----------------------------------------
+# Writes to buffers and inputs are in-place operators of the graph, as in
+# torch's training IR; an output that hands back the placeholder it claims to
+# update says nothing the graph does not (and misleads torch's unflatten).
+
+def rule_writes_in_graph(ep) -> Iterator[Violation]:
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    by_target = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind is InputKind.USER_INPUT:
+            by_target[(OutputKind.USER_INPUT_MUTATION, spec.arg.name)] = spec.arg.name
+        elif spec.kind in (InputKind.BUFFER, InputKind.PARAMETER):
+            kind = OutputKind.BUFFER_MUTATION if spec.kind is InputKind.BUFFER else OutputKind.PARAMETER_MUTATION
+            by_target[(kind, spec.target)] = spec.arg.name
+    for spec in ep.graph_signature.output_specs:
+        name = by_target.get((spec.kind, spec.target))
+        if name is not None and getattr(spec.arg, "name", None) == name and name in placeholders:
+            yield (name, f"{spec.kind.name} output is the input {name} itself; in the training IR the "
+                         f"write is an operator of the graph and has no output")
+
+
+TRAINING_RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
+    ("writes-in-graph", rule_writes_in_graph),
+]
+
+
 def is_inference_ir(ep) -> bool:
     return _inference_meta(ep).get("level") == "inference"
 
 
 def rules_for(ep) -> list[tuple[str, Callable[..., Iterator[Violation]]]]:
-    """The rules a program must keep: the common ones, plus the inference-IR ones where it claims that IR."""
-    return RULES + INFERENCE_RULES if is_inference_ir(ep) else RULES
+    """The rules a program must keep: the common ones, plus those of the IR level it claims."""
+    return RULES + INFERENCE_RULES if is_inference_ir(ep) else RULES + TRAINING_RULES
 
 
 def violations(ep: "ExportedProgram", rules=None) -> list[tuple[str, str, str]]:

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import graphcap
+from graphcap.signature import InputKind, OutputKind
+from graphcap.trace.mutations import written_placeholders
 from graphcap.verifier import is_inference_ir, verify
 
 from conftest import assert_same_outputs, build_zoo, run_eager_and_exported, zoo_names
@@ -52,12 +54,20 @@ def test_zoo_model_decomposes(name):
     assert not not_core, f"non-core operators left: {not_core}"
     assert not any(getattr(op, "_schema", None) is not None and op._schema.is_mutable for op in ops)
 
-    # the signature keeps its inputs; mutations come first and name the same targets
+    # the signature keeps its inputs; the buffers the training IR writes in place (its graph's
+    # in-place operators, as in torch's training IR) become mutation outputs, listed first
     assert [(s.kind, s.target) for s in dep.graph_signature.input_specs] == \
         [(s.kind, s.target) for s in ep.graph_signature.input_specs]
-    assert sorted(dep.graph_signature.buffers_to_mutate.values()) == \
-        sorted(ep.graph_signature.buffers_to_mutate.values())
-    assert [s.kind for s in dep.graph_signature.output_specs] == [s.kind for s in ep.graph_signature.output_specs]
+    written = set(written_placeholders(ep.graph))
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    written_buffers = [s.target for s, n in zip(ep.graph_signature.input_specs, placeholders)
+                       if n in written and s.kind is InputKind.BUFFER]
+    assert not ep.graph_signature.buffers_to_mutate
+    assert sorted(dep.graph_signature.buffers_to_mutate.values()) == sorted(written_buffers)
+    mutation_kinds = [s.kind for s in dep.graph_signature.output_specs
+                      if s.kind is not OutputKind.USER_OUTPUT]
+    assert [s.kind for s in dep.graph_signature.output_specs] == \
+        mutation_kinds + [s.kind for s in ep.graph_signature.output_specs]
     assert dep.range_constraints == ep.range_constraints
 
     # operator nodes carry the user's source information

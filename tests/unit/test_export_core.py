@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import graphcap
+from graphcap.trace.mutations import written_placeholders
 from graphcap import InputKind, OutputKind
 from conftest import assert_same_outputs, run_eager_and_exported
 
@@ -96,10 +97,14 @@ class Counter(nn.Module):
 def test_buffer_mutation_recorded_and_written_back():
     model = Counter()
     ep = graphcap.export(model, (torch.randn(3),))
+    # training IR (as torch's): the writes are in-place operators of the graph, no mutation outputs
     kinds = [(s.kind, s.target) for s in ep.graph_signature.output_specs]
+    assert kinds == [(OutputKind.USER_OUTPUT, None)]
+    assert [n.name for n in written_placeholders(ep.graph)] == ["b_steps", "b_hist"]
+    # the inference IR lists them as outputs, before the user output
+    kinds = [(s.kind, s.target) for s in ep.run_decompositions().graph_signature.output_specs]
     assert kinds == [(OutputKind.BUFFER_MUTATION, "steps"), (OutputKind.BUFFER_MUTATION, "hist"),
                      (OutputKind.USER_OUTPUT, None)]
-    assert set(ep.graph_signature.buffers_to_mutate.values()) == {"steps", "hist"}
     eager, runnable = Counter(), copy.deepcopy(ep.module())
     for _ in range(3):
         x = torch.randn(3)
@@ -123,7 +128,8 @@ def test_batchnorm_train_mode_updates_running_stats():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     x = torch.randn(2, 3, 8, 8)
     ep = graphcap.export(copy.deepcopy(model), (x,))
-    targets = {s.target for s in ep.graph_signature.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
+    assert not ep.graph_signature.buffers_to_mutate  # training IR: batch_norm writes them in the graph
+    targets = set(ep.run_decompositions().graph_signature.buffers_to_mutate.values())
     assert targets == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
     runnable = copy.deepcopy(ep.module())
     for _ in range(2):
@@ -140,7 +146,8 @@ def test_user_input_mutation_updates_callers_tensor():
 
     x, y = torch.randn(3), torch.randn(3)
     ep = graphcap.export(f, (x.clone(), y))
-    assert ep.graph_signature.user_inputs_to_mutate == {"x": "x"}
+    assert not ep.graph_signature.user_inputs_to_mutate  # training IR: mul_ stays in the graph
+    assert list(ep.run_decompositions().graph_signature.user_inputs_to_mutate.values()) == ["x"]
     a, b = x.clone(), x.clone()
     assert_same_outputs(f(a, y), ep.module()(b, y))
     torch.testing.assert_close(a, b)

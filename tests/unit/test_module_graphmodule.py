@@ -193,5 +193,5 @@ def test_graph_module_flat_inputs_feed_the_program_graph():
     args, kwargs = _inputs()
     flat = ep._graph_module_flat_inputs(args, kwargs)
     assert ep._num_lifted_params_buffers() == 4 and len(flat) == 6
-    out = ep.graph_module(*flat)  # (updated steps, user outputs...)
-    torch.testing.assert_close(out[1], model(*args, **kwargs)["out"])
+    out = ep.graph_module(*flat)  # the user outputs; steps is updated in place by the graph
+    torch.testing.assert_close(out[0], model(*args, **kwargs)["out"])

@@ -8,7 +8,7 @@ import graphcap
 from graphcap.errors import VerificationError
 from graphcap.passes import Pass, run_passes
 from graphcap.passes.dce import dce_pass
-from graphcap.verifier import INFERENCE_RULES, RULES, rules_for
+from graphcap.verifier import INFERENCE_RULES, RULES, TRAINING_RULES, rules_for
 
 
 class Small(torch.nn.Module):
@@ -49,9 +49,9 @@ def test_valid_passes_return_the_program():
     assert run_passes(ep, [Pass("dce", dce_pass)]) is ep
 
 
-def test_inference_rules_apply_only_to_inference_programs():
+def test_each_ir_level_gets_its_own_rules():
     ep = _ep()
-    assert rules_for(ep) == RULES
+    assert rules_for(ep) == RULES + TRAINING_RULES
     dep = ep.run_decompositions()
     assert rules_for(dep) == RULES + INFERENCE_RULES
 

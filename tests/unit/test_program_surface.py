@@ -67,14 +67,17 @@ def test_every_view_of_torchs_signature_exists():
     assert sig.inputs_to_lifted_custom_objs == {}
     assert sig.parameters_to_mutate == {}
     assert sig.backward_signature is None and sig.input_tokens == [] and sig.output_tokens == []
-    assert sig.buffers_to_mutate == {"b_count": "count"}
+    assert sig.buffers_to_mutate == {}  # training IR: count.add_ is in the graph, as in torch's
     assert sig.non_persistent_buffers == ["scratch"]
+    assert _export().run_decompositions().graph_signature.buffers_to_mutate == {"add": "count"}
 
 
 def test_replace_all_uses_renames_in_the_signature():
     sig = _export().graph_signature
     sig.replace_all_uses("b_count", "renamed")
     assert sig.input_specs[2].arg.name == "renamed"
+    sig = _export().run_decompositions().graph_signature
+    sig.replace_all_uses("add", "renamed")
     assert sig.buffers_to_mutate == {"renamed": "count"}
 
 
@@ -82,7 +85,9 @@ def test_printed_signature_lists_inputs_then_outputs():
     text = str(_export().graph_signature)
     assert text.startswith("\n# inputs\np_lin_weight: PARAMETER target='lin.weight'\n")
     assert "b_scratch: BUFFER target='scratch' persistent=False" in text
-    assert "\n\n# outputs\nb_count: BUFFER_MUTATION target='count'\n" in text
+    assert text.endswith("\n\n# outputs\nadd: USER_OUTPUT\n")  # training IR: no mutation outputs
+    text = str(_export().run_decompositions().graph_signature)
+    assert "\n\n# outputs\nadd: BUFFER_MUTATION target='count'\nadd_1: USER_OUTPUT\n" in text
 
 
 def test_program_members_torch_code_reads():

@@ -17,8 +17,11 @@ runs, so the nodes it becomes inherit its ``stack_trace``, ``nn_module_stack``
 and ``source_fn_stack``.
 
 After the replay, inputs whose value changed become mutation outputs
-(``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION``) pointing at the node that
-computes their new value, listed before the user outputs; outputs that are
+(``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` / ``PARAMETER_MUTATION``)
+pointing at the node that computes their new value, listed before the user
+outputs. The training IR declares none (its writes are in-place operators in
+the graph, found here by functionalization); a program saved by graphcap
+before that convention lists them, and its declarations are honoured; outputs that are
 still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
 """
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .composites import steer_composites
+from .input_copies import drop_input_copies
 from .unalias_outputs import unalias_outputs_pass
 
 IR_META_KEY = "graphcap_ir"
@@ -252,6 +256,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
             where=f"graph input {p.name}",
             fix="Use the out-of-place form (x = x.t()) in the model.")
 
+    drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
     _keep_placeholder_values(new_gm, placeholders)
     new_gm.graph.lint()

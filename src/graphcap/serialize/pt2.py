@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
-from . import schema, tensors
+from . import schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -121,6 +121,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     if not isinstance(program, dict) or program.get("format_version") != reader.version:
         raise corrupt("program.json does not match the archive's format version.")
     parts = decode_program(program)
+    upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
     state = parts["state"]
     loaded: dict[str, dict[str, torch.Tensor]] = {}
     for key, entry in (("weights", schema.WEIGHTS_ENTRY), ("constants", schema.CONSTANTS_ENTRY)):

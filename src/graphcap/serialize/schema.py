@@ -38,6 +38,16 @@ CHANGELOG: dict[int, tuple[str, str]] = {
         "for programs in the inference IR, so a loaded one is verified by the same rules."),
 }
 
+# Changes in how a version's files are read (the format itself unchanged), newest last.
+READER_NOTES: list[tuple[str, str]] = [
+    ("2026-11-23",
+     "Training-IR programs no longer list BUFFER_MUTATION / USER_INPUT_MUTATION outputs (the writes "
+     "are in-place operators of the graph, as in torch's training IR). A version-1 file that lists "
+     "them is upgraded on load (graphcap.serialize.upgrade): outputs that are their target "
+     "placeholder are dropped, a computed new value becomes an in-graph copy_ into the placeholder. "
+     "Inference-IR programs keep their mutation outputs. What save writes did not change shape."),
+]
+
 READABLE_VERSIONS = frozenset(CHANGELOG)
 
 MAGIC = "graphcap.pt2"

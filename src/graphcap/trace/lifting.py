@@ -13,9 +13,13 @@ tensor constants sit in ``get_attr`` nodes. Lifting:
    made in ``forward`` becomes ``lifted_tensor_<i>`` of the module that made
    it;
 3. names every node as torch does (:mod:`graphcap.trace.naming`);
-4. adds one output per mutated buffer or user input, before the user outputs
-   (writes to parameters and constants stay in the graph, as in torch's
-   training IR; the inference IR turns them into outputs or refuses them);
+4. keeps every in-place write in the graph, as torch's training IR does: a
+   buffer or input updated in place (``self.buf.add_(1)``, ``x[:, 0].add_(1)``,
+   batch norm's running statistics) has no output of its own, and a buffer
+   forward gave a new tensor (``self.buf = self.buf + 1``) becomes a ``copy_``
+   of the new value into the buffer's placeholder at the end of the graph.
+   ``run_decompositions`` finds these writes again by functionalization and
+   turns them into ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` outputs;
 5. writes the graph signature that describes all of it, and marks the
    placeholders' fake values with the ``requires_grad`` of the real tensors.
 """
@@ -191,13 +195,43 @@ def _copy_of(value: torch.fx.Node, placeholder: torch.fx.Node) -> torch.fx.Node:
     return clone
 
 
+def _root_module_stack(graph: torch.fx.Graph) -> dict:
+    """The outermost entry of any node's module stack: where a write with no source of its own happened."""
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            key, value = next(iter(stack.items()))
+            return {key: value}
+    return {}
+
+
+def _write_back(graph: torch.fx.Graph, buffer: torch.fx.Node, value: Any) -> torch.fx.Node:
+    """``copy_`` the new tensor of a reassigned buffer into the buffer, last thing before returning.
+
+    This is how torch's training IR records ``self.buf = new``: the graph
+    writes the buffer in place, and the signature lists no output for it.
+    """
+    output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
+    with graph.inserting_before(output_node):
+        write = graph.create_node("call_function", aten.copy_.default, (buffer, value), name="copy__default")
+    source = value.meta if isinstance(value, torch.fx.Node) else {}
+    write.meta["val"] = buffer.meta.get("val")
+    write.meta["nn_module_stack"] = dict(source.get("nn_module_stack") or _root_module_stack(graph))
+    for key in ("stack_trace", "torch_fn"):
+        if source.get(key) is not None:
+            write.meta[key] = source[key]
+    return write
+
+
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
          user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode,
          reassigned_buffers: Sequence[str] = ()) -> Lifted:
     """Name, lift and describe ``gm`` in place; see the module docstring.
 
     ``reassigned_buffers`` name the buffers forward gave a new tensor; the
-    recording returns their new values after the user outputs.
+    recording returns their new values after the user outputs. ``mutated``
+    (the placeholders written in place) needs no output in the training IR:
+    the writes are in the graph.
     """
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -240,34 +274,25 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
         spec.arg = type(spec.arg)(node.name) if not isinstance(spec.arg, ConstantArgument) \
             else ConstantArgument(node.name, spec.arg.value)
 
-    # outputs: mutations of buffers and user inputs first, then what the user returned
+    # outputs: what the user returned. In-place writes to buffers and inputs stay in the graph;
+    # a reassigned buffer gets its new value copied in (the recording returns those new values
+    # after the user outputs).
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     user_values = list(output_node.args[0])
     new_buffer_values = {}
     if reassigned_buffers:
         new_buffer_values = dict(zip(reassigned_buffers, user_values[-len(reassigned_buffers):]))
         user_values = user_values[:-len(reassigned_buffers)]
-    output_specs: list[OutputSpec] = []
-    mutation_values = []
-    buffer_index = {fqn: n_params + i for i, fqn in enumerate(layout.buffers)}
-    for idx in sorted(mutated | {buffer_index[fqn] for fqn in new_buffer_values}):
-        if idx < n_params:
-            continue  # stays an in-place write in the graph, as in torch's training IR
-        node = placeholders[idx]
-        if idx < n_state:
-            fqn = layout.buffers[idx - n_params]
-            value = new_buffer_values.get(fqn, node)
-            if value is not node:  # the old tensor, if returned, keeps its value (as in eager)
-                user_values = [_copy_of(v, node) if v is node else v for v in user_values]
-            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, argument_for(value), fqn))
-            mutation_values.append(value)
-        else:
-            output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(node.name),
-                                           node.name))
-            mutation_values.append(node)
-    for value in user_values:
-        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, argument_for(value)))
-    output_node.args = (tuple(mutation_values + user_values),)
+    buffer_nodes = dict(zip(layout.buffers, placeholders[n_params:n_state]))
+    for fqn, value in new_buffer_values.items():
+        node = buffer_nodes[fqn]
+        if value is node:
+            continue  # given back its own tensor: nothing changed
+        # the old tensor, if returned, keeps its value (as in eager): copy it before the write
+        user_values = [_copy_of(v, node) if v is node else v for v in user_values]
+        _write_back(graph, node, value)
+    output_specs = [OutputSpec(OutputKind.USER_OUTPUT, argument_for(value)) for value in user_values]
+    output_node.args = (tuple(user_values),)
 
     graph.lint()
     gm = torch.fx.GraphModule(gm, graph, class_name="GraphModule")

@@ -6,7 +6,8 @@ eager call), and what it means must not be lost:
 
 * a registered buffer given a new tensor (``self.buf = self.buf + 1``) is a
   buffer update, like ``self.buf.add_(1)``: :func:`reassigned_buffers` finds
-  them so that the program returns the new value as a ``BUFFER_MUTATION``;
+  them so that the program writes the new value into the buffer (an in-graph
+  ``copy_``, as torch's training IR records it);
 * a plain tensor attribute assigned (``self.cache = x * 2``, an entry of a
   dict or list attribute, a buffer registered inside forward) is not state
   an exported program can carry: the program computes with it, the module

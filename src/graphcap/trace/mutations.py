@@ -13,10 +13,12 @@ Two sources of evidence, joined:
 """
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import torch
 import torch.fx
+import torch.utils._pytree
 
 aten = torch.ops.aten
 
@@ -83,3 +85,66 @@ def mutated_inputs(gm: torch.fx.GraphModule, before: Sequence[int], after: Seque
                 if idx is not None:
                     mutated.add(idx)
     return mutated
+
+
+def _base_placeholder(value: object) -> "torch.fx.Node | None":
+    """The placeholder whose memory ``value`` is: itself, a view of it, or an in-place result on it."""
+    node = value
+    while isinstance(node, torch.fx.Node):
+        if node.op == "placeholder":
+            return node
+        if node.op != "call_function" or not node.args:
+            return None
+        if node.target is operator.getitem:
+            node = node.args[0]
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+            return None  # a fresh tensor
+        node = node.args[0]  # a view (Tensor(a)) or the written argument itself (Tensor(a!))
+    return None
+
+
+def _subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Graph, list[object]]]:
+    """For a control-flow or region operator: each subgraph it runs, with the values its inputs get.
+
+    The operands are the arguments after the last subgraph (``cond(pred, t, f, (a, b))``,
+    ``wrap_with_set_grad_enabled(False, body, a, b)``), flattened.
+    """
+    owner = node.graph.owning_module
+    if owner is None:
+        return []
+    subgraphs, last = [], -1
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            sub = getattr(owner, arg.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                subgraphs.append(sub.graph)
+                last = i
+    if not subgraphs:
+        return []
+    operands = torch.utils._pytree.tree_leaves(node.args[last + 1:])
+    return [(g, operands) for g in subgraphs]
+
+
+def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The placeholders the graph writes in place (through views, and inside the subgraphs of
+    control-flow and grad-mode regions too), in placeholder order.
+
+    In the training IR this is how a program says what it updates: the
+    writes are operators in the graph, not outputs of the signature.
+    """
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        values = list(_written_args(node))
+        for sub, operands in _subgraph_operands(node):
+            inner = [n for n in sub.nodes if n.op == "placeholder"]
+            values.extend(operands[inner.index(p)] for p in written_placeholders(sub)
+                          if inner.index(p) < len(operands))
+        for value in values:
+            base = _base_placeholder(value)
+            if base is not None:
+                written.add(base)
+    return [n for n in graph.nodes if n in written]

@@ -1,0 +1,62 @@
+"""Bring a training-IR program written by an older graphcap to today's form.
+
+Until 2026-11-23 graphcap's training IR listed every buffer or user input the
+program updates as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
+placeholder itself for an in-place write (the write was already an operator
+of the graph), the new tensor for a buffer forward reassigned. torch's
+training IR — and graphcap's since — keeps the writes in the graph and lists
+no such outputs; torch's own tools (``torch.export.unflatten``) read a
+program that way. The file format did not change (the outputs are ordinary
+outputs with ordinary specs), so old files are upgraded as they load:
+
+* an output that is its target placeholder is dropped (the write is in the
+  graph already);
+* an output with a computed value becomes ``copy_(placeholder, value)`` at
+  the end of the graph, then is dropped.
+
+Programs in the inference IR keep their mutation outputs: that is how the
+inference IR says what it updates.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from ..signature import ExportGraphSignature, InputKind, OutputKind
+
+aten = torch.ops.aten
+_UPGRADED_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+
+
+def writes_into_graph(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> None:
+    """Turn the mutation outputs of an older training-IR program into in-graph writes, in place."""
+    if (gm.meta.get("graphcap_ir") or {}).get("level") == "inference":
+        return
+    if not any(s.kind in _UPGRADED_KINDS for s in signature.output_specs):
+        return
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    by_target = {}
+    for spec, node in zip(signature.input_specs, placeholders):
+        if spec.kind is InputKind.BUFFER:
+            by_target[(OutputKind.BUFFER_MUTATION, spec.target)] = node
+        elif spec.kind is InputKind.USER_INPUT:
+            by_target[(OutputKind.USER_INPUT_MUTATION, node.name)] = node
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    kept_values, kept_specs = [], []
+    for value, spec in zip(values, signature.output_specs):
+        dest = by_target.get((spec.kind, spec.target)) if spec.kind in _UPGRADED_KINDS else None
+        if dest is None:
+            kept_values.append(value)
+            kept_specs.append(spec)
+            continue
+        if value is not dest and isinstance(value, torch.fx.Node):
+            with graph.inserting_before(output):
+                write = graph.create_node("call_function", aten.copy_.default, (dest, value), name="copy__default")
+            write.meta.update({k: v for k, v in value.meta.items()
+                               if k in ("nn_module_stack", "stack_trace", "source_fn_stack", "torch_fn")})
+            write.meta["val"] = dest.meta.get("val")
+    output.args = (tuple(kept_values),)
+    signature.output_specs[:] = kept_specs
+    gm.recompile()
