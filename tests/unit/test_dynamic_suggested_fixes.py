@@ -138,3 +138,21 @@ def test_a_scaled_residue_class_picks_the_examples_class():
     torch.testing.assert_close(ep.module()(torch.ones(10)), torch.full((10,), 2.0))
     with pytest.raises(graphcap.RuntimeInputError):
         ep.module()(torch.ones(9))
+
+
+class BatchBelow16AndKBy3(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] < 16 and y.shape[1] % 3 == 0:
+            return torch.matmul(x, y)
+        return x
+
+
+def test_fixes_keep_their_order_with_a_new_root():
+    batch, M, K, N = graphcap.dims("batch", "M", "K", "N")
+    msg, new, ep = _refined(BatchBelow16AndKBy3(), (torch.randn(10, 2, 3), torch.randn(10, 3, 4)),
+                            {"x": (batch, M, K), "y": (batch, K, N)},
+                            graphcap.refine_dynamic_shapes_from_suggested_fixes)
+    fixes = [f.strip() for f in msg.split("Suggested fixes:\n")[1].splitlines()]
+    assert fixes == ["batch = Dim('batch', max=15)", "_K = Dim('_K')", "K = 3*_K"]
+    x, y = torch.randn(4, 5, 6), torch.randn(4, 6, 2)
+    torch.testing.assert_close(ep.module()(x, y), BatchBelow16AndKBy3()(x, y))

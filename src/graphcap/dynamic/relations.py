@@ -8,6 +8,7 @@ one value through a derived dim.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import sympy
@@ -79,7 +80,7 @@ def new_root_fixes(r: RootSymbol, step: int, c: int, need: ValueRanges, fixes: d
     root = f"_{r.name}"
     root_lo = -(-(int(lo) + c) // step)
     root_hi = None if finite_int(hi) is None else (int(hi) + c) // step
-    fixes.pop(r.name, None)  # the range of d is now the root's
+    # the range of d is now the root's: ``d = step*_d - c`` replaces d's range fix where it stands
     offset = f" - {c}" if c else ""
     return {root: dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {step}*{root}{offset}"}
 
@@ -87,16 +88,19 @@ def new_root_fixes(r: RootSymbol, step: int, c: int, need: ValueRanges, fixes: d
 def rebase_on_new_roots(fixes: dict[str, str], related: dict[str, Any], new_roots: dict[Any, Any],
                         root_names: set[str], namer: "DimNamer") -> dict[str, str]:
     """One round of fixes: every ``y = f(d)`` fix of a dim ``d`` that got a new root ``d = step*_d - c``
-    is rewritten over ``_d`` (``dy = dx + 1`` becomes ``dy = 3*_dx``), and the new roots' ``Dim``
-    lines come first, as a spec needs them defined before the dims derived from them."""
-    out = {name: text for name, text in fixes.items() if name in root_names}
-    out.update((name, text) for name, text in fixes.items() if f"_{name}" in root_names)  # dx = 3*_dx - 1
+    is rewritten over ``_d`` (``dy = dx + 1`` becomes ``dy = 3*_dx``); the fixes keep their order and
+    each new root's ``Dim`` line comes just before the first line that uses it, as a spec needs it
+    defined before the dims derived from it."""
+    out: dict[str, str] = {}
     for name, text in fixes.items():
-        if name in out:
+        if name in root_names:
             continue
         expr = related.get(name)
         if expr is not None and expr.free_symbols & set(new_roots):
             text = f"{name} = {namer(sympy.expand(expr.xreplace(new_roots)))}"
+        for root in sorted(root_names - set(out)):
+            if re.search(rf"\b{root}\b", text):
+                out[root] = fixes[root]
         out[name] = text
     return out
 
