@@ -34,7 +34,8 @@ from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_b
                           where_text)
 from .ranges import defer_relations, range_constraints
 from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
-                        new_root_fixes, only_solution, specialization_problem, tie_at_example)
+                        new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
+                        tie_at_example)
 from .suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes  # noqa: F401
 from .symbols import SymbolicInputs
 
@@ -53,6 +54,9 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     problems: list[str] = []
     range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
     fixes: dict[str, str] = {}
+    related: dict[str, Any] = {}  # fix name -> the expression over other dims' symbols it is set to
+    new_roots: dict[Any, Any] = {}  # dim symbol -> step*_d - c, for dims restricted to a residue class
+    example = getattr(env, "backed_var_to_val", None) or env.var_to_val
     declared = [r for r in inputs.roots if r.hint is None]
     covered: set[Any] = set()
 
@@ -94,8 +98,10 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 f"independent dims.")
             if expr == other.symbol and other.hint is None:
                 fixes[r.name] = f"{r.name} = {other.name}"
+                related[r.name] = expr
             elif len(others) == 1 and other.hint is None:
                 fixes[r.name] = f"{r.name} = {namer(expr)}"
+                related[r.name] = expr
             continue
         vr = env.var_to_range.get(r.symbol, r.declared)
         if r.hint is not None:
@@ -138,17 +144,21 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
         modulus = divisor_guard(g)
-        if modulus is not None and by_sym[modulus[0]].hint is None:  # e.g. a reshape to (-1, 3)
+        if modulus is not None and modulus[0] in by_sym and by_sym[modulus[0]].hint is None:
+            # e.g. a reshape to (-1, 3), or y.shape[0] % 3 == 0 with dy = dx + 1: (dx + 1) % 3 == 0
             reported.add(g)
-            r, c = by_sym[modulus[0]], modulus[1]
+            r, (sym, a, b, m) = by_sym[modulus[0]], modulus
             if prefer_deferred_asserts:
                 defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
                 continue
             problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
                             f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
                             f"{where_text(guard.sloc)}.")
-            fixes.update(new_root_fixes(r, c, env.var_to_range.get(r.symbol, r.declared), fixes))
             covered.add(r.symbol)
+            step = new_root_step(a, b, m, finite_int(example.get(sym)) if example.get(sym) is not None else None)
+            if step is not None and sym not in new_roots:  # one residue class: d = step*_d - c
+                fixes.update(new_root_fixes(r, *step, env.var_to_range.get(r.symbol, r.declared), fixes))
+                new_roots[sym] = step[0] * sympy.Symbol(f"_{r.name}", integer=True) - step[1]
             continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
@@ -178,13 +188,14 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if implied_by(g, ranges):
             continue
         reported.add(g)
-        tied = tie_at_example(g, env.var_to_val) if isinstance(g, sympy.Eq) else None
+        tied = tie_at_example(g, example) if isinstance(g, sympy.Eq) else None
         if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
             target, expr = tied
             problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
                             f"side of {namer(g)}{where_text(guard.sloc)}, but the spec declares them as "
                             f"independent dims.")
             fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
+            related[by_sym[target].name] = expr
             continue
         framework_relation = in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
         if prefer_deferred_asserts or framework_relation:
@@ -196,8 +207,11 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
 
     problems += range_problems
+    root_names = {f"_{by_sym[s].name}" for s in new_roots}
+    if new_roots:
+        fixes = rebase_on_new_roots(fixes, related, new_roots, root_names, namer)
     if problems:
-        names = sorted({*fixes} or {r.name for r in declared} or {r.name for r in inputs.roots})
+        names = sorted({*fixes} - root_names or {r.name for r in declared} or {r.name for r in inputs.roots})
         listing = "\n".join(f"  - {p}" for p in problems)
         suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
         raise ConstraintViolationError(

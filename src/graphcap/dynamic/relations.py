@@ -8,6 +8,7 @@ one value through a derived dim.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import sympy
@@ -37,28 +38,71 @@ def defer_range_asserts(env: Any, r: RootSymbol, expr: Any, namer: "DimNamer", s
         defer_assert(env, cond, f"{r.name} = {namer(expr)} must stay in its declared range{where_text(sloc)}")
 
 
-def divisor_guard(guard: Any) -> Optional[tuple[Any, int]]:
-    """``(d, c)`` when ``guard`` says a dim ``d`` is a multiple of ``c``: ``Eq(Mod(d, c), 0)``."""
+def divisor_guard(guard: Any) -> Optional[tuple[Any, int, int, int]]:
+    """``(d, a, b, m)`` when ``guard`` says ``a*d + b`` is a multiple of ``m`` for one dim ``d``:
+    ``Eq(Mod(a*d + b, m), 0)`` (``d % 3 == 0``, or ``(dx + 1) % 3 == 0`` once ``dy = dx + 1``)."""
     if not isinstance(guard, sympy.Eq) or guard.rhs != 0:
         return None
     mod = guard.lhs
-    if type(mod).__name__ != "Mod" or len(mod.args) != 2:
+    if type(mod).__name__ not in ("Mod", "PythonMod") or len(mod.args) != 2:
         return None
-    base, c = mod.args
-    if not isinstance(base, sympy.Symbol) or not c.is_Integer or int(c) <= 1:
+    base, m = mod.args
+    if not m.is_Integer or int(m) <= 1 or not is_affine_in_one(base):
         return None
-    return base, int(c)
+    (d,) = base.free_symbols
+    a, b = sympy.Poly(base, d).all_coeffs()
+    if not (a.is_Integer and b.is_Integer) or int(a) < 1:
+        return None
+    return d, int(a), int(b), int(m)
 
 
-def new_root_fixes(r: RootSymbol, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
-    """``_d = Dim('_d', ...)`` and ``d = c*_d``: a dim that must be a multiple of ``c``."""
+def new_root_step(a: int, b: int, m: int, example: Optional[int]) -> Optional[tuple[int, int]]:
+    """``(step, c)`` such that ``a*d + b`` is a multiple of ``m`` exactly when ``d = step*_d - c``
+    (``0 <= c < step``); ``None`` when no size satisfies it. With gcd(a, m) = g the sizes that work
+    are one residue class modulo m/g; the example (which satisfied the guard) picks it."""
+    g = sympy.igcd(a, m)
+    if b % g:
+        return None
+    step = m // g
+    if example is not None and (a * example + b) % m == 0:
+        residue = example % step
+    else:  # solve a/g * d = -b/g (mod step) directly
+        residue = (-(b // g) * pow(a // g, -1, step)) % step if step > 1 else 0
+    return step, (-residue) % step
+
+
+def new_root_fixes(r: RootSymbol, step: int, c: int, need: ValueRanges, fixes: dict) -> dict[str, str]:
+    """``_d = Dim('_d', ...)`` and ``d = step*_d - c``: a dim restricted to one residue class.
+
+    The new root's range is the one that keeps ``d`` in the range the program needs."""
     lo = max(need.lower, r.declared.lower)
     hi = min(need.upper, r.declared.upper)
     root = f"_{r.name}"
-    root_lo = -(-int(lo) // c)
-    root_hi = None if finite_int(hi) is None else int(hi) // c
-    fixes.pop(r.name, None)  # the range of d is now the root's
-    return {root: dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {c}*{root}"}
+    root_lo = -(-(int(lo) + c) // step)
+    root_hi = None if finite_int(hi) is None else (int(hi) + c) // step
+    # the range of d is now the root's: ``d = step*_d - c`` replaces d's range fix where it stands
+    offset = f" - {c}" if c else ""
+    return {root: dim_fix(root, root_lo, root_hi), r.name: f"{r.name} = {step}*{root}{offset}"}
+
+
+def rebase_on_new_roots(fixes: dict[str, str], related: dict[str, Any], new_roots: dict[Any, Any],
+                        root_names: set[str], namer: "DimNamer") -> dict[str, str]:
+    """One round of fixes: every ``y = f(d)`` fix of a dim ``d`` that got a new root ``d = step*_d - c``
+    is rewritten over ``_d`` (``dy = dx + 1`` becomes ``dy = 3*_dx``); the fixes keep their order and
+    each new root's ``Dim`` line comes just before the first line that uses it, as a spec needs it
+    defined before the dims derived from it."""
+    out: dict[str, str] = {}
+    for name, text in fixes.items():
+        if name in root_names:
+            continue
+        expr = related.get(name)
+        if expr is not None and expr.free_symbols & set(new_roots):
+            text = f"{name} = {namer(sympy.expand(expr.xreplace(new_roots)))}"
+        for root in sorted(root_names - set(out)):
+            if re.search(rf"\b{root}\b", text):
+                out[root] = fixes[root]
+        out[name] = text
+    return out
 
 
 def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
