@@ -66,15 +66,38 @@ def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def module_settings(module: torch.nn.Module) -> tuple:
-    """The plain Python settings of the module and its submodules, as ((fqn, value), ...)."""
+    """The Python settings of the module and its submodules, as ((fqn, value), ...).
+
+    Every public attribute that is not a tensor: the traced code may have read
+    any of them, and what it read is baked into the program. Tuples and lists
+    of plain values (a convolution's ``kernel_size``) are kept as tuples.
+    """
     out = []
     for prefix, sub in _submodules(module):
         for attr, value in vars(sub).items():
-            if attr.startswith("_"):
+            if attr.startswith("_") or isinstance(value, (torch.Tensor, torch.nn.Module)):
                 continue
-            if isinstance(value, _SETTING_TYPES) and not isinstance(value, torch.Tensor):
-                out.append((prefix + attr, value))
+            if isinstance(value, (tuple, list)) and all(isinstance(v, _SETTING_TYPES) for v in value):
+                value = tuple(value)
+            out.append((prefix + attr, value))
     return tuple(out)
+
+
+def _writable(value: Any) -> bool:
+    """Whether a setting survives a save (JSON): plain values and tuples of them."""
+    if isinstance(value, tuple):
+        return all(_writable(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Setting equality: by ``==`` for values of one type, objects without ``__eq__`` by identity."""
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # an __eq__ that does not give a truth value: not known to be equal
+        return False
 
 
 def type_name(cls: type) -> str:
@@ -86,27 +109,36 @@ class ModuleInputContext:
 
     Compared by value; the exported instance (``prototype``) rides along so
     the tensors can be put back into a module of the same make, and is not
-    part of the comparison. A program loaded from a file has no prototype.
+    part of the comparison. A program loaded from a file has no prototype,
+    and only the settings a file can hold (plain values) are compared for it.
     """
 
     def __init__(self, cls_name: str, names: tuple, settings: tuple,
-                 prototype: Optional[torch.nn.Module] = None):
+                 prototype: Optional[torch.nn.Module] = None, loaded: bool = False):
         self.cls_name = cls_name
         self.names = tuple(names)
         self.settings = tuple(settings)
         self.prototype = prototype
+        self.loaded = loaded
 
-    def _key(self) -> tuple:
-        return self.cls_name, self.names, self.settings
+    def _setting_differences(self, other: "ModuleInputContext") -> list[str]:
+        """FQNs of the settings whose values differ (present on one side only included)."""
+        mine, theirs = dict(self.settings), dict(other.settings)
+        if self.loaded or other.loaded:
+            mine = {k: v for k, v in mine.items() if _writable(v)}
+            theirs = {k: v for k, v in theirs.items() if _writable(v)}
+        keys = list(dict.fromkeys([*mine, *theirs]))
+        return [k for k in keys if k not in mine or k not in theirs or not _same_value(mine[k], theirs[k])]
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, ModuleInputContext) and self._key() == other._key()
+        return (isinstance(other, ModuleInputContext) and self.cls_name == other.cls_name
+                and self.names == other.names and not self._setting_differences(other))
 
     def __hash__(self) -> int:
         return hash((self.cls_name, self.names))
 
     def __deepcopy__(self, memo: dict) -> "ModuleInputContext":
-        return ModuleInputContext(self.cls_name, self.names, self.settings, self.prototype)
+        return ModuleInputContext(self.cls_name, self.names, self.settings, self.prototype, self.loaded)
 
     def __repr__(self) -> str:
         return f"{self.cls_name}{list(self.names)}"
@@ -118,11 +150,10 @@ class ModuleInputContext:
         if self.names != other.names:
             return (f"the module holds the tensors {list(other.names)}, the program was exported "
                     f"with {list(self.names)}")
-        mine, theirs = dict(self.settings), dict(other.settings)
-        for key in sorted(set(mine) | set(theirs)):
-            if mine.get(key, "<unset>") != theirs.get(key, "<unset>"):
-                return (f"the module's setting {key} is {theirs.get(key, '<unset>')!r}, the program "
-                        f"was exported with {mine.get(key, '<unset>')!r}")
+        for key in self._setting_differences(other):
+            mine, theirs = dict(self.settings), dict(other.settings)
+            return (f"the module's setting {key} is {theirs.get(key, '<unset>')!r:.80}, the program "
+                    f"was exported with {mine.get(key, '<unset>')!r:.80}")
         return "the modules differ"
 
 
@@ -197,14 +228,15 @@ def _unflatten(values, context: ModuleInputContext) -> ModuleInput:
 
 
 def _to_dumpable(context: ModuleInputContext) -> str:
-    settings = [[k, v] for k, v in context.settings if isinstance(v, (bool, int, float, str, type(None)))]
+    settings = [[k, list(v) if isinstance(v, tuple) else v] for k, v in context.settings if _writable(v)]
     return json.dumps({"class": context.cls_name, "names": list(context.names), "settings": settings})
 
 
 def _from_dumpable(text: str) -> ModuleInputContext:
     data = json.loads(text)
     return ModuleInputContext(data["class"], tuple(data["names"]),
-                              tuple((k, v) for k, v in data["settings"]), None)
+                              tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in data["settings"]),
+                              None, loaded=True)
 
 
 def _flatten_spec(obj: Any, spec: pytree.TreeSpec) -> list[Any]:

@@ -151,3 +151,41 @@ def test_save_and_load_keep_module_inputs_runnable():
     torch.testing.assert_close(loaded.module()(x, other), Caller()(x, other))
     with pytest.raises(GraphcapError):
         loaded.module()(x, Scaler())
+
+
+class Activated(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(2, 2, kernel_size=3, padding=1)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.conv(x))
+
+
+def test_python_settings_of_any_kind_are_checked():
+    ep = _export(Caller(), (torch.randn(1, 2, 5), Activated(torch.relu)))
+    x = torch.randn(1, 2, 5)
+    other = Activated(torch.relu)
+    torch.testing.assert_close(ep.module()(x, other), Caller()(x, other))
+    with pytest.raises(InputStructureError, match="act"):  # the traced code called relu
+        ep.module()(x, Activated(torch.tanh))
+    wider = Activated(torch.relu)
+    wider.conv.padding = (2,)
+    with pytest.raises(InputStructureError, match="conv.padding"):
+        ep.module()(x, wider)
+
+
+def test_loaded_program_compares_the_settings_a_file_holds():
+    ep = _export(Caller(), (torch.randn(1, 2, 5), Activated(torch.relu)))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    loaded = graphcap.load(buf)
+    x = torch.randn(1, 2, 5)
+    other = Activated(torch.relu)
+    torch.testing.assert_close(loaded.module()(x, other), Caller()(x, other))
+    bad = Activated(torch.relu)
+    bad.conv.padding = (2,)
+    with pytest.raises(InputStructureError, match="conv.padding"):
+        loaded.module()(x, bad)
