@@ -20,7 +20,7 @@ import torch.utils._pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from . import input_guards as guards
+from . import input_guards as guards, module_inputs
 from .input_guards import placeholder_leaves
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
@@ -101,9 +101,16 @@ class InputChecker:
     def check_structure(self, args: tuple, kwargs: dict) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
-        spec = pytree.tree_structure((tuple(args), dict(kwargs)))
+        spec = pytree.tree_structure(module_inputs.wrap((tuple(args), dict(kwargs))))
         if _same_structure(spec, self._in_spec):
             return
+        module_difference = module_inputs.describe_difference(self._in_spec, spec)
+        if module_difference:
+            raise InputStructureError(
+                f"A module given as an input does not match the one the program was exported with: "
+                f"{module_difference}.", where="ep.module()(*args, **kwargs)",
+                fix="Pass an instance of the same class, configured the same way (its parameters and "
+                    "buffers may hold other values), or export again with this module.")
         expected = pytree.tree_unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
         got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
         raise InputStructureError(
@@ -394,7 +401,7 @@ def check_example_inputs(value: Any, in_spec: Any) -> None:
     if in_spec is None:
         return
     kwargs = _kwargs_in_spec_order(kwargs, in_spec)
-    spec = pytree.tree_structure((args, kwargs))
+    spec = pytree.tree_structure(module_inputs.wrap((args, kwargs)))
     if spec != in_spec:
         expected = pytree.tree_unflatten(["*"] * in_spec.num_leaves, in_spec)
         got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)

@@ -7,6 +7,8 @@ module adds what export needs on top of it:
 * automatic flattening of *unknown* classes that hold tensors (a transformers
   ``DynamicCache``, a user's plain class), with a warning that names the class
   and how to register it, where torch.export would fail;
+* (in :mod:`graphcap.module_inputs`) nn.Module instances passed as inputs,
+  flattened into their tensors without registering the user's class;
 * the input path strings (``*args[0]``, ``**kwargs['mask']``) every runtime
   error uses, and the placeholder names derived from the same paths.
 """

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
-from .. import pytree as gp_pytree
+from .. import module_inputs, pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
@@ -140,8 +140,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")
+    # modules among the inputs: their tensors become user inputs (graphcap.module_inputs)
+    tree_args, tree_kwargs = module_inputs.wrap((args, kwargs))
 
-    flat_with_paths, in_spec = pytree.tree_flatten_with_path((args, kwargs))
+    flat_with_paths, in_spec = pytree.tree_flatten_with_path((tree_args, tree_kwargs))
     paths = [p for p, _ in flat_with_paths]
     user_leaves = [v for _, v in flat_with_paths]
 
@@ -157,7 +159,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     state_names = [*params, *buffers]
     fake_state = [fake_of(t) for t in (*params.values(), *buffers.values())]
     if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
-        dyn_inputs = dyn_symbols.prepare(target.forward, args, kwargs, dynamic_shapes, fake_mode, user_leaves,
+        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode, user_leaves,
                                          [gp_pytree.input_path_str(p) for p in paths])
         fake_user = dyn_inputs.fakes
     else:

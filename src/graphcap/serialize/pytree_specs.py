@@ -57,9 +57,13 @@ def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
         _SEEN_NAMEDTUPLES.setdefault(name, cls)
         return {"namedtuple": [name, list(cls._fields)]}
 
+    dumpable = _dumpable_context_fns(spec.type)[0]
+
     def extra(v: Any) -> Any:
         if isinstance(v, type):
             return {"type": type_name(v)}
+        if v is spec.context and dumpable is not None:  # the class says how to write its context
+            return {"dumpable": dumpable(v)}
         return NotImplemented
     try:
         return encode_value(spec.context, extra)
@@ -70,6 +74,12 @@ def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
             fix="Register the class with torch.utils._pytree.register_pytree_node so that its "
                 "context holds only plain values (strings, numbers, dtypes, devices), or return "
                 "plain containers.") from None
+
+
+def _dumpable_context_fns(typ: type) -> tuple[Any, Any]:
+    """The (to, from) dumpable-context functions the class was registered with, if any."""
+    node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
+    return getattr(node, "to_dumpable_context", None), getattr(node, "from_dumpable_context", None)
 
 
 def spec_to_json(spec: pytree.TreeSpec, where: str = "the inputs/outputs") -> Any:
@@ -122,6 +132,11 @@ def json_to_spec(j: Any, types: dict[str, type] | None = None, depth: int = 0) -
                     f"The program's structure names the class {payload!r:.80}, which is not registered "
                     f"in this process.", where="program.json (pytree specs)", fix=_registration_fix(str(payload)))
             return types[payload]
+        if tag == "dumpable" and isinstance(payload, str) and _dumpable_context_fns(typ)[1] is not None:
+            try:
+                return _dumpable_context_fns(typ)[1](payload)
+            except Exception as e:  # the class's own reader refused the text
+                raise bad(f"A {name} context in the file cannot be read: {e}") from None
         raise bad(f"Unknown tag {tag!r:.40} in a pytree context.")
 
     context = decode_value(j["context"], extra)

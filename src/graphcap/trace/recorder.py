@@ -29,6 +29,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
+from .. import module_inputs
 from ..pytree import auto_register
 from . import hops, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
@@ -199,7 +200,7 @@ def record(
         _record_user_stack_traces(tracer)
         box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
-        args, kwargs = pytree.tree_unflatten(list(flat[n_state:]), in_spec)
+        args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
         ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
         with ctx:
