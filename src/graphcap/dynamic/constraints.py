@@ -42,6 +42,11 @@ from .symbols import SymbolicInputs
 log = logging.getLogger("graphcap.dynamic")
 
 
+def _is_zero_one_check(g: Any, sym: Any) -> bool:
+    """``Ne(s, 0)`` / ``Ne(s, 1)``: a size compared with 0 or 1 and nothing else."""
+    return isinstance(g, sympy.Ne) and {g.lhs, g.rhs} in ({sym, sympy.Integer(0)}, {sym, sympy.Integer(1)})
+
+
 def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
     """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
 
@@ -177,6 +182,11 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                                 f"the program needs "
                                 f"{range_words(r.name, need)}{where_text(guard.sloc)}.")
                 fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+                continue
+            if in_framework(guard.sloc) and _is_zero_one_check(g, sym):
+                # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
+                # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
+                # sizes 0 and 1 in the declared range rather than assert them away
                 continue
             value = only_solution(g, sym)
             if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
