@@ -89,6 +89,8 @@ class SubclassDecompositionError(UnsupportedError, ValueError):
 
     Also a ``ValueError``, the type torch.export raises where it refuses such a program.
     """
+
+
 class ConstantMutationError(UnsupportedError, RuntimeError):
     """The program writes in place to a lifted constant (torch raises a RuntimeError here too)."""
 

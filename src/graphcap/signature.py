@@ -6,7 +6,7 @@ per output value) — and every other view (``parameters``, ``buffers_to_mutate`
 ...) is derived from them, never stored twice.
 
 Interoperability with code written for torch.export (torch's own utilities
-such as ``torch.export.unflatten`` read graphcap's programs too):
+such as torch's ``unflatten`` read graphcap's programs too):
 
 - the argument classes are subclasses of torch.export.graph_signature's plain
   dataclasses (imported as data types only), so ``isinstance(arg,

@@ -43,7 +43,7 @@ def resolve_target(mod: Any) -> Target:
             "which export cannot trace.",
             where="export(mod, ...)",
             fix="Export the original nn.Module (before torch.jit.script), or convert the ScriptModule "
-                "with torch._export.converter.TS2EPConverter.")
+                "with TS2EPConverter, torch's TorchScript-to-ExportedProgram converter.")
     if isinstance(mod, torch.nn.Module):
         return Target(mod, mod, mod.forward, type(mod).__name__)
     if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):

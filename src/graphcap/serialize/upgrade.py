@@ -5,7 +5,7 @@ program updates as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
 placeholder itself for an in-place write (the write was already an operator
 of the graph), the new tensor for a buffer forward reassigned. torch's
 training IR — and graphcap's since — keeps the writes in the graph and lists
-no such outputs; torch's own tools (``torch.export.unflatten``) read a
+no such outputs; torch's own tools (its ``unflatten``) read a
 program that way. The file format did not change (the outputs are ordinary
 outputs with ordinary specs), so old files are upgraded as they load:
 
