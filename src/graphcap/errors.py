@@ -79,8 +79,7 @@ class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
                  cond: object = None):
         super().__init__(what, where=where, fix=fix)
         # GuardOnDataDependentSymNode.__init__ takes the condition first and drops the message
-        parts = [what] + [f"{label}: {text}" for label, text in (("Where", where), ("How to fix", fix)) if text]
-        self.args = ("\n".join(parts),)
+        self.args = (_compose(what, where, fix),)
         self.cond = cond
 
 

@@ -96,13 +96,14 @@ class InputChecker:
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._relations = _input_relations(ep.graph, self._leaves)
         self._named_dtypes = _dtypes_named_in(ep.graph_module)
+        self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
 
     # -- structure -----------------------------------------------------------
     def check_structure(self, args: tuple, kwargs: dict) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
         spec = pytree.tree_structure(module_inputs.wrap((tuple(args), dict(kwargs))))
-        if _same_structure(spec, self._in_spec):
+        if spec == self._in_spec or _same_structure(spec, self._in_spec):
             return
         module_difference = module_inputs.describe_difference(self._in_spec, spec)
         if module_difference:
@@ -274,9 +275,11 @@ class InputChecker:
     def _range_of(self, expr: Any) -> Any:
         if expr in self._ranges or isinstance(expr, sympy.Symbol):
             return self._ranges.get(expr)
-        if not expr.free_symbols <= set(self._ranges):
-            return None
-        return bound_sympy(expr, {s: self._ranges[s] for s in expr.free_symbols})
+        if expr not in self._expr_ranges:  # fixed once the checker exists: bounded once, not per call
+            known = expr.free_symbols <= set(self._ranges)
+            self._expr_ranges[expr] = bound_sympy(expr, {s: self._ranges[s] for s in expr.free_symbols}) \
+                if known else None
+        return self._expr_ranges[expr]
 
     def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
         rng = self._range_of(sym)

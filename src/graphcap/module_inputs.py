@@ -186,9 +186,10 @@ class ModuleInput:
                 where="re-tracing a loaded program with a module input",
                 fix="Export the model again from Python instead of re-tracing the loaded program; "
                     "ep.module() of the loaded program does run with a module instance.")
-        if all(v is o for v, o in zip(self.values, module_state(proto).values())):
+        old = list(module_state(proto).values())
+        if all(v is o for v, o in zip(self.values, old)):
             return proto
-        swap = {id(o): v for o, v in zip(module_state(proto).values(), self.values)}
+        swap = {id(o): v for o, v in zip(old, self.values)}
         return _copy_with(proto, swap, {})
 
 

@@ -60,12 +60,15 @@ def test_zoo_model_decomposes(name):
         [(s.kind, s.target) for s in ep.graph_signature.input_specs]
     written = set(written_placeholders(ep.graph))
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    written_buffers = [s.target for s, n in zip(ep.graph_signature.input_specs, placeholders)
-                       if n in written and s.kind is InputKind.BUFFER]
+    kind_of_write = {InputKind.BUFFER: OutputKind.BUFFER_MUTATION, InputKind.PARAMETER: OutputKind.PARAMETER_MUTATION,
+                     InputKind.USER_INPUT: OutputKind.USER_INPUT_MUTATION}
+    expected_writes = sorted((kind_of_write[s.kind].name, s.target if s.kind is not InputKind.USER_INPUT else n.name)
+                             for s, n in zip(ep.graph_signature.input_specs, placeholders) if n in written)
     assert not ep.graph_signature.buffers_to_mutate
-    assert sorted(dep.graph_signature.buffers_to_mutate.values()) == sorted(written_buffers)
     mutation_kinds = [s.kind for s in dep.graph_signature.output_specs
                       if s.kind is not OutputKind.USER_OUTPUT]
+    assert sorted((s.kind.name, s.target) for s in dep.graph_signature.output_specs
+                  if s.kind is not OutputKind.USER_OUTPUT) == expected_writes
     assert [s.kind for s in dep.graph_signature.output_specs] == \
         mutation_kinds + [s.kind for s in ep.graph_signature.output_specs]
     assert dep.range_constraints == ep.range_constraints

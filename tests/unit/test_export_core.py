@@ -213,8 +213,6 @@ def test_runtime_checks_dtype_rank_shape_structure():
 
 
 def test_checks_happen_before_compute():
-    calls = []
-
     class Spy(nn.Module):
         def forward(self, x, y):
             return x + y
@@ -224,8 +222,24 @@ def test_checks_happen_before_compute():
     # The leaf checks are the graph's first call, before any operator.
     calls = [n.op for n in m.graph.nodes if n.op in ("call_module", "call_function")]
     assert calls[0] == "call_module" and calls[1:] == ["call_function"] * (len(calls) - 1)
-    with pytest.raises(graphcap.RuntimeInputError):
-        m(torch.randn(2), torch.randn(3))
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ran = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ran.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x, bad, good = torch.randn(2), torch.randn(3), torch.randn(2)
+    with CountOps() as counter, pytest.raises(graphcap.RuntimeInputError):
+        m(x, bad)
+    assert counter.ran == [], f"operators ran before the input was refused: {counter.ran}"
+    with CountOps() as counter:
+        m(x, good)
+    assert torch.ops.aten.add.Tensor in counter.ran  # the spy sees operators when they do run
 
 
 Pair = collections.namedtuple("Pair", ["a", "b"])

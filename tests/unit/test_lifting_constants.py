@@ -158,7 +158,7 @@ def test_signature_kinds_equal_torch_kinds_of_the_same_name():
     assert InputKind.CONSTANT_TENSOR == TorchInputKind.CONSTANT_TENSOR
     assert TorchInputKind.PARAMETER == InputKind.PARAMETER
     assert InputKind.PARAMETER != TorchInputKind.BUFFER
-    assert len({InputKind.BUFFER, InputKind.BUFFER}) == 1
+    assert len({InputKind.BUFFER, TorchInputKind.BUFFER}) == 1  # same hash: one set member
 
 
 def test_no_grad_parameter_update_is_a_parameter_mutation_of_the_inference_ir():

@@ -125,8 +125,8 @@ class CallRecorder:
         tree = [fqn for fqn, _ in self._tree if fqn]
         listed = set(tree)
         out = [ModuleCallEntry(fqn, self._signature(fqn)) for fqn in tree]
-        out += [ModuleCallEntry(name, self._signature(name)) for name in self._calls
-                if name not in listed and self._signature(name) is not None]
+        further = ((name, self._signature(name)) for name in self._calls if name not in listed)
+        out += [ModuleCallEntry(name, sig) for name, sig in further if sig is not None]
         return out
 
 

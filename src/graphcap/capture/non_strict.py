@@ -20,7 +20,7 @@ from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import fakify, hops, leaks, lifting, metadata, mutations, recorder
+from ..trace import fakify, hops, leaks, lifting, metadata, recorder
 from . import call_signatures
 from ..trace.conversion_asserts import insert_conversion_asserts
 
@@ -168,20 +168,17 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     flat_inputs = fake_state + fake_user
 
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
-    before = mutations.versions(flat_inputs)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
         recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
                                     fake_mode, target.name, buffer_names=list(buffers))
-    after = mutations.versions(flat_inputs)
     gm = recording.graph_module
-    mutated = mutations.mutated_inputs(gm, before, after)
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
     gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
                                  tensors={**params, **buffers})
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
-    lifted = lifting.lift(gm, layout, names, user_leaves, mutated, fake_mode,
+    lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)

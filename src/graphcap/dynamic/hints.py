@@ -28,8 +28,8 @@ from .dims import DimHint
 from .symbols import RootSymbol, SymbolicInputs
 
 
-def _bound_str(v: Any, none_if: Any) -> str:
-    return "None" if v is None or v == none_if else str(v)
+def _bound_str(v: Any) -> str:
+    return "None" if v is None else str(v)
 
 
 def _spec_path(r: RootSymbol) -> str:
@@ -37,7 +37,7 @@ def _spec_path(r: RootSymbol) -> str:
 
 
 def _user_range(hint: DimHint) -> str:
-    return f"[{_bound_str(hint.min, None)}, {_bound_str(hint.max, None)}]"
+    return f"[{_bound_str(hint.min)}, {_bound_str(hint.max)}]"
 
 
 def _vr_str(vr: ValueRanges) -> str:

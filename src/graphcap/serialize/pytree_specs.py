@@ -132,9 +132,10 @@ def json_to_spec(j: Any, types: dict[str, type] | None = None, depth: int = 0) -
                     f"The program's structure names the class {payload!r:.80}, which is not registered "
                     f"in this process.", where="program.json (pytree specs)", fix=_registration_fix(str(payload)))
             return types[payload]
-        if tag == "dumpable" and isinstance(payload, str) and _dumpable_context_fns(typ)[1] is not None:
+        read_context = _dumpable_context_fns(typ)[1] if tag == "dumpable" else None
+        if read_context is not None and isinstance(payload, str):
             try:
-                return _dumpable_context_fns(typ)[1](payload)
+                return read_context(payload)
             except Exception as e:  # the class's own reader refused the text
                 raise bad(f"A {name} context in the file cannot be read: {e}") from None
         raise bad(f"Unknown tag {tag!r:.40} in a pytree context.")

@@ -224,14 +224,14 @@ def _write_back(graph: torch.fx.Graph, buffer: torch.fx.Node, value: Any) -> tor
 
 
 def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[str],
-         user_input_values: list[Any], mutated: set[int], fake_mode: FakeTensorMode,
+         user_input_values: list[Any], fake_mode: FakeTensorMode,
          reassigned_buffers: Sequence[str] = ()) -> Lifted:
     """Name, lift and describe ``gm`` in place; see the module docstring.
 
     ``reassigned_buffers`` name the buffers forward gave a new tensor; the
-    recording returns their new values after the user outputs. ``mutated``
-    (the placeholders written in place) needs no output in the training IR:
-    the writes are in the graph.
+    recording returns their new values after the user outputs. Placeholders
+    written in place need no output in the training IR: the writes are in the
+    graph (``run_decompositions`` turns them into mutation outputs).
     """
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]

@@ -73,11 +73,6 @@ def call_key(call_name: str) -> str:
     return CALL_KEY_PREFIX + call_name
 
 
-def call_name_of_key(key: str) -> str:
-    """Inverse of :func:`call_key` (a key of another form is returned as it is)."""
-    return key[len(CALL_KEY_PREFIX):] if key.startswith(CALL_KEY_PREFIX) else key
-
-
 def split_call_name(call_name: str) -> tuple[str, int]:
     """``"sub@1"`` -> ``("sub", 1)``; ``"sub"`` -> ``("sub", 0)``."""
     base, at, index = call_name.rpartition("@")

@@ -31,19 +31,6 @@ _HIDDEN_MUTATIONS = {
 }
 
 
-def versions(tensors: Sequence[object]) -> list[int]:
-    return [t._version if isinstance(t, torch.Tensor) else 0 for t in tensors]
-
-
-def _storage_key(val) -> object:
-    if not isinstance(val, torch.Tensor):
-        return None
-    try:
-        return val.untyped_storage()._cdata
-    except Exception:
-        return None
-
-
 def _written_args(node: torch.fx.Node) -> list[object]:
     target = node.target
     written: list[object] = []
@@ -65,26 +52,6 @@ def writes_to_argument(node: torch.fx.Node) -> bool:
     """Whether an operator node updates one of its arguments (schema says so, or a hidden update)."""
     schema = getattr(node.target, "_schema", None)
     return (schema is not None and schema.is_mutable) or bool(_written_args(node))
-
-
-def mutated_inputs(gm: torch.fx.GraphModule, before: Sequence[int], after: Sequence[int]) -> set[int]:
-    """Indices (in placeholder order) of the placeholders the graph writes to."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    mutated = {i for i, (b, a) in enumerate(zip(before, after)) if a != b}
-    by_storage = {}
-    for i, p in enumerate(placeholders):
-        key = _storage_key(p.meta.get("val"))
-        if key is not None:
-            by_storage.setdefault(key, i)
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        for value in _written_args(node):
-            if isinstance(value, torch.fx.Node):
-                idx = by_storage.get(_storage_key(value.meta.get("val")))
-                if idx is not None:
-                    mutated.add(idx)
-    return mutated
 
 
 def _base_placeholder(value: object) -> "torch.fx.Node | None":

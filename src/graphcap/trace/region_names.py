@@ -20,7 +20,6 @@ where a region starts and ends; this module only derives names and orders.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch.fx
 
