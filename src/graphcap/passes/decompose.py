@@ -39,7 +39,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import ConstantMutationError, GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
+from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
                          OutputSpec, TensorArgument)
@@ -49,6 +49,7 @@ from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .composites import steer_composites
 from .input_copies import drop_input_copies
+from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
 
 IR_META_KEY = "graphcap_ir"
@@ -205,8 +206,8 @@ def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list
 def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
     """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
     table: TableView = as_table(decomp_table)
+    ep = flatten_subclass_state(ep)  # subclass parameters/buffers become their inner tensors
     gm = ep.graph_module
-    _refuse_subclass_reads(gm)
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fake_args = [p.meta.get("val") for p in placeholders]
@@ -270,31 +271,6 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
                              _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
-
-
-def _refuse_subclass_reads(gm: torch.fx.GraphModule) -> None:
-    """The retrace cannot follow a read of a subclass's inner tensor (``t.a``): refuse, naming the input.
-
-    Replaying ``access_subclass_inner_tensor`` on a fake subclass gives a tensor the recorder
-    never saw, which it would bake into the program as a constant.
-    """
-    access = getattr(getattr(torch.ops, "export", None), "access_subclass_inner_tensor", None)
-    if access is None:
-        return
-    reads = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is access.default]
-    if not reads:
-        return
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-    sources = [n for n in gm.graph.nodes if n.op == "placeholder"
-               and is_traceable_wrapper_subclass(n.meta.get("val"))]
-    name = sources[0].name if sources else reads[0].args[0].name
-    raise SubclassDecompositionError(
-        f"It looks like {name} is a tensor subclass whose inner tensors the program reads "
-        f"(node {reads[0].name}: .{reads[0].args[1]}); graphcap's run_decompositions cannot yet break "
-        f"tensor subclasses down into plain tensors.",
-        where=f"node {reads[0].name}",
-        fix="Keep the training-IR program (skip run_decompositions), or make the subclass a plain "
-            "tensor (or its inner tensors separate parameters/buffers) before exporting.")
 
 
 def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
