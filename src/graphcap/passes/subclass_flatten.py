@@ -227,5 +227,5 @@ def _refuse_subclass_outputs(gm: torch.fx.GraphModule) -> None:
                 f"({type(value.meta['val']).__name__}); the inference IR returns plain tensors only, "
                 f"and its callers would get the inner tensors instead of the value forward returns.",
                 where=f"node {value.name}",
-                fix="Keep the training-IR program (skip run_decompositions), or return the inner "
-                    "tensors (e.g. out.a, out.b) from forward.")
+                fix="Keep the training-IR program (skip run_decompositions), or return its inner "
+                    "tensors (the attributes its __tensor_flatten__ lists) from forward.")
