@@ -243,3 +243,27 @@ def test_subclass_output_is_refused_before_tracing():
     ep = graphcap.export(Out(), (torch.randn(3),))
     with pytest.raises(ValueError, match="returns .*a tensor subclass"):
         ep.run_decompositions()
+
+
+def test_preserved_submodule_call_taking_a_subclass_is_refused_naming_the_parameter():
+    class Total(torch.nn.Module):
+        def forward(self, x):
+            return x.sum()
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.total = Total()
+            self.w = torch.nn.Parameter(PairTensor(torch.ones(2, 2), torch.ones(2, 2)))
+
+        def forward(self, x):
+            return self.total(self.w.to(torch.float)).first + x.sum()
+
+    ep = graphcap.export(Outer(), (torch.randn(2, 2),), preserve_module_call_signature=("total",))
+    with pytest.raises(ValueError, match="It looks like p_w is a tensor subclass"):
+        ep.run_decompositions()
+    # without the preserved signature the same program decomposes
+    m = Outer()
+    ep = graphcap.export(m, (torch.randn(2, 2),)).run_decompositions()
+    x = torch.randn(2, 2)
+    torch.testing.assert_close(ep.module()(x), m(x))

@@ -19,7 +19,9 @@ follows. The rebuild call itself leaves nothing in the new graph.
 
 What the inference IR cannot express is refused before any tracing: a
 subclass as a user input or a user output (torch has no calling convention
-for them after decomposition either), or a subclass whose inner values are
+for them after decomposition either), a subclass passed to or returned by a
+submodule whose call signature is preserved (that signature would name a
+value the inference IR no longer has), or a subclass whose inner values are
 not tensors.
 """
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from ..errors import SubclassDecompositionError
 from ..program import ExportedProgram
@@ -110,6 +111,7 @@ def flatten_subclass_state(ep: ExportedProgram) -> ExportedProgram:
     """
     gm = ep.graph_module
     _refuse_subclass_outputs(gm)
+    _refuse_preserved_calls_with_subclasses(ep)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     specs = list(ep.graph_signature.input_specs)
     split_at = [i for i, p in enumerate(placeholders) if is_traceable_wrapper_subclass(p.meta.get("val"))]
@@ -220,8 +222,10 @@ def _refuse_unsplittable(ep: ExportedProgram, placeholders: list[torch.fx.Node],
 
 def _refuse_subclass_outputs(gm: torch.fx.GraphModule) -> None:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    for value in pytree.tree_leaves(output.args[0]):
-        if isinstance(value, torch.fx.Node) and is_traceable_wrapper_subclass(value.meta.get("val")):
+    returned: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(output.args, returned.append)
+    for value in returned:
+        if is_traceable_wrapper_subclass(value.meta.get("val")):
             raise SubclassDecompositionError(
                 f"The program returns {value.name}, a tensor subclass "
                 f"({type(value.meta['val']).__name__}); the inference IR returns plain tensors only, "
@@ -229,3 +233,27 @@ def _refuse_subclass_outputs(gm: torch.fx.GraphModule) -> None:
                 where=f"node {value.name}",
                 fix="Keep the training-IR program (skip run_decompositions), or return its inner "
                     "tensors (the attributes its __tensor_flatten__ lists) from forward.")
+
+
+def _refuse_preserved_calls_with_subclasses(ep: ExportedProgram) -> None:
+    """A preserved submodule call (``preserve_module_call_signature``) that takes or returns a subclass is refused."""
+    nodes = {n.name: n for n in ep.graph_module.graph.nodes}
+    for entry in ep.module_call_graph:
+        if not entry.fqn or entry.signature is None:
+            continue
+        for arg in [*entry.signature.inputs, *entry.signature.outputs]:
+            node = nodes.get(getattr(arg, "name", None))
+            if node is None or not is_traceable_wrapper_subclass(node.meta.get("val")):
+                continue
+            source = node
+            # a dtype/device conversion at the call boundary names the value it converts
+            while source.op == "call_function" and getattr(source.target, "overloadpacket", None) \
+                    is torch.ops.aten.to and isinstance(source.args[0], torch.fx.Node):
+                source = source.args[0]
+            raise SubclassDecompositionError(
+                f"It looks like {source.name} is a tensor subclass. The call of submodule "
+                f"{entry.fqn!r}, whose signature is preserved, passes or returns it; the inference IR "
+                f"splits subclasses into their inner tensors, so that signature cannot be kept.",
+                where=f"module call {entry.fqn} (value {node.name})",
+                fix=f"Drop {entry.fqn!r} from preserve_module_call_signature, or keep the training-IR "
+                    f"program (skip run_decompositions).")
