@@ -84,7 +84,10 @@ class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
 
 
 class SubclassDecompositionError(UnsupportedError, ValueError):
-    """run_decompositions met a program that reads the inner tensors of a tensor subclass.
+    """run_decompositions met a tensor subclass it cannot split into inner tensors.
+
+    Subclass parameters, buffers and constants are split; a subclass user input or
+    output, or one crossing a preserved submodule call, is refused.
 
     Also a ``ValueError``, the type torch.export raises where it refuses such a program.
     """
