@@ -267,3 +267,24 @@ def test_preserved_submodule_call_taking_a_subclass_is_refused_naming_the_parame
     ep = graphcap.export(m, (torch.randn(2, 2),)).run_decompositions()
     x = torch.randn(2, 2)
     torch.testing.assert_close(ep.module()(x), m(x))
+
+
+def test_non_persistent_subclass_buffer_stays_out_of_the_state_dict():
+    class Scratch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scratch", PairTensor(torch.randn(3), torch.randn(3)), persistent=False)
+
+        def forward(self, x):
+            y = x + self.scratch
+            return y.first * y.second
+
+    m = Scratch()
+    ep = graphcap.export(m, (torch.randn(3),)).run_decompositions()
+    assert ep.state_dict == {}
+    assert sorted(ep.constants) == ["parametrizations.scratch.original0", "parametrizations.scratch.original1"]
+    assert all(s.persistent is False for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER")
+    module = ep.module()
+    assert set(module.state_dict()) == set()
+    x = torch.randn(3)
+    torch.testing.assert_close(module(x), m(x))
