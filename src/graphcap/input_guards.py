@@ -28,13 +28,24 @@ def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any) -> list[str]
         kwarg_names = [str(k) for k in in_spec.child(1).context]
     else:
         n_args, kwarg_names = in_spec.num_children, []
-    names = list(arg_names or [])
+    names = [_unshadowing(n, i) for i, n in enumerate(arg_names or [])]
     if len(names) == n_args + len(kwarg_names) and names[n_args:] == kwarg_names and _usable(names):
         return names
     if len(names) >= n_args and _usable(names[:n_args] + kwarg_names):
         return names[:n_args] + kwarg_names
     fallback = [f"arg_{i}" for i in range(n_args)] + kwarg_names
     return fallback if _usable(fallback) else [f"arg_{i}" for i in range(n_args + len(kwarg_names))]
+
+
+def _unshadowing(name: str, position: int) -> str:
+    """``arg_<i>`` for a parameter named like a global of fx's generated code (``torch``):
+    as a parameter it would shadow the ``torch.ops...`` the body calls."""
+    return f"arg_{position}" if name in _fx_globals() else name
+
+
+def _fx_globals() -> frozenset[str]:
+    from .torch_private.naming_and_shapes import fx_codegen_global_names
+    return fx_codegen_global_names()
 
 
 def _is_args_kwargs(in_spec: Any) -> bool:
@@ -45,7 +56,8 @@ def _is_args_kwargs(in_spec: Any) -> bool:
 def _usable(names: list[str]) -> bool:
     import keyword
     return (len(set(names)) == len(names)
-            and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names))
+            and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" and n not in _fx_globals()
+                    for n in names))
 
 
 def placeholder_leaves(in_spec: Any) -> list[Any]:
