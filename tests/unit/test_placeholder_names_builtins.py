@@ -101,3 +101,22 @@ def test_cond_branch_inputs_take_a_builtin_named_operand():
     assert [n.name for n in branch.graph.nodes if n.op == "placeholder"] == ["input"]
     torch.testing.assert_close(ep.module()(x), M()(x))
     torch.testing.assert_close(ep.module()(-x.abs()), M()(-x.abs()))
+
+
+def test_an_input_named_like_a_builtin_the_graph_calls_is_suffixed_and_module_runs():
+    import builtins
+
+    class M(nn.Module):
+        def forward(self, x, round):
+            k = builtins.round(x.shape[0] / 3)  # recorded as a call of the builtin round
+            return x * k + round
+
+    args = (torch.randn(5), torch.randn(5))
+    dims = ({0: graphcap.Dim("n")}, {0: graphcap.Dim("n")})
+    ep = graphcap.export(M(), args, dynamic_shapes=dims)
+    assert any(n.target is builtins.round for n in ep.graph.nodes)
+    assert _user_input_names(ep) == ["x", "round_1"]
+    for n in (5, 7):
+        a = (torch.randn(n), torch.randn(n))
+        torch.testing.assert_close(ep.module()(*a), M()(*a))
+        torch.testing.assert_close(ep.graph_module(*a)[0], M()(*a))
