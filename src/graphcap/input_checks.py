@@ -25,6 +25,7 @@ from .input_guards import placeholder_leaves
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
+from .trace.naming import builtins_called_by_name
 
 _STATIC_FIX = ("The program was exported with this dimension static. To accept other sizes, export "
                "with dynamic_shapes marking it dynamic (e.g. {0: Dim('batch')}).")
@@ -79,7 +80,8 @@ class InputChecker:
         dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
         paths = [input_path_str(p) for p, _ in pytree.tree_flatten_with_path(dummy)[0]]
         root = ep.module_call_graph[0].signature if ep.module_call_graph else None
-        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec)
+        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
+                                              avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):

@@ -29,6 +29,7 @@ import torch
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from ..errors import ConstraintViolationError
+from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from . import hints as dyn_hints
 from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
                           where_text)
@@ -144,6 +145,8 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
     reported: set[Any] = set()
     for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
+        if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
+            continue  # copy_'s own self-overlap check: no requirement of the program (see there)
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):

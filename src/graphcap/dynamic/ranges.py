@@ -8,6 +8,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
+from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs
 
@@ -77,6 +78,8 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}
     seen = set()
     for guard in env.guards:
+        if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
+            continue  # copy_'s own self-overlap check (see there)
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if len(syms) < 2 or not syms <= set(by_sym) or any(by_sym[s].hint is None for s in syms):

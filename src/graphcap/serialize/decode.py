@@ -27,6 +27,7 @@ from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                          ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
                          SymIntArgument, TensorArgument)
+from ..trace.naming import builtin_name_allowed, set_node_name
 from .encode import python_targets
 from .exprs import str_to_expr
 from .pytree_specs import _registered_types, json_to_spec
@@ -327,6 +328,9 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
+            if node.name != name and op == "placeholder" and name not in env and builtin_name_allowed(name):
+                set_node_name(node, name)  # an input named like a builtin (``input``) keeps it
+                node.target = name
             if node.name != name:
                 raise bad(f"Node name {name} clashes with a name torch.fx reserves.")
             env[name] = node
