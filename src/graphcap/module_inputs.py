@@ -26,8 +26,7 @@ import json
 from typing import Any, Optional
 
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 from .errors import UnsupportedError
 
@@ -253,7 +252,7 @@ if ModuleInput not in pytree.SUPPORTED_NODES:
     pytree.register_pytree_node(ModuleInput, _flatten, _unflatten, flatten_with_keys_fn=_flatten_with_keys,
                                 serialized_type_name="graphcap.ModuleInput",
                                 to_dumpable_context=_to_dumpable, from_dumpable_context=_from_dumpable)
-    fx_pytree.register_pytree_flatten_spec(ModuleInput, _flatten_spec)
+    pytree.register_pytree_flatten_spec(ModuleInput, _flatten_spec)
 
 
 # ---------------------------------------------------------------------------

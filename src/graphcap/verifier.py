@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 from .errors import VerificationError
 from .signature import ConstantArgument, InputKind, OutputKind

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 from torch.fx.experimental import proxy_tensor
 
 from ..errors import ExportInputError

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from .. import module_inputs, pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error

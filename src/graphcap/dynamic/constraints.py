@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
 from . import hints as dyn_hints

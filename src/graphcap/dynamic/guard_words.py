@@ -9,8 +9,8 @@ import traceback
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges, bound_sympy
 
 from .symbols import RootSymbol
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRangeError, ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy
 
 from ..errors import DynamicSpecError
 from .dims import DimHint

@@ -5,8 +5,8 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges, bound_sympy
 
 from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs

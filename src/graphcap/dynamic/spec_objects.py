@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import DynamicSpecError
 

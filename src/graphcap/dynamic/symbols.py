@@ -23,8 +23,8 @@ import torch
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Union
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ..errors import ExportInputError

@@ -20,8 +20,8 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, ValueRangesSLoc
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
+from ..torch_private.symbolic import int_oo
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,

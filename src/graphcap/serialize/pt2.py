@@ -13,7 +13,7 @@ import re
 from typing import Any, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram

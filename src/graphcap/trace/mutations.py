@@ -18,7 +18,8 @@ from typing import Sequence
 
 import torch
 import torch.fx
-import torch.utils._pytree
+
+from ..torch_private import pytree
 
 aten = torch.ops.aten
 
@@ -90,7 +91,7 @@ def _subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Graph, list[o
                 last = i
     if not subgraphs:
         return []
-    operands = torch.utils._pytree.tree_leaves(node.args[last + 1:])
+    operands = pytree.tree_leaves(node.args[last + 1:])
     return [(g, operands) for g in subgraphs]
 
 

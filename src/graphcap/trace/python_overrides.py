@@ -33,7 +33,7 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 from torch.overrides import TorchFunctionMode
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
