@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import torch
 from .torch_private import pytree
+from .torch_private.modules import BUFFER_REGISTRY, MODULE_REGISTRY, PARAMETER_REGISTRY
 
 from .errors import UnsupportedError
 
@@ -200,10 +201,10 @@ def _copy_with(module: torch.nn.Module, swap: dict[int, Any], memo: dict[int, to
     new = copy.copy(module)
     memo[id(module)] = new
     state = dict(module.__dict__)
-    for field in ("_parameters", "_buffers"):
+    for field in (PARAMETER_REGISTRY, BUFFER_REGISTRY):
         state[field] = {k: swap.get(id(v), v) for k, v in module.__dict__[field].items()}
-    state["_modules"] = {k: (_copy_with(c, swap, memo) if c is not None else None)
-                         for k, c in module.__dict__["_modules"].items()}
+    state[MODULE_REGISTRY] = {k: (_copy_with(c, swap, memo) if c is not None else None)
+                         for k, c in module.__dict__[MODULE_REGISTRY].items()}
     for attr, value in module.__dict__.items():
         if isinstance(value, torch.Tensor) and id(value) in swap:
             state[attr] = swap[id(value)]

@@ -259,7 +259,8 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
     top-level pass never sees the value defined and the user's ``torch._check`` on it
     would vanish from the program."""
     from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-    from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
+    from ..torch_private.higher_order import region_wrappers
+    wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in (wrap_with_set_grad_enabled, wrap_with_autocast):
             continue

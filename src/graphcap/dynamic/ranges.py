@@ -71,7 +71,7 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     that equals a non-linear expression of other Dims, which is kept.)
     """
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
-    from torch.utils._traceback import CapturedTraceback
+    from ..torch_private.shapes import CapturedTraceback
     env = mode.shape_env
     by_sym = inputs.by_symbol()
     ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}

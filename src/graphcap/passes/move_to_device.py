@@ -15,7 +15,7 @@ from typing import Any, Mapping, Union
 import torch
 import torch.fx
 from ..torch_private import pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from ..torch_private.fake import FakeTensor
 
 from ..errors import ExportInputError
 from ..program import ExportedProgram

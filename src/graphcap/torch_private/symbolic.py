@@ -25,9 +25,19 @@ RELIES_ON = {
     "torch.utils._sympy.functions.FloorDiv": None,
     "torch.utils._sympy.functions.PythonMod": None,
     "torch.utils._sympy.printers.PythonPrinter": None,
+    "sympy.Symbol#_assumptions_orig": None,
 }
 
-__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source"]
+
+
+def _sample_symbol():
+    import sympy
+    return sympy.Symbol("s", integer=True)
+
+
+SAMPLES = {"sympy.Symbol": _sample_symbol}
+
+__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source", "symbol_assumptions"]
 
 
 def python_source(expr) -> str:
@@ -37,3 +47,12 @@ def python_source(expr) -> str:
     """
     from torch.utils._sympy.printers import PythonPrinter
     return PythonPrinter().doprint(expr)
+
+
+def symbol_assumptions(symbol) -> dict | None:
+    """The assumptions a sympy Symbol was created with (``integer=True``, ``positive=True``...), or None.
+
+    Not torch's: relies on sympy's field ``Symbol._assumptions_orig`` (sympy has no
+    public accessor for the creation-time assumptions; ``assumptions0`` adds derived ones).
+    """
+    return getattr(symbol, "_assumptions_orig", None)

@@ -28,6 +28,7 @@ from typing import Sequence
 import torch.fx
 
 from ..pytree import sanitize_name
+from ..torch_private.fx import rename_in_namespace
 
 _SUFFIXED = re.compile(r"(.*)_(\d+)$")
 # Names generated code cannot bind: fx gives them a suffix (``input`` → ``input_1``), and so
@@ -102,4 +103,4 @@ def set_node_name(node: torch.fx.Node, name: str) -> None:
     if node.name == name:
         return
     node.name = name
-    node.graph._graph_namespace._rename_object(node, name)
+    rename_in_namespace(node, name)
