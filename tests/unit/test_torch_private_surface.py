@@ -83,6 +83,11 @@ def _sample_fake_mode():
     return FakeTensorMode()
 
 
+def _sample_additional_inputs():
+    from torch.export.dynamic_shapes import AdditionalInputs
+    return AdditionalInputs()
+
+
 # Cheap instances for "Class#field" entries, by the class's dotted path.
 SAMPLES = {
     "torch.fx.Graph": _sample_graph,
@@ -96,6 +101,7 @@ SAMPLES = {
     "torch._ops.OpOverloadPacket": lambda: torch.ops.aten.add,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env,
     "torch._subclasses.fake_tensor.FakeTensorMode": _sample_fake_mode,
+    "torch.export.dynamic_shapes.AdditionalInputs": _sample_additional_inputs,
 }
 
 
