@@ -49,17 +49,29 @@ def _resolve(dotted: str):
 
 
 def _users(module, path: str) -> str:
-    """The adapter functions of ``module`` whose source mentions the entry's last name."""
-    name = path.replace("#", ".").rsplit(".", 1)[-1]
+    """The adapter functions (or re-exports) of ``module`` whose source mentions the entry's name.
+
+    The last dotted name is looked for first, then the one before it if it is a class.
+    """
     source = Path(module.__file__).read_text()
-    users = []
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef, ast.Assign)):
-            if name in (ast.get_source_segment(source, node) or "") and not _is_relies_on(node):
-                label = getattr(node, "name", None) or ", ".join(
-                    t.id for t in getattr(node, "targets", ()) if isinstance(t, ast.Name))
-                users.append(label)
-    return ", ".join(users) or "(module level)"
+    parts = path.replace("#", ".").split(".")
+    names = [parts[-1]] + ([parts[-2]] if len(parts) > 1 and parts[-2][:1].isupper() else [])
+    for name in names:
+        users = []
+        for node in ast.parse(source).body:
+            segment = ast.get_source_segment(source, node) or ""
+            if name not in segment or _is_relies_on(node):
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                users.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = getattr(node, "targets", None) or [node.target]
+                users.extend(f"{t.id} (re-export)" for t in targets if isinstance(t, ast.Name) and t.id != "__all__")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                users.extend(f"{a.asname or a.name} (re-export)" for a in node.names if name in (a.name, a.asname))
+        if users:
+            return ", ".join(users)
+    return "(not named in the module: a field or convention its functions rely on)"
 
 
 def _is_relies_on(node) -> bool:
