@@ -33,6 +33,10 @@ RELIES_ON = {
     "torch.fx.Interpreter._set_current_node": ("self", "node"),
     "torch.fx.passes.shape_prop._extract_tensor_metadata": ("result",),
     "torch._functorch.predispatch": None,
+    "torch._functorch.predispatch._add_batch_dim": (),
+    "torch._functorch.predispatch._vmap_increment_nesting": (),
+    "torch.amp.autocast_mode._enter_autocast": (),
+    "torch.amp.autocast_mode._exit_autocast": (),
 }
 
 __all__ = ["set_pytree_codegen", "rename_in_namespace", "stack_trace_anchors", "register_stack_trace_anchor",
