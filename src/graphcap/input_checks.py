@@ -15,10 +15,9 @@ from typing import Any
 
 import sympy
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import bound_sympy
+from .torch_private import pytree
+from .torch_private.symbolic import int_oo
+from .torch_private.symbolic import bound_sympy
 
 from . import input_guards as guards, module_inputs
 from .input_guards import placeholder_leaves
@@ -127,7 +126,7 @@ class InputChecker:
     def flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
-        return fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
+        return pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple, kwargs: dict) -> list[Any]:

@@ -13,7 +13,7 @@ import math
 from typing import Any, Optional, Sequence
 
 import sympy
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 
 def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: frozenset = frozenset()) -> list[str]:
@@ -115,8 +115,8 @@ def expr_condition(expr: Any, sources: dict) -> str:
 
 
 def _py(expr: Any) -> str:
-    from torch.utils._sympy.printers import PythonPrinter
-    return PythonPrinter().doprint(expr)
+    from .torch_private.symbolic import python_source
+    return python_source(expr)
 
 
 def with_guard(what: str, condition: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
@@ -262,7 +262,8 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
     top-level pass never sees the value defined and the user's ``torch._check`` on it
     would vanish from the program."""
     from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-    from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
+    from ..torch_private.higher_order import region_wrappers
+    wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in (wrap_with_set_grad_enabled, wrap_with_autocast):
             continue

@@ -34,6 +34,7 @@ from typing import Sequence
 import torch.fx
 
 from ..pytree import sanitize_name
+from ..torch_private.fx import rename_in_namespace
 
 _SUFFIXED = re.compile(r"(.*)_(\d+)$")
 # Names an operator node never takes: fx names nodes clear of keywords and builtins, and
@@ -144,4 +145,4 @@ def set_node_name(node: torch.fx.Node, name: str) -> None:
     if node.name == name:
         return
     node.name = name
-    node.graph._graph_namespace._rename_object(node, name)
+    rename_in_namespace(node, name)
