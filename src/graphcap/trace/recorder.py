@@ -27,8 +27,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import uninteresting_files
 from torch.nn.utils.stateless import _reparametrize_module
 
-from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
-                      describe_frame, user_frame)
+from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
+                      describe_frame, raised_internally, user_frame)
 from .. import module_inputs
 from ..pytree import auto_register
 from . import hops, module_paths, python_overrides, subclass_access
@@ -303,6 +303,15 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
             where=where,
             fix="Register the tensor as a buffer (module.register_buffer) or pass it as an input.")
     full_text = str(e).strip() or name
+    if raised_internally(e):
+        return InternalError.like(
+            e, f"graphcap failed while tracing {program_name}: {name}: "
+               f"{full_text if len(full_text) < 4000 else text}. This is an error inside graphcap "
+               f"(or the torch machinery it drives), not in {program_name}.",
+            where=where,
+            fix="Please report it with the traceback (the original exception is chained below). "
+                "If other threads were exporting at the same time, check that each exported its "
+                "own model instance.")
     return TraceError.like(
         e, f"{program_name} raised {name} while graphcap ran it on fake tensors: "
            f"{full_text if len(full_text) < 4000 else text}",
