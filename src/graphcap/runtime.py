@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 
+from . import auto_flatten
 from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import InputKind, OutputKind
@@ -39,6 +40,35 @@ from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
 _MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+
+
+class _OwnTreeCodeGen(_PyTreeCodeGen):
+    """The pytree code generator, taking inputs apart and building outputs with graphcap's walks.
+
+    Used when the program's structure has a class graphcap flattened by its
+    attributes: such a class is a torch pytree node only while a trace runs
+    (``graphcap.auto_flatten``), so torch's own flatten/unflatten calls would not
+    know it. The generated code is the same but for the two function names.
+    """
+
+    _FLATTEN, _UNFLATTEN = "graphcap_flatten_by_spec", "graphcap_unflatten"
+
+    def process_outputs(self, out: Any) -> Any:
+        if self.pytree_info is None or self.pytree_info.out_spec is None:
+            return out
+        return auto_flatten.unflatten(out if isinstance(out, (list, tuple)) else [out], self.pytree_info.out_spec)
+
+    def additional_globals(self) -> list[tuple[str, Any]]:
+        return [*super().additional_globals(), (self._FLATTEN, auto_flatten.flatten_by_spec),
+                (self._UNFLATTEN, auto_flatten.unflatten)]
+
+    def gen_var_bindings(self, fn_args, free_vars, expanded_def):
+        code = super().gen_var_bindings(fn_args, free_vars, expanded_def)
+        return code.replace("fx_pytree.tree_flatten_spec(", f"{self._FLATTEN}(")
+
+    def generate_output(self, output_args, *args, **kwargs):
+        code = super().generate_output(output_args, *args, **kwargs)
+        return code.replace("pytree.tree_unflatten(", f"{self._UNFLATTEN}(")
 
 
 def _update_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -174,7 +204,8 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
 
     # Own arguments in, original structure out.
     in_spec, out_spec = ep.call_spec
-    graph._codegen = _PyTreeCodeGen(_PyTreeInfo(checker.arg_names, in_spec, out_spec))
+    codegen = _OwnTreeCodeGen if any(map(auto_flatten.mentions_known_class, (in_spec, out_spec))) else _PyTreeCodeGen
+    graph._codegen = codegen(_PyTreeInfo(checker.arg_names, in_spec, out_spec))
 
     root = torch.nn.Module()
     _install_state(root, ep)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
-from .. import module_inputs, pytree as gp_pytree
+from .. import auto_flatten, module_inputs, pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
@@ -122,11 +122,16 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
                       prefer_deferred_asserts: bool = False) -> ExportedProgram:
     """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
 
+    Classes graphcap flattens by their attributes are torch pytree nodes only
+    while the trace runs (``graphcap.auto_flatten``): the process keeps its
+    pytree registry as it was, whichever way the export ends.
+
     The check runs here, once the exporting frame and its fake inputs are gone.
     """
-    ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                   preserve_module_call_signature=preserve_module_call_signature,
-                                   prefer_deferred_asserts=prefer_deferred_asserts)
+    with auto_flatten.registered_while_tracing():  # classes flattened by attributes: torch's only meanwhile
+        ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                       preserve_module_call_signature=preserve_module_call_signature,
+                                       prefer_deferred_asserts=prefer_deferred_asserts)
     leaks.warn_if_leaked(probe)
     return ep
 

@@ -16,8 +16,8 @@ import sympy
 from torch.utils._sympy.numbers import int_oo
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from .. import auto_flatten
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
@@ -308,7 +308,7 @@ def _example_inputs(ep) -> tuple[Any, bytes]:
     from .tensors import pack
     if ep.example_inputs is None:
         return None, b""
-    leaves, spec = pytree.tree_flatten(ep.example_inputs)
+    leaves, spec = auto_flatten.flatten(ep.example_inputs)
     if spec != ep.call_spec[0]:
         return None, b""
     tensors: dict[str, torch.Tensor] = {}
