@@ -10,7 +10,8 @@ the torch names they use, for the surface test.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import contextlib
+from typing import Any, Callable, Iterator, Optional
 
 import torch.utils._pytree as _pytree
 
@@ -24,6 +25,7 @@ RELIES_ON = {
     "torch.utils._pytree._get_node_type": ("tree",),
     "torch.utils._pytree._NODE_REGISTRY_LOCK": None,
     "torch.fx._pytree.SUPPORTED_NODES": None,
+    "torch.fx.proxy._STACK_TRACE_ANCHORS": None,
 }
 
 
@@ -71,6 +73,27 @@ def flatten_spec_fn(typ: Any) -> Optional[Callable]:
     """
     import torch.fx._pytree as fx_pytree
     return fx_pytree.SUPPORTED_NODES.get(typ)
+
+
+@contextlib.contextmanager
+def stack_trace_anchor(fn: Any) -> Iterator[None]:
+    """Make ``fn``'s frames count as user frames in recorded stack traces, for the block only.
+
+    torch keeps the anchors in a process-wide set that its own tracers read too;
+    an anchor added here is taken out again (one the set already had stays).
+    Relies on ``torch.fx.proxy._STACK_TRACE_ANCHORS`` (a set of (filename, name)).
+    """
+    import torch.fx.proxy as fx_proxy
+    code = getattr(fn, "__code__", None)
+    key = (code.co_filename, code.co_name) if code is not None else None
+    added = key is not None and key not in fx_proxy._STACK_TRACE_ANCHORS
+    if added:
+        fx_proxy._STACK_TRACE_ANCHORS.add(key)
+    try:
+        yield
+    finally:
+        if added:
+            fx_proxy._STACK_TRACE_ANCHORS.discard(key)
 
 
 def registry_lock() -> Any:

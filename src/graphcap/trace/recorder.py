@@ -27,6 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import uninteresting_files
 from torch.nn.utils.stateless import _reparametrize_module
 
+from ..torch_private import process_state
 from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, raised_internally, user_frame)
 from .. import module_inputs
@@ -215,12 +216,9 @@ def record(
     if scope is not None:
         traced._orig_mod = scope  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
-    if hasattr(target, "__code__"):
-        torch.fx.proxy._register_stack_trace_anchor(target)
-
     try:
-        with fake_mode, _exporting_flags(), _backend_neutral(), _restore_grad_mode(), \
-                preserved_module_attributes(root), hops.capture_context(), python_overrides.installed(), \
+        with process_state.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
