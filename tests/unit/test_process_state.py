@@ -291,3 +291,32 @@ def test_compiled_function_is_not_recompiled_after_a_control_flow_export():
     f(x)
     assert counts["compiles"] == before
     torch._dynamo.reset()
+
+
+def test_module_of_a_program_with_flattened_classes_exports_again():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = graphcap.export(StructuredModel().eval(), _structured_inputs())
+        before = snapshot()
+        again = graphcap.export(ep.module(), _structured_inputs())
+    assert_unchanged(before, snapshot(), "export of module()")
+    args = _structured_inputs(2)
+    (p1, r1), (p2, r2) = ep.module()(*args), again.module()(*args)
+    torch.testing.assert_close(p1.logits, p2.logits)
+    assert isinstance(r2, Report) and r2.label == r1.label
+
+
+def test_a_module_input_program_saves_and_loads_without_registering_anything():
+    def scale_by(layer, x):
+        return layer(x) * 2
+
+    layer = torch.nn.Linear(3, 3)
+    before = snapshot()
+    ep = graphcap.export(scale_by, (layer, torch.ones(2, 3)))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    loaded = graphcap.load(buf)
+    other = torch.nn.Linear(3, 3)
+    torch.testing.assert_close(loaded.module()(other, torch.ones(2, 3)), other(torch.ones(2, 3)) * 2)
+    assert_unchanged(before, snapshot(), "export/save/load with a module input")

@@ -141,6 +141,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        prefer_deferred_asserts: bool) -> tuple[ExportedProgram, Any]:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
+    gp_pytree.auto_register((args, kwargs), "inputs")  # classes flattened by attributes, for this trace
     # a ShapesCollection / AdditionalInputs builds its spec from the inputs
     dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
