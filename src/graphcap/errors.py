@@ -240,8 +240,9 @@ def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
 
 _GRAPHCAP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # graphcap files whose frames stand for the user's own call: the builtins it
-# replaces while tracing re-raise what Python's own builtin would have raised
-_GRAPHCAP_TRANSPARENT = ("trace" + os.sep + "python_overrides.py",)
+# replaces while tracing and the attribute reads of tensor subclasses it records
+# re-raise what the user's own call raised
+_GRAPHCAP_TRANSPARENT = tuple("trace" + os.sep + name for name in ("python_overrides.py", "subclass_access.py"))
 # torch's tracing machinery (mode stacks, tracers, fake tensors, operator
 # dispatch, control-flow operators), as opposed to the operators' own input checks
 # (meta kernels, references, decompositions, nn.functional), which speak for the user

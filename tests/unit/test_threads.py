@@ -191,3 +191,11 @@ def test_users_own_errors_stay_the_users():
         graphcap.export(bad_view, (torch.ones(5),))
     assert not isinstance(info.value, graphcap.InternalError)
     assert "bad_view raised RuntimeError" in str(info.value)
+    # a builtin graphcap replaces while tracing re-raises the user's mistake as the user's
+
+    def empty_max(x):
+        return x * max([])
+
+    with pytest.raises(graphcap.TraceError) as info:
+        graphcap.export(empty_max, (torch.ones(2),))
+    assert not isinstance(info.value, graphcap.InternalError) and isinstance(info.value, ValueError)
