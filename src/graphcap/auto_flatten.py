@@ -163,12 +163,10 @@ def flatten_with_path(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None
             out.append((path, obj))
             return pytree.treespec_leaf()
         node = _node(typ)
-        if node.flatten_with_keys_fn is not None:
-            keyed, context = node.flatten_with_keys_fn(obj)
-        else:
-            children, context = node.flatten_fn(obj)
-            keyed = [(pytree.SequenceKey(i), c) for i, c in enumerate(children)]
-        return pytree.TreeSpec(typ, context, [walk(c, path + (k,)) for k, c in keyed])
+        children, context = node.flatten_fn(obj)  # the spec's context is flatten's, as torch's
+        keys = [k for k, _ in node.flatten_with_keys_fn(obj)[0]] if node.flatten_with_keys_fn is not None \
+            else [pytree.SequenceKey(i) for i in range(len(children))]
+        return pytree.TreeSpec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
 
     spec = walk(tree, ())
     return out, spec
