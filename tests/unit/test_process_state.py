@@ -320,3 +320,20 @@ def test_a_module_input_program_saves_and_loads_without_registering_anything():
     other = torch.nn.Linear(3, 3)
     torch.testing.assert_close(loaded.module()(other, torch.ones(2, 3)), other(torch.ones(2, 3)) * 2)
     assert_unchanged(before, snapshot(), "export/save/load with a module input")
+
+
+def test_a_dataclass_registered_with_torch_checks_and_runs_through_graphcaps_walks():
+    @dataclasses.dataclass
+    class Pair:
+        flag: bool
+        count: int
+        t: torch.Tensor
+
+    torch.export.register_dataclass(Pair)  # torch's own registration (its context is [names, none names])
+    try:
+        ep = graphcap.export(lambda p: p.t * p.count, (Pair(True, 3, torch.ones(3)),))
+        torch.testing.assert_close(ep.module()(Pair(True, 3, torch.full((3,), 2.0))), torch.full((3,), 6.0))
+        with pytest.raises(graphcap.RuntimeInputError):
+            ep.module()((torch.ones(3),))
+    finally:
+        process_state.deregister_python_node(Pair)
