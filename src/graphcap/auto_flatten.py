@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
-import torch.utils._pytree as pytree
-
 from .torch_private import process_state
 
 
@@ -58,7 +56,7 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
 
     def flatten_with_keys(obj):
         keys, static = split(obj)
-        return [(pytree.GetAttrKey(k), getattr(obj, k)) for k in keys], (keys, static)
+        return [(process_state.attr_key(k), getattr(obj, k)) for k in keys], (keys, static)
 
     def unflatten(values, context):
         keys, static = context
@@ -153,42 +151,42 @@ def _node_type(obj: Any) -> Optional[Any]:
 
 
 def flatten_with_path(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None
-                      ) -> tuple[list[tuple[tuple, Any]], pytree.TreeSpec]:
-    """``torch.utils._pytree.tree_flatten_with_path`` that also knows graphcap's classes."""
+                      ) -> tuple[list[tuple[tuple, Any]], Any]:
+    """torch's pytree ``tree_flatten_with_path`` that also knows graphcap's classes."""
     out: list[tuple[tuple, Any]] = []
 
-    def walk(obj: Any, path: tuple) -> pytree.TreeSpec:
+    def walk(obj: Any, path: tuple) -> Any:
         typ = None if is_leaf is not None and is_leaf(obj) else _node_type(obj)
         if typ is None:
             out.append((path, obj))
-            return pytree.treespec_leaf()
+            return process_state.leaf_spec()
         node = _node(typ)
         children, context = node.flatten_fn(obj)  # the spec's context is flatten's, as torch's
         keys = [k for k, _ in node.flatten_with_keys_fn(obj)[0]] if node.flatten_with_keys_fn is not None \
-            else [pytree.SequenceKey(i) for i in range(len(children))]
-        return pytree.TreeSpec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
+            else [process_state.sequence_key(i) for i in range(len(children))]
+        return process_state.tree_spec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
 
     spec = walk(tree, ())
     return out, spec
 
 
-def flatten(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None) -> tuple[list[Any], pytree.TreeSpec]:
+def flatten(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None) -> tuple[list[Any], Any]:
     pairs, spec = flatten_with_path(tree, is_leaf)
     return [v for _, v in pairs], spec
 
 
-def structure(tree: Any) -> pytree.TreeSpec:
+def structure(tree: Any) -> Any:
     return flatten_with_path(tree)[1]
 
 
-def unflatten(leaves: Any, spec: pytree.TreeSpec) -> Any:
-    """``torch.utils._pytree.tree_unflatten`` that also rebuilds graphcap's classes."""
+def unflatten(leaves: Any, spec: Any) -> Any:
+    """torch's pytree ``tree_unflatten`` that also rebuilds graphcap's classes."""
     leaves = list(leaves)
     if len(leaves) != spec.num_leaves:
         raise ValueError(f"unflatten: {len(leaves)} leaves for a structure of {spec.num_leaves} ({spec}).")
     position = iter(leaves)
 
-    def build(s: pytree.TreeSpec) -> Any:
+    def build(s: Any) -> Any:
         if s.is_leaf():
             return next(position)
         children = [build(c) for c in s.children()]
@@ -197,7 +195,7 @@ def unflatten(leaves: Any, spec: pytree.TreeSpec) -> Any:
     return build(spec)
 
 
-def flatten_by_spec(tree: Any, spec: pytree.TreeSpec) -> list[Any]:
+def flatten_by_spec(tree: Any, spec: Any) -> list[Any]:
     """The leaves of ``tree`` in the order of ``spec`` (a dict's keys by the spec's order).
 
     What ``module()`` runs on its arguments, whose structure the input checks
@@ -208,7 +206,7 @@ def flatten_by_spec(tree: Any, spec: pytree.TreeSpec) -> list[Any]:
     typ = spec.type
     if typ is dict and isinstance(tree, dict):
         children = [tree[k] for k in spec.context]
-    elif typ in (list, tuple, pytree.namedtuple):
+    elif typ in (list, tuple, process_state.namedtuple_node_type()):
         children = [tree[i] for i in range(spec.num_children)]
     elif typ in _KNOWN and (process_state.registered_node(typ) is None or _is_ours(typ)):
         children = _KNOWN[typ].flatten_by_spec_fn(tree, spec)
@@ -222,7 +220,7 @@ def flatten_by_spec(tree: Any, spec: pytree.TreeSpec) -> list[Any]:
     return leaves
 
 
-def mentions_known_class(spec: Optional[pytree.TreeSpec]) -> bool:
+def mentions_known_class(spec: Optional[Any]) -> bool:
     """Whether ``spec`` has a node of a class graphcap flattens by attributes."""
     if spec is None or spec.is_leaf():
         return False

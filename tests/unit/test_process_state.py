@@ -337,3 +337,16 @@ def test_a_dataclass_registered_with_torch_checks_and_runs_through_graphcaps_wal
             ep.module()((torch.ones(3),))
     finally:
         process_state.deregister_python_node(Pair)
+
+
+def test_every_torch_name_process_state_relies_on_exists():
+    import importlib
+    import inspect
+
+    for dotted, leading in process_state.RELIES_ON.items():
+        module_name, _, attr = dotted.rpartition(".")
+        target = getattr(importlib.import_module(module_name), attr, None)
+        assert target is not None, f"torch no longer has {dotted} (graphcap.torch_private.process_state)"
+        if leading:
+            params = list(inspect.signature(target).parameters)[:len(leading)]
+            assert tuple(params) == tuple(leading), f"{dotted} now takes {params}, expected {leading}"

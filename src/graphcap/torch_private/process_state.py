@@ -26,6 +26,11 @@ RELIES_ON = {
     "torch.utils._pytree._NODE_REGISTRY_LOCK": None,
     "torch.fx._pytree.SUPPORTED_NODES": None,
     "torch.fx.proxy._STACK_TRACE_ANCHORS": None,
+    "torch.utils._pytree.TreeSpec": None,
+    "torch.utils._pytree.treespec_leaf": (),
+    "torch.utils._pytree.GetAttrKey": None,
+    "torch.utils._pytree.SequenceKey": None,
+    "torch.utils._pytree.namedtuple": None,
 }
 
 
@@ -43,6 +48,31 @@ def node_type_of(obj: Any) -> Any:
     Relies on ``torch.utils._pytree._get_node_type``.
     """
     return _pytree._get_node_type(obj)
+
+
+def tree_spec(typ: Any, context: Any, children: list) -> Any:
+    """A pytree spec node. Relies on ``torch.utils._pytree.TreeSpec(type, context, children)``."""
+    return _pytree.TreeSpec(typ, context, children)
+
+
+def leaf_spec() -> Any:
+    """The spec of one leaf. Relies on ``torch.utils._pytree.treespec_leaf``."""
+    return _pytree.treespec_leaf()
+
+
+def attr_key(name: str) -> Any:
+    """The path entry of an attribute. Relies on ``torch.utils._pytree.GetAttrKey``."""
+    return _pytree.GetAttrKey(name)
+
+
+def sequence_key(index: int) -> Any:
+    """The path entry of a position. Relies on ``torch.utils._pytree.SequenceKey``."""
+    return _pytree.SequenceKey(index)
+
+
+def namedtuple_node_type() -> Any:
+    """The registry key every namedtuple flattens by. Relies on ``torch.utils._pytree.namedtuple``."""
+    return _pytree.namedtuple
 
 
 def register_python_node(cls: type, flatten: Callable, unflatten: Callable, flatten_with_keys: Callable,
