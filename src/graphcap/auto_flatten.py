@@ -33,6 +33,7 @@ class AutoNode(NamedTuple):
 
 
 _KNOWN: dict[type, AutoNode] = {}  # graphcap's own node classes, and every class it flattened by attributes
+_OWN: set[type] = set()  # of those, graphcap's own node classes
 _SCOPES: list[list[type]] = []  # one list per running trace: the classes it registered with torch
 
 
@@ -77,6 +78,7 @@ def add_own_node(cls: type, node: AutoNode) -> None:
     """A pytree node class of graphcap's own (``module_inputs.ModuleInput``): in the table, so
     that traces register it and the walks, save and load know it, never torch's registry otherwise."""
     _KNOWN[cls] = node
+    _OWN.add(cls)
 
 
 def is_auto_flattened(cls: Any) -> bool:
@@ -84,7 +86,13 @@ def is_auto_flattened(cls: Any) -> bool:
 
 
 def known_classes() -> dict[type, AutoNode]:
+    """Every class of the table: graphcap's own node classes and the classes flattened by attributes."""
     return dict(_KNOWN)
+
+
+def attribute_flattened_classes() -> list[type]:
+    """The user classes graphcap flattened by their attributes in this process."""
+    return [cls for cls in _KNOWN if cls not in _OWN]
 
 
 def registered_as_own(cls: type) -> bool:

@@ -34,7 +34,6 @@ _PLAIN_LEAF_TYPES = (torch.Tensor, int, float, bool, complex, str, bytes, type(N
                      torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-
 def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -155,7 +154,7 @@ def auto_register(tree: Any, where: str) -> list[str]:
 
 def auto_registered_classes() -> dict[type, str]:
     """Classes graphcap flattened by their attributes in this process, with their qualified names."""
-    return {cls: qualified_name(cls) for cls in auto_flatten.known_classes()}
+    return {cls: qualified_name(cls) for cls in auto_flatten.attribute_flattened_classes()}
 
 
 # --------------------------------------------------------------------------
