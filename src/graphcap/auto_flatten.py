@@ -121,6 +121,27 @@ def register_for_trace(cls: type) -> None:
     _SCOPES[-1].append(cls)
 
 
+def register_for_torch(spec: Optional[Any]) -> None:
+    """Register with torch, for good, the table's classes that ``spec`` names.
+
+    For a program handed to torch (``graphcap.to_torch``): torch's own
+    ``module()`` flattens and rebuilds through torch's registry only. This is
+    the one place graphcap registers a class beyond a trace, and only because
+    the user asked for a torch program.
+    """
+    if spec is None or spec.is_leaf():
+        return
+    if spec.type in _KNOWN:
+        with process_state.registry_lock():
+            if process_state.registered_node(spec.type) is None:
+                node = _KNOWN[spec.type]
+                process_state.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
+                                                   node.flatten_with_keys_fn, node.serialized_type_name,
+                                                   node.to_dumpable, node.from_dumpable)
+    for child in spec.children():
+        register_for_torch(child)
+
+
 @contextlib.contextmanager
 def registered_while_tracing() -> Iterator[None]:
     """The scope of one trace: classes registered in it are removed when it ends, however it ends.
