@@ -105,7 +105,7 @@ class _LikeOriginal(GraphcapError):
     @classmethod
     def like(cls, original: BaseException, what: str, *, where: Optional[str] = None,
              fix: Optional[str] = None) -> "GraphcapError":
-        """A TraceError that is also an instance of ``original``'s type.
+        """An error of this class that is also an instance of ``original``'s type.
 
         torch.export lets the exception a traced program raises reach the
         caller as it is, so callers catch it by its own type (``RuntimeError``,
