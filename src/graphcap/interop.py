@@ -21,6 +21,7 @@ import torch.export.graph_signature as tsig
 from . import auto_flatten, signature as gsig
 from .errors import SerializationError
 from .program import ExportedProgram
+from .trace.naming import copy_placeholder_names
 
 _ARG_TO_TORCH = {
     gsig.TensorArgument: tsig.TensorArgument, gsig.SymIntArgument: tsig.SymIntArgument,
@@ -77,6 +78,7 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
         output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target)
                       for s in ep.graph_signature.output_specs])
     gm = copy.deepcopy(ep.graph_module)
+    copy_placeholder_names(gm, ep.graph_module)
     for entry in ep.module_call_graph:  # torch's module() knows only classes in torch's registry
         if entry.signature is not None:
             auto_flatten.register_for_torch(entry.signature.in_spec)

@@ -146,3 +146,21 @@ def set_node_name(node: torch.fx.Node, name: str) -> None:
         return
     node.name = name
     rename_in_namespace(node, name)
+
+
+def copy_placeholder_names(copy: torch.fx.GraphModule, original: torch.fx.GraphModule) -> None:
+    """Give ``copy``'s placeholders the names of ``original``'s after a deepcopy.
+
+    fx's copy re-creates every name through its namespace, which suffixes one
+    named like a builtin (``input`` becomes ``input_1``), while the signature and
+    module call graph still say ``input``.
+    """
+    pairs = zip(original.graph.find_nodes(op="placeholder"), copy.graph.find_nodes(op="placeholder"))
+    renamed = False
+    for old, new in pairs:
+        if new.name != old.name:
+            set_node_name(new, old.name)
+            new.target = old.target
+            renamed = True
+    if renamed:
+        copy.recompile()
