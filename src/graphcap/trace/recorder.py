@@ -220,7 +220,7 @@ def record(
 
     try:
         with fake_mode, _exporting_flags(), _backend_neutral(), _restore_grad_mode(), \
-                preserved_module_attributes(root), hops.capture_context(), python_overrides.installed(), \
+                preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
