@@ -16,6 +16,34 @@ RELIES_ON = {
     "torch.fx.experimental.proxy_tensor._MakefxTracer#fx_tracer": None,
     "torch.fx.experimental.proxy_tensor.PythonKeyTracer#tensor_tracker": None,
     "torch.fx.experimental.proxy_tensor._ProxyTensor#proxy": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._maybe_evaluate_static": ("self", "expr"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement": ("self", "a", "tgt", "msg"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._update_var_to_range": ("self", "symbol", "vr", "vr_sloc"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._maybe_guard_rel": ("self", "expr"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#_version_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#_replacements_version_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._inner_evaluate_expr": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.constrain_symbol_range": None,
+    "torch.fx.experimental._config.backed_size_oblivious": None,
+    "torch.UntypedStorage#_cdata": None,
+    "torch._C._set_grad_enabled": (),
+    "torch.amp.autocast_mode._enter_autocast": ("device", "dtype", "enabled", "cache_enabled"),
+    "torch.amp.autocast_mode._exit_autocast": ("mode",),
+    "torch.fx.Graph#_graph_namespace": None,
+    "torch.fx.graph._Namespace#_used_names": None,
+    "torch.fx.Node._rename": ("self", "candidate"),
+    "torch.utils._sympy.numbers.int_oo": None,
+    "torch.utils._sympy.solve.try_solve": ("expr", "thing"),
+    "torch.utils._sympy.value_ranges.ValueRanges": None,
+}
+
+SAMPLES = {
+    "torch.UntypedStorage": lambda: __import__("torch").UntypedStorage(1),
+    "torch.fx.Graph": lambda: __import__("torch").fx.Graph(),
+    "torch.fx.graph._Namespace": lambda: __import__("torch").fx.Graph()._graph_namespace,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv": lambda: __import__(
+        "torch.fx.experimental.symbolic_shapes", fromlist=["ShapeEnv"]).ShapeEnv(),
 }
 
 
@@ -75,3 +103,122 @@ def recorded_node(tracker: Any, tensor: Any) -> Any:
         return None
     proxy = getattr(slot, "proxy", None)
     return getattr(proxy, "node", None)
+
+
+# -- ShapeEnv: what branch scoping (graphcap.trace.branch_scope) needs ------------------------
+
+def infinity() -> Any:
+    """The integer infinity ShapeEnv's ranges use as an open bound (``torch.utils._sympy.numbers.int_oo``)."""
+    from torch.utils._sympy.numbers import int_oo
+    return int_oo
+
+
+def value_range(lower: Any, upper: Any) -> Any:
+    """A ShapeEnv value range ``[lower, upper]`` (``torch.utils._sympy.value_ranges.ValueRanges``)."""
+    from torch.utils._sympy.value_ranges import ValueRanges
+    return ValueRanges(lower, upper)
+
+
+def solve_relation(relation: Any, symbol: Any) -> Any:
+    """``relation`` rewritten with ``symbol`` alone on the left, or None
+    (``torch.utils._sympy.solve.try_solve(expr, thing)``, which returns (relation, right side))."""
+    from torch.utils._sympy.solve import try_solve
+    return try_solve(relation, symbol)
+
+
+def evaluate_statically(env: Any, expr: Any) -> Any:
+    """What ``env`` knows ``expr`` to be from ranges and replacements alone (no guard added), or None.
+    Relies on ``ShapeEnv._maybe_evaluate_static(expr)``."""
+    return env._maybe_evaluate_static(expr)
+
+
+def replace_symbol(env: Any, symbol: Any, value: Any, reason: str) -> None:
+    """Make ``env`` treat ``symbol`` as ``value`` from now on.
+    Relies on ``ShapeEnv._set_replacement(a, tgt, msg)``."""
+    env._set_replacement(symbol, value, reason)
+
+
+def narrow_range(env: Any, symbol: Any, lower: Any, upper: Any, sloc: Any) -> None:
+    """Intersect ``symbol``'s range in ``env`` with ``[lower, upper]``, located at ``sloc``.
+    Relies on ``ShapeEnv._update_var_to_range(symbol, vr, vr_sloc)``."""
+    from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
+    env._update_var_to_range(symbol, value_range(lower, upper), ValueRangesSLoc(sloc, sloc))
+
+
+def refine_from_relation(env: Any, expr: Any) -> None:
+    """Let ``env`` narrow ranges / add replacements implied by the relation ``expr`` (as it does
+    for a guard it raises itself). Relies on ``ShapeEnv._maybe_guard_rel(expr)``; called past its
+    memo (``__wrapped__``), which would skip a relation seen before a branch scope took it back."""
+    method = type(env)._maybe_guard_rel
+    getattr(method, "__wrapped__", method)(env, expr)
+
+
+# ShapeEnv methods memoized with a plain functools.lru_cache keyed on their arguments: sound while
+# what a ShapeEnv knows only grows, stale once a branch scope narrows a range or takes knowledge back
+_ARGUMENT_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defer_runtime_assert",
+                      "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
+
+
+def forget_derived_knowledge(env: Any) -> None:
+    """Make ``env`` recompute what it derived from its ranges and replacements, after a branch
+    scope narrowed or restored them.
+
+    Relies on the ``_version_counter`` field (the version-keyed memos drop their entries when it
+    moves; torch's own ``_update_version_counter`` moves it only when the count of replacements or
+    divisibility facts changes, not for a narrowed range), the ``_replacements_version_counter`` field (SymNode expressions re-read replacements when it
+    moves) and, for the methods memoized on their arguments alone (``_ARGUMENT_MEMOIZED``), on
+    their ``cache_clear``: those memos are shared by every ShapeEnv of the process, so this
+    drops other ShapeEnvs' entries too (they recompute them: slower, never different)."""
+    env._version_counter += 1
+    env._replacements_version_counter += 1
+    for name in _ARGUMENT_MEMOIZED:
+        clear = getattr(getattr(type(env), name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
+def backed_sizes_by_example() -> Any:
+    """A context in which ShapeEnv reasons about backed sizes from their example values, not
+    size-obliviously (graphcap's trace turns size-oblivious reasoning on; in a branch the example
+    does not take, it would check what a range settles against an example outside that range).
+    Relies on the config flag ``torch.fx.experimental._config.backed_size_oblivious``."""
+    from torch.fx.experimental import _config
+    return _config.patch(backed_size_oblivious=False)
+
+
+# -- tensors and fx nodes -----------------------------------------------------------------------
+
+def same_storage(a: Any, b: Any) -> bool:
+    """Whether two tensors (fake ones included) share one storage.
+    Relies on ``UntypedStorage._cdata`` (the storage's identity)."""
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:  # a tensor without storage (sparse, nested, ...): not an alias we can tell
+        return False
+
+
+def grad_mode_switch() -> Callable:
+    """The function the pre-dispatch recorder writes for a grad-mode switch
+    (``torch._C._set_grad_enabled``)."""
+    import torch
+    return torch._C._set_grad_enabled
+
+
+def autocast_markers() -> tuple[Callable, Callable]:
+    """The functions the pre-dispatch recorder writes at the start and end of an autocast block
+    (``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``)."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+    return _enter_autocast, _exit_autocast
+
+
+def rename_node(node: Any, name: str) -> None:
+    """Rename an fx node (to ``name`` if free in its graph, else a numbered variant).
+    Relies on ``torch.fx.Node._rename(candidate)``."""
+    node._rename(name)
+
+
+def rename_node_reusing(graph: Any, node: Any, name: str) -> None:
+    """Rename ``node`` to ``name``, which an erased node of ``graph`` held (fx never frees
+    names by itself). Relies on ``Graph._graph_namespace._used_names`` and ``Node._rename``."""
+    graph._graph_namespace._used_names.discard(name)
+    node._rename(name)

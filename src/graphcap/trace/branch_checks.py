@@ -20,6 +20,8 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.utils._pytree as pytree
 
+from ..torch_private import control_flow as private
+
 
 class BranchRefused(Exception):
     """A branch did something a subgraph cannot hold (see the module docstring)."""
@@ -67,10 +69,7 @@ def no_module_writes(root: Optional[torch.nn.Module], operator: str, side: str) 
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
-    except Exception:  # a tensor without storage (sparse, nested, ...): not an alias we can tell
-        return False
+    return private.same_storage(a, b)
 
 
 def check_fresh_outputs(operator: str, side: str, operands: tuple, out: Any) -> None:

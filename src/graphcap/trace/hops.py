@@ -31,6 +31,7 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 
+from ..torch_private import control_flow as private
 from ..errors import GraphcapError, UnsupportedError, describe_frame, user_frame
 from .branch_checks import BranchRefused
 from .closures import closure_source, forget_recording
@@ -49,7 +50,7 @@ _EXTRA_OPERANDS_AT = {
 
 
 def _hop_name(node: torch.fx.Node) -> Optional[str]:
-    if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+    if node.op == "call_function" and private.is_higher_order_operator(node.target):
         return node.target.name()
     return None
 
@@ -163,7 +164,9 @@ def _hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
                         sub.graph.erase_node(c)
         for _, sub in pairs:
             used = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
-            for target in [t for t, v in vars(sub).items() if isinstance(v, torch.Tensor) and t not in used]:
+            held = [*(t for t, v in vars(sub).items() if isinstance(v, torch.Tensor)),
+                    *(t for t, _ in sub.named_buffers(recurse=False))]
+            for target in [t for t in held if t not in used]:
                 delattr(sub, target)
         args = list(node.args)
         args[at] = type(args[at])([*args[at], *new_operands])
@@ -382,10 +385,7 @@ def _run_fake(fn, operands) -> Any:
 
 
 def _same_storage(a: Any, b: Any) -> bool:
-    try:
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
-    except Exception:
-        return False
+    return private.same_storage(a, b)
 
 
 def _compare_branches(locals_: dict) -> Optional[tuple[str, str]]:
