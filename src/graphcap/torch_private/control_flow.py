@@ -38,12 +38,31 @@ RELIES_ON = {
     "torch.utils._sympy.value_ranges.ValueRanges": None,
 }
 
+
+def _sample_storage() -> Any:
+    import torch
+    return torch.UntypedStorage(1)
+
+
+def _sample_graph() -> Any:
+    import torch.fx
+    return torch.fx.Graph()
+
+
+def _sample_namespace() -> Any:
+    return _sample_graph()._graph_namespace
+
+
+def _sample_shape_env() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return ShapeEnv()
+
+
 SAMPLES = {
-    "torch.UntypedStorage": lambda: __import__("torch").UntypedStorage(1),
-    "torch.fx.Graph": lambda: __import__("torch").fx.Graph(),
-    "torch.fx.graph._Namespace": lambda: __import__("torch").fx.Graph()._graph_namespace,
-    "torch.fx.experimental.symbolic_shapes.ShapeEnv": lambda: __import__(
-        "torch.fx.experimental.symbolic_shapes", fromlist=["ShapeEnv"]).ShapeEnv(),
+    "torch.UntypedStorage": _sample_storage,
+    "torch.fx.Graph": _sample_graph,
+    "torch.fx.graph._Namespace": _sample_namespace,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env,
 }
 
 

@@ -38,6 +38,7 @@ recording and popped on every path: nothing of torch is changed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -176,8 +177,32 @@ def _with_closed_over_symbols(name: str, args: tuple) -> tuple[tuple, int]:
     return tuple(args), len(found)
 
 
+_DATA_DESCRIPTOR = inspect.getattr_static(torch.Tensor, "data")
+
+
+def _is_data_assignment(func: Any) -> bool:
+    return getattr(func, "__name__", None) == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR
+
+
+def _refuse_data_assignment(args: tuple) -> None:
+    """``t.data = value`` swaps a tensor's contents where no recorder sees it: the program would
+    keep computing with the old value. (While graphcap's dispatch mode is active, reading
+    ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
+    from ..errors import UnsupportedError, describe_frame
+    import traceback
+    frame = next((f for f in reversed(traceback.extract_stack()[:-1])
+                  if "/torch/" not in f.filename and "/graphcap/" not in f.filename), None)
+    raise UnsupportedError(
+        "forward assigns a tensor's `.data`; the exported program cannot replay that (it would keep "
+        "computing with the old value).",
+        where=describe_frame(frame),
+        fix="Update the tensor in place instead, e.g. `with torch.no_grad(): self.p.copy_(new_value)` "
+            "(a buffer update becomes an output of the program), or register the new value as a buffer.")
+
+
 class _ControlFlowCalls(TorchFunctionMode):
-    """Calls a control-flow operator with graphcap's branches instead of the user's callables."""
+    """Calls a control-flow operator with graphcap's branches instead of the user's callables
+    (and refuses ``t.data = value``, which no recorder sees)."""
 
     def __init__(self, root: Optional[torch.nn.Module] = None):
         super().__init__()
@@ -187,6 +212,8 @@ class _ControlFlowCalls(TorchFunctionMode):
         kwargs = kwargs or {}
         name = _operator_name(func)
         if name is None:
+            if _is_data_assignment(func):
+                _refuse_data_assignment(args)
             return func(*args, **kwargs)
         closures.remember_recording()
         args, extra = _with_closed_over_symbols(name, tuple(args))

@@ -1,21 +1,24 @@
 """Control-flow operators (``cond``, ``map``, ``while_loop``, ``scan``) in a recording.
 
-``make_fx(pre_dispatch=True)`` already records a call to a control-flow
-operator as one node whose branches and bodies are ``get_attr`` submodules
-(``true_graph_0``, ``body_graph_0``, ...), tracing each with the same fake
-mode and ``ShapeEnv``. What it leaves for the exporter is done here:
+graphcap captures each call of a control-flow operator itself
+(:mod:`.hop_capture`): the operator is called with graphcap's branch
+callables, and ``make_fx(pre_dispatch=True)`` records it as one node whose
+branches and bodies are ``get_attr`` submodules (``true_graph_0``,
+``body_graph_0``, ...), traced with the same fake mode and ``ShapeEnv``.
+What is left for the exporter is done here:
 
-* tensor constants a branch makes (``torch.tensor([1., 2.])`` inside a body)
-  are ``get_attr`` nodes of the subgraph; they are hoisted to the enclosing
-  graph and passed in as extra operands, so lifting turns them into
-  ``c_...`` inputs like any other constant (:func:`hoist_constants`);
-* node metadata is made to read as the user's program: subgraph nodes keep
-  the user's source lines, not lines of code torch generated for the branch
-  (:func:`capture_context`, :func:`clean_metadata`);
+* tensors a branch closes over, and tensor constants it makes
+  (``torch.tensor([1., 2.])`` inside a body), are constants of the subgraph;
+  they are hoisted to the enclosing graph and passed in as extra operands —
+  a closed-over value as the node that made it, a constant as a lifted
+  ``c_...`` input (:func:`hoist_constants`);
+* node metadata is made to read as the user's program
+  (:func:`clean_metadata`);
 * subgraph placeholders are anonymous (``arg0_1``); after lifting they are
   named after the operands passed in (:func:`name_subgraph_inputs`);
-* when a branch pair cannot be captured because the branches disagree, the
-  error says which output differs and how (:func:`explain_failure`).
+* when a branch pair cannot be captured, the error says which output differs
+  and how, or what the branch did that a subgraph cannot hold
+  (:func:`explain_failure`).
 """
 from __future__ import annotations
 
