@@ -18,7 +18,7 @@ import contextlib
 from typing import Any, Iterator, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..torch_private import control_flow as private
 
@@ -31,21 +31,27 @@ class BranchRefused(Exception):
         self.operator, self.what, self.fix = operator, what, fix
 
 
+def _attributes(module: torch.nn.Module) -> dict:
+    """Everything a branch could assign on ``module``: its plain attributes and its own
+    parameters, buffers and submodules (by name, through nn.Module's public accessors)."""
+    return {**vars(module),
+            **{("parameter", k): v for k, v in module.named_parameters(recurse=False)},
+            **{("buffer", k): v for k, v in module.named_buffers(recurse=False)},
+            **{("module", k): v for k, v in module.named_children()}}
+
+
 def _module_state(root: Optional[torch.nn.Module]) -> list[tuple[str, torch.nn.Module, dict]]:
     if root is None:
         return []
-    return [(name, m, {**vars(m), **{f"{reg}.{k}": v for reg in ("_parameters", "_buffers", "_modules")
-                                       for k, v in vars(m).get(reg, {}).items()}})
-            for name, m in root.named_modules(remove_duplicate=True)]
+    return [(name, m, _attributes(m)) for name, m in root.named_modules(remove_duplicate=True)]
 
 
 def _written(before: list[tuple[str, torch.nn.Module, dict]]) -> Optional[str]:
     for name, module, old in before:
-        new = {**vars(module), **{f"{reg}.{k}": v for reg in ("_parameters", "_buffers", "_modules")
-                                  for k, v in vars(module).get(reg, {}).items()}}
+        new = _attributes(module)
         for key in list(old) + [k for k in new if k not in old]:
             if old.get(key, _MISSING) is not new.get(key, _MISSING):
-                attr = key.split(".", 1)[1] if key.startswith("_") and "." in key else key
+                attr = key[1] if isinstance(key, tuple) else key
                 return f"self.{name}.{attr}" if name else f"self.{attr}"
     return None
 

@@ -42,7 +42,7 @@ import inspect
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 from torch.overrides import TorchFunctionMode
 
 from ..torch_private import control_flow as private

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..torch_private import control_flow as private
 from ..errors import GraphcapError, UnsupportedError, describe_frame, user_frame
