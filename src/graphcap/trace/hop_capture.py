@@ -63,11 +63,11 @@ _USER_NAMES = {"cond": "torch.cond", "map_impl": "map", "while_loop": "while_loo
 _GRAPHCAP_BRANCH = "_graphcap_branch"
 
 
+_CAPTURED_OPERATORS = {getattr(torch.ops.higher_order, name): name for name in _CALLABLES_AT}
+
+
 def _operator_name(func: Any) -> Optional[str]:
-    if private.is_higher_order_operator(func):
-        name = func.name()
-        return name if name in _CALLABLES_AT else None
-    return None
+    return _CAPTURED_OPERATORS.get(func) if private.is_higher_order_operator(func) else None
 
 
 class _Outputs:
@@ -226,6 +226,9 @@ class _ControlFlowCalls(TorchFunctionMode):
         return outputs.rebuild(result) if outputs is not None else result
 
 
+_HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
+
+
 class _EagerControlFlow(private.dispatch_mode_base()):
     """Keeps ``torch.compile`` from compiling while graphcap records, and scopes the branches
     a control-flow operator's fake kernel runs again for its output metadata."""
@@ -238,7 +241,7 @@ class _EagerControlFlow(private.dispatch_mode_base()):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = _operator_name(func)
+        name = _CAPTURED_OPERATORS.get(func) if type(func) in _HOP_TYPES else None
         if name is not None:
             # this mode and the function modes are all off in here: branches turn them back on
             args = _with_branches(name, tuple(args), self.root, reenter_function_mode=True,
