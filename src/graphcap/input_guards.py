@@ -72,10 +72,11 @@ def placeholder_leaves(in_spec: Any) -> list[Any]:
 
 def leaf_sources(in_spec: Any, names: list[str]) -> list[str]:
     """torch's name of every input leaf, in flat order: ``x``, ``ys[0]``, ``z['k']``."""
-    dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
+    from .auto_flatten import flatten_with_path, unflatten
+    dummy = unflatten(placeholder_leaves(in_spec), in_spec)
     out = []
     n_args = in_spec.child(0).num_children if _is_args_kwargs(in_spec) else 0
-    for path, _ in pytree.tree_flatten_with_path(dummy)[0]:
+    for path, _ in flatten_with_path(dummy)[0]:
         out.append(_source(path, names, n_args))
     return out
 

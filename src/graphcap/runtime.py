@@ -34,6 +34,7 @@ import torch
 from .torch_private.fx import set_pytree_codegen
 from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 
+from . import auto_flatten
 from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import InputKind, OutputKind
@@ -174,7 +175,8 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
 
     # Own arguments in, original structure out.
     in_spec, out_spec = ep.call_spec
-    set_pytree_codegen(graph, checker.arg_names, in_spec, out_spec)
+    set_pytree_codegen(graph, checker.arg_names, in_spec, out_spec,
+                       own_walks=any(map(auto_flatten.mentions_known_class, (in_spec, out_spec))))
 
     root = torch.nn.Module()
     _install_state(root, ep)

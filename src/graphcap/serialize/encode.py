@@ -17,8 +17,8 @@ from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, 
 from ..torch_private.symbolic import int_oo, symbol_assumptions
 import torch
 import torch.fx
-from ..torch_private import pytree
 
+from .. import auto_flatten
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
@@ -309,7 +309,7 @@ def _example_inputs(ep) -> tuple[Any, bytes]:
     from .tensors import pack
     if ep.example_inputs is None:
         return None, b""
-    leaves, spec = pytree.tree_flatten(ep.example_inputs)
+    leaves, spec = auto_flatten.flatten(ep.example_inputs)
     if spec != ep.call_spec[0]:
         return None, b""
     tensors: dict[str, torch.Tensor] = {}

@@ -13,9 +13,9 @@ import re
 from typing import Any, Optional
 
 import torch
-from ..torch_private import pytree
 from ..torch_private.dispatch import disable_current_modes
 
+from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
 from . import schema, tensors, upgrade
@@ -106,7 +106,7 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
     in_spec = root_entry.signature.in_spec
     if len(leaves) != in_spec.num_leaves:
         raise bad("The example inputs do not match the program's input structure.")
-    return pytree.tree_unflatten(leaves, in_spec)
+    return auto_flatten.unflatten(leaves, in_spec)
 
 
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool) -> ExportedProgram:

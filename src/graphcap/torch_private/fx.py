@@ -5,7 +5,7 @@
   rebuild the outputs), installed through the private ``Graph._codegen``.
 - ``Graph._graph_namespace._rename_object``: keeps fx's name table in step when
   a node is renamed, so later nodes do not reuse the old name.
-- ``torch.fx.proxy._STACK_TRACE_ANCHORS`` / ``_register_stack_trace_anchor``:
+- ``torch.fx.proxy._STACK_TRACE_ANCHORS``:
   functions whose frames count as user frames in ``stack_trace``.
 - ``proxy_tensor._CURRENT_MAKE_FX_TRACER``: the running ``make_fx`` tracer.
 - A traced function's ``_orig_mod``: the module ``make_fx`` records
@@ -25,10 +25,13 @@ RELIES_ON = {
     "torch.fx.graph._PyTreeCodeGen": ("pytree_info",),
     "torch.fx.graph._PyTreeInfo": ("orig_args", "in_spec", "out_spec"),
     "torch.fx.Graph#_codegen": None,
+    "torch.fx.graph._PyTreeCodeGen.gen_var_bindings": ("self", "fn_args", "free_vars", "expanded_def"),
+    "torch.fx.graph._PyTreeCodeGen.generate_output": ("self", "output_args"),
+    "torch.fx.graph._PyTreeCodeGen.process_outputs": ("self", "out"),
+    "torch.fx.graph._PyTreeCodeGen.additional_globals": ("self",),
     "torch.fx.Graph#_graph_namespace": None,
     "torch.fx.graph._Namespace._rename_object": ("self", "obj", "name"),
     "torch.fx.proxy._STACK_TRACE_ANCHORS": None,
-    "torch.fx.proxy._register_stack_trace_anchor": ("fn",),
     "torch.fx.experimental.proxy_tensor._CURRENT_MAKE_FX_TRACER": None,
     "torch.fx.Interpreter._set_current_node": ("self", "node"),
     "torch.fx.passes.shape_prop._extract_tensor_metadata": ("result",),
@@ -39,19 +42,58 @@ RELIES_ON = {
     "torch.amp.autocast_mode._exit_autocast": (),
 }
 
-__all__ = ["set_pytree_codegen", "rename_in_namespace", "stack_trace_anchors", "register_stack_trace_anchor",
+__all__ = ["set_pytree_codegen", "rename_in_namespace", "stack_trace_anchors",
            "current_make_fx_tracer", "set_module_stack_root", "interpreting_node", "extract_tensor_metadata",
            "predispatch_functions"]
 
 
-def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any, out_spec: Any) -> None:
+def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any, out_spec: Any,
+                       own_walks: bool = False) -> None:
     """Make ``graph``'s generated ``forward`` take ``arg_names``, flatten them by ``in_spec``, rebuild outputs by ``out_spec``.
 
+    ``own_walks`` makes the generated code take inputs apart and build outputs
+    with graphcap's walks (``graphcap.auto_flatten``) instead of torch's pytree:
+    needed when the structure has a class graphcap flattens by its attributes,
+    which is a torch pytree node only while a trace runs.
+
     Relies on ``torch.fx.graph._PyTreeCodeGen(_PyTreeInfo(orig_args, in_spec, out_spec))``
-    assigned to the field ``Graph._codegen``.
+    assigned to the field ``Graph._codegen``, and for ``own_walks`` on the
+    generator's overridable steps (``gen_var_bindings``, ``generate_output``,
+    ``process_outputs``, ``additional_globals``) and the names it writes
+    (``fx_pytree.tree_flatten_spec(``, ``pytree.tree_unflatten(``).
     """
     from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
-    graph._codegen = _PyTreeCodeGen(_PyTreeInfo(arg_names, in_spec, out_spec))
+    codegen = _own_walks_codegen() if own_walks else _PyTreeCodeGen
+    graph._codegen = codegen(_PyTreeInfo(arg_names, in_spec, out_spec))
+
+
+def _own_walks_codegen() -> type:
+    """torch's pytree code generator with graphcap's flatten/unflatten in place of torch's."""
+    from torch.fx.graph import _PyTreeCodeGen
+    from .. import auto_flatten
+
+    class OwnWalksCodeGen(_PyTreeCodeGen):
+        _FLATTEN, _UNFLATTEN = "graphcap_flatten_by_spec", "graphcap_unflatten"
+
+        def process_outputs(self, out: Any) -> Any:
+            if self.pytree_info is None or self.pytree_info.out_spec is None:
+                return out
+            return auto_flatten.unflatten(out if isinstance(out, (list, tuple)) else [out],
+                                          self.pytree_info.out_spec)
+
+        def additional_globals(self) -> list[tuple[str, Any]]:
+            return [*super().additional_globals(), (self._FLATTEN, auto_flatten.flatten_by_spec),
+                    (self._UNFLATTEN, auto_flatten.unflatten)]
+
+        def gen_var_bindings(self, fn_args, free_vars, expanded_def):
+            code = super().gen_var_bindings(fn_args, free_vars, expanded_def)
+            return code.replace("fx_pytree.tree_flatten_spec(", f"{self._FLATTEN}(")
+
+        def generate_output(self, output_args, *args, **kwargs):
+            code = super().generate_output(output_args, *args, **kwargs)
+            return code.replace("pytree.tree_unflatten(", f"{self._UNFLATTEN}(")
+
+    return OwnWalksCodeGen
 
 
 def rename_in_namespace(node: torch.fx.Node, name: str) -> None:
@@ -68,14 +110,6 @@ def stack_trace_anchors() -> set[tuple[str, str]]:
     Relies on the module global ``torch.fx.proxy._STACK_TRACE_ANCHORS``.
     """
     return torch.fx.proxy._STACK_TRACE_ANCHORS
-
-
-def register_stack_trace_anchor(fn: Callable[..., Any]) -> None:
-    """Count ``fn``'s frames as user frames in recorded stack traces.
-
-    Relies on ``torch.fx.proxy._register_stack_trace_anchor(fn)``.
-    """
-    torch.fx.proxy._register_stack_trace_anchor(fn)
 
 
 def current_make_fx_tracer() -> Any:

@@ -32,8 +32,9 @@ from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
-from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
-                      describe_frame, user_frame)
+from ..torch_private import process_state
+from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
+                      describe_frame, raised_internally, user_frame)
 from .. import module_inputs
 from ..pytree import auto_register
 from . import hops, module_paths, python_overrides, subclass_access
@@ -216,12 +217,9 @@ def record(
     if scope is not None:
         fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
-    if hasattr(target, "__code__"):
-        fx_private.register_stack_trace_anchor(target)
-
     try:
-        with fake_mode, _exporting_flags(), _backend_neutral(), _restore_grad_mode(), \
-                preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
+        with process_state.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
@@ -304,6 +302,15 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
             where=where,
             fix="Register the tensor as a buffer (module.register_buffer) or pass it as an input.")
     full_text = str(e).strip() or name
+    if raised_internally(e):
+        return InternalError.like(
+            e, f"graphcap failed while tracing {program_name}: {name}: "
+               f"{full_text if len(full_text) < 4000 else text}. This is an error inside graphcap "
+               f"(or the torch machinery it drives), not in {program_name}.",
+            where=where,
+            fix="Please report it with the traceback (the original exception is chained below). "
+                "If other threads were exporting at the same time, check that each exported its "
+                "own model instance.")
     return TraceError.like(
         e, f"{program_name} raised {name} while graphcap ran it on fake tensors: "
            f"{full_text if len(full_text) < 4000 else text}",
