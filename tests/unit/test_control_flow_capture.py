@@ -180,3 +180,36 @@ def test_torch_functions_are_the_same_objects_after_export():
     # graphcap's modes are gone from the mode stacks
     assert not torch._C._is_torch_function_mode_enabled()
     assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_exports_with_control_flow_from_two_threads_are_each_right():
+    """graphcap's capture modes are per thread: another thread's export is not captured by
+    this one's. (An eager torch.cond in another thread during an export is not covered: torch's
+    make_fx keeps its current tracer in a process-wide variable that torch's cond consults.)"""
+    import threading
+
+    class Closure(torch.nn.Module):
+        def forward(self, x):
+            y = x * 3
+            return torch.cond(x.sum() > 0, lambda x: x + y, lambda x: x - y, (x,))
+
+    cases = [(SlicesClosedOver(), (torch.randn(3), torch.randn(6, 3)),
+              {"x": None, "y": {0: graphcap.Dim("b", min=2, max=20)}}),
+             (Closure(), (torch.randn(5),), None)]
+    errors = []
+    expected = {type(model): model(*args) for model, args, _ in cases}
+
+    def run(model, args, dynamic):
+        try:
+            for _ in range(3):
+                ep = _export(model, args, dynamic)
+                assert_same_outputs(expected[type(model)], ep.module()(*args))
+        except Exception as e:  # reported below, with the thread's case
+            errors.append(f"{type(model).__name__}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=case) for case in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
