@@ -102,19 +102,33 @@ def test_cond_from_functorch_and_python_bool_predicate():
         ep.module()(x, False)
 
 
-def test_cond_pytree_operands_and_outputs():
+def test_cond_pytree_outputs():
     class M(torch.nn.Module):
         def forward(self, x, y):
-            def t(ops):
-                return ops["a"] + ops["b"][0], ops["a"] * 2
-            def f(ops):
-                return ops["a"] - ops["b"][0], ops["a"] * 3
-            return torch.cond(y.sum() > 0, t, f, ({"a": x, "b": [y]},))
+            def t(a, b):
+                return {"sum": a + b, "pair": (a * 2, b * 1)}
+            def f(a, b):
+                return {"sum": a - b, "pair": (a * 3, b + 1)}
+            return torch.cond(y.sum() > 0, t, f, (x, y))
 
     m = M()
     x, y = torch.randn(3), torch.randn(3)
     ep = _export(m, (x, y))
     _check(m, ep, (x, y.abs()), (x, -y.abs()))
+
+
+def test_cond_with_container_operands_is_refused_with_the_fix():
+    """torch.cond takes a flat tuple of tensors unless dynamo compiles it (dynamo flattens
+    containers); graphcap captures it without dynamo, so it says how to pass them."""
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            def t(ops):
+                return ops["a"] + ops["b"][0]
+            return torch.cond(y.sum() > 0, t, t, ({"a": x, "b": [y]},))
+
+    with pytest.raises(graphcap.UnsupportedError, match=r"(?s)operands hold a container.*one by one") as info:
+        _export(M(), (torch.randn(3), torch.randn(3)))
+    assert "test_control_flow.py" in str(info.value)
 
 
 def test_cond_on_dynamic_dim_stays_dynamic():

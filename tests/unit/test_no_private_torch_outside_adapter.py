@@ -21,14 +21,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "graphcap"
 ADAPTER = SRC / "torch_private"
 
-# TEMPORARY: files being rewritten in another branch (issue 13, graphcap's own
-# control-flow capture). The lead converts what remains and shrinks this list.
-TEMPORARILY_EXEMPT = {
-    "trace/hops.py",
-    "trace/cond_scopes.py",
-    "trace/branch_scope.py",
-    "trace/regions.py",
-}
+TEMPORARILY_EXEMPT: set[str] = set()
 
 # Private names of Python and its libraries that are their documented protocol.
 NOT_TORCH = {

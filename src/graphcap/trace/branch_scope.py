@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 import sympy
-import torch
-from torch.fx.experimental.symbolic_shapes import ShapeGuard, ValueRangesSLoc
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.solve import try_solve
-from torch.utils._sympy.value_ranges import ValueRanges
+from torch.fx.experimental.symbolic_shapes import ShapeGuard
+
+from ..torch_private import control_flow as private
+
+int_oo = private.infinity()
 
 Interval = tuple[Any, Any]  # closed integer interval; bounds may be ±int_oo
 
@@ -110,7 +110,7 @@ def solve_for(cond: Any, sym: sympy.Symbol, lo: Any = -int_oo, hi: Any = int_oo)
         return acc
     if not isinstance(cond, sympy.Rel) or cond.free_symbols != {sym}:
         return None
-    solved = try_solve(cond, sym)
+    solved = private.solve_relation(cond, sym)
     if solved is None or solved[0].lhs != sym:
         return None
     pieces = _relation(solved[0], solved[1])
@@ -126,21 +126,9 @@ def _around(pieces: list[Interval], value: Any) -> Optional[Interval]:
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 
-# ShapeEnv methods memoized with functools.lru_cache, keyed on their arguments
-# only: sound while what a ShapeEnv knows only grows, stale once a scope narrows
-# a range or takes knowledge back.
-_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defer_runtime_assert",
-             "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
-
-
 def _bump(env: Any) -> None:
     """Invalidate the ShapeEnv's caches after its ranges, replacements or values were edited."""
-    env._version_counter += 1
-    env._replacements_version_counter += 1
-    for name in _MEMOIZED:
-        clear = getattr(getattr(type(env), name, None), "cache_clear", None)
-        if clear is not None:
-            clear()
+    private.forget_derived_knowledge(env)
 
 
 def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
@@ -155,7 +143,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
     if expr is sympy.true:
         return
-    static = env._maybe_evaluate_static(expr)
+    static = private.evaluate_statically(env, expr)
     if static is not None and bool(static):
         return
     syms = expr.free_symbols
@@ -169,10 +157,10 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
             lo, hi = piece
             if lo == hi == example:  # a specialization (elsewhere a range of one value: the
                 # example's own sizes would contradict a constant)
-                env._set_replacement(sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
+                private.replace_symbol(env, sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
                 env.replacements_slocs[sym] = sloc
             elif (lo, hi) != (vr.lower, vr.upper):
-                env._update_var_to_range(sym, ValueRanges(lo, hi), ValueRangesSLoc(sloc, sloc))
+                private.narrow_range(env, sym, lo, hi, sloc)
             else:
                 return  # the range already says it
             _bump(env)
@@ -180,7 +168,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
         if unless is not None:  # no piece holds the example's value: require the guard itself
             raise_guard(env, guard, sloc)
             return
-    env._maybe_guard_rel(expr)
+    private.refine_from_relation(env, expr)
     env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
     _bump(env)
 
@@ -247,60 +235,50 @@ class _Snapshot:
         _bump(env)
 
 
-def _assume(env: Any, cond: Any) -> bool:
+def _assume(env: Any, cond: Any) -> Optional[tuple[Any, Any]]:
     """Narrow the range of the condition's symbol to where it holds, for the scope's duration.
 
-    Returns whether the example's own value lies outside that range (the example takes the
-    other branch)."""
+    Returns (symbol, a value in the narrowed range) when the example's own value lies outside
+    it (the example takes the other branch), else None."""
     syms = cond.free_symbols
     if len(syms) != 1:
-        return False
+        return None
     (sym,) = syms
     vr = env.var_to_range.get(sym)
     if vr is None or sym not in env.backed_var_to_val:
-        return False
+        return None
     pieces = solve_for(cond, sym, vr.lower, vr.upper)
     if not pieces or len(pieces) != 1 or pieces[0] == (vr.lower, vr.upper):
-        return False
+        return None
     lo, hi = pieces[0]
-    env.var_to_range[sym] = ValueRanges(lo, hi)
-    return not lo <= env.backed_var_to_val[sym] <= hi
+    env.var_to_range[sym] = private.value_range(lo, hi)
+    example = env.backed_var_to_val[sym]
+    if lo <= example <= hi:
+        return None
+    return sym, (lo if example < lo else hi)
 
 
 @contextlib.contextmanager
-def _example_elsewhere(env: Any) -> Iterator[None]:
+def _example_elsewhere(env: Any, sym: Any, stand_in: Any) -> Iterator[None]:
     """Reason about a branch the example does not take.
 
-    The example's sizes stay what they are (torch keeps each symbolic size's
-    example value with it), so Python decisions in the branch that its range
-    does not settle follow the example, and are guarded. What ShapeEnv does
-    assuming the example lies in every range it knows is off here: size-oblivious
-    reasoning checking what a range settles against the example, a narrowed
-    range having to hold the example's value, and a range of one value turning
-    the size into that constant.
+    The example's tensors keep their sizes (each symbolic size carries its
+    example value), so Python decisions in the branch that its range does not
+    settle follow the example, and are guarded. What the ShapeEnv derives from
+    the example value of the predicate's symbol (a narrowed range must hold
+    it, a range of one value must be it) is derived, for the branch, from the
+    value of the branch's range nearest to it instead, and not size-obliviously
+    (which checks what a range settles against the example value).
     """
-    update_method = type(env)._update_var_to_range
-    replace_method = type(env)._set_replacement
-
-    def update_var_to_range(symbol, vr, vr_sloc=None, *, is_constraint=False):
-        return update_method(env, symbol, vr, vr_sloc, is_constraint=True)
-
-    def set_replacement(a, tgt, msg):
-        if tgt.is_number:  # a range of one value stays a range: the example's sizes say otherwise
-            return None
-        return replace_method(env, a, tgt, msg)
-
-    saved = {name: env.__dict__.get(name) for name in ("_update_var_to_range", "_set_replacement")}
-    env._update_var_to_range, env._set_replacement = update_var_to_range, set_replacement
+    example = env.backed_var_to_val[sym]
+    env.backed_var_to_val[sym] = sympy.Integer(stand_in)
+    _bump(env)
     try:
-        with torch.fx.experimental._config.patch(backed_size_oblivious=False):
+        with private.backed_sizes_by_example():
             yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                del env.__dict__[name]
-            else:
-                setattr(env, name, value)
+        env.backed_var_to_val[sym] = example
+        _bump(env)
 
 
 @contextlib.contextmanager
@@ -312,10 +290,10 @@ def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] =
     """
     snapshot = _Snapshot(env)
     env.fake_tensor_cache = {}
-    example_elsewhere = _assume(env, cond)
+    elsewhere = _assume(env, cond)
     snapshot.assumed = dict(env.var_to_range)  # what the branch learns is measured from here
     _bump(env)
-    settings = _example_elsewhere(env) if example_elsewhere else contextlib.nullcontext()
+    settings = _example_elsewhere(env, *elsewhere) if elsewhere else contextlib.nullcontext()
     try:
         with settings:
             yield

@@ -1,36 +1,43 @@
 """Control-flow operators (``cond``, ``map``, ``while_loop``, ``scan``) in a recording.
 
-``make_fx(pre_dispatch=True)`` already records a call to a control-flow
-operator as one node whose branches and bodies are ``get_attr`` submodules
-(``true_graph_0``, ``body_graph_0``, ...), tracing each with the same fake
-mode and ``ShapeEnv``. What it leaves for the exporter is done here:
+graphcap captures each call of a control-flow operator itself
+(:mod:`.hop_capture`): the operator is called with graphcap's branch
+callables, and ``make_fx(pre_dispatch=True)`` records it as one node whose
+branches and bodies are ``get_attr`` submodules (``true_graph_0``,
+``body_graph_0``, ...), traced with the same fake mode and ``ShapeEnv``.
+What is left for the exporter is done here:
 
-* tensor constants a branch makes (``torch.tensor([1., 2.])`` inside a body)
-  are ``get_attr`` nodes of the subgraph; they are hoisted to the enclosing
-  graph and passed in as extra operands, so lifting turns them into
-  ``c_...`` inputs like any other constant (:func:`hoist_constants`);
-* node metadata is made to read as the user's program: subgraph nodes keep
-  the user's source lines, not lines of code torch generated for the branch
-  (:func:`capture_context`, :func:`clean_metadata`);
+* tensors a branch closes over, and tensor constants it makes
+  (``torch.tensor([1., 2.])`` inside a body), are constants of the subgraph;
+  they are hoisted to the enclosing graph and passed in as extra operands —
+  a closed-over value as the node that made it, a constant as a lifted
+  ``c_...`` input (:func:`hoist_constants`);
+* node metadata is made to read as the user's program
+  (:func:`clean_metadata`);
 * subgraph placeholders are anonymous (``arg0_1``); after lifting they are
   named after the operands passed in (:func:`name_subgraph_inputs`);
-* when a branch pair cannot be captured because the branches disagree, the
-  error says which output differs and how (:func:`explain_failure`).
+* when a branch pair cannot be captured, the error says which output differs
+  and how, or what the branch did that a subgraph cannot hold
+  (:func:`explain_failure`).
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import re
+import traceback
 import types
 from typing import Any, Optional
 
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
+from ..torch_private import control_flow as private
 from ..errors import GraphcapError, UnsupportedError, describe_frame, user_frame
+from .branch_checks import BranchRefused
+from .closures import closure_source, forget_recording
 
 hop = torch.ops.higher_order
 
@@ -46,7 +53,7 @@ _EXTRA_OPERANDS_AT = {
 
 
 def _hop_name(node: torch.fx.Node) -> Optional[str]:
-    if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+    if node.op == "call_function" and private.is_higher_order_operator(node.target):
         return node.target.name()
     return None
 
@@ -107,16 +114,25 @@ def _append_placeholder(sub: torch.fx.GraphModule, name: str, val: Any) -> torch
 def hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
     """Move tensor constants out of control-flow subgraphs into ``gm``, innermost first.
 
-    Each constant becomes a ``get_attr`` of ``gm`` passed to the operator as
-    an extra operand; every subgraph of that operator gets a matching
-    placeholder at the end of its inputs (the operators bind them last).
+    A tensor a branch closed over (made by the enclosing graph, or one of its
+    inputs) is passed as that value; any other constant becomes a ``get_attr``
+    of ``gm``. Either is an extra operand of the operator, and every subgraph
+    of that operator gets a matching placeholder at the end of its inputs (the
+    operators bind them last).
     """
+    _hoist_constants(gm, fake_mode)
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            forget_recording(sub.graph)
+
+
+def _hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
     for node in list(gm.graph.nodes):
         pairs = [(attr, _submodule(gm, attr)) for attr, _ in subgraph_operands(node)]
         pairs = [(attr, sub) for i, (attr, sub) in enumerate(pairs)
                  if sub is not None and all(sub is not other for _, other in pairs[:i])]
         for _, sub in pairs:
-            hoist_constants(sub, fake_mode)
+            _hoist_constants(sub, fake_mode)
         found: dict[int, torch.Tensor] = {}
         for _, sub in pairs:
             for c in _tensor_constants(sub):
@@ -133,11 +149,16 @@ def hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
                 fix="Create the tensor outside the region (or register it as a buffer) and use it there.")
         new_operands = []
         for i, value in enumerate(found.values()):
-            name = f"_cf_constant_{len([a for a in dir(gm) if a.startswith('_cf_constant_')])}"
-            setattr(gm, name, value)
-            with gm.graph.inserting_before(node):
-                new_operands.append(gm.graph.get_attr(name))
-            val = fake_mode.from_tensor(value, static_shapes=True)
+            source = closure_source(gm.graph, value)
+            if source is not None:  # a tensor the enclosing graph made (or took in), closed over
+                new_operands.append(source)
+                val = source.meta.get("val", value)
+            else:
+                name = f"_cf_constant_{len([a for a in dir(gm) if a.startswith('_cf_constant_')])}"
+                setattr(gm, name, value)
+                with gm.graph.inserting_before(node):
+                    new_operands.append(gm.graph.get_attr(name))
+                val = fake_mode.from_tensor(value, static_shapes=True)
             for _, sub in pairs:
                 ph = _append_placeholder(sub, f"constant_{i}", val)
                 for c in _tensor_constants(sub):
@@ -146,11 +167,45 @@ def hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
                         sub.graph.erase_node(c)
         for _, sub in pairs:
             used = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
-            for target in [t for t, v in vars(sub).items() if isinstance(v, torch.Tensor) and t not in used]:
+            held = [*(t for t, v in vars(sub).items() if isinstance(v, torch.Tensor)),
+                    *(t for t, _ in sub.named_buffers(recurse=False))]
+            for target in [t for t in held if t not in used]:
                 delattr(sub, target)
         args = list(node.args)
         args[at] = type(args[at])([*args[at], *new_operands])
         node.args = tuple(args)
+        if _hop_name(node) == "cond":
+            _order_cond_operands(node, [sub for _, sub in pairs], len(args[at]) - len(new_operands))
+
+
+def _placeholders(sub: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in sub.graph.nodes if n.op == "placeholder"]
+
+
+def _order_cond_operands(node: torch.fx.Node, branches: list, given: int) -> None:
+    """Order a cond's operands as torch's capture orders them: values both branches close
+    over, the operands the user gave, then values only the true branch, then only the false
+    branch closes over (each subgraph's placeholders follow)."""
+    if len(branches) != 2:
+        return
+    operands = list(node.args[3])
+    used = [[bool(ph.users) for ph in _placeholders(sub)] for sub in branches]
+    extra = range(given, len(operands))
+    shared = [i for i in extra if used[0][i] and used[1][i]]
+    true_only = [i for i in extra if used[0][i] and not used[1][i]]
+    false_only = [i for i in extra if used[1][i] and not used[0][i]]
+    unused = [i for i in extra if not used[0][i] and not used[1][i]]
+    order = [*shared, *range(given), *true_only, *false_only, *unused]
+    if order == list(range(len(operands))):
+        return
+    for sub in branches:
+        placeholders = _placeholders(sub)
+        anchor = next(n for n in sub.graph.nodes if n.op != "placeholder")
+        for i in order:
+            anchor.prepend(placeholders[i])
+    args = list(node.args)
+    args[3] = type(node.args[3])(operands[i] for i in order)
+    node.args = tuple(args)
 
 
 # -- source locations -------------------------------------------------------
@@ -236,64 +291,13 @@ def _name_from_operands(sub: torch.fx.GraphModule, operands: list[Any]) -> None:
                                  if isinstance(value, torch.fx.Node)])
 
 
-def _in_hop_module(filename: str) -> bool:
-    return "_higher_order_ops" in filename.replace("\\", "/")
-
-
-def forget_compiled_wrappers() -> None:
-    """Drop torch's compiled control-flow wrappers (see :func:`capture_context`),
-    and what dynamo remembers of their earlier operands' sizes ("automatic dynamic":
-    a size that changed between calls becomes an extra, unused input of the next
-    body graph, so the program would depend on what ran before it)."""
-    import torch._dynamo
-    from torch._dynamo import convert_frame, pgo
-    for weak in list(convert_frame.input_codes.seen):
-        code = weak()
-        if code is not None and _in_hop_module(code.co_filename):
-            torch._dynamo.reset_code(code)
-    state = pgo._CODE_STATE
-    if state:
-        for code_id in [c for c in state if _in_hop_module(c.filename)]:
-            del state[code_id]
-
-
 @contextlib.contextmanager
-def capture_context():
-    """What a trace needs around it for control-flow operators to record well.
-
-    * Forget torch's compiled control-flow wrappers before and after. Each
-      ``torch.cond`` / ``map`` / ... call compiles a small wrapper function and
-      torch caches the result by the wrapper's code; on the next call it checks
-      the cached versions' guards against the new operands, and with symbolic
-      operands that check itself adds guards to the trace (``xs.size(0) == 3``
-      from an earlier static export or an eager run), silently turning a
-      dynamic dim into the old static size.
-    * Preserve node metadata while a control-flow call is captured, so a
-      branch is recorded by replaying torch's capture of it node by node and
-      each subgraph node keeps the user's own source line instead of a line
-      of generated code. (Only there: for the whole trace it costs 3-8% of
-      an export and changes nothing.)
-    * Trace each ``cond`` branch under its predicate, so the shape guards a
-      branch raises hold only where that branch runs (:mod:`.cond_scopes`).
-    """
-    import torch._higher_order_ops.utils as hop_utils
-
-    from . import cond_scopes
-    forget_compiled_wrappers()
-    compile_and_call = hop_utils._hop_compile_and_call
-
-    def with_node_meta(fn, args, kwargs=None):
-        from .python_overrides import plain_builtins
-        with fx_traceback.preserve_node_meta(), plain_builtins():
-            return compile_and_call(fn, args, kwargs)
-
-    hop_utils._hop_compile_and_call = with_node_meta
-    try:
-        with cond_scopes.installed():
-            yield
-    finally:
-        hop_utils._hop_compile_and_call = compile_and_call
-        forget_compiled_wrappers()
+def capture_context(root: Optional[torch.nn.Module] = None):
+    """What a trace needs around it for control-flow operators to record well: graphcap's
+    own capture of them (:mod:`.hop_capture`)."""
+    from .hop_capture import capturing
+    with capturing(root):
+        yield
 
 
 def prepare(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool) -> torch.fx.GraphModule:
@@ -384,10 +388,7 @@ def _run_fake(fn, operands) -> Any:
 
 
 def _same_storage(a: Any, b: Any) -> bool:
-    try:
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
-    except Exception:
-        return False
+    return private.same_storage(a, b)
 
 
 def _compare_branches(locals_: dict) -> Optional[tuple[str, str]]:
@@ -446,8 +447,57 @@ def _compare_loop_body(locals_: dict) -> Optional[tuple[str, str]]:
     return None
 
 
+def _operator_call_site(tb: Optional[types.TracebackType]):
+    """The user's line that called the (outermost) control-flow operator, else the innermost user line."""
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    for before, frame in zip(frames, frames[1:]):
+        if _in_hop_module(frame.filename) and user_frame_of([before]) is not None:
+            return before
+    return user_frame(tb)
+
+
+def user_frame_of(frames: list) -> Any:
+    """The frame of ``frames`` that is the user's (not torch's or graphcap's), if any."""
+    from ..errors import _INTERNAL_PATH_PARTS
+    for frame in frames:
+        if not any(p in frame.filename for p in _INTERNAL_PATH_PARTS):
+            return frame
+    return None
+
+
+def _in_hop_module(filename: str) -> bool:
+    return "_higher_order_ops" in filename.replace("\\", "/")
+
+
+def _refusal(e: BaseException) -> Optional[BaseException]:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, BranchRefused):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+_NESTED_OPERANDS = re.compile(r"can only be of \(<class 'torch\.Tensor'>, <class 'int'>, <class 'torch\.SymInt'>\) "
+                              r"but got")
+
+
 def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapError]:
     """A graphcap error for a ``torch.cond`` or ``while_loop`` that could not be captured, or None."""
+    refused = _refusal(e)
+    if refused is not None:
+        return UnsupportedError(f"While tracing {program_name}, {refused.operator} could not be captured: "
+                                f"{refused.what}", where=describe_frame(_operator_call_site(e.__traceback__)),
+                                fix=refused.fix)
+    if _NESTED_OPERANDS.search(str(e)) and _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py"):
+        return UnsupportedError(
+            f"While tracing {program_name}, torch.cond could not be captured: its operands hold a "
+            "container (dict, list or tuple); torch.cond takes a flat tuple of tensors when it is not "
+            "compiled by dynamo, and graphcap captures it without dynamo.",
+            where=describe_frame(user_frame(e.__traceback__)),
+            fix="Pass the tensors one by one, e.g. `torch.cond(p, t, f, (d['a'], d['b']))` with "
+                "branches taking them as separate arguments.")
     locals_ = _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py")
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:

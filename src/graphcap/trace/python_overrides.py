@@ -256,6 +256,12 @@ class _TraceableCalls(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def reentered() -> contextlib.AbstractContextManager:
+    """The traceable calls again, inside a block where torch turned function modes off (the
+    branches of a control-flow operator), when they are installed in this thread."""
+    return _TraceableCalls() if getattr(_state, "depth", 0) > 0 else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """Make the constructs of the module docstring traceable for the trace run inside."""

@@ -219,7 +219,7 @@ def record(
     target = getattr(call, "__func__", call)
     try:
         with process_state.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(), python_overrides.installed(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting

@@ -1,6 +1,6 @@
 """Keep grad-mode and autocast regions of ``forward`` in the program.
 
-The pre-dispatch recorder writes ``torch._C._set_grad_enabled(mode)`` for
+The pre-dispatch recorder writes ``set_grad_enabled(mode)`` (torch's C switch) for
 every grad-mode switch (``torch.no_grad()``, ``enable_grad()``,
 ``set_grad_enabled()``) and an ``_enter_autocast(...)`` / ``_exit_autocast``
 pair for every ``torch.autocast`` block. Left as they are, the switches are
@@ -30,12 +30,14 @@ from typing import Optional
 
 import torch
 import torch.fx
-from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
-from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 
+from ..torch_private import control_flow as private
 from .region_names import RegionNames, cut_node, name_regions
 
-_SET_GRAD = torch._C._set_grad_enabled
+wrap_with_autocast = torch.ops.higher_order.wrap_with_autocast
+wrap_with_set_grad_enabled = torch.ops.higher_order.wrap_with_set_grad_enabled
+_SET_GRAD = private.grad_mode_switch()
+_ENTER_AUTOCAST, _EXIT_AUTOCAST = private.autocast_markers()
 
 
 def _is_grad_switch(node: torch.fx.Node) -> bool:
@@ -43,11 +45,11 @@ def _is_grad_switch(node: torch.fx.Node) -> bool:
 
 
 def _is_enter(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target is _enter_autocast
+    return node.op == "call_function" and node.target is _ENTER_AUTOCAST
 
 
 def _is_exit(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target is _exit_autocast
+    return node.op == "call_function" and node.target is _EXIT_AUTOCAST
 
 
 def _holds_tensor_constant(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
@@ -71,8 +73,7 @@ def _fresh_name(gm: torch.fx.GraphModule, prefix: str) -> str:
 
 def _keep_name(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
     """Give ``node`` a name an erased node had (fx never frees names by itself)."""
-    graph._graph_namespace._used_names.discard(name)
-    node._rename(name)
+    private.rename_node_reusing(graph, node, name)
 
 
 def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, leading_args: tuple,
@@ -121,7 +122,7 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     with graph.inserting_after(members[-1]):
         attr = graph.get_attr(name)
     if names is not None:
-        attr._rename(names.node)
+        private.rename_node(attr, names.node)
     with graph.inserting_after(attr):  # a one-output call is renamed below: leave the hop's name free
         call = graph.create_node("call_function", hop, (*leading_args, attr, *inputs),
                                  name="_region_call" if len(outputs) == 1 else None)
@@ -143,7 +144,7 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
         if len(outputs) > 1:
             renames.append((item, o.name))
         elif names is not None:
-            item._rename(names.single_output_item)
+            private.rename_node(item, names.single_output_item)
         last = item
     moved_attrs = {n.target for n in members if _subgraph_at(gm, n) is not None}
     for n in reversed(members):

@@ -1,0 +1,257 @@
+"""graphcap's own capture of ``torch.cond``, ``map``, ``while_loop`` and ``scan``.
+
+What torch does on its own: ``torch.cond(pred, t, f, ops)`` (and the other
+control-flow entry points) hands a small wrapper to ``torch.compile`` unless
+dynamo is already compiling; dynamo then captures the branches, and the result
+is cached by the wrapper's code for every later call in the process. An export
+that let that happen would leave compiled code behind, and dynamo's capture
+reasons about sizes in a ShapeEnv of its own, out of graphcap's reach.
+
+What graphcap does instead, for the duration of one recording:
+
+* :class:`_EagerControlFlow`, a ``TorchDispatchMode`` of graphcap's own, sits
+  on the dispatch stack. torch documents that ``torch.compile`` falls back to
+  eager execution while a dispatch mode that does not ignore compile internals
+  is active (``TorchDispatchMode.ignore_compile_internals``, and the docstring
+  of torch's HOP compile helper), so ``torch.cond``'s internal compile runs
+  its wrapper eagerly: nothing is compiled, nothing is cached. The mode passes
+  every operator through unchanged; for control-flow operators it also
+  scopes the branches when the operator's fake kernel runs them for output
+  metadata.
+* :class:`_ControlFlowCalls`, a ``TorchFunctionMode``, sees each call of a
+  control-flow operator (``HigherOrderOperator.__call__`` honours torch
+  function modes) before the recorder does, and calls the operator again
+  with graphcap's branch callables: each runs the user's branch under the
+  branch's predicate (:mod:`.branch_scope`: a guard raised in a branch binds
+  only the sizes that take it, operands and closed-over tensors alike) and
+  keeps these modes active inside, so nested control flow is captured the
+  same way.
+
+The operator's recorder (make_fx, the engine graphcap drives for every
+operator) then writes one node with the branch graphs as submodules.
+Tensors a branch closes over are recorded as constants of the branch graph;
+:func:`graphcap.trace.hops.hoist_constants` turns them into operands.
+
+Both modes are thread-local (torch's mode stacks are), pushed for one
+recording and popped on every path: nothing of torch is changed.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from ..torch_private import pytree
+from torch.overrides import TorchFunctionMode
+
+from ..torch_private import control_flow as private
+from . import branch_checks, branch_scope, closures
+
+# operator name -> positions of its callable arguments
+_CALLABLES_AT = {"cond": (1, 2), "map_impl": (0,), "while_loop": (0, 1), "scan": (0,)}
+# operator name -> position of the operands its callables receive last (closed-over values join them)
+_TRAILING_OPERANDS_AT = {"cond": 3, "map_impl": 2, "while_loop": 3, "scan": 3}
+# operators whose callables' outputs are flattened for the recorder and rebuilt for the caller
+# (a loop body returns its carried values as it received them)
+_FLAT_OUTPUTS = ("cond", "map_impl", "scan")
+# (operator name, position) -> what the user calls that callable, for messages
+_SIDES = {("cond", 1): "true branch", ("cond", 2): "false branch", ("map_impl", 0): "map body",
+          ("while_loop", 0): "loop condition", ("while_loop", 1): "loop body",
+          ("scan", 0): "scan's combine function"}
+_USER_NAMES = {"cond": "torch.cond", "map_impl": "map", "while_loop": "while_loop", "scan": "scan"}
+_GRAPHCAP_BRANCH = "_graphcap_branch"
+
+
+_CAPTURED_OPERATORS = {getattr(torch.ops.higher_order, name): name for name in _CALLABLES_AT}
+
+
+def _operator_name(func: Any) -> Optional[str]:
+    return _CAPTURED_OPERATORS.get(func) if private.is_higher_order_operator(func) else None
+
+
+class _Outputs:
+    """The output structure of a call's callables (flattened for the recorder), checked to agree."""
+
+    def __init__(self, operator: str):
+        self.operator, self.spec, self.first = operator, None, None
+
+    def flatten(self, side: str, out: Any) -> list:
+        leaves, spec = pytree.tree_flatten(out)
+        if self.spec is None:
+            self.spec, self.first = spec, (side, out)
+        elif spec != self.spec:
+            other, first_out = self.first
+            raise branch_checks.BranchRefused(
+                self.operator,
+                f"the branches return different structures: the {other} returns "
+                f"{branch_checks.structure(first_out)}, the {side} {branch_checks.structure(out)}.",
+                "Return the same structure (same number of tensors, same containers) from both branches.")
+        return tuple(leaves)
+
+    def rebuild(self, result: Any) -> Any:
+        return result if self.spec is None else pytree.tree_unflatten(list(result), self.spec)
+
+
+def _branch(fn: Callable, name: str, at: int, condition: Any, env: Any, root: Any, *,
+            reenter_function_mode: bool, reenter_dispatch_mode: bool, extra: int = 0,
+            outputs: Optional[_Outputs] = None) -> Callable:
+    """``fn`` run under ``condition`` (when not None) with graphcap's modes active inside,
+    checked for what a subgraph cannot hold (:mod:`.branch_checks`).
+
+    ``extra`` trailing operands (closed-over values passed in) are not passed on to ``fn``;
+    with ``outputs`` the result is flattened. A GraphModule runs node by node when torch
+    preserves node metadata (so the recorded subgraph keeps each node's source line), as
+    torch's own control-flow tracing runs it.
+    """
+    run = private.run_graph_preserving_meta(fn)
+    operator, side = _USER_NAMES[name], _SIDES[(name, at)]
+
+    def branch(*operands):
+        if extra:
+            operands = operands[:len(operands) - extra]
+        with contextlib.ExitStack() as stack:
+            if condition is not None:
+                stack.enter_context(branch_scope.scoped(env, condition))
+            if reenter_dispatch_mode:
+                stack.enter_context(_EagerControlFlow(root))
+            if reenter_function_mode:
+                stack.enter_context(_ControlFlowCalls(root))
+                stack.enter_context(_reentered_overrides())
+            stack.enter_context(branch_checks.no_module_writes(root, operator, side))
+            out = run(*operands)
+        if name == "cond":
+            branch_checks.check_fresh_outputs(operator, side, operands, out)
+        return outputs.flatten(side, out) if outputs is not None else out
+
+    branch.__name__ = getattr(fn, "__name__", side.replace(" ", "_"))
+    setattr(branch, _GRAPHCAP_BRANCH, True)
+    return branch
+
+
+def _reentered_overrides():
+    """graphcap's traceable replacements of Python constructs, on again inside a branch
+    (torch turns every function mode off while an operator's handler runs)."""
+    from . import python_overrides
+    return python_overrides.reentered()
+
+
+def _conditions(name: str, args: tuple) -> tuple[Any, list[Any]]:
+    """The ShapeEnv and, per callable, the condition it runs under (None: unconditional)."""
+    positions = _CALLABLES_AT[name]
+    if name != "cond":
+        return None, [None] * len(positions)
+    pred = args[0]
+    true_cond = branch_scope.branch_condition(pred, True)
+    if true_cond is None:
+        return None, [None, None]
+    return pred.node.shape_env, [true_cond, branch_scope.branch_condition(pred, False)]
+
+
+def _with_branches(name: str, args: tuple, root: Any, *, reenter_function_mode: bool,
+                   reenter_dispatch_mode: bool, extra: int = 0,
+                   outputs: Optional[_Outputs] = None) -> tuple:
+    env, conditions = _conditions(name, args)
+    args = list(args)
+    for at, condition in zip(_CALLABLES_AT[name], conditions):
+        fn = args[at]
+        if callable(fn) and not getattr(fn, _GRAPHCAP_BRANCH, False):
+            args[at] = _branch(fn, name, at, condition, env, root, reenter_function_mode=reenter_function_mode,
+                               reenter_dispatch_mode=reenter_dispatch_mode, extra=extra, outputs=outputs)
+    return tuple(args)
+
+
+def _with_closed_over_symbols(name: str, args: tuple) -> tuple[tuple, int]:
+    """``args`` with the symbolic ints the callables close over appended to their trailing operands."""
+    at = _TRAILING_OPERANDS_AT[name]
+    if len(args) <= at:
+        return args, 0
+    if name == "cond" and isinstance(args[at], list):  # recorded as a tuple, as torch records it
+        args = (*args[:at], tuple(args[at]), *args[at + 1:])
+    trailing = list(args[at])
+    found = closures.closed_over_symbols([args[i] for i in _CALLABLES_AT[name]], trailing)
+    if not found:
+        return args, 0
+    args = list(args)
+    args[at] = type(args[at])([*trailing, *found]) if isinstance(args[at], (tuple, list)) else (*trailing, *found)
+    return tuple(args), len(found)
+
+
+_DATA_DESCRIPTOR = inspect.getattr_static(torch.Tensor, "data")
+
+
+def _is_data_assignment(func: Any) -> bool:
+    return getattr(func, "__name__", None) == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR
+
+
+def _refuse_data_assignment(args: tuple) -> None:
+    """``t.data = value`` swaps a tensor's contents where no recorder sees it: the program would
+    keep computing with the old value. (While graphcap's dispatch mode is active, reading
+    ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
+    from ..errors import FakeConstantError, describe_frame
+    import traceback
+    frame = next((f for f in reversed(traceback.extract_stack()[:-1])
+                  if "/torch/" not in f.filename and "/graphcap/" not in f.filename), None)
+    raise FakeConstantError(  # what torch raises for it: a RuntimeError
+        "forward assigns a tensor's `.data`; the exported program cannot replay that (it would keep "
+        "computing with the old value).",
+        where=describe_frame(frame),
+        fix="Update the tensor in place instead, e.g. `with torch.no_grad(): self.p.copy_(new_value)` "
+            "(a buffer update becomes an output of the program), or register the new value as a buffer.")
+
+
+class _ControlFlowCalls(TorchFunctionMode):
+    """Calls a control-flow operator with graphcap's branches instead of the user's callables
+    (and refuses ``t.data = value``, which no recorder sees)."""
+
+    def __init__(self, root: Optional[torch.nn.Module] = None):
+        super().__init__()
+        self.root = root
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _operator_name(func)
+        if name is None:
+            if _is_data_assignment(func):
+                _refuse_data_assignment(args)
+            return func(*args, **kwargs)
+        closures.remember_recording()
+        args, extra = _with_closed_over_symbols(name, tuple(args))
+        outputs = _Outputs(_USER_NAMES[name]) if name in _FLAT_OUTPUTS else None
+        # inside this handler every function mode is off: branches turn them back on for what
+        # they call; the dispatch mode is still on (it is off only inside its own handler)
+        args = _with_branches(name, args, self.root, reenter_function_mode=True, reenter_dispatch_mode=False,
+                              extra=extra, outputs=outputs)
+        result = func(*args, **kwargs)
+        return outputs.rebuild(result) if outputs is not None else result
+
+
+_HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
+
+
+class _EagerControlFlow(private.dispatch_mode_base()):
+    """Keeps ``torch.compile`` from compiling while graphcap records, and scopes the branches
+    a control-flow operator's fake kernel runs again for its output metadata."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, root: Optional[torch.nn.Module] = None):
+        super().__init__()
+        self.root = root
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _CAPTURED_OPERATORS.get(func) if type(func) in _HOP_TYPES else None
+        if name is not None:
+            # this mode and the function modes are all off in here: branches turn them back on
+            args = _with_branches(name, tuple(args), self.root, reenter_function_mode=True,
+                                  reenter_dispatch_mode=True)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def capturing(root: Optional[torch.nn.Module] = None) -> Iterator[None]:
+    """Capture control-flow operators with graphcap's own branches while the block records
+    (``root``: the module being exported, whose attributes branches must not write)."""
+    with _EagerControlFlow(root), _ControlFlowCalls(root):
+        yield
