@@ -235,11 +235,6 @@ class Branchy(torch.nn.Module):
         return torch.cond(x.shape[0] > 4, lambda t: t.sin(), lambda t: t.cos(), (x,))
 
 
-_COND_REWRITE = ("control-flow capture still runs torch.cond's branches through dynamo (its counters "
-                 "change) with dynamo/cond internals patched, and clears ShapeEnv's class-level caches; "
-                 "helper h3's rewrite (graphcap's own branch tracing) removes that")
-
-
 def _compile_counter():
     counts = collections.Counter()
 
@@ -250,7 +245,7 @@ def _compile_counter():
     return counts, backend
 
 
-@pytest.mark.xfail(strict=True, reason=_COND_REWRITE)
+
 def test_control_flow_export_leaves_nothing_behind():
     x = torch.randn(6, 3)
     dims = ({0: graphcap.Dim("n", min=2, max=32)},)

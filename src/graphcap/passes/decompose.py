@@ -69,8 +69,8 @@ def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
             for v in val:
                 if isinstance(v, FakeTensor):
                     return v.fake_mode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    return FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True, export=True)
+    from ..torch_private.control_flow import new_shape_env
+    return FakeTensorMode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
 
 
 class _Replay(torch.fx.Interpreter):

@@ -22,7 +22,8 @@ from ..torch_private.fake import FakeTensorMode
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
 from ..torch_private.shapes import guard_location
-from torch.fx.experimental.symbolic_shapes import ShapeEnv, ValueRangesSLoc
+from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
+from ..torch_private.control_flow import new_shape_env
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges
 
@@ -142,7 +143,7 @@ class _Symbols:
         if not isinstance(table, list):
             raise bad("The symbol table is malformed.")
         self.by_name: dict[str, sympy.Symbol] = {}
-        self.shape_env = ShapeEnv()
+        self.shape_env = new_shape_env()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         for i, entry in enumerate(table):
             where = f"symbols[{i}]"

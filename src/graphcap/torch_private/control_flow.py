@@ -25,6 +25,9 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv._inner_evaluate_expr": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.constrain_symbol_range": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.size_hint": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guarding_hint_or_throw": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.has_guarding_hint": None,
     "torch.fx.experimental._config.backed_size_oblivious": None,
     "torch.UntypedStorage#_cdata": None,
     "torch._C._set_grad_enabled": (),
@@ -178,22 +181,54 @@ _ARGUMENT_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defe
                       "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
 
 
+def _with_own_memos() -> type:
+    """A ShapeEnv class whose argument-memoized methods (``_ARGUMENT_MEMOIZED``) keep their own caches.
+
+    torch memoizes them with ``functools.lru_cache`` on the class, so one cache
+    holds the entries of every ShapeEnv in the process, and clearing it (as a
+    branch scope must, see ``forget_derived_knowledge``) would drop a user's or
+    torch.compile's entries too. graphcap's ShapeEnvs are of this subclass: the
+    same methods (the function under torch's ``lru_cache``, reached through
+    ``__wrapped__``) under caches of their own, shared by graphcap's ShapeEnvs only.
+    """
+    from functools import lru_cache
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    memos = {}
+    for name in _ARGUMENT_MEMOIZED:
+        cached = getattr(ShapeEnv, name)
+        size = cached.cache_parameters()["maxsize"]
+        memos[name] = lru_cache(size)(cached.__wrapped__)
+    return type("GraphcapShapeEnv", (ShapeEnv,), {
+        **memos, "__module__": __name__,
+        "__doc__": "A ShapeEnv whose memoized answers are kept apart from other ShapeEnvs' (see _with_own_memos)."})
+
+
+_OWN_MEMO_CLASS: list = []
+
+
+def new_shape_env(**options: Any) -> Any:
+    """A ShapeEnv for graphcap's own use (``ShapeEnv(**options)``), whose memos graphcap may clear."""
+    if not _OWN_MEMO_CLASS:
+        _OWN_MEMO_CLASS.append(_with_own_memos())
+    return _OWN_MEMO_CLASS[0](**options)
+
+
 def forget_derived_knowledge(env: Any) -> None:
     """Make ``env`` recompute what it derived from its ranges and replacements, after a branch
     scope narrowed or restored them.
 
     Relies on the ``_version_counter`` field (the version-keyed memos drop their entries when it
     moves; torch's own ``_update_version_counter`` moves it only when the count of replacements or
-    divisibility facts changes, not for a narrowed range), the ``_replacements_version_counter`` field (SymNode expressions re-read replacements when it
-    moves) and, for the methods memoized on their arguments alone (``_ARGUMENT_MEMOIZED``), on
-    their ``cache_clear``: those memos are shared by every ShapeEnv of the process, so this
-    drops other ShapeEnvs' entries too (they recompute them: slower, never different)."""
+    divisibility facts changes, not for a narrowed range), the ``_replacements_version_counter``
+    field (SymNode expressions re-read replacements when it moves) and, for the methods memoized
+    on their arguments alone (``_ARGUMENT_MEMOIZED``), on their ``cache_clear``. ``env`` comes from
+    ``new_shape_env``, so those caches are graphcap's own: other ShapeEnvs keep their entries."""
     env._version_counter += 1
     env._replacements_version_counter += 1
     for name in _ARGUMENT_MEMOIZED:
-        clear = getattr(getattr(type(env), name, None), "cache_clear", None)
-        if clear is not None:
-            clear()
+        # a ShapeEnv not made by new_shape_env shares torch's class-level memos: clearing them is
+        # still sound (other ShapeEnvs recompute), only slower for them
+        getattr(type(env), name).cache_clear()
 
 
 def backed_sizes_by_example() -> Any:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 from ..torch_private.fake import FakeTensor, FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from ..torch_private.control_flow import new_shape_env
 
 
 def new_fake_mode() -> FakeTensorMode:
@@ -20,7 +20,7 @@ def new_fake_mode() -> FakeTensorMode:
     and become graph constants, which the lifting step turns into inputs.
     """
     # trace_asserts: a Python `assert` on a value read from data becomes a runtime assert, as in torch.export
-    shape_env = ShapeEnv(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
+    shape_env = new_shape_env(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
     return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
 
 
