@@ -1,0 +1,131 @@
+"""The modules an unflattened program is made of.
+
+- :class:`SubmoduleGraph`: a submodule at its original FQN. It holds the
+  submodule's own parameters and buffers and its children, and its
+  ``forward`` is the part of the program that ran inside its (first) call,
+  compiled from an ``fx.Graph`` into Python, as ``GraphModule`` does.
+- :class:`CallView`: a later call of a module called more than once,
+  when that call ran a different graph (``n@1``). It is an attribute of the
+  module that makes the call, not a registered submodule: it holds no state
+  of its own and reads the called module's (``self.buf`` is the module's
+  buffer), so the module is not duplicated, ``state_dict()`` keeps the
+  original keys, and printing shows the original tree. It can still be
+  replaced on its own (``set_submodule("n@1", other)``), as torch's
+  unflatten allows.
+- :class:`UnflattenedModule`: the root; checks the inputs the way
+  ``ep.module()`` does before running anything.
+
+The classes print under the original class names (``(n): N(...)``).
+"""
+from __future__ import annotations
+
+import linecache
+from typing import Any, Optional
+
+import torch
+
+from ..torch_private import unflatten as private
+
+
+class SubmoduleGraph(torch.nn.Module):
+    """A submodule rebuilt from the program; see the module docstring."""
+
+    def __init__(self, fqn: str, class_name: str):
+        super().__init__()
+        self.__dict__["_fqn"] = fqn
+        self.__dict__["_class_name"] = class_name or "Module"
+        self.__dict__["_graph"] = None
+        self.__dict__["_compiled"] = None
+
+    def _get_name(self) -> str:
+        return self._class_name
+
+    # -- graph ---------------------------------------------------------------
+    @property
+    def graph(self) -> Optional[torch.fx.Graph]:
+        return self.__dict__["_graph"]
+
+    def set_graph(self, graph: torch.fx.Graph, extra_globals: Optional[dict[str, Any]] = None) -> None:
+        """Use ``graph`` as this module's forward (compiled to Python now)."""
+        self.__dict__["_graph"] = graph
+        self.__dict__["_compiled"] = _compile(graph, f"{self._class_name}:{self._fqn or '<root>'}",
+                                              extra_globals or {})
+
+    @property
+    def code(self) -> str:
+        compiled = self.__dict__["_compiled"]
+        return compiled[1] if compiled else ""
+
+    def print_readable(self, print_output: bool = True) -> str:
+        """The Python of every rebuilt forward in this module's tree, by FQN."""
+        parts = []
+        for name, module in self.named_modules():
+            if isinstance(module, SubmoduleGraph) and module.code:
+                parts.append(f"# {name or '<root>'}: {module._class_name}\n{module.code}")
+        text = "\n".join(parts)
+        if print_output:
+            print(text)
+        return text
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        compiled = self.__dict__["_compiled"]
+        if compiled is None:
+            raise RuntimeError(
+                f"Submodule '{self._fqn}' ({self._class_name}) never ran in the exported program, so "
+                f"unflatten has no graph for its forward. Replace it with a real module "
+                f"(unflattened.set_submodule('{self._fqn}', module)) if you need to call it.")
+        return compiled[0](self, *args, **kwargs)
+
+
+# The generated code reads ``self._in_spec`` / ``self._out_spec`` as attributes.
+SubmoduleGraph._in_spec = property(lambda self: private.pytree_codegen_specs(self.graph)[0])  # type: ignore
+SubmoduleGraph._out_spec = property(lambda self: private.pytree_codegen_specs(self.graph)[1])  # type: ignore
+
+
+class CallView(SubmoduleGraph):
+    """A later call of a module (``n@1``): its own graph, the called module's state."""
+
+    def __init__(self, owner: torch.nn.Module, fqn: str, index: int, class_name: str):
+        super().__init__(fqn, class_name)
+        self.__dict__["_owner"] = owner  # not registered: the state stays the owner's
+        self.__dict__["_index"] = index
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_owner"], name)
+
+    def _get_name(self) -> str:
+        return f"{self._class_name}@{self._index}"
+
+
+class UnflattenedModule(SubmoduleGraph):
+    """The root of an unflattened program; inputs are checked as ``ep.module()`` checks them."""
+
+    def __init__(self, class_name: str, checker: Any):
+        super().__init__("", class_name)
+        self.__dict__["_checker"] = checker
+        self.register_forward_pre_hook(_check_inputs, with_kwargs=True)
+
+
+def _check_inputs(module: UnflattenedModule, args: tuple, kwargs: dict) -> None:
+    if torch.compiler.is_dynamo_compiling():
+        return
+    module._checker(tuple(args), dict(kwargs))
+
+
+_counter = [0]
+
+
+def _compile(graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any]):
+    """(function taking the module first, source) for ``graph``, like ``GraphModule.recompile``."""
+    python_code = graph.python_code(root_module="self")
+    source = python_code.src
+    namespace = dict(python_code.globals)
+    namespace.update(extra_globals)
+    _counter[0] += 1
+    filename = f"<graphcap-unflatten {label} #{_counter[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["forward"], source
