@@ -139,6 +139,12 @@ class GraphCutter:
                     "or use ep.module() (flat).")
             return env[a]
 
+        # the module's own state first, in the program's order, as a module reads its attributes
+        own = {a for n in scope.nodes if n.op == "call_function" for a in n.all_input_nodes
+               if a in self.state and a not in env and reachable_name(self.state[a], scope.fqn) is not None}
+        for a in sorted(own, key=self.order.__getitem__):
+            value(a)
+
         for item in self._in_dependency_order(scope):
             if isinstance(item, CallScope):
                 self._emit_call(scope, obj, item, g, env, value)
@@ -199,15 +205,28 @@ class GraphCutter:
                 return
         inputs, cloned = self.needs(child, members)
         returns = self.produces(members)
+        canonical = self.modules[child.fqn]
         callee, access = self._callee(parent, obj, child)
-        callee.set_graph(self.emit(child, callee, inputs, returns, cloned))
+        graph = self.emit(child, callee, inputs, returns, cloned)
+        if callee is not canonical and canonical.graph is not None and same_computation(graph, canonical.graph) \
+                and _relative(parent.fqn, child.fqn) is not None:
+            self._forget(obj, access)  # the same code as the module's first call: call the module
+            callee, access = canonical, _relative(parent.fqn, child.fqn)
+        else:
+            callee.set_graph(graph)
         call = g.call_module(access, tuple(value(i) for i in inputs))
+        _uplift_common_meta(call, members, graph)
         if len(returns) == 1:
             env[returns[0]] = call
         else:
             for i, r in enumerate(returns):
                 env[r] = g.call_function(operator.getitem, (call, i))
                 env[r].meta["val"] = r.meta.get("val")
+
+    @staticmethod
+    def _forget(obj: torch.nn.Module, access: str) -> None:
+        holder_path, _, name = access.rpartition(".")
+        _walk(obj, holder_path).__dict__.pop(name, None)
 
     def _callee(self, parent: CallScope, obj: torch.nn.Module, child: CallScope) -> tuple[SubmoduleGraph, str]:
         """The module that runs ``child`` (its FQN's module for a first call, else a view of it)
@@ -283,3 +302,26 @@ class GraphCutter:
                       f"rebuilt without its recorded signature because {why}; it runs, but replacing "
                       f"the submodule will not affect this call.", stacklevel=4)
         return False
+
+
+def same_computation(a: torch.fx.Graph, b: torch.fx.Graph) -> bool:
+    """Whether two graphs run the same operators on the same inputs, names aside."""
+    def shape(graph: torch.fx.Graph) -> list:
+        index = {n: i for i, n in enumerate(graph.nodes)}
+        rename = lambda arg: torch.fx.node.map_arg(arg, lambda n: ("%", index[n]))
+        return [(n.op, n.target if n.op != "placeholder" else None, rename(n.args), rename(n.kwargs))
+                for n in graph.nodes]
+    try:
+        return shape(a) == shape(b)
+    except Exception:
+        return False
+
+
+def _uplift_common_meta(call: torch.fx.Node, members: set, graph: torch.fx.Graph) -> None:
+    """Annotations (``fx.traceback.annotate``) shared by everything a call ran move to the call."""
+    values = [m.meta.get("custom") for m in members if m.op == "call_function"]
+    if not values or not values[0] or any(v != values[0] for v in values[1:]):
+        return
+    call.meta["custom"] = dict(values[0])
+    for node in graph.nodes:
+        node.meta.pop("custom", None)

@@ -23,8 +23,8 @@ import linecache
 from typing import Any, Optional
 
 import torch
+import torch.utils._pytree as pytree
 
-from ..torch_private import unflatten as private
 
 
 class SubmoduleGraph(torch.nn.Module):
@@ -52,6 +52,11 @@ class SubmoduleGraph(torch.nn.Module):
                                               extra_globals or {})
 
     @property
+    def graph_module(self) -> torch.fx.GraphModule:
+        """This module's graph as a ``GraphModule`` (made on each access, sharing the state)."""
+        return torch.fx.GraphModule(self, self.graph)
+
+    @property
     def code(self) -> str:
         compiled = self.__dict__["_compiled"]
         return compiled[1] if compiled else ""
@@ -77,10 +82,6 @@ class SubmoduleGraph(torch.nn.Module):
         return compiled[0](self, *args, **kwargs)
 
 
-# The generated code reads ``self._in_spec`` / ``self._out_spec`` as attributes.
-SubmoduleGraph._in_spec = property(lambda self: private.pytree_codegen_specs(self.graph)[0])  # type: ignore
-SubmoduleGraph._out_spec = property(lambda self: private.pytree_codegen_specs(self.graph)[1])  # type: ignore
-
 
 class CallView(SubmoduleGraph):
     """A later call of a module (``n@1``): its own graph, the called module's state."""
@@ -101,18 +102,24 @@ class CallView(SubmoduleGraph):
 
 
 class UnflattenedModule(SubmoduleGraph):
-    """The root of an unflattened program; inputs are checked as ``ep.module()`` checks them."""
+    """The root of an unflattened program: takes the model's own arguments, checks them as
+    ``ep.module()`` does before computing anything, runs its graph on the flat inputs and
+    returns the model's output structure."""
 
-    def __init__(self, class_name: str, checker: Any):
+    def __init__(self, class_name: str, checker: Any, out_spec: Any):
         super().__init__("", class_name)
         self.__dict__["_checker"] = checker
-        self.register_forward_pre_hook(_check_inputs, with_kwargs=True)
+        self.__dict__["_result_spec"] = out_spec
 
-
-def _check_inputs(module: UnflattenedModule, args: tuple, kwargs: dict) -> None:
-    if torch.compiler.is_dynamo_compiling():
-        return
-    module._checker(tuple(args), dict(kwargs))
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_dynamo_compiling():
+            leaves = self._checker.flat_inputs(tuple(args), dict(kwargs))
+        else:
+            leaves = self._checker(tuple(args), dict(kwargs))
+        outputs = super().forward(*leaves)
+        if self._result_spec is None:
+            return outputs
+        return pytree.tree_unflatten(list(outputs), self._result_spec)
 
 
 _counter = [0]

@@ -85,6 +85,8 @@ def build_scopes(graph: torch.fx.Graph, root_class: str = "") -> CallScope:
         scope = root
         key: tuple[str, ...] = ()
         for call_key, fqn, cls in _path(node):
+            if scope.fqn and not fqn.startswith(scope.fqn + "."):
+                continue  # a module its caller does not hold (called through a closure): inline it
             key = key + (call_key,)
             found = by_key.get(key)
             if found is None:

@@ -21,7 +21,6 @@ import torch
 from ..errors import UnsupportedError
 from ..input_checks import InputChecker
 from ..signature import InputKind
-from ..torch_private import unflatten as private
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .preserved import PreservedModule
@@ -67,7 +66,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     name_inplace_targets(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
-    root = UnflattenedModule(_root_class(root_scope, graph), InputChecker(ep))
+    root = UnflattenedModule(_root_class(root_scope, graph), InputChecker(ep), ep.call_spec[1])
 
     signatures = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
     preserved = {_split_call(name)[0] for name in signatures}
@@ -98,9 +97,6 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     cutter = GraphCutter(ep, graph, state, modules, signatures)
     user_inputs = [n for n, s in zip(placeholders, ep.graph_signature.input_specs) if s.kind is InputKind.USER_INPUT]
     root_graph = cutter.emit(root_scope, root, user_inputs, user_outputs, set(), output_tuple=True)
-    in_spec, out_spec = ep.call_spec
-    if in_spec is not None:
-        private.set_pytree_codegen(root_graph, root._checker.arg_names, in_spec, out_spec)
     root.set_graph(root_graph)
     return root
 
