@@ -73,8 +73,9 @@ class GraphCutter:
 
     @staticmethod
     def _sym_like(node: torch.fx.Node) -> bool:
+        stack = node.meta.get("nn_module_stack") or {}
         return node.op == "call_function" and isinstance(node.meta.get("val"), _SYM_TYPES) \
-            and not node.meta.get("nn_module_stack")
+            and all(isinstance(e, tuple) and e[0] == "" for e in stack.values())
 
     def _clonable(self, node: torch.fx.Node, available: set, fqn: str, seen: Optional[set] = None) -> bool:
         """A size computation with no module of its own whose inputs the call has anyway."""

@@ -25,6 +25,7 @@ from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .preserved import PreservedModule
 from .prepare import copy_graph, name_inplace_targets, writes_from_outputs
+from .shared import merge_shared
 from .scopes import CallScope, build_scopes
 from .state import install_state, state_entries
 
@@ -98,6 +99,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     user_inputs = [n for n, s in zip(placeholders, ep.graph_signature.input_specs) if s.kind is InputKind.USER_INPUT]
     root_graph = cutter.emit(root_scope, root, user_inputs, user_outputs, set(), output_tuple=True)
     root.set_graph(root_graph)
+    merge_shared(root, modules)
     return root
 
 
