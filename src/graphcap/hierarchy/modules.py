@@ -40,6 +40,13 @@ class SubmoduleGraph(torch.nn.Module):
     def _get_name(self) -> str:
         return self._class_name
 
+    def __getitem__(self, index: int) -> torch.nn.Module:
+        """``layers[2]`` / ``layers[-1]`` as on the original ``ModuleList`` / ``Sequential``."""
+        numbered = sorted((int(k), m) for k, m in self._modules.items() if k.isdigit())
+        if not isinstance(index, int) or not numbered:
+            raise TypeError(f"'{self._class_name}' (unflattened) is indexed by int over numbered children only")
+        return dict(numbered)[index] if index >= 0 else numbered[index][1]
+
     # -- graph ---------------------------------------------------------------
     @property
     def graph(self) -> Optional[torch.fx.Graph]:
