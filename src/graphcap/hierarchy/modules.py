@@ -55,8 +55,8 @@ class SubmoduleGraph(torch.nn.Module):
     def set_graph(self, graph: torch.fx.Graph, extra_globals: Optional[dict[str, Any]] = None) -> None:
         """Use ``graph`` as this module's forward (compiled to Python now)."""
         self.__dict__["_graph"] = graph
-        self.__dict__["_compiled"] = _compile(graph, f"{self._class_name}:{self._fqn or '<root>'}",
-                                              extra_globals or {})
+        self.__dict__["_compiled"] = LazyForward(graph, f"{self._class_name}:{self._fqn or '<root>'}",
+                                                 extra_globals or {})
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -66,7 +66,7 @@ class SubmoduleGraph(torch.nn.Module):
     @property
     def code(self) -> str:
         compiled = self.__dict__["_compiled"]
-        return compiled[1] if compiled else ""
+        return compiled.source if compiled else ""
 
     def print_readable(self, print_output: bool = True) -> str:
         """The Python of every rebuilt forward in this module's tree, by FQN."""
@@ -86,7 +86,7 @@ class SubmoduleGraph(torch.nn.Module):
                 f"Submodule '{self._fqn}' ({self._class_name}) never ran in the exported program, so "
                 f"unflatten has no graph for its forward. Replace it with a real module "
                 f"(unflattened.set_submodule('{self._fqn}', module)) if you need to call it.")
-        return compiled[0](self, *args, **kwargs)
+        return compiled(self, *args, **kwargs)
 
 
 
@@ -132,14 +132,42 @@ class UnflattenedModule(SubmoduleGraph):
 _counter = [0]
 
 
-def _compile(graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any]):
-    """(function taking the module first, source) for ``graph``, like ``GraphModule.recompile``."""
-    python_code = graph.python_code(root_module="self")
-    source = python_code.src
-    namespace = dict(python_code.globals)
-    namespace.update(extra_globals)
-    _counter[0] += 1
-    filename = f"<graphcap-unflatten {label} #{_counter[0]}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace["forward"], source
+class LazyForward:
+    """A graph's forward as Python, generated and compiled on first use (as
+    ``GraphModule.recompile`` does, but only for the calls that run: building a large
+    tree stays fast). Called with the module first."""
+
+    def __init__(self, graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any]):
+        self._graph = graph
+        self._label = label
+        self._extra_globals = extra_globals
+        self._function = None
+        self._source = None
+
+    def _build(self) -> None:
+        python_code = self._graph.python_code(root_module="self")
+        namespace = dict(python_code.globals)
+        namespace.update(self._extra_globals)
+        _counter[0] += 1
+        filename = f"<graphcap-unflatten {self._label} #{_counter[0]}>"
+        source = python_code.src
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+        self._function, self._source = namespace["forward"], source
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._build()
+        return self._source
+
+    def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self._function is None:
+            self._build()
+        return self._function(module, *args, **kwargs)
+
+    def __deepcopy__(self, memo):
+        import copy
+        new = LazyForward(copy.deepcopy(self._graph, memo), self._label, self._extra_globals)
+        new._function, new._source = self._function, self._source  # code takes the module as argument
+        return new

@@ -26,7 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import GraphcapError
-from .modules import SubmoduleGraph, _compile
+from .modules import LazyForward, SubmoduleGraph
 
 _NOT_CONSTANT = object()
 
@@ -117,7 +117,7 @@ class PreservedModule(SubmoduleGraph):
 
     def add_call(self, call_name: str, in_spec: Any, constants: list[Any], out_spec: Any,
                  graph: torch.fx.Graph, extra_globals: dict[str, Any]) -> None:
-        compiled = _compile(graph, f"{self._class_name}:{call_name}", extra_globals)
+        compiled = LazyForward(graph, f"{self._class_name}:{call_name}", extra_globals)
         self._calls.append((call_name, in_spec, constants, out_spec, compiled, graph))
         if len(self._calls) == 1:
             self.__dict__["_graph"] = graph
@@ -125,7 +125,7 @@ class PreservedModule(SubmoduleGraph):
 
     @property
     def code(self) -> str:
-        return "\n".join(f"# call {name}\n{compiled[1]}" for name, _, _, _, compiled, _ in self._calls)
+        return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _ in self._calls)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = pytree.tree_flatten((args, kwargs))
@@ -133,7 +133,7 @@ class PreservedModule(SubmoduleGraph):
             if spec != in_spec or not all(c is _NOT_CONSTANT or _same_constant(c, v)
                                           for c, v in zip(constants, leaves)):
                 continue
-            outputs = compiled[0](self, *leaves)
+            outputs = compiled(self, *leaves)
             return pytree.tree_unflatten(list(outputs), out_spec)
         recorded = "; ".join(f"'{name}': {_describe(s)} with {_leaf_kinds([None if c is _NOT_CONSTANT else c for c in cs])}"
                              for name, s, cs, _, _, _ in self._calls)
