@@ -215,7 +215,7 @@ class GraphCutter:
             callee, access = canonical, _relative(parent.fqn, child.fqn)
         else:
             callee.set_graph(graph)
-        call = g.call_module(access, tuple(value(i) for i in inputs))
+        call = g.create_node("call_module", access, tuple(value(i) for i in inputs), name=_node_name(access))
         _uplift_common_meta(call, members, graph)
         if len(returns) == 1:
             env[returns[0]] = call
@@ -288,7 +288,7 @@ class GraphCutter:
             obj.__dict__[rel] = module
         expected = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outputs]
         site = PreservedCallSite(child.fqn, child.call_name, signature.in_spec, signature.out_spec, expected)
-        target = g.get_attr(rel)
+        target = g.create_node("get_attr", rel, name=_node_name(rel))
         flat = [value(n) if n is not None else c for n, c in zip(arg_nodes, constants)]
         call = g.call_function(site, (target, *flat))
         for i, out in enumerate(outputs):
@@ -303,6 +303,13 @@ class GraphCutter:
                       f"rebuilt without its recorded signature because {why}; it runs, but replacing "
                       f"the submodule will not affect this call.", stacklevel=4)
         return False
+
+
+def _node_name(target: str) -> str:
+    """The node name fx would derive from ``target``, kept clear of ``self`` (the generated
+    forward's first argument: a submodule may well be called ``self``, as in BERT)."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in target)
+    return name + "_1" if name == "self" else name
 
 
 def same_computation(a: torch.fx.Graph, b: torch.fx.Graph) -> bool:
