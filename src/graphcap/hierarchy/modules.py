@@ -113,10 +113,18 @@ class UnflattenedModule(SubmoduleGraph):
     ``ep.module()`` does before computing anything, runs its graph on the flat inputs and
     returns the model's output structure."""
 
-    def __init__(self, class_name: str, checker: Any, out_spec: Any):
+    def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
         super().__init__("", class_name)
-        self.__dict__["_checker"] = checker
+        self.__dict__["_make_checker"] = make_checker
+        self.__dict__["_input_checker"] = None
         self.__dict__["_result_spec"] = out_spec
+
+    @property
+    def _checker(self) -> Any:
+        """The program's input checks, prepared on first use (they read the whole graph)."""
+        if self.__dict__["_input_checker"] is None:
+            self.__dict__["_input_checker"] = self.__dict__["_make_checker"]()
+        return self.__dict__["_input_checker"]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_dynamo_compiling():

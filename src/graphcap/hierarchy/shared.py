@@ -20,9 +20,16 @@ from .modules import SubmoduleGraph
 from .preserved import PreservedModule
 
 
-def _state(module: torch.nn.Module) -> dict[str, int]:
-    found = {name: id(t) for name, t in module.named_parameters(remove_duplicate=False)}
-    found.update({name: id(t) for name, t in module.named_buffers(remove_duplicate=False)})
+def _state(module: torch.nn.Module, memo: dict[int, dict[str, int]]) -> dict[str, int]:
+    """Relative name -> tensor id of everything ``module`` holds, children included (memoized)."""
+    found = memo.get(id(module))
+    if found is None:
+        found = {name: id(t) for name, t in module._parameters.items() if t is not None}
+        found.update({name: id(t) for name, t in module._buffers.items() if t is not None})
+        for child_name, child in module._modules.items():
+            if child is not None:
+                found.update({f"{child_name}.{k}": v for k, v in _state(child, memo).items()})
+        memo[id(module)] = found
     return found
 
 
@@ -39,10 +46,11 @@ def _same_module(a: SubmoduleGraph, b: SubmoduleGraph) -> bool:
 def merge_shared(root: torch.nn.Module, modules: dict[str, SubmoduleGraph]) -> None:
     """Point every later name of a shared module at its first module (see the module docstring)."""
     first_by_state: dict[tuple, str] = {}
+    memo: dict[int, dict[str, int]] = {}
     for fqn, module in list(modules.items()):
         if not fqn or module is not modules.get(fqn):
             continue
-        state = _state(module)
+        state = _state(module, memo)
         if not state:
             continue
         key = tuple(sorted(state.items()))

@@ -40,6 +40,20 @@ def _as_graphcap_program(ep: Any):
     raise TypeError(f"unflatten expects an ExportedProgram, got {type(ep).__name__}.")
 
 
+class _CheckerFactory:
+    """Makes the program's input checker when the module first runs. Copies of the module
+    share it (the checks describe the program, which copying the module does not change)."""
+
+    def __init__(self, ep: Any):
+        self._ep = ep
+
+    def __call__(self) -> InputChecker:
+        return InputChecker(self._ep)
+
+    def __deepcopy__(self, memo: dict) -> "_CheckerFactory":
+        return self
+
+
 def _root_class(scope: CallScope, graph: torch.fx.Graph) -> str:
     for node in graph.nodes:
         for entry in (node.meta.get("nn_module_stack") or {}).values():
@@ -67,7 +81,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     name_inplace_targets(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
-    root = UnflattenedModule(_root_class(root_scope, graph), InputChecker(ep), ep.call_spec[1])
+    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), ep.call_spec[1])
 
     signatures = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
     preserved = {_split_call(name)[0] for name in signatures}
