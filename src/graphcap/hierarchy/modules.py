@@ -73,7 +73,7 @@ class SubmoduleGraph(torch.nn.Module):
         parts = []
         for name, module in self.named_modules():
             if isinstance(module, SubmoduleGraph) and module.code:
-                parts.append(f"# {name or '<root>'}: {module._class_name}\n{module.code}")
+                parts.append(f"# {module._fqn or '<root>'}: {module._class_name}\n{module.code}")
         text = "\n".join(parts)
         if print_output:
             print(text)
