@@ -163,3 +163,14 @@ def test_a_torch_program_is_accepted_too():
     x = torch.randn(3, 4)
     torch.testing.assert_close(unf(x), copy.deepcopy(model)(x))
     assert list(unf.state_dict()) == list(model.state_dict())
+
+
+def test_torchs_own_unflatten_still_reads_graphcaps_program():
+    model, ep = _export()
+    unf = torch.export.unflatten(graphcap.to_torch(ep))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(unf(x), unflatten(ep)(x))
+
+
+def test_graphcap_unflatten_is_the_public_name():
+    assert graphcap.unflatten is unflatten
