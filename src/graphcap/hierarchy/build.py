@@ -93,9 +93,30 @@ class GraphCutter:
         deps = {a for m in members for a in m.all_input_nodes if a not in members}
         deps = {d for d in deps if not self._servable(d, scope.fqn)}
         plain = {d for d in deps if not self._sym_like(d)}
-        cloned = {d for d in deps - plain if self._clonable(d, plain, scope.fqn)}
-        inputs = sorted(deps - cloned, key=self.order.__getitem__)
+        cloned: dict = {d: None for d in deps - plain if self._clonable(d, plain, scope.fqn)}
+        cloned.update(self.size_reads(deps - plain - set(cloned), plain))
+        inputs = sorted(deps - set(cloned), key=self.order.__getitem__)
         return inputs, cloned
+
+    @staticmethod
+    def size_reads(wanted: set, available: set) -> dict:
+        """Sizes a call needs that equal a dimension of one of its own tensor inputs (the
+        sequence length of GPT-2's hidden states, read at the top from input_ids): node ->
+        (input, dim), to be read inside the call instead of passed to it."""
+        dims: dict[str, tuple] = {}
+        for node in sorted(available, key=lambda n: n.name):
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                for d, size in enumerate(val.shape):
+                    if isinstance(size, torch.SymInt):
+                        dims.setdefault(str(size.node.expr), (node, d))
+        out = {}
+        for node in wanted:
+            val = node.meta.get("val")
+            source = dims.get(str(val.node.expr)) if isinstance(val, torch.SymInt) else None
+            if source is not None:
+                out[node] = source
+        return out
 
     def produces(self, members: set) -> list[torch.fx.Node]:
         used_outside = {m for m in members if any(u not in members for u in m.users)}
@@ -103,7 +124,7 @@ class GraphCutter:
 
     # -- emitting one call's graph -----------------------------------------------
     def emit(self, scope: CallScope, obj: torch.nn.Module, inputs: list[Optional[torch.fx.Node]],
-             returns: Union[list[Any], None], cloned: set, arg_names: Optional[list[str]] = None,
+             returns: Union[list[Any], None], cloned: dict, arg_names: Optional[list[str]] = None,
              output_tuple: bool = False) -> torch.fx.Graph:
         """The graph of ``scope`` run by ``obj``: placeholders for ``inputs`` (None for a
         recorded constant), then its nodes and child calls, returning ``returns``."""
@@ -130,6 +151,10 @@ class GraphCutter:
                 attr = "_graph_" + a.target.replace(".", "_")
                 obj.__dict__[attr] = _walk(self.ep.graph_module, a.target)
                 env[a] = g.get_attr(attr)
+            elif a in cloned and cloned[a] is not None:
+                source, dim = cloned[a]
+                env[a] = g.call_function(torch.ops.aten.sym_size.int, (value(source), dim))
+                env[a].meta["val"] = a.meta.get("val")
             elif a in cloned:
                 env[a] = g.node_copy(a, value)
             else:
@@ -269,8 +294,9 @@ class GraphCutter:
             outputs.append(node if node is not None else getattr(arg, "value", None))
         available = {n for n in arg_nodes if n is not None}
         deps = {a for m in members for a in m.all_input_nodes if a not in members}
+        sizes = self.size_reads({d for d in deps if d not in available}, available)
         missing = [d for d in deps if d not in available and not self._servable(d, child.fqn)
-                   and not self._clonable(d, available, child.fqn)]
+                   and d not in sizes and not self._clonable(d, available, child.fqn)]
         if missing:
             return self._not_preserved(child, f"it also reads {sorted(d.name for d in missing)}, "
                                               f"which are not among its recorded inputs")
@@ -278,7 +304,7 @@ class GraphCutter:
         if extra:
             return self._not_preserved(child, f"values it computes ({sorted(r.name for r in extra)}) are "
                                               f"used outside it but are not among its recorded outputs")
-        cloned = {d for d in deps if d not in available and not self._servable(d, child.fqn)}
+        cloned = {d: sizes.get(d) for d in deps if d not in available and not self._servable(d, child.fqn)}
         module = self.modules[child.fqn]
         graph = self.emit(child, module, arg_nodes, outputs, cloned, output_tuple=True)
         module.add_call(child.call_name, signature.in_spec, constants, signature.out_spec, graph, {})

@@ -111,7 +111,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
 
     cutter = GraphCutter(ep, graph, state, modules, signatures)
     user_inputs = [n for n, s in zip(placeholders, ep.graph_signature.input_specs) if s.kind is InputKind.USER_INPUT]
-    root_graph = cutter.emit(root_scope, root, user_inputs, user_outputs, set(), output_tuple=True)
+    root_graph = cutter.emit(root_scope, root, user_inputs, user_outputs, {}, output_tuple=True)
     root.set_graph(root_graph)
     merge_shared(root, modules)
     return root
