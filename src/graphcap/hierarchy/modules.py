@@ -19,11 +19,12 @@ The classes print under the original class names (``(n): N(...)``).
 """
 from __future__ import annotations
 
-import linecache
 from typing import Any, Optional
 
 import torch
 import torch.utils._pytree as pytree
+
+from ..torch_private import unflatten as private
 
 
 
@@ -137,9 +138,6 @@ class UnflattenedModule(SubmoduleGraph):
         return pytree.tree_unflatten(list(outputs), self._result_spec)
 
 
-_counter = [0]
-
-
 class LazyForward:
     """A graph's forward as Python, generated and compiled on first use (as
     ``GraphModule.recompile`` does, but only for the calls that run: building a large
@@ -156,12 +154,8 @@ class LazyForward:
         python_code = self._graph.python_code(root_module="self")
         namespace = dict(python_code.globals)
         namespace.update(self._extra_globals)
-        _counter[0] += 1
-        filename = f"<graphcap-unflatten {self._label} #{_counter[0]}>"
-        source = python_code.src
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), namespace)
-        self._function, self._source = namespace["forward"], source
+        self._function = private.forward_from_source(python_code.src, namespace)
+        self._source = python_code.src
 
     @property
     def source(self) -> str:
