@@ -145,3 +145,28 @@ def test_without_preserving_later_calls_can_be_swapped_one_by_one():
     unf.set_submodule("n", Plus5())
     unf.set_submodule("n@1", Plus6())
     torch.testing.assert_close(unf(x), x + 3 + 5 + 6 + 4)
+
+
+def test_a_copy_of_the_unflattened_module_runs_its_preserved_calls_on_its_own_state():
+    class Counting(Flag):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x, b):
+            self.calls.add_(1)
+            return super().forward(x, b)
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n = Counting()
+
+        def forward(self, x):
+            return self.n(self.n(x, True), b=False)
+
+    x = torch.randn(3)
+    unf = _unflattened(Twice(), x, preserve=("n",))
+    twin = copy.deepcopy(unf)
+    torch.testing.assert_close(twin(x), x + 3)
+    assert twin.n.calls.item() == 2 and unf.n.calls.item() == 0

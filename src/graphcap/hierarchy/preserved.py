@@ -28,7 +28,21 @@ import torch.utils._pytree as pytree
 from ..errors import GraphcapError
 from .modules import LazyForward, SubmoduleGraph
 
-_NOT_CONSTANT = object()
+class _NotConstant:
+    """Marks a call input that was a traced value (a tensor, a size), not a baked-in constant.
+    One instance, kept by copies of the module."""
+
+    def __repr__(self) -> str:
+        return "tensor"
+
+    def __deepcopy__(self, memo: dict) -> "_NotConstant":
+        return self
+
+    def __copy__(self) -> "_NotConstant":
+        return self
+
+
+_NOT_CONSTANT = _NotConstant()
 
 
 class SubmoduleSignatureError(GraphcapError, TypeError):
@@ -135,10 +149,10 @@ class PreservedModule(SubmoduleGraph):
                 continue
             outputs = compiled(self, *leaves)
             return pytree.tree_unflatten(list(outputs), out_spec)
-        recorded = "; ".join(f"'{name}': {_describe(s)} with {_leaf_kinds([None if c is _NOT_CONSTANT else c for c in cs])}"
+        recorded = "; ".join(f"'{name}': {_describe(s)} with ({_leaf_kinds(cs)})"
                              for name, s, cs, _, _, _ in self._calls)
         raise SubmoduleSignatureError(
-            f"Submodule '{self._fqn}' was called with {_describe(spec)} ({_leaf_kinds(leaves)}), which "
+            f"Submodule '{self._fqn}' was called with {_describe(spec)} with ({_leaf_kinds(leaves)}), which "
             f"matches none of the calls the program recorded for it ({recorded or 'none'}).",
             where=f"unflattened module '{self._fqn}'",
             fix="Call it as the exported model did, or export again with this call among the examples.")
