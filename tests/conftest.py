@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_DIR = ROOT.parent / "shared" / "zoo"
@@ -29,9 +28,14 @@ def build_zoo(name: str):
 
 
 def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
-    """Same pytree structure (same classes), dtypes, shapes, values within tolerance."""
-    le, se = pytree.tree_flatten(expected)
-    lg, sg = pytree.tree_flatten(got)
+    """Same pytree structure (same classes), dtypes, shapes, values within tolerance.
+
+    Flattened as graphcap sees outputs: classes it flattens by attributes (a
+    ``DynamicCache``) are torch pytree nodes only while it traces.
+    """
+    from graphcap.auto_flatten import flatten
+    le, se = flatten(expected)
+    lg, sg = flatten(got)
     assert type(expected) is type(got), f"output class {type(got)} != eager {type(expected)}"
     assert se == sg, f"output structure differs:\n eager {se}\n   got {sg}"
     for i, (a, b) in enumerate(zip(le, lg)):

@@ -7,7 +7,7 @@ from .decomp_table import CustomDecompTable, default_decompositions
 from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
 from .hierarchy import unflatten
 from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
-                     RuntimeInputError, SerializationError, TraceError, UnsupportedError, VerificationError)
+                     RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
 from .interop import from_torch, to_torch
 from .passes.move_to_device import move_to_device_pass
 from .program import ExportedProgram
@@ -23,6 +23,6 @@ __all__ = [
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",
     "SymIntArgument", "ConstantArgument", "ModuleCallEntry", "ModuleCallSignature",
-    "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "RuntimeInputError",
+    "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "InternalError", "RuntimeInputError",
     "VerificationError", "ConstraintViolationError", "MissingFakeKernelError", "SerializationError",
 ]

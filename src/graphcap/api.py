@@ -1,12 +1,26 @@
 """The public entry points. Thin: each checks its arguments and delegates."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 import torch
 
 from .errors import UnsupportedError
 from .program import ExportedProgram
+
+TRACING_LOCK = threading.RLock()
+"""Held by every export and ``run_decompositions`` while it traces (one at a time per process).
+
+Tracing relies on state torch keeps per process, not per thread: the
+pre-dispatch mode stack and the current ``make_fx`` tracer are module globals
+of torch, and the trace switches process-wide flags (``torch.compiler``'s
+exporting flag, the cuDNN/MKL-DNN/NNPACK switches, fx and shape-engine config,
+the builtins of :mod:`graphcap.trace.python_overrides`) for its duration. Two
+traces at once would push and pop each other's modes. Everything else (checking
+arguments, ``module()`` and running it, save, load) runs concurrently. Re-entrant:
+a forward that exports something itself does not deadlock.
+"""
 
 
 def export(
@@ -39,7 +53,8 @@ def export(
             fix="Use strict=False (the default): graphcap runs your Python as it is and records "
                 "the same operators.")
     from .capture.non_strict import export_non_strict
-    with torch.utils._python_dispatch._disable_current_modes():
+    from .torch_private.dispatch import disable_current_modes
+    with TRACING_LOCK, disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=tuple(preserve_module_call_signature),
                                  prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))

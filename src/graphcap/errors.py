@@ -8,13 +8,14 @@ that the three answers are always present and always laid out the same way.
 from __future__ import annotations
 
 import functools
+import os
 import traceback
 from types import TracebackType
 from typing import Optional
 
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-from torch._dynamo.exc import UserError as _TorchUserError
-from torch._dynamo.exc import UserErrorType as _TorchUserErrorType
+from .torch_private.dynamo import UserError as _TorchUserError
+from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 
 
@@ -101,13 +102,13 @@ class FakeConstantError(UnsupportedError, RuntimeError):
     """A fake tensor of the trace would become a constant of the program (torch raises a RuntimeError)."""
 
 
-class TraceError(GraphcapError):
-    """The user's program raised while it was being traced on fake tensors."""
+class _LikeOriginal(GraphcapError):
+    """Mixin: an error built from another exception that stays an instance of its type."""
 
     @classmethod
     def like(cls, original: BaseException, what: str, *, where: Optional[str] = None,
-             fix: Optional[str] = None) -> "TraceError":
-        """A TraceError that is also an instance of ``original``'s type.
+             fix: Optional[str] = None) -> "GraphcapError":
+        """An error of this class that is also an instance of ``original``'s type.
 
         torch.export lets the exception a traced program raises reach the
         caller as it is, so callers catch it by its own type (``RuntimeError``,
@@ -128,6 +129,19 @@ class TraceError(GraphcapError):
         err.__dict__.update(plain.__dict__)
         err.args = plain.args
         return err
+
+
+class TraceError(_LikeOriginal):
+    """The user's program raised while it was being traced on fake tensors."""
+
+
+class InternalError(_LikeOriginal):
+    """graphcap (or torch's tracing machinery under it) failed: a bug to report, not the user's.
+
+    Told apart from a :class:`TraceError` by where the exception was raised
+    (:func:`raised_internally`). Like a TraceError it stays an instance of the
+    original exception's type and chains it.
+    """
 
 
 _HYBRIDS: dict[tuple[type, type], type] = {}
@@ -227,6 +241,40 @@ def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
     return None
 
 
+_GRAPHCAP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# graphcap files whose frames stand for the user's own call: the builtins it
+# replaces while tracing and the attribute reads of tensor subclasses it records
+# re-raise what the user's own call raised
+_GRAPHCAP_TRANSPARENT = tuple("trace" + os.sep + name for name in ("python_overrides.py", "subclass_access.py"))
+# torch's tracing machinery (mode stacks, tracers, fake tensors, operator
+# dispatch, control-flow operators), as opposed to the operators' own input checks
+# (meta kernels, references, decompositions, nn.functional), which speak for the user
+_TORCH_MACHINERY = ("/torch/utils/_python_dispatch.py", "/torch/_ops.py", "/torch/fx/", "/torch/_subclasses/",
+                    "/torch/_dynamo/", "/torch/_higher_order_ops/", "/torch/_guards.py", "/torch/_functorch/",
+                    "/torch/utils/_pytree.py", "/torch/_library/")
+# what a broken invariant or a bug looks like (torch checks a user's values with
+# torch._check and friends, which raise RuntimeError/ValueError/IndexError)
+_BUG_TYPES = (AssertionError, AttributeError, NameError, UnboundLocalError)
+
+
+def raised_internally(e: BaseException) -> bool:
+    """Whether ``e`` comes from graphcap itself or from torch's tracing machinery.
+
+    Decided by the innermost frame of its traceback: graphcap's own code
+    (whatever the type), or torch's tracing machinery raising a type that means
+    a broken invariant (an assertion, a missing attribute). An error raised in
+    the user's code, or by an operator refusing its arguments, is the user's.
+    """
+    frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ is not None else []
+    if not frames:
+        return False
+    path = os.path.abspath(frames[-1].filename)
+    if path.startswith(_GRAPHCAP_DIR):
+        return not path.endswith(_GRAPHCAP_TRANSPARENT)
+    posix = path.replace(os.sep, "/")
+    return isinstance(e, _BUG_TYPES) and any(part in posix for part in _TORCH_MACHINERY)
+
+
 def describe_frame(frame: Optional[traceback.FrameSummary]) -> Optional[str]:
     if frame is None:
         return None
@@ -239,7 +287,7 @@ def describe_frame(frame: Optional[traceback.FrameSummary]) -> Optional[str]:
 def _export_args_error_type() -> type:
     """The class of :func:`export_args_error`, made on first use: its torch base lives in
     ``torch._dynamo``, which costs seconds to import and most programs never need."""
-    from torch._dynamo.exc import UserError, UserErrorType
+    from .torch_private.dynamo import UserError, UserErrorType
 
     class ExportArgsError(ExportInputError, UserError):
         """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also

@@ -15,16 +15,16 @@ from typing import Any
 
 import sympy
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import bound_sympy
+from .torch_private import pytree
+from .torch_private.symbolic import int_oo
+from .torch_private.symbolic import bound_sympy
 
-from . import input_guards as guards, module_inputs
+from . import auto_flatten, input_guards as guards, module_inputs
 from .input_guards import placeholder_leaves
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
+from .trace.naming import builtins_called_by_name
 
 _STATIC_FIX = ("The program was exported with this dimension static. To accept other sizes, export "
                "with dynamic_shapes marking it dynamic (e.g. {0: Dim('batch')}).")
@@ -76,10 +76,11 @@ class InputChecker:
         self._in_spec = in_spec
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         user_specs = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
-        dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
-        paths = [input_path_str(p) for p, _ in pytree.tree_flatten_with_path(dummy)[0]]
+        dummy = auto_flatten.unflatten(placeholder_leaves(in_spec), in_spec)
+        paths = [input_path_str(p) for p, _ in auto_flatten.flatten_with_path(dummy)[0]]
         root = ep.module_call_graph[0].signature if ep.module_call_graph else None
-        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec)
+        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
+                                              avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):
@@ -102,7 +103,7 @@ class InputChecker:
     def check_structure(self, args: tuple, kwargs: dict) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
-        spec = pytree.tree_structure(module_inputs.wrap((tuple(args), dict(kwargs))))
+        spec = auto_flatten.structure(module_inputs.wrap((tuple(args), dict(kwargs))))
         if spec == self._in_spec or _same_structure(spec, self._in_spec):
             return
         module_difference = module_inputs.describe_difference(self._in_spec, spec)
@@ -112,8 +113,8 @@ class InputChecker:
                 f"{module_difference}.", where="ep.module()(*args, **kwargs)",
                 fix="Pass an instance of the same class, configured the same way (its parameters and "
                     "buffers may hold other values), or export again with this module.")
-        expected = pytree.tree_unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
-        got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+        expected = auto_flatten.unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
+        got = auto_flatten.unflatten(["*"] * spec.num_leaves, spec)
         raise InputStructureError(
             f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
             f"the structure the program was exported with: expected (args, kwargs) shaped like "
@@ -125,7 +126,7 @@ class InputChecker:
     def flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
-        return fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
+        return auto_flatten.flatten_by_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple, kwargs: dict) -> list[Any]:
@@ -404,10 +405,10 @@ def check_example_inputs(value: Any, in_spec: Any) -> None:
     if in_spec is None:
         return
     kwargs = _kwargs_in_spec_order(kwargs, in_spec)
-    spec = pytree.tree_structure(module_inputs.wrap((args, kwargs)))
+    spec = auto_flatten.structure(module_inputs.wrap((args, kwargs)))
     if spec != in_spec:
-        expected = pytree.tree_unflatten(["*"] * in_spec.num_leaves, in_spec)
-        got = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+        expected = auto_flatten.unflatten(["*"] * in_spec.num_leaves, in_spec)
+        got = auto_flatten.unflatten(["*"] * spec.num_leaves, spec)
         raise ExportInputError(
             f"Trying to flatten user inputs with exported input tree spec: the example inputs are "
             f"shaped like {_shape_str(got)}, but the program takes {_shape_str(expected)}.",

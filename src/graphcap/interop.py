@@ -18,7 +18,7 @@ import torch
 import torch.export.exported_program as tep
 import torch.export.graph_signature as tsig
 
-from . import signature as gsig
+from . import auto_flatten, signature as gsig
 from .errors import SerializationError
 from .program import ExportedProgram
 
@@ -77,6 +77,10 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
         output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target)
                       for s in ep.graph_signature.output_specs])
     gm = copy.deepcopy(ep.graph_module)
+    for entry in ep.module_call_graph:  # torch's module() knows only classes in torch's registry
+        if entry.signature is not None:
+            auto_flatten.register_for_torch(entry.signature.in_spec)
+            auto_flatten.register_for_torch(entry.signature.out_spec)
     call_graph = _call_graph(ep.module_call_graph, tep.ModuleCallSignature, tep.ModuleCallEntry, _arg_to_torch)
     return tep.ExportedProgram(root=gm, graph=gm.graph, graph_signature=sig, state_dict=dict(ep.state_dict),
                                range_constraints=dict(ep.range_constraints), module_call_graph=call_graph,

@@ -26,9 +26,10 @@ import json
 from typing import Any, Optional
 
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
+from .torch_private import pytree
+from .torch_private.modules import BUFFER_REGISTRY, MODULE_REGISTRY, PARAMETER_REGISTRY
 
+from . import auto_flatten
 from .errors import UnsupportedError
 
 # Attribute values that are settings of a module: compared between the exported
@@ -201,10 +202,10 @@ def _copy_with(module: torch.nn.Module, swap: dict[int, Any], memo: dict[int, to
     new = copy.copy(module)
     memo[id(module)] = new
     state = dict(module.__dict__)
-    for field in ("_parameters", "_buffers"):
+    for field in (PARAMETER_REGISTRY, BUFFER_REGISTRY):
         state[field] = {k: swap.get(id(v), v) for k, v in module.__dict__[field].items()}
-    state["_modules"] = {k: (_copy_with(c, swap, memo) if c is not None else None)
-                         for k, c in module.__dict__["_modules"].items()}
+    state[MODULE_REGISTRY] = {k: (_copy_with(c, swap, memo) if c is not None else None)
+                         for k, c in module.__dict__[MODULE_REGISTRY].items()}
     for attr, value in module.__dict__.items():
         if isinstance(value, torch.Tensor) and id(value) in swap:
             state[attr] = swap[id(value)]
@@ -249,11 +250,10 @@ def _flatten_spec(obj: Any, spec: pytree.TreeSpec) -> list[Any]:
     return [values[n] for n in spec.context.names]
 
 
-if ModuleInput not in pytree.SUPPORTED_NODES:
-    pytree.register_pytree_node(ModuleInput, _flatten, _unflatten, flatten_with_keys_fn=_flatten_with_keys,
-                                serialized_type_name="graphcap.ModuleInput",
-                                to_dumpable_context=_to_dumpable, from_dumpable_context=_from_dumpable)
-    fx_pytree.register_pytree_flatten_spec(ModuleInput, _flatten_spec)
+# a pytree node for torch only while a trace runs (graphcap.auto_flatten), like the classes
+# graphcap flattens by attributes; module(), save and load use graphcap's own walks
+auto_flatten.add_own_node(ModuleInput, auto_flatten.AutoNode(
+    _flatten, _unflatten, _flatten_with_keys, "graphcap.ModuleInput", _flatten_spec, _to_dumpable, _from_dumpable))
 
 
 # ---------------------------------------------------------------------------
@@ -262,20 +262,21 @@ if ModuleInput not in pytree.SUPPORTED_NODES:
 
 def wrap(tree: Any) -> Any:
     """``tree`` with every nn.Module leaf replaced by its :class:`ModuleInput`."""
-    leaves, spec = pytree.tree_flatten(tree)
+    leaves, spec = auto_flatten.flatten(tree)
     if not any(isinstance(v, torch.nn.Module) for v in leaves):
         return tree
-    return pytree.tree_unflatten([ModuleInput.of(v) if isinstance(v, torch.nn.Module) else v
+    auto_flatten.register_for_trace(ModuleInput)  # (a no-op outside a trace) the trace flattens wrappers
+    return auto_flatten.unflatten([ModuleInput.of(v) if isinstance(v, torch.nn.Module) else v
                                   for v in leaves], spec)
 
 
 def unwrap(tree: Any) -> Any:
     """``tree`` with every :class:`ModuleInput` turned back into a module holding its tensors."""
     is_wrapper = lambda v: isinstance(v, ModuleInput)  # noqa: E731
-    leaves, spec = pytree.tree_flatten(tree, is_leaf=is_wrapper)
+    leaves, spec = auto_flatten.flatten(tree, is_leaf=is_wrapper)
     if not any(is_wrapper(v) for v in leaves):
         return tree
-    return pytree.tree_unflatten([v.materialize() if is_wrapper(v) else v for v in leaves], spec)
+    return auto_flatten.unflatten([v.materialize() if is_wrapper(v) else v for v in leaves], spec)
 
 
 def describe_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec) -> Optional[str]:

@@ -14,7 +14,7 @@ import copy
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 
@@ -225,8 +225,10 @@ class ExportedProgram:
 
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
+        from .api import TRACING_LOCK  # one trace at a time per process (see there)
         from .passes import run_decompositions
-        new_ep = run_decompositions(self, decomp_table)
+        with TRACING_LOCK:
+            new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
         return new_ep
 

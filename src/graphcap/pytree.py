@@ -22,8 +22,9 @@ import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
+from . import auto_flatten
 from .errors import ExportInputError
 
 # Types that are leaves as they are: either tensors, or Python values that
@@ -31,9 +32,6 @@ from .errors import ExportInputError
 _PLAIN_LEAF_TYPES = (torch.Tensor, int, float, bool, complex, str, bytes, type(None), torch.dtype,
                      torch.device, torch.memory_format, torch.layout, enum.Enum, type(Ellipsis), slice,
                      torch.SymInt, torch.SymFloat, torch.SymBool)
-
-# Classes graphcap registered by itself, kept so the warning is given once.
-_AUTO_REGISTERED: dict[type, str] = {}
 
 
 def qualified_name(cls: type) -> str:
@@ -80,7 +78,7 @@ def _is_registered(obj: Any) -> bool:
 
 def _children(obj: Any) -> list[Any]:
     """One level of a registered pytree node's children (cycle-safe callers recurse)."""
-    node_type = pytree._get_node_type(obj)
+    node_type = pytree.node_type(obj)
     return list(pytree.SUPPORTED_NODES[node_type].flatten_fn(obj)[0])
 
 
@@ -98,7 +96,7 @@ def holds_tensor(obj: Any, _seen: Optional[set] = None, _depth: int = 0) -> bool
         return any(holds_tensor(v, _seen, _depth + 1) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return any(holds_tensor(v, _seen, _depth + 1) for v in obj)
-    if _is_registered(obj) and type(obj) not in _AUTO_REGISTERED:
+    if _is_registered(obj) and not auto_flatten.is_auto_flattened(type(obj)):
         return any(holds_tensor(c, _seen, _depth + 1) for c in _children(obj))
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
@@ -106,44 +104,13 @@ def holds_tensor(obj: Any, _seen: Optional[set] = None, _depth: int = 0) -> bool
     return False
 
 
-def _register_auto_class(cls: type) -> None:
-    """Register ``cls`` as a pytree node over the attributes that hold tensors.
-
-    Attributes that hold no tensor (sizes, flags, dtypes) are kept in the
-    node's context: they are part of the structure, like a dict's keys.
-    """
-
-    def split(obj):
-        attrs = vars(obj)
-        keys = tuple(k for k, v in attrs.items() if holds_tensor(v))
-        static = tuple((k, v) for k, v in attrs.items() if k not in keys)
-        return keys, static
-
-    def flatten(obj):
-        keys, static = split(obj)
-        return [getattr(obj, k) for k in keys], (keys, static)
-
-    def flatten_with_keys(obj):
-        keys, static = split(obj)
-        return [(pytree.GetAttrKey(k), getattr(obj, k)) for k in keys], (keys, static)
-
-    def unflatten(values, context):
-        keys, static = context
-        obj = cls.__new__(cls)
-        state = obj.__dict__
-        state.update(static)
-        state.update(zip(keys, values))
-        return obj
-
-    pytree.register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys,
-                                serialized_type_name=qualified_name(cls))
-
-
 def auto_register(tree: Any, where: str) -> list[str]:
-    """Register every unknown class in ``tree`` that holds tensors.
+    """Flatten every unknown class in ``tree`` that holds tensors by its attributes.
 
-    ``where`` says which side of the program the tree is (``"inputs"`` or
-    ``"outputs"``) for the warning. Returns the qualified names registered now.
+    The class joins graphcap's table (:mod:`graphcap.auto_flatten`) and, for
+    the running trace only, torch's pytree registry. ``where`` says which side
+    of the program the tree is (``"inputs"`` or ``"outputs"``) for the warning
+    given the first time. Returns the qualified names met for the first time.
     """
     found: list[str] = []
     seen: set[int] = set()
@@ -167,9 +134,8 @@ def auto_register(tree: Any, where: str) -> list[str]:
         attrs = getattr(obj, "__dict__", None)
         if isinstance(attrs, dict) and holds_tensor(obj):
             cls = type(obj)
-            if cls not in _AUTO_REGISTERED:
-                _register_auto_class(cls)
-                _AUTO_REGISTERED[cls] = qualified_name(cls)
+            if not auto_flatten.is_auto_flattened(cls):
+                auto_flatten.node_of(cls, holds_tensor)
                 found.append(qualified_name(cls))
                 warnings.warn(
                     f"graphcap: the {where} contain an instance of {qualified_name(cls)}, a class "
@@ -178,6 +144,7 @@ def auto_register(tree: Any, where: str) -> list[str]:
                     f"warning), register it first: graphcap.register_dataclass({cls.__name__}) "
                     f"for a dataclass, or torch.utils._pytree.register_pytree_node.",
                     stacklevel=4)
+            auto_flatten.register_for_trace(cls)
             for v in attrs.values():
                 visit(v, depth + 1)
 
@@ -186,7 +153,8 @@ def auto_register(tree: Any, where: str) -> list[str]:
 
 
 def auto_registered_classes() -> dict[type, str]:
-    return dict(_AUTO_REGISTERED)
+    """Classes graphcap flattened by their attributes in this process, with their qualified names."""
+    return {cls: qualified_name(cls) for cls in auto_flatten.attribute_flattened_classes()}
 
 
 # --------------------------------------------------------------------------

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.modules import non_persistent_buffer_names
 
-from .. import module_inputs, pytree as gp_pytree
+from .. import auto_flatten, module_inputs, pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
@@ -92,7 +93,7 @@ def _state(root: Optional[torch.nn.Module]):
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
 
     def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
-        for name in module._non_persistent_buffers_set:
+        for name in non_persistent_buffer_names(module):
             non_persistent.add(prefix + name)
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
@@ -122,11 +123,16 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
                       prefer_deferred_asserts: bool = False) -> ExportedProgram:
     """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
 
+    Classes graphcap flattens by their attributes are torch pytree nodes only
+    while the trace runs (``graphcap.auto_flatten``): the process keeps its
+    pytree registry as it was, whichever way the export ends.
+
     The check runs here, once the exporting frame and its fake inputs are gone.
     """
-    ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                   preserve_module_call_signature=preserve_module_call_signature,
-                                   prefer_deferred_asserts=prefer_deferred_asserts)
+    with auto_flatten.registered_while_tracing():  # classes flattened by attributes: torch's only meanwhile
+        ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                       preserve_module_call_signature=preserve_module_call_signature,
+                                       prefer_deferred_asserts=prefer_deferred_asserts)
     leaks.warn_if_leaked(probe)
     return ep
 
@@ -136,6 +142,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        prefer_deferred_asserts: bool) -> tuple[ExportedProgram, Any]:
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
+    gp_pytree.auto_register((args, kwargs), "inputs")  # classes flattened by attributes, for this trace
     # a ShapesCollection / AdditionalInputs builds its spec from the inputs
     dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)

@@ -31,12 +31,16 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-import torch.utils._pytree as pytree
-from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from ..torch_private import pytree
+from ..torch_private.dispatch import enable_python_dispatcher
+from ..torch_private.fake import FakeTensor, FakeTensorMode
+from ..torch_private import functional
+from ..torch_private.dispatch import set_grad_enabled
+from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
+from ..torch_private.fx import interpreting_node
+from ..torch_private.ops import OpOverload
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
@@ -92,7 +96,7 @@ class _Replay(torch.fx.Interpreter):
         variant = self.out_of_place.get(n)
         if variant is None:
             return super().run_node(n)
-        with self._set_current_node(n):
+        with interpreting_node(self, n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             out = variant(*args, **kwargs)
             if out.dtype != args[0].dtype:  # in place keeps the written tensor's dtype
@@ -161,14 +165,14 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
             for i, f in enumerate(f_args):
                 if not isinstance(f, FunctionalTensor):
                     continue
-                torch._sync(f)
-                if torch._functionalize_has_metadata_mutation(f.elem):
+                functional.sync(f)
+                if functional.has_metadata_mutation(f.elem):
                     box["metadata_mutation"] = i
                 declared = old_mutations.get(i)
                 if declared is not None and outs[declared] is not f:
                     mutated.append(i)
                     new_values.append(_unwrap(outs[declared]))
-                elif torch._functionalize_has_data_mutation(f.elem) or declared is not None:
+                elif functional.has_data_mutation(f.elem) or declared is not None:
                     mutated.append(i)
                     new_values.append(_unwrap(f))
             box["mutated"] = mutated
@@ -241,7 +245,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         except Exception as e:
             raise _explain(e, box) from e
         finally:
-            torch._C._set_grad_enabled(grad)
+            set_grad_enabled(grad)
 
     # Functionalization is the costly engine; a program that writes only to tensors it just
     # computed does not need it, unless a decomposition brought a write in.
@@ -326,7 +330,7 @@ def _kept_ops(gm: torch.fx.GraphModule, table: TableView) -> frozenset:
     nodes = [n for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
     for node in nodes:
         op = node.target
-        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+        if node.op == "call_function" and isinstance(op, OpOverload) \
                 and torch.Tag.core not in op.tags and not table.decomposes(op):
             kept.add(op.name())
     return frozenset(kept)

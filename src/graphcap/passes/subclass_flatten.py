@@ -36,7 +36,7 @@ from ..errors import SubclassDecompositionError
 from ..program import ExportedProgram
 from ..pytree import sanitize_name
 from ..signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
-from ..torch_private.subclass_flatten import is_traceable_wrapper_subclass
+from ..torch_private.dispatch import is_traceable_wrapper_subclass
 
 _PREFIX = {InputKind.PARAMETER: "p_", InputKind.BUFFER: "b_", InputKind.CONSTANT_TENSOR: "c_"}
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
+from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
+from ..torch_private.symbolic import int_oo, symbol_assumptions
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from .. import auto_flatten
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
@@ -37,8 +38,8 @@ def callable_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', None) or 'builtins'}.{getattr(fn, '__qualname__', fn.__name__)}"
 
 
-def op_key(op: torch._ops.OpOverload) -> str:
-    return f"{op._schema.name}.{op._overloadname}"
+def op_key(op: OpOverload) -> str:
+    return f"{schema_of(op).name}.{overload_name(op)}"
 
 
 class _Writer:
@@ -91,11 +92,11 @@ class _Writer:
     # -- graphs ---------------------------------------------------------------
     def operator(self, t: Any) -> Any:
         """``{"op": key}`` (schema recorded) or ``{"hop": name}`` for an operator, else None."""
-        if isinstance(t, torch._ops.OpOverload):
+        if isinstance(t, OpOverload):
             key = op_key(t)
-            self.operators[key] = str(t._schema)
+            self.operators[key] = str(schema_of(t))
             return {"op": key}
-        if isinstance(t, torch._ops.HigherOrderOperator):
+        if isinstance(t, HigherOrderOperator):
             return {"hop": t.name()}
         return None
 
@@ -232,7 +233,7 @@ class _Writer:
         ranges = {str(k): v for k, v in self.ep.range_constraints.items()}
         table = []
         for name, sym in sorted(self.symbols.items()):
-            assumptions = getattr(sym, "_assumptions_orig", None) or {"integer": True}
+            assumptions = symbol_assumptions(sym) or {"integer": True}
             rng = ranges.get(name)
             hint = None
             for env in self.shape_envs:
@@ -308,7 +309,7 @@ def _example_inputs(ep) -> tuple[Any, bytes]:
     from .tensors import pack
     if ep.example_inputs is None:
         return None, b""
-    leaves, spec = pytree.tree_flatten(ep.example_inputs)
+    leaves, spec = auto_flatten.flatten(ep.example_inputs)
     if spec != ep.call_spec[0]:
         return None, b""
     tensors: dict[str, torch.Tensor] = {}

@@ -13,8 +13,9 @@ import re
 from typing import Any, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private.dispatch import disable_current_modes
 
+from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
 from . import schema, tensors, upgrade
@@ -105,7 +106,7 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
     in_spec = root_entry.signature.in_spec
     if len(leaves) != in_spec.num_leaves:
         raise bad("The example inputs do not match the program's input structure.")
-    return pytree.tree_unflatten(leaves, in_spec)
+    return auto_flatten.unflatten(leaves, in_spec)
 
 
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool) -> ExportedProgram:
@@ -161,7 +162,7 @@ def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: b
          weights: bool = True) -> ExportedProgram:
     reader = ArchiveReader(f)
     try:
-        with torch.utils._python_dispatch._disable_current_modes():
+        with disable_current_modes():
             return _load(reader, extra_files, mmap, weights)
     except GraphcapError:
         raise

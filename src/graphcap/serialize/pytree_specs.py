@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
+from .. import auto_flatten, module_inputs  # noqa: F401 (module_inputs adds graphcap's node class)
 from ..errors import SerializationError
+from ..torch_private import process_state
 from ..pytree import qualified_name
 from . import schema
 from .values import Unencodable, bad, decode_value, encode_value
@@ -26,6 +28,9 @@ _SEEN_NAMEDTUPLES: dict[str, type] = {}
 
 
 def type_name(typ: type) -> str:
+    own = auto_flatten.known_classes().get(typ)
+    if own is not None and (process_state.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
+        return own.serialized_type_name
     node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     if node is not None and node.serialized_type_name != pytree.NO_SERIALIZED_TYPE_NAME_FOUND:
         return node.serialized_type_name
@@ -33,7 +38,11 @@ def type_name(typ: type) -> str:
 
 
 def _registered_types() -> dict[str, type]:
+    """Classes a file may name: torch's registered pytree nodes, and graphcap's own table
+    (its node classes, and the classes it flattened by attributes in this process)."""
     found: dict[str, type] = {}
+    for typ, node in auto_flatten.known_classes().items():
+        found.setdefault(node.serialized_type_name, typ)
     for typ in list(pytree.SUPPORTED_NODES):
         found.setdefault(type_name(typ), typ)
     for name, typ in list(pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.items()):
@@ -46,8 +55,8 @@ def _registration_fix(name: str) -> str:
             f"before loading: graphcap.register_dataclass(cls) for a dataclass, "
             f"torch.utils._pytree.register_pytree_node(cls, ..., serialized_type_name={name!r}), or "
             f"torch.utils._pytree._register_namedtuple(cls, serialized_type_name={name!r}) for a "
-            f"namedtuple. Classes graphcap flattened automatically at export are registered again "
-            f"by exporting once, or with torch.utils._pytree.register_pytree_node.")
+            f"namedtuple. A class graphcap flattened by its attributes at export is known again "
+            f"once a program using it is exported in this process.")
 
 
 def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
@@ -78,6 +87,9 @@ def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
 
 def _dumpable_context_fns(typ: type) -> tuple[Any, Any]:
     """The (to, from) dumpable-context functions the class was registered with, if any."""
+    own = auto_flatten.known_classes().get(typ)
+    if own is not None and (process_state.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
+        return own.to_dumpable, own.from_dumpable
     node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     return getattr(node, "to_dumpable_context", None), getattr(node, "from_dumpable_context", None)
 

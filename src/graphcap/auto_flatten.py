@@ -1,0 +1,256 @@
+"""Classes graphcap flattens by their attributes, and pytree walks that know them.
+
+An input or output of a class that holds tensors but is not a pytree node (a
+user's plain class, an unregistered dataclass) is flattened by its attributes
+(see :func:`graphcap.pytree.auto_register`). torch's pytree engine only knows
+registered classes, and the trace runs torch code that flattens (``make_fx``,
+control-flow operators), so such a class is registered with torch's registry
+**only while a trace runs** (:func:`registered_while_tracing`) and removed on
+every way out; a class the user registered is never touched. Afterwards the
+program's own specs still name the class: ``module()``, the input checks, save
+and load rebuild and take apart its instances with the walks below, which read
+graphcap's own table of such classes where torch's registry has no entry.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, NamedTuple, Optional
+
+from .torch_private import process_state
+
+
+class AutoNode(NamedTuple):
+    """How graphcap flattens one class (torch's node definition, plus how it is saved and
+    how ``module()`` takes an argument apart by the program's spec)."""
+
+    flatten_fn: Callable
+    unflatten_fn: Callable
+    flatten_with_keys_fn: Callable
+    serialized_type_name: str
+    flatten_by_spec_fn: Callable  # (obj, spec) -> children, in the spec's order
+    to_dumpable: Optional[Callable] = None
+    from_dumpable: Optional[Callable] = None
+
+
+_KNOWN: dict[type, AutoNode] = {}  # graphcap's own node classes, and every class it flattened by attributes
+_OWN: set[type] = set()  # of those, graphcap's own node classes
+_SCOPES: list[list[type]] = []  # one list per running trace: the classes it registered with torch
+
+
+def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
+    """The node functions of ``cls`` (made once): children are the attributes that hold tensors.
+
+    Attributes that hold no tensor (sizes, flags, dtypes) are kept in the
+    node's context ``(keys, static)``: part of the structure, like a dict's keys.
+    """
+    if cls in _KNOWN:
+        return _KNOWN[cls]
+
+    def split(obj):
+        attrs = vars(obj)
+        keys = tuple(k for k, v in attrs.items() if holds_tensor(v))
+        return keys, tuple((k, v) for k, v in attrs.items() if k not in keys)
+
+    def flatten(obj):
+        keys, static = split(obj)
+        return [getattr(obj, k) for k in keys], (keys, static)
+
+    def flatten_with_keys(obj):
+        keys, static = split(obj)
+        return [(process_state.attr_key(k), getattr(obj, k)) for k in keys], (keys, static)
+
+    def unflatten(values, context):
+        keys, static = context
+        obj = cls.__new__(cls)
+        obj.__dict__.update(static)
+        obj.__dict__.update(zip(keys, values))
+        return obj
+
+    def flatten_by_spec(obj, spec):
+        return [getattr(obj, k) for k in spec.context[0]]
+
+    _KNOWN[cls] = AutoNode(flatten, unflatten, flatten_with_keys, f"{cls.__module__}.{cls.__qualname__}",
+                           flatten_by_spec)
+    return _KNOWN[cls]
+
+
+def add_own_node(cls: type, node: AutoNode) -> None:
+    """A pytree node class of graphcap's own (``module_inputs.ModuleInput``): in the table, so
+    that traces register it and the walks, save and load know it, never torch's registry otherwise."""
+    _KNOWN[cls] = node
+    _OWN.add(cls)
+
+
+def is_auto_flattened(cls: Any) -> bool:
+    return cls in _KNOWN
+
+
+def known_classes() -> dict[type, AutoNode]:
+    """Every class of the table: graphcap's own node classes and the classes flattened by attributes."""
+    return dict(_KNOWN)
+
+
+def attribute_flattened_classes() -> list[type]:
+    """The user classes graphcap flattened by their attributes in this process."""
+    return [cls for cls in _KNOWN if cls not in _OWN]
+
+
+def registered_as_own(cls: type) -> bool:
+    """Whether torch's registry entry for ``cls`` is the one a running trace made from the table."""
+    return _is_ours(cls)
+
+
+def _is_ours(cls: type) -> bool:
+    node = process_state.registered_node(cls)
+    return node is not None and cls in _KNOWN and node.unflatten_fn is _KNOWN[cls].unflatten_fn
+
+
+def register_for_trace(cls: type) -> None:
+    """Make ``cls`` (already in the table) a torch pytree node until the running trace ends.
+
+    Outside a trace nothing is registered: graphcap's walks know the class anyway.
+    """
+    if not _SCOPES:
+        return
+    with process_state.registry_lock():
+        if process_state.registered_node(cls) is not None:
+            return  # the user's registration, or this trace's own
+        node = _KNOWN[cls]
+        process_state.register_python_node(cls, node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn,
+                                           node.serialized_type_name, node.to_dumpable, node.from_dumpable)
+    _SCOPES[-1].append(cls)
+
+
+def register_for_torch(spec: Optional[Any]) -> None:
+    """Register with torch, for good, the table's classes that ``spec`` names.
+
+    For a program handed to torch (``graphcap.to_torch``): torch's own
+    ``module()`` flattens and rebuilds through torch's registry only. This is
+    the one place graphcap registers a class beyond a trace, and only because
+    the user asked for a torch program.
+    """
+    if spec is None or spec.is_leaf():
+        return
+    if spec.type in _KNOWN:
+        with process_state.registry_lock():
+            if process_state.registered_node(spec.type) is None:
+                node = _KNOWN[spec.type]
+                process_state.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
+                                                   node.flatten_with_keys_fn, node.serialized_type_name,
+                                                   node.to_dumpable, node.from_dumpable)
+    for child in spec.children():
+        register_for_torch(child)
+
+
+@contextlib.contextmanager
+def registered_while_tracing() -> Iterator[None]:
+    """The scope of one trace: classes registered in it are removed when it ends, however it ends.
+
+    Traces run one at a time (``graphcap.api.TRACING_LOCK``); a trace started
+    inside another (a forward that exports) hands its classes to the outer one.
+    """
+    mine: list[type] = []
+    _SCOPES.append(mine)
+    try:
+        yield
+    finally:
+        _SCOPES.remove(mine)
+        if _SCOPES:
+            _SCOPES[-1].extend(mine)
+        else:
+            with process_state.registry_lock():
+                for cls in reversed(mine):
+                    if _is_ours(cls):  # a registration made meanwhile by the user stays
+                        process_state.deregister_python_node(cls)
+
+
+# --------------------------------------------------------------------------
+# walks: torch's registry first, then graphcap's table
+# --------------------------------------------------------------------------
+
+def _node(typ: Any) -> Optional[Any]:
+    return process_state.registered_node(typ) or _KNOWN.get(typ)
+
+
+def _node_type(obj: Any) -> Optional[Any]:
+    if type(obj) in _KNOWN and process_state.registered_node(type(obj)) is None:
+        return type(obj)
+    typ = process_state.node_type_of(obj)
+    return typ if process_state.registered_node(typ) is not None else None
+
+
+def flatten_with_path(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None
+                      ) -> tuple[list[tuple[tuple, Any]], Any]:
+    """torch's pytree ``tree_flatten_with_path`` that also knows graphcap's classes."""
+    out: list[tuple[tuple, Any]] = []
+
+    def walk(obj: Any, path: tuple) -> Any:
+        typ = None if is_leaf is not None and is_leaf(obj) else _node_type(obj)
+        if typ is None:
+            out.append((path, obj))
+            return process_state.leaf_spec()
+        node = _node(typ)
+        children, context = node.flatten_fn(obj)  # the spec's context is flatten's, as torch's
+        keys = [k for k, _ in node.flatten_with_keys_fn(obj)[0]] if node.flatten_with_keys_fn is not None \
+            else [process_state.sequence_key(i) for i in range(len(children))]
+        return process_state.tree_spec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
+
+    spec = walk(tree, ())
+    return out, spec
+
+
+def flatten(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None) -> tuple[list[Any], Any]:
+    pairs, spec = flatten_with_path(tree, is_leaf)
+    return [v for _, v in pairs], spec
+
+
+def structure(tree: Any) -> Any:
+    return flatten_with_path(tree)[1]
+
+
+def unflatten(leaves: Any, spec: Any) -> Any:
+    """torch's pytree ``tree_unflatten`` that also rebuilds graphcap's classes."""
+    leaves = list(leaves)
+    if len(leaves) != spec.num_leaves:
+        raise ValueError(f"unflatten: {len(leaves)} leaves for a structure of {spec.num_leaves} ({spec}).")
+    position = iter(leaves)
+
+    def build(s: Any) -> Any:
+        if s.is_leaf():
+            return next(position)
+        children = [build(c) for c in s.children()]
+        return _node(s.type).unflatten_fn(children, s.context)
+
+    return build(spec)
+
+
+def flatten_by_spec(tree: Any, spec: Any) -> list[Any]:
+    """The leaves of ``tree`` in the order of ``spec`` (a dict's keys by the spec's order).
+
+    What ``module()`` runs on its arguments, whose structure the input checks
+    have already compared with the program's.
+    """
+    if spec.is_leaf():
+        return [tree]
+    typ = spec.type
+    if typ is dict and isinstance(tree, dict):
+        children = [tree[k] for k in spec.context]
+    elif typ in (list, tuple, process_state.namedtuple_node_type()):
+        children = [tree[i] for i in range(spec.num_children)]
+    elif typ in _KNOWN and (process_state.registered_node(typ) is None or _is_ours(typ)):
+        children = _KNOWN[typ].flatten_by_spec_fn(tree, spec)
+    elif process_state.flatten_spec_fn(typ) is not None:
+        children = process_state.flatten_spec_fn(typ)(tree, spec)
+    else:
+        children = _node(_node_type(tree) or typ).flatten_fn(tree)[0]
+    leaves: list[Any] = []
+    for child, child_spec in zip(children, spec.children()):
+        leaves += flatten_by_spec(child, child_spec)
+    return leaves
+
+
+def mentions_known_class(spec: Optional[Any]) -> bool:
+    """Whether ``spec`` has a node of a class graphcap flattens by attributes."""
+    if spec is None or spec.is_leaf():
+        return False
+    return spec.type in _KNOWN or any(mentions_known_class(c) for c in spec.children())
