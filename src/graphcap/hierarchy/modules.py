@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-import torch.utils._pytree as pytree
 
+from ..torch_private import pytree
 from ..torch_private import unflatten as private
 
 
@@ -33,10 +33,10 @@ class SubmoduleGraph(torch.nn.Module):
 
     def __init__(self, fqn: str, class_name: str):
         super().__init__()
-        self.__dict__["_fqn"] = fqn
-        self.__dict__["_class_name"] = class_name or "Module"
-        self.__dict__["_graph"] = None
-        self.__dict__["_compiled"] = None
+        self._fqn = fqn
+        self._class_name = class_name or "Module"
+        self._call_graph = None
+        self._compiled = None
 
     def _get_name(self) -> str:
         return self._class_name
@@ -51,12 +51,12 @@ class SubmoduleGraph(torch.nn.Module):
     # -- graph ---------------------------------------------------------------
     @property
     def graph(self) -> Optional[torch.fx.Graph]:
-        return self.__dict__["_graph"]
+        return self._call_graph
 
     def set_graph(self, graph: torch.fx.Graph, extra_globals: Optional[dict[str, Any]] = None) -> None:
         """Use ``graph`` as this module's forward (compiled to Python now)."""
-        self.__dict__["_graph"] = graph
-        self.__dict__["_compiled"] = LazyForward(graph, f"{self._class_name}:{self._fqn or '<root>'}",
+        self._call_graph = graph
+        self._compiled = LazyForward(graph, f"{self._class_name}:{self._fqn or '<root>'}",
                                                  extra_globals or {})
 
     @property
@@ -66,7 +66,7 @@ class SubmoduleGraph(torch.nn.Module):
 
     @property
     def code(self) -> str:
-        compiled = self.__dict__["_compiled"]
+        compiled = self._compiled
         return compiled.source if compiled else ""
 
     def print_readable(self, print_output: bool = True) -> str:
@@ -81,7 +81,7 @@ class SubmoduleGraph(torch.nn.Module):
         return text
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        compiled = self.__dict__["_compiled"]
+        compiled = self._compiled
         if compiled is None:
             raise RuntimeError(
                 f"Submodule '{self._fqn}' ({self._class_name}) never ran in the exported program, so "
@@ -97,7 +97,7 @@ class CallView(SubmoduleGraph):
     def __init__(self, owner: torch.nn.Module, fqn: str, index: int, class_name: str):
         super().__init__(fqn, class_name)
         self.__dict__["_owner"] = owner  # not registered: the state stays the owner's
-        self.__dict__["_index"] = index
+        self._index = index
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -116,16 +116,16 @@ class UnflattenedModule(SubmoduleGraph):
 
     def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
         super().__init__("", class_name)
-        self.__dict__["_make_checker"] = make_checker
-        self.__dict__["_input_checker"] = None
-        self.__dict__["_result_spec"] = out_spec
+        self._make_checker = make_checker
+        self._input_checker = None
+        self._result_spec = out_spec
 
     @property
     def _checker(self) -> Any:
         """The program's input checks, prepared on first use (they read the whole graph)."""
-        if self.__dict__["_input_checker"] is None:
-            self.__dict__["_input_checker"] = self.__dict__["_make_checker"]()
-        return self.__dict__["_input_checker"]
+        if self._input_checker is None:
+            self._input_checker = self._make_checker()
+        return self._input_checker
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_dynamo_compiling():

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..signature import InputKind, OutputKind
+from ..torch_private.ops import schema_of
 
 _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)
 
@@ -41,7 +42,7 @@ def copy_graph(ep) -> torch.fx.Graph:
 
 
 def _returns_its_first_argument(node: torch.fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
+    schema = schema_of(node.target)
     if node.op != "call_function" or schema is None or not schema.arguments or len(schema.returns) != 1:
         return False
     written, returned = schema.arguments[0].alias_info, schema.returns[0].alias_info

@@ -23,9 +23,9 @@ import inspect
 from typing import Any, Optional
 
 import torch
-import torch.utils._pytree as pytree
 
 from ..errors import GraphcapError
+from ..torch_private import pytree
 from .modules import LazyForward, SubmoduleGraph
 
 class _NotConstant:
@@ -127,15 +127,15 @@ class PreservedModule(SubmoduleGraph):
 
     def __init__(self, fqn: str, class_name: str):
         super().__init__(fqn, class_name)
-        self.__dict__["_calls"] = []  # (call name, in_spec, constant per leaf, out_spec, compiled, graph)
+        self._calls = []  # (call name, in_spec, constant per leaf, out_spec, compiled, graph)
 
     def add_call(self, call_name: str, in_spec: Any, constants: list[Any], out_spec: Any,
                  graph: torch.fx.Graph, extra_globals: dict[str, Any]) -> None:
         compiled = LazyForward(graph, f"{self._class_name}:{call_name}", extra_globals)
         self._calls.append((call_name, in_spec, constants, out_spec, compiled, graph))
         if len(self._calls) == 1:
-            self.__dict__["_graph"] = graph
-            self.__dict__["_compiled"] = compiled
+            self._call_graph = graph
+            self._compiled = compiled
 
     @property
     def code(self) -> str:

@@ -20,15 +20,18 @@ from .modules import SubmoduleGraph
 from .preserved import PreservedModule
 
 
+def _children(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    return dict(module.named_children())
+
+
 def _state(module: torch.nn.Module, memo: dict[int, dict[str, int]]) -> dict[str, int]:
     """Relative name -> tensor id of everything ``module`` holds, children included (memoized)."""
     found = memo.get(id(module))
     if found is None:
-        found = {name: id(t) for name, t in module._parameters.items() if t is not None}
-        found.update({name: id(t) for name, t in module._buffers.items() if t is not None})
-        for child_name, child in module._modules.items():
-            if child is not None:
-                found.update({f"{child_name}.{k}": v for k, v in _state(child, memo).items()})
+        found = {name: id(t) for name, t in module.named_parameters(recurse=False, remove_duplicate=False)}
+        found.update({name: id(t) for name, t in module.named_buffers(recurse=False, remove_duplicate=False)})
+        for child_name, child in _children(module).items():
+            found.update({f"{child_name}.{k}": v for k, v in _state(child, memo).items()})
         memo[id(module)] = found
     return found
 
@@ -38,9 +41,10 @@ def _same_module(a: SubmoduleGraph, b: SubmoduleGraph) -> bool:
         return False
     if a.graph is not None and b.graph is not None and not same_computation(a.graph, b.graph):
         return False
-    return set(a._modules) == set(b._modules) and all(
-        isinstance(ca, SubmoduleGraph) and isinstance(b._modules[n], SubmoduleGraph) and _same_module(ca, b._modules[n])
-        for n, ca in a._modules.items())
+    children_a, children_b = _children(a), _children(b)
+    return set(children_a) == set(children_b) and all(
+        isinstance(ca, SubmoduleGraph) and isinstance(children_b[n], SubmoduleGraph) and _same_module(ca, children_b[n])
+        for n, ca in children_a.items())
 
 
 def merge_shared(root: torch.nn.Module, modules: dict[str, SubmoduleGraph]) -> None:
