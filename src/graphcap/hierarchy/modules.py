@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..torch_private import pytree
+from .. import auto_flatten
 from ..torch_private import unflatten as private
 
 
@@ -135,7 +135,7 @@ class UnflattenedModule(SubmoduleGraph):
         outputs = super().forward(*leaves)
         if self._result_spec is None:
             return outputs
-        return pytree.tree_unflatten(list(outputs), self._result_spec)
+        return auto_flatten.unflatten(list(outputs), self._result_spec)  # knows classes flattened by attributes
 
 
 class LazyForward:

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import GraphcapError
-from ..torch_private import pytree
+from .. import auto_flatten
 from .modules import LazyForward, SubmoduleGraph
 
 class _NotConstant:
@@ -54,7 +54,10 @@ def _leaf_kinds(values: list[Any]) -> str:
 
 
 def _describe(spec: Any) -> str:
-    return str(pytree.tree_unflatten(["*"] * spec.num_leaves, spec))
+    try:
+        return str(auto_flatten.unflatten(["*"] * spec.num_leaves, spec))
+    except Exception:  # a class that cannot hold placeholders
+        return str(spec)
 
 
 class PreservedCallSite:
@@ -71,11 +74,11 @@ class PreservedCallSite:
         self.__module__ = __name__
 
     def __call__(self, module: torch.nn.Module, *flat_args: Any) -> tuple:
-        args, kwargs = pytree.tree_unflatten(list(flat_args), self.in_spec)
+        args, kwargs = auto_flatten.unflatten(list(flat_args), self.in_spec)
         if not isinstance(module, SubmoduleGraph):
             self._check_accepts(module, args, kwargs)
         result = module(*args, **kwargs)
-        leaves, spec = pytree.tree_flatten(result)
+        leaves, spec = auto_flatten.flatten(result)
         if spec != self.out_spec:
             raise SubmoduleSignatureError(
                 f"Submodule '{self.fqn}' ({type(module).__name__}) returned {_describe(spec)}, but the "
@@ -142,13 +145,13 @@ class PreservedModule(SubmoduleGraph):
         return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _ in self._calls)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        leaves, spec = auto_flatten.flatten((args, kwargs))
         for name, in_spec, constants, out_spec, compiled, _ in self._calls:
             if spec != in_spec or not all(c is _NOT_CONSTANT or _same_constant(c, v)
                                           for c, v in zip(constants, leaves)):
                 continue
             outputs = compiled(self, *leaves)
-            return pytree.tree_unflatten(list(outputs), out_spec)
+            return auto_flatten.unflatten(list(outputs), out_spec)
         recorded = "; ".join(f"'{name}': {_describe(s)} with ({_leaf_kinds(cs)})"
                              for name, s, cs, _, _, _ in self._calls)
         raise SubmoduleSignatureError(
