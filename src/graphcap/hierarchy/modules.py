@@ -1,0 +1,175 @@
+"""The modules an unflattened program is made of.
+
+- :class:`SubmoduleGraph`: a submodule at its original FQN. It holds the
+  submodule's own parameters and buffers and its children, and its
+  ``forward`` is the part of the program that ran inside its (first) call,
+  compiled from an ``fx.Graph`` into Python, as ``GraphModule`` does.
+- :class:`CallView`: a later call of a module called more than once,
+  when that call ran a different graph (``n@1``). It is an attribute of the
+  module that makes the call, not a registered submodule: it holds no state
+  of its own and reads the called module's (``self.buf`` is the module's
+  buffer), so the module is not duplicated, ``state_dict()`` keeps the
+  original keys, and printing shows the original tree. It can still be
+  replaced on its own (``set_submodule("n@1", other)``), as torch's
+  unflatten allows.
+- :class:`UnflattenedModule`: the root; checks the inputs the way
+  ``ep.module()`` does before running anything.
+
+The classes print under the original class names (``(n): N(...)``).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .. import auto_flatten
+from ..torch_private import unflatten as private
+
+
+
+class SubmoduleGraph(torch.nn.Module):
+    """A submodule rebuilt from the program; see the module docstring."""
+
+    def __init__(self, fqn: str, class_name: str):
+        super().__init__()
+        self._fqn = fqn
+        self._class_name = class_name or "Module"
+        self._call_graph = None
+        self._compiled = None
+
+    def _get_name(self) -> str:
+        return self._class_name
+
+    def __getitem__(self, index: int) -> torch.nn.Module:
+        """``layers[2]`` / ``layers[-1]`` as on the original ``ModuleList`` / ``Sequential``."""
+        numbered = sorted((int(k), m) for k, m in self._modules.items() if k.isdigit())
+        if not isinstance(index, int) or not numbered:
+            raise TypeError(f"'{self._class_name}' (unflattened) is indexed by int over numbered children only")
+        return dict(numbered)[index] if index >= 0 else numbered[index][1]
+
+    # -- graph ---------------------------------------------------------------
+    @property
+    def graph(self) -> Optional[torch.fx.Graph]:
+        return self._call_graph
+
+    def set_graph(self, graph: torch.fx.Graph, extra_globals: Optional[dict[str, Any]] = None) -> None:
+        """Use ``graph`` as this module's forward (compiled to Python now)."""
+        self._call_graph = graph
+        self._compiled = LazyForward(graph, f"{self._class_name}:{self._fqn or '<root>'}",
+                                                 extra_globals or {})
+
+    @property
+    def graph_module(self) -> torch.fx.GraphModule:
+        """This module's graph as a ``GraphModule`` (made on each access, sharing the state)."""
+        return torch.fx.GraphModule(self, self.graph)
+
+    @property
+    def code(self) -> str:
+        compiled = self._compiled
+        return compiled.source if compiled else ""
+
+    def print_readable(self, print_output: bool = True) -> str:
+        """The Python of every rebuilt forward in this module's tree, by FQN."""
+        parts = []
+        for name, module in self.named_modules():
+            if isinstance(module, SubmoduleGraph) and module.code:
+                parts.append(f"# {module._fqn or '<root>'}: {module._class_name}\n{module.code}")
+        text = "\n".join(parts)
+        if print_output:
+            print(text)
+        return text
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            raise RuntimeError(
+                f"Submodule '{self._fqn}' ({self._class_name}) never ran in the exported program, so "
+                f"unflatten has no graph for its forward. Replace it with a real module "
+                f"(unflattened.set_submodule('{self._fqn}', module)) if you need to call it.")
+        return compiled(self, *args, **kwargs)
+
+
+
+class CallView(SubmoduleGraph):
+    """A later call of a module (``n@1``): its own graph, the called module's state."""
+
+    def __init__(self, owner: torch.nn.Module, fqn: str, index: int, class_name: str):
+        super().__init__(fqn, class_name)
+        self.__dict__["_owner"] = owner  # not registered: the state stays the owner's
+        self._index = index
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_owner"], name)
+
+    def _get_name(self) -> str:
+        return f"{self._class_name}@{self._index}"
+
+
+class UnflattenedModule(SubmoduleGraph):
+    """The root of an unflattened program: takes the model's own arguments, checks them as
+    ``ep.module()`` does before computing anything, runs its graph on the flat inputs and
+    returns the model's output structure."""
+
+    def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
+        super().__init__("", class_name)
+        self._make_checker = make_checker
+        self._input_checker = None
+        self._result_spec = out_spec
+
+    @property
+    def _checker(self) -> Any:
+        """The program's input checks, prepared on first use (they read the whole graph)."""
+        if self._input_checker is None:
+            self._input_checker = self._make_checker()
+        return self._input_checker
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_dynamo_compiling():
+            leaves = self._checker.flat_inputs(tuple(args), dict(kwargs))
+        else:
+            leaves = self._checker(tuple(args), dict(kwargs))
+        outputs = super().forward(*leaves)
+        if self._result_spec is None:
+            return outputs
+        return auto_flatten.unflatten(list(outputs), self._result_spec)  # knows classes flattened by attributes
+
+
+class LazyForward:
+    """A graph's forward as Python, generated and compiled on first use (as
+    ``GraphModule.recompile`` does, but only for the calls that run: building a large
+    tree stays fast). Called with the module first."""
+
+    def __init__(self, graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any]):
+        self._graph = graph
+        self._label = label
+        self._extra_globals = extra_globals
+        self._function = None
+        self._source = None
+
+    def _build(self) -> None:
+        python_code = self._graph.python_code(root_module="self")
+        namespace = dict(python_code.globals)
+        namespace.update(self._extra_globals)
+        self._function = private.forward_from_source(python_code.src, namespace)
+        self._source = python_code.src
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._build()
+        return self._source
+
+    def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self._function is None:
+            self._build()
+        return self._function(module, *args, **kwargs)
+
+    def __deepcopy__(self, memo):
+        import copy
+        new = LazyForward(copy.deepcopy(self._graph, memo), self._label, self._extra_globals)
+        new._function, new._source = self._function, self._source  # code takes the module as argument
+        return new

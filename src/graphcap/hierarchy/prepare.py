@@ -1,0 +1,99 @@
+"""The program's flat graph, copied and made ready to be cut into module calls.
+
+Two rewrites, neither changing what the graph computes:
+
+- *in-place results name their target.* ``add_ = b_buf.add_(1)`` returns
+  ``b_buf`` itself; later readers of ``add_`` are made to read ``b_buf``.
+  Then a buffer updated inside a submodule and read outside it is read as the
+  buffer (each module reaches its own state), not as an extra output of the
+  submodule, which would change the submodule's call signature.
+- *updates listed as outputs become writes.* In the inference IR a buffer or
+  input update is an output of the graph (``BUFFER_MUTATION``); it becomes an
+  ``aten.copy_`` into the buffer or input right after the value is computed,
+  inside the deepest call that can reach that buffer, so the update lands in
+  the right submodule's buffer and happens in the module that made it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..signature import InputKind, OutputKind
+from ..torch_private.ops import schema_of
+
+_MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)
+
+
+def write_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A program's new parameter value written back as eager's ``no_grad`` update did."""
+    with torch.no_grad():
+        return param.copy_(value)
+
+
+def copy_graph(ep) -> torch.fx.Graph:
+    graph = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    output = graph.graph_copy(ep.graph, mapping)
+    graph.output(output)
+    for old, new in mapping.items():
+        new.meta = dict(old.meta)
+    return graph
+
+
+def _returns_its_first_argument(node: torch.fx.Node) -> bool:
+    schema = schema_of(node.target)
+    if node.op != "call_function" or schema is None or not schema.arguments or len(schema.returns) != 1:
+        return False
+    written, returned = schema.arguments[0].alias_info, schema.returns[0].alias_info
+    return bool(written is not None and written.is_write and returned is not None
+                and returned.before_set == written.before_set)
+
+
+def name_inplace_targets(graph: torch.fx.Graph) -> None:
+    """Readers of an in-place result on a placeholder read the placeholder (see the module docstring)."""
+    for node in graph.nodes:
+        if not _returns_its_first_argument(node) or not node.args:
+            continue
+        base = node.args[0]
+        if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+            node.replace_all_uses_with(base)
+
+
+def _stack_reaching(stack: dict, names: list[str]) -> dict:
+    """The outer part of a module stack whose calls can all reach one of ``names``."""
+    kept = {}
+    for key, entry in stack.items():
+        fqn = entry[0] if isinstance(entry, tuple) else ""
+        if fqn and not any(n.startswith(fqn + ".") for n in names):
+            break
+        kept[key] = entry
+    return kept
+
+
+def writes_from_outputs(ep, graph: torch.fx.Graph, state_names: dict[torch.fx.Node, list[str]]) -> list[Any]:
+    """Turn update outputs into in-graph writes; returns the user outputs (see module docstring)."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    by_target = {}
+    for node, spec in zip(placeholders, ep.graph_signature.input_specs):
+        by_target[(spec.kind is InputKind.USER_INPUT, spec.target if spec.kind is not InputKind.USER_INPUT
+                   else spec.arg.name)] = node
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    user_values = []
+    for value, spec in zip(values, ep.graph_signature.output_specs):
+        if spec.kind not in _MUTATIONS:
+            user_values.append(value)
+            continue
+        dest = by_target.get((spec.kind is OutputKind.USER_INPUT_MUTATION, spec.target))
+        if dest is None or value is dest or not isinstance(value, torch.fx.Node):
+            continue
+        write = write_parameter if spec.kind is OutputKind.PARAMETER_MUTATION else torch.ops.aten.copy_.default
+        with graph.inserting_after(value):
+            copy_node = graph.call_function(write, (dest, value))
+        stack = value.meta.get("nn_module_stack") or {}
+        if spec.kind is not OutputKind.USER_INPUT_MUTATION:
+            stack = _stack_reaching(stack, state_names.get(dest, [spec.target]))
+        copy_node.meta.update(val=value.meta.get("val"), nn_module_stack=dict(stack))
+    output.args = (tuple(user_values),)
+    return user_values

@@ -1,0 +1,120 @@
+"""``unflatten(ep)``: the module hierarchy back from a flat program.
+
+The result is an ``nn.Module`` tree with a submodule at every FQN the
+exported model had (from the program's call graph and its state), each
+holding its own parameters and buffers (the program's tensors, shared), and
+each with a ``forward`` made of the part of the graph that ran inside it
+(:mod:`.build`). The root checks its inputs as ``ep.module()`` does, then
+runs its graph, which calls the submodules.
+
+A module called several times is one module: its first call is its
+``forward``; a later call that ran a different graph is a stateless view
+(``n@1``) reading the module's state. A preserved submodule keeps its
+eager call signature and can be swapped (:mod:`.preserved`).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..errors import UnsupportedError
+from ..input_checks import InputChecker
+from ..signature import InputKind
+from .build import GraphCutter
+from .modules import SubmoduleGraph, UnflattenedModule
+from .preserved import PreservedModule
+from .prepare import copy_graph, name_inplace_targets, writes_from_outputs
+from .shared import merge_shared
+from .scopes import CallScope, build_scopes
+from .state import install_state, state_entries
+
+
+def _as_graphcap_program(ep: Any):
+    from ..program import ExportedProgram
+    if isinstance(ep, ExportedProgram):
+        return ep
+    if type(ep).__name__ == "ExportedProgram" and hasattr(ep, "graph_signature"):
+        from ..interop import from_torch
+        return from_torch(ep)
+    raise TypeError(f"unflatten expects an ExportedProgram, got {type(ep).__name__}.")
+
+
+class _CheckerFactory:
+    """Makes the program's input checker when the module first runs. Copies of the module
+    share it (the checks describe the program, which copying the module does not change)."""
+
+    def __init__(self, ep: Any):
+        self._ep = ep
+
+    def __call__(self) -> InputChecker:
+        return InputChecker(self._ep)
+
+    def __deepcopy__(self, memo: dict) -> "_CheckerFactory":
+        return self
+
+
+def _root_class(scope: CallScope, graph: torch.fx.Graph) -> str:
+    for node in graph.nodes:
+        for entry in (node.meta.get("nn_module_stack") or {}).values():
+            if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "":
+                cls = entry[1]
+                name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+                return name.rsplit(".", 1)[-1]
+    return "UnflattenedModule"
+
+
+def _split_call(name: str) -> tuple[str, int]:
+    base, at, tail = name.rpartition("@")
+    return (base, int(tail)) if at and tail.isdigit() else (name, 0)
+
+
+def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedModule:
+    """The module tree of ``ep``'s model, rebuilt; see the module docstring."""
+    if flat_args_adapter is not None:
+        raise UnsupportedError("unflatten(ep, flat_args_adapter=...) is not supported by graphcap.",
+                               fix="Call unflatten(ep) and pass the program's own inputs.")
+    ep = _as_graphcap_program(ep)
+    graph = copy_graph(ep)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    state = state_entries(ep, placeholders)
+    name_inplace_targets(graph)
+    user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
+    root_scope = build_scopes(graph)
+    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), ep.call_spec[1])
+
+    signatures = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
+    preserved = {_split_call(name)[0] for name in signatures}
+    classes = {s.fqn: s.class_name for s in root_scope.walk() if s.fqn}
+    modules: dict[str, SubmoduleGraph] = {"": root}
+
+    def module_at(fqn: str) -> SubmoduleGraph:
+        found = modules.get(fqn)
+        if found is not None:
+            return found
+        parent_fqn, _, leaf = fqn.rpartition(".")
+        parent = module_at(parent_fqn)
+        cls = PreservedModule if fqn in preserved else SubmoduleGraph
+        made = cls(fqn, classes.get(fqn, "Module"))
+        parent.add_module(leaf, made)
+        modules[fqn] = made
+        return made
+
+    for entry in ep.module_call_graph[1:]:  # the model's tree, in its order
+        fqn, index = _split_call(entry.fqn)
+        if index == 0 and fqn:
+            module_at(fqn)
+    for scope in root_scope.walk():
+        if scope.fqn:
+            module_at(scope.fqn)
+    install_state(state, module_at)
+
+    cutter = GraphCutter(ep, graph, state, modules, signatures)
+    user_inputs = [n for n, s in zip(placeholders, ep.graph_signature.input_specs) if s.kind is InputKind.USER_INPUT]
+    root_graph = cutter.emit(root_scope, root, user_inputs, user_outputs, {}, output_tuple=True)
+    root.set_graph(root_graph)
+    merge_shared(root, modules)
+    return root
+
+
+__all__ = ["unflatten"]
