@@ -82,7 +82,8 @@ def _state(root: Optional[torch.nn.Module]):
     constants; each is listed under every FQN that reaches it (a parent may
     hold its child's tensor too), modules visited depth first, a module's own
     attributes before its children's, so the first FQN is the shortest path
-    through the earliest-defined attributes.
+    through the earliest-defined attributes. Non-persistent buffers are named
+    under every FQN too, as ``named_buffers(remove_duplicate=False)`` names them.
     """
     if root is None:
         return {}, {}, set(), {}
@@ -92,17 +93,13 @@ def _state(root: Optional[torch.nn.Module]):
     constant_attrs: dict[int, list[str]] = {}
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
 
-    def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
+    for fqn, module in call_signatures.module_tree(root):
+        prefix = f"{fqn}." if fqn else ""
         for name in non_persistent_buffer_names(module):
             non_persistent.add(prefix + name)
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
                 constant_attrs.setdefault(id(value), []).append(prefix + attr)
-        for child_name, child in module.named_children():
-            if child is not None and id(child) not in path:  # a module holding itself is not a tree
-                visit(child, f"{prefix}{child_name}.", path + (id(child),))
-
-    visit(root, "", (id(root),))
     return params, buffers, non_persistent, constant_attrs
 
 
