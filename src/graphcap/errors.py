@@ -227,18 +227,26 @@ _INTERNAL_PATH_PARTS = ("/torch/", "/graphcap/", "/site-packages/torch", "<froze
                         "/functools.py")
 
 
-def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
-    """The innermost frame of a traceback that belongs to user code.
+def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+    """The innermost entry of a traceback whose frame belongs to user code (its live
+    frame, ``.tb_frame``, holds the user's locals).
 
     User code is anything outside torch, graphcap and the standard helpers the
     tracer goes through; library code such as transformers counts as user code,
     since that is where the line the user can change (or report) lives.
     """
-    frames = traceback.extract_tb(tb) if tb is not None else []
-    for frame in reversed(frames):
-        if not any(p in frame.filename for p in _INTERNAL_PATH_PARTS):
-            return frame
-    return None
+    found = None
+    while tb is not None:
+        if not any(p in tb.tb_frame.f_code.co_filename for p in _INTERNAL_PATH_PARTS):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+    """The innermost frame of a traceback that belongs to user code (file, line, source)."""
+    entry = user_traceback_entry(tb)
+    return traceback.extract_tb(entry, limit=1)[0] if entry is not None else None
 
 
 _GRAPHCAP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
