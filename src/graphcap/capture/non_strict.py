@@ -15,7 +15,7 @@ from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
 
 from .. import auto_flatten, module_inputs, pytree as gp_pytree
-from ..errors import ExportInputError, export_args_error
+from ..errors import ExportArgsError, ExportInputError
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
@@ -61,14 +61,14 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if isinstance(args, list):
         args = tuple(args)
     if not isinstance(args, tuple):
-        raise export_args_error(
+        raise ExportArgsError(
             f"Expecting `args` to be a tuple of example positional inputs, got {type(args).__name__}.",
             where="export(mod, args)",
             fix="Wrap a single input in a tuple: export(mod, (x,)).")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict):
-        raise export_args_error(
+        raise ExportArgsError(
             f"Expecting `kwargs` to be a dict of example keyword inputs, got {type(kwargs).__name__}.",
             where="export(mod, args, kwargs)",
             fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
