@@ -37,11 +37,10 @@ from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent
 from . import auto_flatten
 from .errors import UnsupportedError
 from .input_checks import InputChecker
-from .signature import InputKind, OutputKind
+from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
 from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
-_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
 def _update_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -148,7 +147,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     user_values, written = [], {}
     positions = sig.written_input_positions()  # by the signature's names, not the copy's
     for value, spec in zip(values, sig.output_specs):
-        if spec.kind not in _MUTATION_KINDS:
+        if spec.kind not in MUTATION_OUTPUT_KINDS:
             user_values.append(value)
             continue
         dest = input_nodes[positions[(spec.kind, spec.target)]]

@@ -210,6 +210,8 @@ def _as_output_spec(spec: Any) -> OutputSpec:
 _MUTATION_KIND_OF = {InputKind.USER_INPUT: OutputKind.USER_INPUT_MUTATION,
                      InputKind.BUFFER: OutputKind.BUFFER_MUTATION,
                      InputKind.PARAMETER: OutputKind.PARAMETER_MUTATION}
+# The output kinds that declare a write to an input.
+MUTATION_OUTPUT_KINDS = tuple(_MUTATION_KIND_OF.values())
 
 
 def mutation_key(spec: InputSpec) -> Optional[tuple[OutputKind, str]]:

@@ -46,7 +46,7 @@ from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, ModuleCallEntry, ModuleCallSignature, OutputKind,
-                         OutputSpec, TensorArgument, mutation_key)
+                         OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS, mutation_key)
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
@@ -227,7 +227,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
     old_mutations = _declared_mutations(sig)
-    n_old_mutations = sum(1 for s in sig.output_specs if s.kind in _MUTATION_KINDS)
+    n_old_mutations = sum(1 for s in sig.output_specs if s.kind in MUTATION_OUTPUT_KINDS)
     box: dict[str, Any] = {}
     inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
 
@@ -305,7 +305,6 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
     return ranges
-_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
 def _declared_mutations(sig: ExportGraphSignature) -> dict[int, int]:
