@@ -69,7 +69,7 @@ def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
             for v in val:
                 if isinstance(v, FakeTensor):
                     return v.fake_mode
-    from ..torch_private.control_flow import new_shape_env
+    from ..torch_private.shapes import new_shape_env
     return FakeTensorMode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
 
 
