@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicC
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from ..errors import DynamicSpecError
+from ..errors import _ENGINE_PACKAGE_DIRS, DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec
 
@@ -301,7 +301,7 @@ def tracing(inputs: Optional[SymbolicInputs]):
             env._get_stack_summary = saved_summary
 
 
-_ENGINE_FILES = ("/torch/", "/graphcap/", "/contextlib.py", "/functools.py", "<frozen ")
+_ENGINE_FILES = _ENGINE_PACKAGE_DIRS + ("/contextlib.py", "/functools.py", "<frozen ")
 
 
 def _with_user_line(summary: Any) -> Any:
