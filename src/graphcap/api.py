@@ -39,7 +39,8 @@ def export(
             fix="Use strict=False (the default): graphcap runs your Python as it is and records "
                 "the same operators.")
     from .capture.non_strict import export_non_strict
-    with torch.utils._python_dispatch._disable_current_modes():
+    from .torch_private.dispatch import disable_current_modes
+    with disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=tuple(preserve_module_call_signature),
                                  prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))

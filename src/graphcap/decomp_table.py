@@ -22,9 +22,11 @@ from collections.abc import MutableMapping
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
-from torch._ops import OpOverload
+from .torch_private.decomp import core_aten_decompositions_post_autograd, should_decompose_because_unsafe
+from .torch_private.dispatch import DispatchKey, has_kernel, has_kernel_for_dispatch_key, registrations_for_dispatch_key
+from .torch_private.ops import OpOverload, schema_of
 
-_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+_CIA = DispatchKey.CompositeImplicitAutograd
 
 # Composite operators that are part of core ATen and stay whole by default.
 _PRESERVED_COMPOSITES = frozenset({
@@ -39,12 +41,12 @@ def is_composite(op: Any) -> bool:
     """Has ``op`` a CompositeImplicitAutograd kernel (in C++ or Python)?"""
     if not isinstance(op, OpOverload):
         return False
-    return _CIA in op.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), _CIA)
+    return _CIA in op.py_kernels or has_kernel_for_dispatch_key(op.name(), _CIA)
 
 
 @functools.lru_cache(maxsize=None)
 def _is_functional_schema(op: OpOverload) -> bool:
-    schema = op._schema
+    schema = schema_of(op)
     return not schema.is_mutable and all(a.alias_info is None for a in schema.arguments) \
         and all(r.alias_info is None for r in schema.returns)
 
@@ -52,9 +54,8 @@ def _is_functional_schema(op: OpOverload) -> bool:
 def can_keep_composite(op: Any) -> bool:
     """Can a composite stay whole? Only functional ones: a composite that
     mutates or aliases must be broken down so functionalization sees its parts."""
-    from torch._decomp import _should_decompose_because_unsafe_op
-    return (is_composite(op) and _is_functional_schema(op) and not _should_decompose_because_unsafe_op(op)
-            and torch._C._dispatch_has_kernel(op.name()))
+    return (is_composite(op) and _is_functional_schema(op) and not should_decompose_because_unsafe(op)
+            and has_kernel(op.name()))
 
 
 def _fresh_copy(x: torch.Tensor) -> torch.Tensor:
@@ -64,8 +65,7 @@ def _fresh_copy(x: torch.Tensor) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=1)
 def _core_python_decompositions() -> dict:
-    from torch._decomp import _core_aten_decompositions_post_autograd
-    table = dict(_core_aten_decompositions_post_autograd())
+    table = dict(core_aten_decompositions_post_autograd())
     table.setdefault(torch.ops.aten.lift_fresh_copy.default, _fresh_copy)
     return table
 
@@ -73,7 +73,7 @@ def _core_python_decompositions() -> dict:
 def _all_composites() -> list[OpOverload]:
     """Every operator overload registered with a CompositeImplicitAutograd kernel."""
     found = []
-    for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd"):
+    for qualified in registrations_for_dispatch_key("CompositeImplicitAutograd"):
         namespace, _, rest = qualified.partition("::")
         name, _, overload = rest.partition(".")
         try:

@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-from torch._dynamo.exc import UserError as _TorchUserError
-from torch._dynamo.exc import UserErrorType as _TorchUserErrorType
+from .torch_private.dynamo import UserError as _TorchUserError
+from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 
 
@@ -86,7 +86,10 @@ class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
 
 
 class SubclassDecompositionError(UnsupportedError, ValueError):
-    """run_decompositions met a program that reads the inner tensors of a tensor subclass.
+    """run_decompositions met a tensor subclass it cannot split into inner tensors.
+
+    Subclass parameters, buffers and constants are split; a subclass user input or
+    output, or one crossing a preserved submodule call, is refused.
 
     Also a ``ValueError``, the type torch.export raises where it refuses such a program.
     """
@@ -242,7 +245,7 @@ def describe_frame(frame: Optional[traceback.FrameSummary]) -> Optional[str]:
 def _export_args_error_type() -> type:
     """The class of :func:`export_args_error`, made on first use: its torch base lives in
     ``torch._dynamo``, which costs seconds to import and most programs never need."""
-    from torch._dynamo.exc import UserError, UserErrorType
+    from .torch_private.dynamo import UserError, UserErrorType
 
     class ExportArgsError(ExportInputError, UserError):
         """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also

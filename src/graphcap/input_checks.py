@@ -15,16 +15,16 @@ from typing import Any
 
 import sympy
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import bound_sympy
+from .torch_private import pytree
+from .torch_private.symbolic import int_oo
+from .torch_private.symbolic import bound_sympy
 
 from . import input_guards as guards, module_inputs
 from .input_guards import placeholder_leaves
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
+from .trace.naming import builtins_called_by_name
 
 _STATIC_FIX = ("The program was exported with this dimension static. To accept other sizes, export "
                "with dynamic_shapes marking it dynamic (e.g. {0: Dim('batch')}).")
@@ -79,7 +79,8 @@ class InputChecker:
         dummy = pytree.tree_unflatten(placeholder_leaves(in_spec), in_spec)
         paths = [input_path_str(p) for p, _ in pytree.tree_flatten_with_path(dummy)[0]]
         root = ep.module_call_graph[0].signature if ep.module_call_graph else None
-        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec)
+        self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
+                                              avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):
@@ -125,7 +126,7 @@ class InputChecker:
     def flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
-        return fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
+        return pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple, kwargs: dict) -> list[Any]:

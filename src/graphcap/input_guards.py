@@ -13,28 +13,42 @@ import math
 from typing import Any, Optional, Sequence
 
 import sympy
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 
-def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any) -> list[str]:
+def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: frozenset = frozenset()) -> list[str]:
     """The name of each positional then keyword input, as the program's forward calls them.
 
     The recorded forward parameter names are used when they fit the input
     structure (one per positional argument and keyword, valid and distinct
     identifiers); otherwise ``arg_0, arg_1, ...`` and the keyword names.
+    A positional name the generated forward reads itself (fx's globals such
+    as ``torch``, or ``avoid``: builtins the graph calls by name) becomes
+    ``arg_<i>``, so the parameter does not shadow it.
     """
     if _is_args_kwargs(in_spec):
         n_args = in_spec.child(0).num_children
         kwarg_names = [str(k) for k in in_spec.child(1).context]
     else:
         n_args, kwarg_names = in_spec.num_children, []
-    names = list(arg_names or [])
-    if len(names) == n_args + len(kwarg_names) and names[n_args:] == kwarg_names and _usable(names):
+    names = [_unshadowing(n, i, avoid) for i, n in enumerate(arg_names or [])]
+    if len(names) == n_args + len(kwarg_names) and names[n_args:] == kwarg_names and _usable(names, avoid):
         return names
-    if len(names) >= n_args and _usable(names[:n_args] + kwarg_names):
+    if len(names) >= n_args and _usable(names[:n_args] + kwarg_names, avoid):
         return names[:n_args] + kwarg_names
     fallback = [f"arg_{i}" for i in range(n_args)] + kwarg_names
-    return fallback if _usable(fallback) else [f"arg_{i}" for i in range(n_args + len(kwarg_names))]
+    return fallback if _usable(fallback, avoid) else [f"arg_{i}" for i in range(n_args + len(kwarg_names))]
+
+
+def _unshadowing(name: str, position: int, avoid: frozenset) -> str:
+    """``arg_<i>`` for a parameter named like a global of fx's generated code (``torch``):
+    as a parameter it would shadow the ``torch.ops...`` the body calls."""
+    return f"arg_{position}" if name in _fx_globals() or name in avoid else name
+
+
+def _fx_globals() -> frozenset[str]:
+    from .torch_private.naming_and_shapes import fx_codegen_global_names
+    return fx_codegen_global_names()
 
 
 def _is_args_kwargs(in_spec: Any) -> bool:
@@ -42,10 +56,11 @@ def _is_args_kwargs(in_spec: Any) -> bool:
             and in_spec.child(1).type is dict)
 
 
-def _usable(names: list[str]) -> bool:
+def _usable(names: list[str], avoid: frozenset = frozenset()) -> bool:
     import keyword
     return (len(set(names)) == len(names)
-            and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names))
+            and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" and n not in _fx_globals()
+                    and n not in avoid for n in names))
 
 
 def placeholder_leaves(in_spec: Any) -> list[Any]:
@@ -100,8 +115,8 @@ def expr_condition(expr: Any, sources: dict) -> str:
 
 
 def _py(expr: Any) -> str:
-    from torch.utils._sympy.printers import PythonPrinter
-    return PythonPrinter().doprint(expr)
+    from .torch_private.symbolic import python_source
+    return python_source(expr)
 
 
 def with_guard(what: str, condition: str) -> str:

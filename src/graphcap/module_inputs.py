@@ -26,8 +26,8 @@ import json
 from typing import Any, Optional
 
 import torch
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
+from .torch_private import pytree
+from .torch_private.modules import BUFFER_REGISTRY, MODULE_REGISTRY, PARAMETER_REGISTRY
 
 from .errors import UnsupportedError
 
@@ -201,10 +201,10 @@ def _copy_with(module: torch.nn.Module, swap: dict[int, Any], memo: dict[int, to
     new = copy.copy(module)
     memo[id(module)] = new
     state = dict(module.__dict__)
-    for field in ("_parameters", "_buffers"):
+    for field in (PARAMETER_REGISTRY, BUFFER_REGISTRY):
         state[field] = {k: swap.get(id(v), v) for k, v in module.__dict__[field].items()}
-    state["_modules"] = {k: (_copy_with(c, swap, memo) if c is not None else None)
-                         for k, c in module.__dict__["_modules"].items()}
+    state[MODULE_REGISTRY] = {k: (_copy_with(c, swap, memo) if c is not None else None)
+                         for k, c in module.__dict__[MODULE_REGISTRY].items()}
     for attr, value in module.__dict__.items():
         if isinstance(value, torch.Tensor) and id(value) in swap:
             state[attr] = swap[id(value)]
@@ -253,7 +253,7 @@ if ModuleInput not in pytree.SUPPORTED_NODES:
     pytree.register_pytree_node(ModuleInput, _flatten, _unflatten, flatten_with_keys_fn=_flatten_with_keys,
                                 serialized_type_name="graphcap.ModuleInput",
                                 to_dumpable_context=_to_dumpable, from_dumpable_context=_from_dumpable)
-    fx_pytree.register_pytree_flatten_spec(ModuleInput, _flatten_spec)
+    pytree.register_pytree_flatten_spec(ModuleInput, _flatten_spec)
 
 
 # ---------------------------------------------------------------------------

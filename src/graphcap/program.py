@@ -14,7 +14,7 @@ import copy
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 

@@ -22,7 +22,7 @@ import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from .torch_private import pytree
 
 from .errors import ExportInputError
 
@@ -80,7 +80,7 @@ def _is_registered(obj: Any) -> bool:
 
 def _children(obj: Any) -> list[Any]:
     """One level of a registered pytree node's children (cycle-safe callers recurse)."""
-    node_type = pytree._get_node_type(obj)
+    node_type = pytree.node_type(obj)
     return list(pytree.SUPPORTED_NODES[node_type].flatten_fn(obj)[0])
 
 

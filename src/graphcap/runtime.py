@@ -30,7 +30,9 @@ import warnings
 from typing import Any
 
 import torch
-from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+
+from .torch_private.fx import set_pytree_codegen
+from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 
 from .errors import UnsupportedError
 from .input_checks import InputChecker
@@ -76,16 +78,14 @@ def _check_structure(module: "ExportedModule", args: tuple, kwargs: dict) -> Non
         module._checker.check_structure(args, kwargs)
 
 
-class ExportedModule(torch.fx.GraphModule):
+class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
     """What ``ep.module()`` returns; see the module docstring."""
 
-    def _apply(self, fn, recurse=True):
-        super()._apply(fn, recurse)
+    def move_extra_tensors(self, fn):
         for fqn in getattr(self, "_constant_fqns", ()):  # plain attributes, which nn.Module does not move
             owner, value, field = _owner(self, fqn)
             if isinstance(value, torch.Tensor):
                 owner.__dict__[field] = fn(value)
-        return self
 
     def __deepcopy__(self, memo):
         new = super().__deepcopy__(memo)  # a GraphModule copy: constants come back as buffers, hooks go
@@ -102,9 +102,9 @@ def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) ->
     a buffer, which would put constants in ``state_dict``)."""
     for fqn in constant_fqns:
         owner, value, field = _owner(module, fqn)
-        if field in getattr(owner, "_buffers", {}):
-            owner._buffers.pop(field)
-            owner._non_persistent_buffers_set.discard(field)
+        if field in buffers_of(owner):
+            buffers_of(owner).pop(field)
+            non_persistent_buffer_names(owner).discard(field)
             owner.__dict__[field] = value
     module._constant_fqns = list(constant_fqns)
 
@@ -174,7 +174,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
 
     # Own arguments in, original structure out.
     in_spec, out_spec = ep.call_spec
-    graph._codegen = _PyTreeCodeGen(_PyTreeInfo(checker.arg_names, in_spec, out_spec))
+    set_pytree_codegen(graph, checker.arg_names, in_spec, out_spec)
 
     root = torch.nn.Module()
     _install_state(root, ep)

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
+from .torch_private import pytree
+from .torch_private.dispatch import set_grad_enabled
+from .torch_private.fx import predispatch_functions
+from .torch_private.ops import HigherOrderOperator, OpOverload, legacy_sym_sqrt
 
 from .errors import VerificationError
 from .signature import ConstantArgument, InputKind, OutputKind
@@ -30,8 +33,8 @@ _ALLOWED_PY_TARGETS = {
     operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt, operator.le,
     operator.gt, operator.ge, operator.and_, operator.or_, operator.not_, operator.pos,
     torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite,
-    torch.sym_sqrt, torch._sym_sqrt if hasattr(torch, "_sym_sqrt") else torch.sym_sqrt,
-    torch._C._set_grad_enabled,
+    torch.sym_sqrt, legacy_sym_sqrt() or torch.sym_sqrt,
+    set_grad_enabled,
     operator.abs, operator.lshift, operator.rshift, operator.xor, operator.invert,
     math.ceil, math.floor, math.trunc,
     round,  # Python's round() on a symbolic size
@@ -48,14 +51,8 @@ def _predispatch_functions() -> set:
     (``_vmap_increment_nesting``, ``_add_batch_dim``, ...) around the ATen
     operators of the body; the program runs them as they are.
     """
-    import torch._functorch.predispatch as predispatch
-    from torch.amp import autocast_mode
     from torch.fx.experimental import symbolic_shapes
-    names = ("_add_batch_dim", "_remove_batch_dim", "_vmap_increment_nesting", "_vmap_decrement_nesting",
-             "lazy_load_decompositions", "_make_dual", "_unpack_dual", "_jvp_increment_nesting",
-             "_jvp_decrement_nesting", "_unwrap_for_grad", "_enter_dual_level", "_exit_dual_level")
-    found = {getattr(predispatch, n) for n in names if hasattr(predispatch, n)}
-    found |= {getattr(autocast_mode, n) for n in ("_enter_autocast", "_exit_autocast") if hasattr(autocast_mode, n)}
+    found = predispatch_functions()
     found |= {torch.autograd.grad_mode.set_grad_enabled}
     if hasattr(symbolic_shapes, "cast_symbool_to_symint_guardless"):
         found.add(symbolic_shapes.cast_symbool_to_symint_guardless)
@@ -115,7 +112,7 @@ def rule_state_is_real(ep) -> Iterator[Violation]:
     """No value of the trace is kept as state: a fake tensor of the program's own fake mode among
     the weights or constants is something the tracer failed to follow (it stands for data the
     program computes). Fake weights the user exports on purpose belong to the user's fake mode."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    from .torch_private.fake import FakeTensor
     modes = {id(v.fake_mode) for n in _placeholders(ep) for v in [n.meta.get("val")] if isinstance(v, FakeTensor)}
     for store_name, store in (("state_dict", ep.state_dict), ("constants", ep.constants)):
         for name, value in store.items():
@@ -222,7 +219,7 @@ def rule_known_targets(ep) -> Iterator[Violation]:
         if node.op != "call_function":
             continue
         t = node.target
-        if isinstance(t, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)) or t in _ALLOWED_PY_TARGETS:
+        if isinstance(t, (OpOverload, HigherOrderOperator)) or t in _ALLOWED_PY_TARGETS:
             continue
         yield (node.name, f"target {t!r} is neither an operator overload nor an allowed Python callable")
 
@@ -277,7 +274,7 @@ def rule_core_or_kept_ops(ep) -> Iterator[Violation]:
     kept = _inference_meta(ep).get("kept", frozenset())
     for node in _all_nodes(ep):
         op = node.target
-        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+        if node.op == "call_function" and isinstance(op, OpOverload) \
                 and torch.Tag.core not in op.tags and op.name() not in kept:
             yield (node.name, f"{op} is not a core ATen operator (torch.Tag.core) and the decomposition "
                               f"table does not keep it")

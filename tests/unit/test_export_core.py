@@ -368,7 +368,7 @@ def test_preserve_module_call_signature():
     assert [e.fqn for e in ep.module_call_graph] == ["", "0", "1", "2"]
     assert entries["1"].signature is None
     sig0 = entries["0"].signature
-    assert [a.name for a in sig0.inputs] == ["input_1"] and [a.name for a in sig0.outputs] == ["linear"]
+    assert [a.name for a in sig0.inputs] == ["input"] and [a.name for a in sig0.outputs] == ["linear"]
     sig2 = entries["2"].signature
     assert [a.name for a in sig2.inputs] == ["relu"] and [a.name for a in sig2.outputs] == ["linear_1"]
     with pytest.raises(graphcap.ExportInputError, match="not submodules"):

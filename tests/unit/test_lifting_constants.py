@@ -134,13 +134,13 @@ def test_operator_nodes_make_way_for_input_names():
     torch.testing.assert_close(ep.module()(x, x, x), x * x + x * x)
 
 
-def test_nested_input_names_collide_into_suffixes_and_reserved_names_are_suffixed():
+def test_nested_input_names_collide_into_suffixes_and_builtin_names_are_kept():
     class M(nn.Module):
         def forward(self, x, x_foo, input):
             return x["foo"][0] + x_foo[0] + input
 
     ep = graphcap.export(M(), ({"foo": [torch.randn(2)]}, (torch.randn(2),), torch.randn(2)))
-    assert [s.arg.name for s in ep.graph_signature.input_specs] == ["x_foo_0", "x_foo_0_1", "input_1"]
+    assert [s.arg.name for s in ep.graph_signature.input_specs] == ["x_foo_0", "x_foo_0_1", "input"]
 
 
 def test_kwargs_keep_the_order_given():

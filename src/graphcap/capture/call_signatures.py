@@ -20,7 +20,9 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.fx import current_make_fx_tracer
+from ..torch_private.modules import children_of
 from torch.fx.experimental import proxy_tensor
 
 from ..errors import ExportInputError
@@ -33,7 +35,7 @@ def _graph_value(value: Any) -> Any:
 
     Nodes, not names, are kept: lifting renames placeholders after tracing.
     """
-    tracer = getattr(proxy_tensor._CURRENT_MAKE_FX_TRACER, "fx_tracer", None)
+    tracer = getattr(current_make_fx_tracer(), "fx_tracer", None)
     if isinstance(value, torch.Tensor) and tracer is not None:
         slot = proxy_tensor.get_proxy_slot(value, tracer, None)
         if slot is not None:
@@ -138,7 +140,7 @@ def _module_tree(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
     def visit(module: torch.nn.Module, fqn: str, path: tuple) -> None:
         out.append((fqn, module))
-        for name, child in module._modules.items():
+        for name, child in children_of(module).items():
             if child is not None and id(child) not in path:
                 visit(child, f"{fqn}.{name}" if fqn else name, path + (id(child),))
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.modules import non_persistent_buffer_names
 
 from .. import module_inputs, pytree as gp_pytree
 from ..errors import ExportInputError, export_args_error
@@ -92,7 +93,7 @@ def _state(root: Optional[torch.nn.Module]):
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
 
     def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
-        for name in module._non_persistent_buffers_set:
+        for name in non_persistent_buffer_names(module):
             non_persistent.add(prefix + name)
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:

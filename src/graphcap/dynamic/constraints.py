@@ -26,9 +26,10 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
+from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from . import hints as dyn_hints
 from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
                           where_text)
@@ -144,6 +145,8 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
     reported: set[Any] = set()
     for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
+        if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
+            continue  # copy_'s own self-overlap check: no requirement of the program (see there)
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
@@ -259,7 +262,8 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
     top-level pass never sees the value defined and the user's ``torch._check`` on it
     would vanish from the program."""
     from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-    from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
+    from ..torch_private.higher_order import region_wrappers
+    wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in (wrap_with_set_grad_enabled, wrap_with_autocast):
             continue

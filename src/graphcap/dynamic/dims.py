@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import ExportInputError
 

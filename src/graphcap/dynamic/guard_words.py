@@ -9,8 +9,8 @@ import traceback
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges, bound_sympy
 
 from ..errors import _ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
@@ -81,7 +81,7 @@ def implied_by(guard: Any, ranges: dict) -> bool:
 def defer_assert(env: Any, cond: Any, message: str) -> None:
     """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
-    from torch.utils._traceback import CapturedTraceback
+    from ..torch_private.shapes import CapturedTraceback
     env.deferred_runtime_asserts.setdefault(None, []).append(
         RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))
     env.num_deferred_runtime_asserts += 1

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRangeError, ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy
 
 from ..errors import DynamicSpecError
 from .dims import DimHint
@@ -91,7 +91,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
     slice) become its range when they are a bound, else a runtime assert: either way the
     program refuses the sizes it was not traced for."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
-    from torch.utils._traceback import CapturedTraceback
+    from ..torch_private.shapes import CapturedTraceback
     hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
     for guard in env.guards[first_guard:]:
         g = env.simplify(guard.expr)

@@ -5,9 +5,10 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges, bound_sympy
 
+from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs
 
@@ -71,12 +72,14 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     that equals a non-linear expression of other Dims, which is kept.)
     """
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
-    from torch.utils._traceback import CapturedTraceback
+    from ..torch_private.shapes import CapturedTraceback
     env = mode.shape_env
     by_sym = inputs.by_symbol()
     ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}
     seen = set()
     for guard in env.guards:
+        if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
+            continue  # copy_'s own self-overlap check (see there)
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if len(syms) < 2 or not syms <= set(by_sym) or any(by_sym[s].hint is None for s in syms):

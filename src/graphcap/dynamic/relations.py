@@ -12,8 +12,8 @@ import re
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
 
 from .dims import DerivedDim
 from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text

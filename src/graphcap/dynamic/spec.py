@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import DynamicSpecError, ExportInputError
 from .dims import DerivedDim, Dim, DimHint, as_dim
 
 
 # torch's own leaf test (registered types count as nodes); public from torch 2.14 on
-_is_leaf = getattr(pytree, "tree_is_leaf", None) or pytree._is_leaf  # noqa: SLF001
+_is_leaf = pytree.is_leaf
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
     if _is_leaf(value):
         return None
-    node = pytree._get_node_type(value)  # noqa: SLF001
+    node = pytree.node_type(value)  # noqa: SLF001
     handler = pytree.SUPPORTED_NODES[node]
     children, context = handler.flatten_fn(value)
     if handler.flatten_with_keys_fn is not None:

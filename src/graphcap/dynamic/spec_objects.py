@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.user_specs import additional_inputs_examples
 
 from ..errors import DynamicSpecError
 
@@ -58,7 +59,7 @@ def resolve(mod: Any, args: tuple, kwargs: dict, dynamic_shapes: Any
                 where="export(..., dynamic_shapes=...)",
                 fix="Build the collection from the very objects passed to export, with the same "
                     "structure in every example.") from e
-        examples = getattr(builder, "_examples", None)
+        examples = additional_inputs_examples(builder)
         if isinstance(examples, list) and examples:
             verify = _verifier(examples)
     args, kwargs = unwrap_int_wrappers(args, kwargs)

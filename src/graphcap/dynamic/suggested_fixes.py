@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import ExportInputError
 from .dims import DerivedDim, Dim, as_dim

@@ -20,11 +20,13 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch._guards import GuardSource, Source
-from torch._subclasses.fake_tensor import FakeTensorMode
+from ..torch_private.shapes import GuardSource, Source
+from ..torch_private.fake import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
+from ..torch_private import shapes
+from ..torch_private.dispatch import backend_kernel_switches
 
 from ..errors import _ENGINE_PACKAGE_DIRS, DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
@@ -281,24 +283,19 @@ def tracing(inputs: Optional[SymbolicInputs]):
         yield
         return
     env = inputs.shape_env
-    saved_summary = env.__dict__.get("_get_stack_summary")
-    env._get_stack_summary = _with_user_line(env._get_stack_summary)
-    switches = [(torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled),
-                (torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled),
-                (torch._C._get_nnpack_enabled, torch._C._set_nnpack_enabled)]
+    saved_summary = shapes.own_stack_summary(env)
+    shapes.set_stack_summary(env, _with_user_line(shapes.stack_summary(env)))
+    switches = backend_kernel_switches()
     saved = [get() for get, _ in switches]
     try:
         for _, set_ in switches:
             set_(False)
-        with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        with shapes.backed_size_oblivious():
             yield
     finally:
         for (_, set_), value in zip(switches, saved):
             set_(value)
-        if saved_summary is None:
-            del env._get_stack_summary
-        else:
-            env._get_stack_summary = saved_summary
+        shapes.restore_stack_summary(env, saved_summary)
 
 
 _ENGINE_FILES = _ENGINE_PACKAGE_DIRS + ("/contextlib.py", "/functools.py", "<frozen ")
@@ -315,7 +312,7 @@ def _with_user_line(summary: Any) -> Any:
     import sys
     import traceback
 
-    from torch._guards import SLoc
+    from ..torch_private.shapes import SLoc
 
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
 

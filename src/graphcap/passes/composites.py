@@ -23,8 +23,8 @@ import contextlib
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
-from torch._C import DispatchKey
-from torch._ops import OpOverload
+from ..torch_private.dispatch import DispatchKey, auto_dispatch_below_autograd
+from ..torch_private.ops import OpOverload, clear_dispatch_cache, run_kernel_for_key
 
 _CIA = DispatchKey.CompositeImplicitAutograd
 _AUTOGRAD_KEYS = [getattr(DispatchKey, name) for name in (
@@ -41,13 +41,13 @@ def _original_composite(op: OpOverload) -> Callable[..., Any]:
         return python_kernel
 
     def run_composite(*args: Any, **kwargs: Any) -> Any:
-        return op._op_dk(_CIA, *args, **kwargs)
+        return run_kernel_for_key(op, _CIA, *args, **kwargs)
     return run_composite
 
 
 def _below_autograd(op: OpOverload) -> Callable[..., Any]:
     def send_below(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._AutoDispatchBelowAutograd():
+        with auto_dispatch_below_autograd():
             return op(*args, **kwargs)
     return send_below
 
@@ -76,7 +76,7 @@ def steer_composites(keep: Iterable[OpOverload],
                 if key not in op.py_kernels:
                     _install(op, key, original)
             _install(op, _CIA, _not_decomposable)
-            op._dispatch_cache.clear()
+            clear_dispatch_cache(op)
         for op, fn in replace.items():
             if op in saved:
                 continue
@@ -86,10 +86,10 @@ def steer_composites(keep: Iterable[OpOverload],
                 if key not in op.py_kernels:
                     _install(op, key, original)
             _install(op, _CIA, fn)
-            op._dispatch_cache.clear()
+            clear_dispatch_cache(op)
         yield
     finally:
         for op, kernels in saved.items():
             op.py_kernels.clear()
             op.py_kernels.update(kernels)
-            op._dispatch_cache.clear()
+            clear_dispatch_cache(op)

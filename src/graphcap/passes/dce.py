@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from ..torch_private.dispatch import set_grad_enabled
+from ..torch_private.ops import schema_of
+
 from ..program import ExportedProgram
 
 aten = torch.ops.aten
@@ -21,7 +24,7 @@ _SIDE_EFFECTS = {
     aten._assert_tensor_metadata.default, aten._print.default,
     aten.batch_norm.default, aten.native_batch_norm.default, aten.instance_norm.default,
     aten._batch_norm_impl_index.default,
-    torch._C._set_grad_enabled,
+    set_grad_enabled,
 }
 
 
@@ -29,7 +32,7 @@ def has_side_effect(node: torch.fx.Node) -> bool:
     target = node.target
     if target in _SIDE_EFFECTS:
         return True
-    schema = getattr(target, "_schema", None)
+    schema = schema_of(target)
     if schema is not None and schema.is_mutable:
         return True
     return node.is_impure()

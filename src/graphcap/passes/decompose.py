@@ -31,15 +31,19 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-import torch.utils._pytree as pytree
-from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from ..torch_private import pytree
+from ..torch_private.dispatch import enable_python_dispatcher
+from ..torch_private.fake import FakeTensor, FakeTensorMode
+from ..torch_private import functional
+from ..torch_private.dispatch import set_grad_enabled
+from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
+from ..torch_private.fx import interpreting_node
+from ..torch_private.ops import OpOverload
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import ConstantMutationError, GraphcapError, SubclassDecompositionError, TraceError, UnsupportedError
+from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, InputKind, ModuleCallEntry, ModuleCallSignature, OutputKind,
                          OutputSpec, TensorArgument)
@@ -49,6 +53,7 @@ from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .composites import steer_composites
 from .input_copies import drop_input_copies
+from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
 
 IR_META_KEY = "graphcap_ir"
@@ -91,7 +96,7 @@ class _Replay(torch.fx.Interpreter):
         variant = self.out_of_place.get(n)
         if variant is None:
             return super().run_node(n)
-        with self._set_current_node(n):
+        with interpreting_node(self, n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             out = variant(*args, **kwargs)
             if out.dtype != args[0].dtype:  # in place keeps the written tensor's dtype
@@ -160,14 +165,14 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
             for i, f in enumerate(f_args):
                 if not isinstance(f, FunctionalTensor):
                     continue
-                torch._sync(f)
-                if torch._functionalize_has_metadata_mutation(f.elem):
+                functional.sync(f)
+                if functional.has_metadata_mutation(f.elem):
                     box["metadata_mutation"] = i
                 declared = old_mutations.get(i)
                 if declared is not None and outs[declared] is not f:
                     mutated.append(i)
                     new_values.append(_unwrap(outs[declared]))
-                elif torch._functionalize_has_data_mutation(f.elem) or declared is not None:
+                elif functional.has_data_mutation(f.elem) or declared is not None:
                     mutated.append(i)
                     new_values.append(_unwrap(f))
             box["mutated"] = mutated
@@ -205,8 +210,8 @@ def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list
 def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
     """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
     table: TableView = as_table(decomp_table)
+    ep = flatten_subclass_state(ep)  # subclass parameters/buffers become their inner tensors
     gm = ep.graph_module
-    _refuse_subclass_reads(gm)
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fake_args = [p.meta.get("val") for p in placeholders]
@@ -240,7 +245,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         except Exception as e:
             raise _explain(e, box) from e
         finally:
-            torch._C._set_grad_enabled(grad)
+            set_grad_enabled(grad)
 
     # Functionalization is the costly engine; a program that writes only to tensors it just
     # computed does not need it, unless a decomposition brought a write in.
@@ -270,31 +275,6 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
                              _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
-
-
-def _refuse_subclass_reads(gm: torch.fx.GraphModule) -> None:
-    """The retrace cannot follow a read of a subclass's inner tensor (``t.a``): refuse, naming the input.
-
-    Replaying ``access_subclass_inner_tensor`` on a fake subclass gives a tensor the recorder
-    never saw, which it would bake into the program as a constant.
-    """
-    access = getattr(getattr(torch.ops, "export", None), "access_subclass_inner_tensor", None)
-    if access is None:
-        return
-    reads = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is access.default]
-    if not reads:
-        return
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-    sources = [n for n in gm.graph.nodes if n.op == "placeholder"
-               and is_traceable_wrapper_subclass(n.meta.get("val"))]
-    name = sources[0].name if sources else reads[0].args[0].name
-    raise SubclassDecompositionError(
-        f"It looks like {name} is a tensor subclass whose inner tensors the program reads "
-        f"(node {reads[0].name}: .{reads[0].args[1]}); graphcap's run_decompositions cannot yet break "
-        f"tensor subclasses down into plain tensors.",
-        where=f"node {reads[0].name}",
-        fix="Keep the training-IR program (skip run_decompositions), or make the subclass a plain "
-            "tensor (or its inner tensors separate parameters/buffers) before exporting.")
 
 
 def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
@@ -350,7 +330,7 @@ def _kept_ops(gm: torch.fx.GraphModule, table: TableView) -> frozenset:
     nodes = [n for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
     for node in nodes:
         op = node.target
-        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+        if node.op == "call_function" and isinstance(op, OpOverload) \
                 and torch.Tag.core not in op.tags and not table.decomposes(op):
             kept.add(op.name())
     return frozenset(kept)

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Union
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from ..torch_private import pytree
+from ..torch_private.fake import FakeTensor
 
 from ..errors import ExportInputError
 from ..program import ExportedProgram

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 import torch.fx
-from torch._ops import OpOverload
+from ..torch_private.ops import OpOverload, overload_name, schema_of
 
 from ..trace.mutations import writes_to_argument
 from .unalias_outputs import is_view_op
@@ -34,7 +34,7 @@ def functional_variant(op: object) -> Optional[OpOverload]:
     """``aten.add_.Tensor`` → ``aten.add.Tensor``, when the op writes only its first argument."""
     if not isinstance(op, OpOverload):
         return None
-    schema = op._schema
+    schema = schema_of(op)
     name = schema.name.split("::")[-1]
     if not name.endswith("_") or name.endswith("__") or not schema.arguments:
         return None
@@ -42,8 +42,8 @@ def functional_variant(op: object) -> Optional[OpOverload]:
     if len(writes) != 1 or writes[0] is not schema.arguments[0]:
         return None
     packet = getattr(torch.ops.aten, name[:-1], None) if op.namespace == "aten" else None
-    overload = getattr(packet, op._overloadname, None) if packet is not None else None
-    if not isinstance(overload, OpOverload) or overload._schema.is_mutable:
+    overload = getattr(packet, overload_name(op), None) if packet is not None else None
+    if not isinstance(overload, OpOverload) or schema_of(overload).is_mutable:
         return None
     return overload
 
@@ -62,7 +62,7 @@ def _fresh(node: object, replaced: dict) -> bool:
 def _fresh_producer(node: object) -> bool:
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return False
-    schema = getattr(node.target, "_schema", None)
+    schema = schema_of(node.target)
     if schema is None or schema.is_mutable:
         return False
     return all(r.alias_info is None for r in schema.returns)

@@ -15,12 +15,14 @@ from typing import Optional
 import torch
 import torch.fx
 
+from ..torch_private.ops import schema_of
+
 from ..program import ExportedProgram
 
 
 def is_view_op(target: object) -> bool:
     """Does the operator return a view of its first input (schema ``Tensor(a) -> Tensor(a)``)?"""
-    schema = getattr(target, "_schema", None)
+    schema = schema_of(target)
     if schema is None or not schema.returns:
         return False
     ret = schema.returns[0].alias_info

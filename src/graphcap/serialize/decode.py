@@ -18,15 +18,19 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from ..torch_private.fake import FakeTensorMode
+from ..torch_private.fx import extract_tensor_metadata
+from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
+from ..torch_private.shapes import guard_location
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, ValueRangesSLoc
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
 
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                          ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
                          SymIntArgument, TensorArgument)
+from ..trace.naming import builtin_name_allowed, set_node_name
 from .encode import python_targets
 from .exprs import str_to_expr
 from .pytree_specs import _registered_types, json_to_spec
@@ -73,7 +77,7 @@ def _missing_op(key: str, why: str) -> SerializationError:
             f"before graphcap.load.")
 
 
-def resolve_op(key: Any, schemas: dict[str, Any]) -> torch._ops.OpOverload:
+def resolve_op(key: Any, schemas: dict[str, Any]) -> OpOverload:
     m = _OP_KEY.match(key) if isinstance(key, str) else None
     if m is None:
         raise bad(f"Malformed operator name {key!r:.80}.")
@@ -81,9 +85,9 @@ def resolve_op(key: Any, schemas: dict[str, Any]) -> torch._ops.OpOverload:
     if ns.startswith("__"):
         raise bad(f"Malformed operator name {key!r:.80}.")
     # torch.ops → namespace → packet → overload, each step checked for the kind it must be
-    steps = ((ns, torch._ops._OpNamespace, f"no namespace '{ns}'", f"{ns!r} is not an operator namespace"),
-             (name, torch._ops.OpOverloadPacket, f"'{ns}' has no operator '{name}'", f"'{ns}.{name}' is not an operator"),
-             (overload, torch._ops.OpOverload, f"'{ns}::{name}' has no overload '{overload}'",
+    steps = ((ns, OpNamespace, f"no namespace '{ns}'", f"{ns!r} is not an operator namespace"),
+             (name, OpOverloadPacket, f"'{ns}' has no operator '{name}'", f"'{ns}.{name}' is not an operator"),
+             (overload, OpOverload, f"'{ns}::{name}' has no overload '{overload}'",
               f"'{overload}' is not an overload"))
     op: Any = torch.ops
     for attr, kind, missing, wrong in steps:
@@ -92,23 +96,23 @@ def resolve_op(key: Any, schemas: dict[str, Any]) -> torch._ops.OpOverload:
         except (AttributeError, RuntimeError):
             raise _missing_op(key, missing) from None
         if not isinstance(op, kind):
-            raise (bad(wrong + ".") if kind is torch._ops._OpNamespace else _missing_op(key, wrong))
+            raise (bad(wrong + ".") if kind is OpNamespace else _missing_op(key, wrong))
     saved = schemas.get(key)
-    if saved is not None and saved != str(op._schema):
+    if saved is not None and saved != str(schema_of(op)):
         raise SerializationError(
-            f"The operator {key} in this process has the schema\n  {op._schema}\nbut the program was "
+            f"The operator {key} in this process has the schema\n  {schema_of(op)}\nbut the program was "
             f"saved with\n  {saved}", where=f"program.json operator {key}",
             fix="Load with the version of torch / of the operator library the program was exported with.")
     return op
 
 
-def resolve_hop(name: Any) -> torch._ops.HigherOrderOperator:
+def resolve_hop(name: Any) -> HigherOrderOperator:
     name = _ident(name, "higher-order operator name")
     try:
         hop = getattr(torch.ops.higher_order, name)
     except (AttributeError, RuntimeError):
         hop = None
-    if not isinstance(hop, torch._ops.HigherOrderOperator):
+    if not isinstance(hop, HigherOrderOperator):
         raise SerializationError(
             f"The program uses the higher-order operator {name!r}, which this torch does not have.",
             where="program.json", fix="Load with the torch version the program was exported with.")
@@ -161,7 +165,7 @@ class _Symbols:
                     raise bad(f"Empty range for symbol {name}.")
             else:
                 lower, upper = -int_oo, int_oo
-            sloc = self.shape_env._get_sloc()
+            sloc = guard_location(self.shape_env)
             self.shape_env.var_to_range[sym] = ValueRanges(lower, upper)
             self.shape_env.var_to_range_sloc[sym] = ValueRangesSLoc(sloc, sloc)
             hint = entry.get("hint")
@@ -327,6 +331,9 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
+            if node.name != name and op == "placeholder" and name not in env and builtin_name_allowed(name):
+                set_node_name(node, name)  # an input named like a builtin (``input``) keeps it
+                node.target = name
             if node.name != name:
                 raise bad(f"Node name {name} clashes with a name torch.fx reserves.")
             env[name] = node
@@ -363,8 +370,7 @@ class _GraphReader:
                 raise bad(f"Malformed torch_fn at {where}.")
             node.meta["torch_fn"] = (fn[0], fn[1])
         if m.get("tensor_meta") is True and isinstance(node.meta.get("val"), torch.Tensor):
-            from torch.fx.passes.shape_prop import _extract_tensor_metadata
-            node.meta["tensor_meta"] = _extract_tensor_metadata(node.meta["val"])
+            node.meta["tensor_meta"] = extract_tensor_metadata(node.meta["val"])
 
 
 # ---------------------------------------------------------------------------

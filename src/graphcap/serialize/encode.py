@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
-from torch.utils._sympy.numbers import int_oo
+from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
+from ..torch_private.symbolic import int_oo, symbol_assumptions
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import SerializationError
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
@@ -37,8 +38,8 @@ def callable_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', None) or 'builtins'}.{getattr(fn, '__qualname__', fn.__name__)}"
 
 
-def op_key(op: torch._ops.OpOverload) -> str:
-    return f"{op._schema.name}.{op._overloadname}"
+def op_key(op: OpOverload) -> str:
+    return f"{schema_of(op).name}.{overload_name(op)}"
 
 
 class _Writer:
@@ -91,11 +92,11 @@ class _Writer:
     # -- graphs ---------------------------------------------------------------
     def operator(self, t: Any) -> Any:
         """``{"op": key}`` (schema recorded) or ``{"hop": name}`` for an operator, else None."""
-        if isinstance(t, torch._ops.OpOverload):
+        if isinstance(t, OpOverload):
             key = op_key(t)
-            self.operators[key] = str(t._schema)
+            self.operators[key] = str(schema_of(t))
             return {"op": key}
-        if isinstance(t, torch._ops.HigherOrderOperator):
+        if isinstance(t, HigherOrderOperator):
             return {"hop": t.name()}
         return None
 
@@ -232,7 +233,7 @@ class _Writer:
         ranges = {str(k): v for k, v in self.ep.range_constraints.items()}
         table = []
         for name, sym in sorted(self.symbols.items()):
-            assumptions = getattr(sym, "_assumptions_orig", None) or {"integer": True}
+            assumptions = symbol_assumptions(sym) or {"integer": True}
             rng = ranges.get(name)
             hint = None
             for env in self.shape_envs:

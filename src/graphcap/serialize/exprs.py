@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 
 import sympy
 from sympy.printing.str import StrPrinter
-from torch.utils._sympy import functions as F
-from torch.utils._sympy.numbers import int_oo
+from ..torch_private.symbolic import functions as F
+from ..torch_private.symbolic import int_oo
 
 from ..errors import SerializationError
 from . import schema

@@ -13,7 +13,8 @@ import re
 from typing import Any, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.dispatch import disable_current_modes
 
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
@@ -161,7 +162,7 @@ def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: b
          weights: bool = True) -> ExportedProgram:
     reader = ArchiveReader(f)
     try:
-        with torch.utils._python_dispatch._disable_current_modes():
+        with disable_current_modes():
             return _load(reader, extra_files, mmap, weights)
     except GraphcapError:
         raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import SerializationError
 from ..pytree import qualified_name

@@ -23,6 +23,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from ..errors import SerializationError
+from ..torch_private.fake import FakeTensor
 from .values import DTYPES, bad, decode_device
 
 # safetensors' dtype codes (its file format), for the memory-mapped reader.
@@ -59,7 +60,7 @@ def _check_tensor(name: str, t: Any) -> torch.Tensor:
             f"{name!r} is a {type(t).__name__} with layout {t.layout}; only plain strided tensors can "
             f"be saved.", where=f"state_dict/constants[{name!r}]",
             fix="Convert it to a plain dense tensor before export.")
-    if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
+    if t.device.type == "meta" or isinstance(t, FakeTensor):
         raise SerializationError(
             f"{name!r} has no data (it is on the meta device or fake), so it cannot be saved.",
             where=f"state_dict/constants[{name!r}]",

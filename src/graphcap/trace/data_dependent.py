@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
 
 from ..errors import _INTERNAL_PATH_PARTS, DataDependentError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from ..torch_private.fake import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from ..torch_private.fake import FakeTensor, FakeTensorMode
 
 from ..errors import FakeConstantError
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-from torch.fx.experimental import proxy_tensor
+
+from ..torch_private.fx import current_make_fx_tracer
 
 ROOT_ATTR = "_graphcap_root"
 CALL_KEY_PREFIX = "L__self__"  # what torch.export writes before the call name
@@ -107,7 +108,7 @@ def current_call_name() -> Optional[str]:
 
     None outside a recording, or where the running tracer keeps no module stack.
     """
-    tracer = getattr(proxy_tensor._CURRENT_MAKE_FX_TRACER, "fx_tracer", None)
+    tracer = getattr(current_make_fx_tracer(), "fx_tracer", None)
     stack = getattr(tracer, "module_stack", None)
     if not stack:
         return None

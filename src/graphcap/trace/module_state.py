@@ -21,13 +21,15 @@ import warnings
 from typing import Any, Iterator, Optional
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from ..torch_private.fake import FakeTensor
+from ..torch_private.modules import (BUFFER_REGISTRY, HOOK_FIELD_PREFIXES, REGISTRY_FIELDS, buffers_of, children_of,
+                                     non_persistent_buffer_names)
 
 from ..errors import UnsupportedError
 from ..pytree import holds_tensor
 
 # nn.Module's registries, restored entry by entry rather than as attributes
-_REGISTRIES = ("_parameters", "_buffers", "_modules")
+_REGISTRIES = REGISTRY_FIELDS
 
 
 def _container_copy(value: Any) -> Any:
@@ -81,7 +83,7 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
         for k, v in mod.__dict__.items():
             if k in _REGISTRIES:
                 state[k] = (v, dict(v))  # entries swapped by reparametrization come back by themselves
-            elif k.startswith(("_forward", "_backward")):
+            elif k.startswith(HOOK_FIELD_PREFIXES):
                 state[k] = None  # hooks: the user's business
             else:
                 state[k] = (v, _container_copy(v))
@@ -105,8 +107,8 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
                         if isinstance(v[name], torch.Tensor):
                             assigned.append(where + name)
                         del v[name]
-                        if k == "_buffers":
-                            mod._non_persistent_buffers_set.discard(name)
+                        if k == BUFFER_REGISTRY:
+                            non_persistent_buffer_names(mod).discard(name)
                     continue
                 _assigned_paths(where + k, copy if copy is not None else v, mod.__dict__.get(k), assigned)
                 mod.__dict__[k] = v
@@ -130,8 +132,8 @@ def reassigned_buffers(root: torch.nn.Module, passed: dict[str, torch.Tensor],
         *path, leaf = fqn.split(".")
         mod = root
         for part in path:
-            mod = mod._modules.get(part) if mod is not None else None
-        current = mod._buffers.get(leaf) if mod is not None else None
+            mod = children_of(mod).get(part) if mod is not None else None
+        current = buffers_of(mod).get(leaf) if mod is not None else None
         original = passed[fqn]
         if current is original or not isinstance(current, torch.Tensor):
             continue

@@ -18,7 +18,9 @@ from typing import Sequence
 
 import torch
 import torch.fx
-import torch.utils._pytree
+
+from ..torch_private import pytree
+from ..torch_private.ops import schema_of
 
 aten = torch.ops.aten
 
@@ -34,7 +36,7 @@ _HIDDEN_MUTATIONS = {
 def _written_args(node: torch.fx.Node) -> list[object]:
     target = node.target
     written: list[object] = []
-    schema = getattr(target, "_schema", None)
+    schema = schema_of(target)
     if schema is not None:
         for i, arg in enumerate(schema.arguments):
             if arg.alias_info is not None and arg.alias_info.is_write:
@@ -50,7 +52,7 @@ def _written_args(node: torch.fx.Node) -> list[object]:
 
 def writes_to_argument(node: torch.fx.Node) -> bool:
     """Whether an operator node updates one of its arguments (schema says so, or a hidden update)."""
-    schema = getattr(node.target, "_schema", None)
+    schema = schema_of(node.target)
     return (schema is not None and schema.is_mutable) or bool(_written_args(node))
 
 
@@ -65,7 +67,7 @@ def _base_placeholder(value: object) -> "torch.fx.Node | None":
         if node.target is operator.getitem:
             node = node.args[0]
             continue
-        schema = getattr(node.target, "_schema", None)
+        schema = schema_of(node.target)
         if schema is None or not schema.returns or schema.returns[0].alias_info is None:
             return None  # a fresh tensor
         node = node.args[0]  # a view (Tensor(a)) or the written argument itself (Tensor(a!))
@@ -90,7 +92,7 @@ def _subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Graph, list[o
                 last = i
     if not subgraphs:
         return []
-    operands = torch.utils._pytree.tree_leaves(node.args[last + 1:])
+    operands = pytree.tree_leaves(node.args[last + 1:])
     return [(g, operands) for g in subgraphs]
 
 

@@ -12,10 +12,16 @@ against them, so the rules are torch's:
   which case it moves on to the next free suffix of its stem (``mul`` →
   ``mul_1``; ``mul_1`` → ``mul_2`` when that is taken too).
 
-Names are lower-case, as in torch. Unlike torch, a name Python reserves
-(``input``, ``sum``) is suffixed as fx would suffix it (``input_1``). Placeholder names are used whole as the
-stem of their suffixes (``x_foo_0`` collides into ``x_foo_0_1``); operator
-names are split at a trailing ``_<n>`` (``add_1`` is the stem ``add``).
+Names are lower-case, as in torch. An input keeps the name of a Python
+builtin (``input``, ``sum``, ``min``), as in torch: fx's code generator binds
+such a placeholder under a fresh local (``input_1 = input``), so the printed
+forward still runs. Names the generated code itself reads (``torch``,
+``fx_pytree``, ``inf``..., see :func:`may_shadow`) and keywords are suffixed
+(``torch_1``): a parameter named ``torch`` would break ``torch.ops...`` in
+the body (torch.export keeps it and its ``module()`` fails). Placeholder names
+are used whole as the stem of their suffixes (``x_foo_0`` collides into
+``x_foo_0_1``); operator names are split at a trailing ``_<n>`` (``add_1`` is
+the stem ``add``).
 """
 from __future__ import annotations
 
@@ -28,18 +34,45 @@ from typing import Sequence
 import torch.fx
 
 from ..pytree import sanitize_name
+from ..torch_private.fx import rename_in_namespace
 
 _SUFFIXED = re.compile(r"(.*)_(\d+)$")
-# Names generated code cannot bind: fx gives them a suffix (``input`` → ``input_1``), and so
-# does graphcap, so that every program reloads and retraces under the names it printed.
+# Names an operator node never takes: fx names nodes clear of keywords and builtins, and
+# graphcap keeps it so (only a placeholder may take a builtin's name, see may_shadow).
 _RESERVED = frozenset(keyword.kwlist) | frozenset(dir(builtins))
 
 
-class NameAllocator:
-    """Hands out unique names, counting suffixes per stem."""
+def builtins_called_by_name(graph: torch.fx.Graph) -> frozenset[str]:
+    """Builtins the graph calls (``call_function`` on ``getattr``, ``len``...): fx's code names
+    them bare in the body, so a placeholder of that name would shadow them."""
+    names = set()
+    for node in graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "__module__", None) == "builtins":
+            names.add(getattr(node.target, "__name__", ""))
+    return frozenset(names)
 
-    def __init__(self) -> None:
-        self.taken: set[str] = set(_RESERVED)
+
+def may_shadow(name: str, graph: "torch.fx.Graph | None" = None) -> bool:
+    """Whether a placeholder may be named ``name`` although it is a builtin's name.
+
+    It may unless the generated code reads that name itself: fx's own globals
+    (``torch``, ``fx_pytree``, ``pytree``, ``inf``, ``nan``, ``device``...) and
+    builtins the graph calls by name. Keywords never."""
+    from ..torch_private.naming_and_shapes import fx_codegen_global_names
+    if keyword.iskeyword(name) or name in fx_codegen_global_names():
+        return False
+    return graph is None or name not in builtins_called_by_name(graph)
+
+
+class NameAllocator:
+    """Hands out unique names, counting suffixes per stem.
+
+    ``shadowable`` are builtin names a wanted placeholder name may take whole
+    (see :func:`may_shadow`)."""
+
+    def __init__(self, shadowable: frozenset[str] = frozenset()) -> None:
+        from ..torch_private.naming_and_shapes import fx_codegen_global_names
+        self.taken: set[str] = set(_RESERVED - shadowable) | fx_codegen_global_names()
         self._highest: dict[str, int] = defaultdict(int)
 
     def take(self, wanted: str, *, whole_stem: bool) -> str:
@@ -75,7 +108,7 @@ def assign_names(graph: torch.fx.Graph, placeholder_names: Sequence[str],
     which are served first.
     """
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    names = NameAllocator()
+    names = NameAllocator(shadowable_names([graph_name(placeholder_names[i]) for i in user_positions], graph))
     chosen: dict[torch.fx.Node, str] = {}
     user = set(user_positions)
     for i in user_positions:
@@ -92,6 +125,16 @@ def assign_names(graph: torch.fx.Graph, placeholder_names: Sequence[str],
             node.target = name
 
 
+def builtin_name_allowed(name: str, graph: "torch.fx.Graph | None" = None) -> bool:
+    """Whether ``name`` is a builtin's name a placeholder may take (fx would suffix it)."""
+    return name in _RESERVED and may_shadow(name, graph)
+
+
+def shadowable_names(wanted: Sequence[str], graph: torch.fx.Graph) -> frozenset[str]:
+    """The builtin names among ``wanted`` that placeholders of ``graph`` may take whole."""
+    return frozenset(n for n in wanted if builtin_name_allowed(n, graph))
+
+
 def set_node_name(node: torch.fx.Node, name: str) -> None:
     """Give ``node`` exactly ``name`` and keep the graph's namespace aware of it.
 
@@ -102,4 +145,4 @@ def set_node_name(node: torch.fx.Node, name: str) -> None:
     if node.name == name:
         return
     node.name = name
-    node.graph._graph_namespace._rename_object(node, name)
+    rename_in_namespace(node, name)

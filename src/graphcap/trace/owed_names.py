@@ -12,11 +12,13 @@ from typing import Sequence
 
 import torch.fx
 
-from .naming import NameAllocator, set_node_name
+from .naming import NameAllocator, set_node_name, shadowable_names
 
 
 def apply_owed_names(graph: torch.fx.Graph, owed: Sequence[tuple[torch.fx.Node, str]]) -> None:
-    names = NameAllocator()
+    """An owed name that is a builtin's (an input named ``input``) is given whole too, as
+    the program it comes from had it (see :func:`.naming.may_shadow`)."""
+    names = NameAllocator(shadowable_names([name for _, name in owed], graph))
     chosen: dict[torch.fx.Node, str] = {node: names.take(name, whole_stem=True) for node, name in owed}
     for node in graph.nodes:
         if node not in chosen:

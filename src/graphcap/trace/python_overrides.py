@@ -33,7 +33,9 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.utils._pytree as pytree
+from ..torch_private import pytree
+from ..torch_private.decomp import tensor_from_symbolic_data
+from ..torch_private.dispatch import is_batched_tensor
 from torch.overrides import TorchFunctionMode
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -162,7 +164,7 @@ def plain_builtins() -> Iterator[None]:
 def _is_integer_scalar_tensor(item: Any) -> bool:
     return (isinstance(item, torch.Tensor) and item.ndim == 0 and not item.is_floating_point()
             and not item.is_complex() and item.dtype is not torch.bool
-            and not torch._C._functorch.is_batchedtensor(item))
+            and not is_batched_tensor(item))
 
 
 def _as_index(item: Any) -> Any:
@@ -227,8 +229,8 @@ def _collective_remapper() -> Optional[Callable]:
     """torch.distributed's map from a legacy collective call to its functional form, if available."""
     if not torch.distributed.is_available():
         return None
-    from torch.distributed._functional_collectives import _remap_traceable_collective
-    return _remap_traceable_collective
+    from ..torch_private.decomp import traceable_collective_remapper
+    return traceable_collective_remapper()
 
 
 class _TraceableCalls(TorchFunctionMode):
@@ -245,7 +247,7 @@ class _TraceableCalls(TorchFunctionMode):
                 func, args, kwargs = remapped
         if func is torch.tensor and args and any(
                 isinstance(v, _SYMBOLIC) for v in pytree.tree_leaves(args[0])):
-            return torch._refs.tensor(*args, **kwargs)
+            return tensor_from_symbolic_data(*args, **kwargs)
         if getattr(func, "__name__", None) == "__getitem__" and len(args) == 2 \
                 and isinstance(args[0], torch.Tensor) and not kwargs:
             run = _index_as_calls(args[0], args[1])

@@ -20,12 +20,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
-import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensorMode
+from ..torch_private import pytree
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import uninteresting_files
-from torch.nn.utils.stateless import _reparametrize_module
+
+from ..torch_private import fx as fx_private
+from ..torch_private.dispatch import set_grad_enabled
+from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
+from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
+from ..torch_private.modules import reparametrized
+from ..torch_private.ops import OpOverload, schema_of
 
 from ..errors import (GraphcapError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, user_frame)
@@ -54,12 +59,8 @@ def _exporting_flags():
     Libraries (transformers above all) pick export-friendly code paths — no
     data-dependent checks, no Python-side caches — when these say so.
     """
-    saved = torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag
-    torch.compiler._is_compiling_flag = torch.compiler._is_exporting_flag = True
-    try:
+    with exporting_flags_set():
         yield
-    finally:
-        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = saved
 
 
 @contextlib.contextmanager
@@ -87,7 +88,7 @@ def _restore_grad_mode():
     try:
         yield
     finally:
-        torch._C._set_grad_enabled(enabled)
+        set_grad_enabled(enabled)
 
 
 def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
@@ -100,7 +101,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
     as stack-trace anchors (the exported function), never torch's own files —
     and formats each distinct stack once: consecutive nodes mostly share it.
     """
-    anchors = torch.fx.proxy._STACK_TRACE_ANCHORS
+    anchors = fx_private.stack_trace_anchors()
     internal = uninteresting_files()
     create = tracer.create_node
     formatted: dict[tuple, str] = {}
@@ -143,16 +144,16 @@ def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
     outside torch's files while the node is made.
     """
     custom = node.meta.get("custom")
-    if not isinstance(custom, dict) or "_torchdynamo_disable_method" not in custom:
+    if not isinstance(custom, dict) or DISABLE_METHOD_META_KEY not in custom:
         return
-    method = custom["_torchdynamo_disable_method"]
+    method = custom[DISABLE_METHOD_META_KEY]
     while frame is not None:
         code = frame.f_code
         if code.co_name == method and not code.co_filename.startswith(_TORCH_DIR):
             node.meta["custom"] = dict(custom)  # not shared with the nodes made after it
             return
         frame = frame.f_back
-    kept = {k: v for k, v in custom.items() if not str(k).startswith("_torchdynamo")}
+    kept = {k: v for k, v in custom.items() if not str(k).startswith(DYNAMO_META_KEY_PREFIX)}
     if kept:
         node.meta["custom"] = kept
     else:
@@ -196,12 +197,12 @@ def record(
         # Subgraph tracers (torch.cond branches, ...) are made inside this call
         # and keep torch's own stack recording; the top-level one gets ours.
         torch.fx.config.do_not_emit_stack_traces = box["torch_stack_traces_off"]
-        tracer = proxy_tensor._CURRENT_MAKE_FX_TRACER.fx_tracer
+        tracer = fx_private.current_make_fx_tracer().fx_tracer
         _record_user_stack_traces(tracer)
         box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
-        ctx = (_reparametrize_module(root, state, tie_weights=True, strict=False, stack_weights=True)
+        ctx = (reparametrized(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
         with ctx:
             out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
@@ -213,10 +214,10 @@ def record(
 
     scope = module_paths.ScopeRoot(root) if root is not None else None
     if scope is not None:
-        traced._orig_mod = scope  # lets make_fx record nn_module_stack against the user's module tree
+        fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
     if hasattr(target, "__code__"):
-        torch.fx.proxy._register_stack_trace_anchor(target)
+        fx_private.register_stack_trace_anchor(target)
 
     try:
         with fake_mode, _exporting_flags(), _backend_neutral(), _restore_grad_mode(), \
@@ -245,9 +246,9 @@ def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
     erased = False
     for node in reversed(list(gm.graph.nodes)):
         op = node.target
-        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and not node.users \
-                and "val" not in node.meta and len(op._schema.returns) > 0 \
-                and not any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+        if node.op == "call_function" and isinstance(op, OpOverload) and not node.users \
+                and "val" not in node.meta and len(schema_of(op).returns) > 0 \
+                and not any(a.alias_info is not None and a.alias_info.is_write for a in schema_of(op).arguments):
             gm.graph.erase_node(node)
             erased = True
     if erased:
@@ -260,12 +261,12 @@ _NO_FAKE_IMPL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\w+
 
 def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
     """``ns::name`` of a custom operator that failed for want of a fake kernel, else None."""
-    from torch._subclasses.fake_tensor import UnsupportedOperatorException
+    UnsupportedOperatorException = unsupported_operator_error()
     for err in (e, e.__cause__, e.__context__):
-        if isinstance(err, UnsupportedOperatorException) and isinstance(err.func, torch._ops.OpOverload):
+        if isinstance(err, UnsupportedOperatorException) and isinstance(err.func, OpOverload):
             ns = err.func.namespace
             if ns not in ("aten", "prims"):
-                return f"{ns}::{err.func._schema.name.split('::')[-1]}"
+                return f"{ns}::{schema_of(err.func).name.split('::')[-1]}"
         match = _NO_FAKE_IMPL.search(str(err)) if err is not None else None
         if match:
             return match.group(1) or match.group(2)

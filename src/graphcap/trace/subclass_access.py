@@ -21,7 +21,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 from torch.fx.experimental import proxy_tensor
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from ..torch_private.dispatch import is_traceable_wrapper_subclass, torch_function_mode_enabled
+from ..torch_private.fx import current_make_fx_tracer
 
 
 def _access_op() -> Any:
@@ -45,7 +47,7 @@ def subclass_types(values: Iterable[Any]) -> dict[type, torch.Tensor]:
 
 def _record_read(owner: torch.Tensor, attr: str, inner: torch.Tensor) -> None:
     """Bind ``inner`` to a new graph node that reads ``owner.attr``, if a trace follows ``owner``."""
-    tracer_box = proxy_tensor._CURRENT_MAKE_FX_TRACER
+    tracer_box = current_make_fx_tracer()
     tracer = getattr(tracer_box, "fx_tracer", None) if tracer_box is not None else None
     if tracer is None or not proxy_tensor.has_proxy_slot(owner, tracer):
         return
@@ -56,7 +58,7 @@ def _record_read(owner: torch.Tensor, attr: str, inner: torch.Tensor) -> None:
 
 def _hooked_getattribute(self: torch.Tensor, attr: str, *, original: Any, inner_names: frozenset) -> Any:
     value = original(self, attr)
-    if attr in inner_names and isinstance(value, torch.Tensor) and torch._C._is_torch_function_mode_enabled():
+    if attr in inner_names and isinstance(value, torch.Tensor) and torch_function_mode_enabled():
         _record_read(self, attr, value)
     return value
 

@@ -1,0 +1,32 @@
+"""torch's fake tensors (``torch._subclasses.fake_tensor``).
+
+graphcap runs the user's program on fake tensors: tensors with shapes, dtypes
+and devices but no data, whose sizes may be ShapeEnv symbols. The classes live
+in a private package; they are re-exported unchanged.
+"""
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+RELIES_ON = {
+    "torch._subclasses.fake_tensor.FakeTensor": None,
+    "torch._subclasses.fake_tensor.FakeTensorMode": None,
+    "torch._subclasses.fake_tensor.FakeTensor#fake_mode": None,
+    "torch._subclasses.fake_tensor.UnsupportedOperatorException": None,
+}
+
+SAMPLES = {
+    "torch._subclasses.fake_tensor.FakeTensor": lambda: FakeTensorMode().from_tensor(torch.ones(2)),
+}
+
+__all__ = ["FakeTensor", "FakeTensorMode", "unsupported_operator_error"]
+
+
+def unsupported_operator_error() -> type:
+    """The exception a fake tensor raises for an operator it has no fake kernel for (``.func`` is the operator).
+
+    Relies on ``torch._subclasses.fake_tensor.UnsupportedOperatorException``.
+    """
+    from torch._subclasses.fake_tensor import UnsupportedOperatorException
+    return UnsupportedOperatorException

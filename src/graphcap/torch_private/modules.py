@@ -1,0 +1,81 @@
+"""``torch.nn.Module``'s private registries and stateless calls.
+
+graphcap reads a module's buffers and which of them are non-persistent, edits
+those registries where ``module()`` keeps constants as plain attributes, swaps
+state in for one call with torch's stateless helper, and moves extra tensors
+when a module is moved (``.to()``), all through nn.Module's private members.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+RELIES_ON = {
+    "torch.nn.Module#_parameters": None,
+    "torch.nn.Module#_buffers": None,
+    "torch.nn.Module#_forward_hooks": None,
+    "torch.nn.Module#_forward_pre_hooks": None,
+    "torch.nn.Module#_backward_hooks": None,
+    "torch.nn.Module#_modules": None,
+    "torch.nn.Module#_non_persistent_buffers_set": None,
+    "torch.nn.Module._apply": ("self", "fn", "recurse"),
+    "torch.nn.utils.stateless._reparametrize_module": ("module", "parameters_and_buffers", "tie_weights",
+                                                       "strict", "stack_weights"),
+}
+
+# nn.Module's per-instance registries (each a dict in the instance ``__dict__``), which
+# graphcap saves and restores entry by entry around a trace.
+PARAMETER_REGISTRY = "_parameters"
+BUFFER_REGISTRY = "_buffers"
+MODULE_REGISTRY = "_modules"
+REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
+# Prefixes of the instance fields holding nn.Module's hooks (``_forward_hooks``, ``_backward_pre_hooks``, ...).
+HOOK_FIELD_PREFIXES = ("_forward", "_backward")
+
+__all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors"]
+
+
+def buffers_of(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own buffer registry (name → tensor or None), live. Relies on ``Module._buffers``."""
+    return getattr(module, "_buffers", {})
+
+
+def children_of(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own submodule registry (name → module or None), live. Relies on ``Module._modules``."""
+    return module._modules
+
+
+def non_persistent_buffer_names(module: torch.nn.Module) -> set[str]:
+    """The live set of the module's own buffer names left out of ``state_dict``.
+
+    Relies on ``Module._non_persistent_buffers_set``.
+    """
+    return module._non_persistent_buffers_set
+
+
+def reparametrized(module: torch.nn.Module, state: dict[str, torch.Tensor], **options: Any) -> Any:
+    """A context manager: within it ``module`` uses ``state`` (FQN → tensor) as its parameters and buffers.
+
+    Relies on ``torch.nn.utils.stateless._reparametrize_module(module,
+    parameters_and_buffers, tie_weights, strict, stack_weights)``.
+    """
+    from torch.nn.utils.stateless import _reparametrize_module
+    return _reparametrize_module(module, state, **options)
+
+
+class MovesExtraTensors:
+    """Mixin for an ``nn.Module`` subclass holding tensors that ``.to()`` / ``.cuda()`` do not see.
+
+    After nn.Module moved its parameters and buffers, ``move_extra_tensors(fn)``
+    is called with the same per-tensor function. Relies on ``Module._apply(fn,
+    recurse)``, the method every move goes through.
+    """
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True):
+        super()._apply(fn, recurse)
+        self.move_extra_tensors(fn)
+        return self
+
+    def move_extra_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Apply ``fn`` to the tensors the subclass keeps outside nn.Module's registries."""

@@ -1,0 +1,70 @@
+"""torch's operator objects (``torch._ops``) and their private fields.
+
+graphcap records, checks, serializes and rewrites calls of ATen and custom
+operators. Their classes (``OpOverload``, ``OpOverloadPacket``,
+``HigherOrderOperator``, the namespace objects of ``torch.ops``) live in the
+private ``torch._ops``; an overload's schema and overload name are private
+fields; steering a composite operator needs its per-key kernel entry and its
+dispatch cache.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+
+RELIES_ON = {
+    "torch._ops.OpOverload": None,
+    "torch._ops.OpOverloadPacket": None,
+    "torch._ops.HigherOrderOperator": None,
+    "torch._ops._OpNamespace": None,
+    "torch._ops.OpOverload#_schema": None,
+    "torch._ops.OpOverload#_overloadname": None,
+    "torch._ops.OpOverload#_op_dk": None,
+    "torch._ops.OpOverload#_dispatch_cache": None,
+    "torch._sym_sqrt": (),  # legacy_sym_sqrt tolerates its absence; listed so a removal is noticed
+}
+
+__all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "OpNamespace", "schema_of",
+           "overload_name", "run_kernel_for_key", "clear_dispatch_cache", "legacy_sym_sqrt"]
+
+# The class of ``torch.ops.aten`` and the other operator namespaces.
+OpNamespace = torch._ops._OpNamespace
+
+
+def schema_of(op: Any) -> Any:
+    """The ``FunctionSchema`` of an operator overload (or packet), or None for anything else.
+
+    Relies on the field ``OpOverload._schema``.
+    """
+    return getattr(op, "_schema", None)
+
+
+def overload_name(op: OpOverload) -> str:
+    """The overload part of ``ns::name.overload`` (``""`` for the default overload's schema name).
+
+    Relies on the field ``OpOverload._overloadname``.
+    """
+    return op._overloadname
+
+
+def run_kernel_for_key(op: OpOverload, key: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op``'s C++ kernel registered for dispatch key ``key`` directly.
+
+    Relies on the method ``OpOverload._op_dk(key, *args, **kwargs)``.
+    """
+    return op._op_dk(key, *args, **kwargs)
+
+
+def clear_dispatch_cache(op: OpOverload) -> None:
+    """Forget which kernel ``op`` chose per dispatch key (after changing its ``py_kernels``).
+
+    Relies on the dict field ``OpOverload._dispatch_cache``.
+    """
+    op._dispatch_cache.clear()
+
+
+def legacy_sym_sqrt() -> Any:
+    """The private ``torch._sym_sqrt`` (what some traces record for ``math.sqrt`` of a SymInt), or None where absent."""
+    return getattr(torch, "_sym_sqrt", None)

@@ -1,0 +1,171 @@
+"""Every private torch name graphcap relies on still exists, with the expected shape.
+
+Each module of ``graphcap.torch_private`` declares ``RELIES_ON`` (see the
+package docstring). This test resolves every entry against the installed torch
+and checks it: a callable has the expected leading parameter names, an
+attribute exists, an instance field exists on an instance built here. A
+failure names the entry and the adapter function(s) using it, so a torch
+upgrade that moves something is a one-line diagnosis.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphcap.torch_private as package
+
+
+def _adapter_modules():
+    return [importlib.import_module(f"{package.__name__}.{info.name}")
+            for info in pkgutil.iter_modules(package.__path__)]
+
+
+def _entries():
+    for module in _adapter_modules():
+        for path, expected in getattr(module, "RELIES_ON", {}).items():
+            yield pytest.param(module, path, expected, id=f"{module.__name__.rsplit('.', 1)[-1]}:{path}")
+
+
+def _resolve(dotted: str):
+    """The object at ``dotted``: the longest importable module prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for i, attr in enumerate(parts[cut:], cut):
+            if not hasattr(obj, attr):
+                raise LookupError(f"{'.'.join(parts[:i])} has no attribute {attr!r}")
+            obj = getattr(obj, attr)
+        return obj
+    raise LookupError(f"no importable module in {dotted!r}")
+
+
+def _users(module, path: str) -> str:
+    """The adapter functions (or re-exports) of ``module`` whose source mentions the entry's name.
+
+    The last dotted name is looked for first, then the one before it if it is a class.
+    """
+    source = Path(module.__file__).read_text()
+    parts = path.replace("#", ".").split(".")
+    names = [parts[-1]] + ([parts[-2]] if len(parts) > 1 and parts[-2][:1].isupper() else [])
+    for name in names:
+        users = []
+        for node in ast.parse(source).body:
+            segment = ast.get_source_segment(source, node) or ""
+            if name not in segment or _is_relies_on(node):
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                users.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = getattr(node, "targets", None) or [node.target]
+                users.extend(f"{t.id} (re-export)" for t in targets if isinstance(t, ast.Name) and t.id != "__all__")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                users.extend(f"{a.asname or a.name} (re-export)" for a in node.names if name in (a.name, a.asname))
+        if users:
+            return ", ".join(users)
+    return "(not named in the module: a field or convention its functions rely on)"
+
+
+def _is_relies_on(node) -> bool:
+    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "RELIES_ON" for t in node.targets)
+
+
+def _sample_graph():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.relu, (x,)))
+    return graph
+
+
+def _sample_shape_env():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return ShapeEnv()
+
+
+def _sample_fake_mode():
+    from graphcap.torch_private.fake import FakeTensorMode
+    return FakeTensorMode()
+
+
+def _sample_additional_inputs():
+    from torch.export.dynamic_shapes import AdditionalInputs
+    return AdditionalInputs()
+
+
+# Cheap instances for "Class#field" entries, by the class's dotted path.
+SAMPLES = {
+    "torch.fx.Graph": _sample_graph,
+    "torch.fx.graph.Graph": _sample_graph,
+    "torch.fx.Node": lambda: next(iter(_sample_graph().nodes)),
+    "torch.fx.node.Node": lambda: next(iter(_sample_graph().nodes)),
+    "torch.fx.GraphModule": lambda: torch.fx.GraphModule(torch.nn.Module(), _sample_graph()),
+    "torch.nn.Module": lambda: torch.nn.BatchNorm1d(2),
+    "torch.Tensor": lambda: torch.ones(2),
+    "torch._ops.OpOverload": lambda: torch.ops.aten.add.Tensor,
+    "torch._ops.OpOverloadPacket": lambda: torch.ops.aten.add,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env,
+    "torch._subclasses.fake_tensor.FakeTensorMode": _sample_fake_mode,
+    "torch.export.dynamic_shapes.AdditionalInputs": _sample_additional_inputs,
+}
+
+
+def _sample_for(module, cls_path: str):
+    for source in (getattr(module, "SAMPLES", {}), SAMPLES):
+        if cls_path in source:
+            return source[cls_path]()
+    for other in _adapter_modules():
+        if cls_path in getattr(other, "SAMPLES", {}):
+            return other.SAMPLES[cls_path]()
+    return None
+
+
+def _leading_parameters(obj) -> list[str] | None:
+    try:
+        return list(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return None  # a C function or builtin without a signature
+
+
+@pytest.mark.parametrize("module, path, expected", list(_entries()))
+def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path, expected):
+    where = f"{module.__name__}.RELIES_ON[{path!r}] (used by {_users(module, path)}; torch {torch.__version__})"
+    assert expected is None or isinstance(expected, tuple), f"{where}: expected a tuple of parameter names or None"
+    if "#" in path:
+        cls_path, field = path.split("#", 1)
+        try:
+            _resolve(cls_path)
+        except LookupError as exc:
+            pytest.fail(f"{where}: class is gone: {exc}")
+        instance = _sample_for(module, cls_path)
+        if instance is None:
+            pytest.skip(f"{where}: no cheap instance of {cls_path} to check the field on; "
+                        f"add a SAMPLES entry to {module.__name__}")
+        assert hasattr(instance, field), f"{where}: instances of {cls_path} no longer have {field!r}"
+        return
+    try:
+        obj = _resolve(path)
+    except LookupError as exc:
+        pytest.fail(f"{where}: missing: {exc}")
+    if expected is None:
+        return
+    assert callable(obj), f"{where}: expected a callable, got {type(obj).__name__}"
+    if not expected:
+        return
+    params = _leading_parameters(obj)
+    if params is None:
+        return
+    assert params[:len(expected)] == list(expected), (
+        f"{where}: leading parameters are now {params[:len(expected) + 2]}, graphcap expects {list(expected)}")
+
+
+def test_every_adapter_module_declares_what_it_relies_on():
+    missing = [m.__name__ for m in _adapter_modules() if not isinstance(getattr(m, "RELIES_ON", None), dict)]
+    assert not missing, f"adapter modules without a RELIES_ON dict: {missing}"
