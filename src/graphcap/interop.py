@@ -71,13 +71,23 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
                                  where="graphcap.to_torch(ep)", fix="Pass the result of graphcap.export or load.")
-    sig = tsig.ExportGraphSignature(
-        input_specs=[tsig.InputSpec(kind=tsig.InputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target,
-                                    persistent=s.persistent) for s in ep.graph_signature.input_specs],
-        output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target)
-                      for s in ep.graph_signature.output_specs])
     gm = copy.deepcopy(ep.graph_module)
-    call_graph = _call_graph(ep.module_call_graph, tep.ModuleCallSignature, tep.ModuleCallEntry, _arg_to_torch)
+    # The copy renames a node whose name shadows a Python builtin (an input ``input``
+    # becomes ``input_1``): the signature and call graph follow the copy's names.
+    renamed = {a.name: b.name for a, b in zip(ep.graph.nodes, gm.graph.nodes) if a.name != b.name}
+
+    def conv(a: Any) -> Any:
+        a = _arg_to_torch(a)
+        if not isinstance(a, tsig.ConstantArgument) and a.name in renamed:
+            a = type(a)(name=renamed[a.name])
+        return a
+
+    sig = tsig.ExportGraphSignature(
+        input_specs=[tsig.InputSpec(kind=tsig.InputKind[s.kind.name], arg=conv(s.arg), target=s.target,
+                                    persistent=s.persistent) for s in ep.graph_signature.input_specs],
+        output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=conv(s.arg), target=s.target)
+                      for s in ep.graph_signature.output_specs])
+    call_graph = _call_graph(ep.module_call_graph, tep.ModuleCallSignature, tep.ModuleCallEntry, conv)
     return tep.ExportedProgram(root=gm, graph=gm.graph, graph_signature=sig, state_dict=dict(ep.state_dict),
                                range_constraints=dict(ep.range_constraints), module_call_graph=call_graph,
                                example_inputs=ep.example_inputs, constants=dict(ep.constants),
