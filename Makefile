@@ -1,21 +1,47 @@
 # One-command set-up: every target creates the virtual environment if it is missing.
-PYTHON ?= python3
-VENV   ?= .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.graphcap-installed
+#
+# TORCH picks one of the supported torch lines (TORCH_VERSIONS). Each line has its own
+# virtual environment (.venv for the default line, .venv-<line> for the others) and its
+# own constraints file, constraints/torch-<line>.txt, pinning every package CI tested
+# with it: `make test TORCH=2.15` on a fresh machine installs exactly that set.
+PYTHON      ?= python3
+TORCH_VERSIONS := 2.14 2.15
+TORCH       ?= 2.14
+CONSTRAINTS := constraints/torch-$(TORCH).txt
+ifeq ($(TORCH),2.14)
+VENV        ?= .venv
+else
+VENV        ?= .venv-$(TORCH)
+endif
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.graphcap-installed
 
-.PHONY: demo test test-all bench compat compat-check compat-reference clean
+# The suite under ../shared/torch_suite is torch 2.14.1's test_export.py and
+# compat/torch_passes.txt is what torch 2.14.1 passes there: the ratchet runs on that line only.
+COMPAT_TORCH := 2.14
 
-$(STAMP): pyproject.toml
+ifeq ($(filter $(TORCH),$(TORCH_VERSIONS)),)
+ifeq ($(filter lock clean,$(MAKECMDGOALS)),)
+$(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); README: "Adding a torch release")
+endif
+endif
+
+.PHONY: demo test test-all test-torch-versions bench compat compat-check compat-reference compat-torch lock clean
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
+	$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('$(TORCH).') else 'torch ' + v + ' in $(VENV), expected $(TORCH).x')"
 	touch $(STAMP)
 
 demo: $(STAMP)          ## export the built-in example, print it, run it, compare with eager
 	$(PY) -m graphcap.demo
 
-test: $(STAMP)          ## the default test run (CI)
+test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other)
 	$(PY) -m pytest -q
+
+test-torch-versions:       ## the default test run on every supported torch version in turn (CI)
+	set -e; for line in $(TORCH_VERSIONS); do $(MAKE) --no-print-directory test TORCH=$$line; done
 
 test-all: $(STAMP)      ## also the slow tests
 	$(PY) -m pytest -q -m ''
@@ -25,14 +51,34 @@ bench: $(STAMP)         ## export, run_decompositions, save/load vs torch.export
 	$(PY) bench/decomp_bench.py
 	$(PY) bench/serialize_bench.py
 
-compat: $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause
+compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause
 	$(PY) compat/compat.py
 
-compat-check: $(STAMP)  ## the same, as CI's ratchet against compat/known_differences.txt
+compat-check: compat-torch $(STAMP)  ## the same, as CI's ratchet against compat/known_differences.txt
 	$(PY) compat/compat.py --check
 
-compat-reference: $(STAMP)  ## rerun the suite with torch.export itself: rewrites compat/torch_passes.txt
+compat-reference: compat-torch $(STAMP)  ## rerun the suite with torch.export itself: rewrites compat/torch_passes.txt
 	$(PY) compat/compat.py --reference
 
+compat-torch:
+	@test "$(TORCH)" = "$(COMPAT_TORCH)" || { echo "make compat runs on torch $(COMPAT_TORCH) only: the suite and compat/torch_passes.txt are torch 2.14.1's (README: torch versions)"; exit 2; }
+
+# A new torch release: resolve pyproject.toml afresh with the given torch and torchvision in
+# $(VENV) (made anew) and freeze the result into constraints/torch-$(TORCH).txt.
+#   make lock TORCH=2.16 TORCH_PIN=2.16.0 VISION_PIN=0.30.0
+lock:
+	@test -n "$(TORCH_PIN)" -a -n "$(VISION_PIN)" || { echo "usage: make lock TORCH=<line> TORCH_PIN=<torch version> VISION_PIN=<torchvision version>"; exit 2; }
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet 'torch==$(TORCH_PIN)' 'torchvision==$(VISION_PIN)' -e '.[test]'
+	mkdir -p constraints
+	{ echo "# torch $(TORCH_PIN) line: the exact set CI tests graphcap against (every package the"; \
+	  echo "# set-up installs, torch's CUDA wheels included; PyPI's Linux torch is the CUDA"; \
+	  echo "# build and runs on CPU-only machines). \`make TORCH=$(TORCH) ...\` installs with"; \
+	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[test]'\`."; \
+	  echo "# Regenerate with \`make lock TORCH=$(TORCH) TORCH_PIN=$(TORCH_PIN) VISION_PIN=$(VISION_PIN)\` (README: \"Adding a torch release\")."; \
+	  $(PY) -m pip freeze --exclude-editable; } > $(CONSTRAINTS)
+	touch $(STAMP)
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf .venv $(VENV) $(foreach line,$(TORCH_VERSIONS),.venv-$(line)) build *.egg-info src/*.egg-info .pytest_cache

@@ -7,11 +7,13 @@ that the three answers are always present and always laid out the same way.
 """
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from types import TracebackType
 from typing import Optional
 
+import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from .torch_private.dynamo import UserError as _TorchUserError
 from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
@@ -231,8 +233,12 @@ class SerializationError(GraphcapError):
     from a newer format, or naming an operator or class this process lacks)."""
 
 
-_INTERNAL_PATH_PARTS = ("/torch/", "/graphcap/", "/site-packages/torch", "<frozen ", "/contextlib.py",
-                        "/functools.py")
+# torch's and graphcap's frames are told by the directories the packages were imported from,
+# not by a path part: a user's project in a folder named "graphcap" or "torch" (a clone of this
+# repository, for one) is user code, and its lines belong in messages.
+_ENGINE_PACKAGE_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+_INTERNAL_PATH_PARTS = _ENGINE_PACKAGE_DIRS + ("/site-packages/torch", "<frozen ", "/contextlib.py",
+                                               "/functools.py")
 
 
 def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:

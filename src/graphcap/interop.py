@@ -72,13 +72,13 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
                                  where="graphcap.to_torch(ep)", fix="Pass the result of graphcap.export or load.")
+    gm = copy.deepcopy(ep.graph_module)
+    copy_placeholder_names(gm, ep.graph_module)  # fx's copy suffixes an input named like a builtin
     sig = tsig.ExportGraphSignature(
         input_specs=[tsig.InputSpec(kind=tsig.InputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target,
                                     persistent=s.persistent) for s in ep.graph_signature.input_specs],
         output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=_arg_to_torch(s.arg), target=s.target)
                       for s in ep.graph_signature.output_specs])
-    gm = copy.deepcopy(ep.graph_module)
-    copy_placeholder_names(gm, ep.graph_module)
     for entry in ep.module_call_graph:  # torch's module() knows only classes in torch's registry
         if entry.signature is not None:
             auto_flatten.register_for_torch(entry.signature.in_spec)

@@ -12,7 +12,10 @@ import sympy
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges, bound_sympy
 
+from ..errors import _ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
+
+_TORCH_DIR = _ENGINE_PACKAGE_DIRS[0]
 
 
 def finite_int(v: Any) -> Optional[int]:
@@ -45,7 +48,7 @@ def where_text(sloc: Any) -> str:
     if user:
         return f" (at {user.strip()})"
     frame = getattr(sloc, "framework_loc", None)
-    if isinstance(frame, traceback.FrameSummary) and "/torch/" not in frame.filename:
+    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith(_TORCH_DIR):
         code = f": {frame.line.strip()}" if frame.line else ""
         return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
     return ""
@@ -54,7 +57,7 @@ def where_text(sloc: Any) -> str:
 def in_framework(sloc: Any) -> bool:
     """Whether a guard was raised inside torch (an operator's own logic), not by user code."""
     frame = getattr(sloc, "framework_loc", None)
-    return isinstance(frame, traceback.FrameSummary) and "/torch/" in frame.filename
+    return isinstance(frame, traceback.FrameSummary) and frame.filename.startswith(_TORCH_DIR)
 
 
 class DimNamer:

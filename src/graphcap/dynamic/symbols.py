@@ -28,7 +28,7 @@ from ..torch_private.symbolic import ValueRanges
 from ..torch_private import shapes
 from ..torch_private.dispatch import backend_kernel_switches
 
-from ..errors import DynamicSpecError
+from ..errors import _ENGINE_PACKAGE_DIRS, DynamicSpecError
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec
 
@@ -298,7 +298,7 @@ def tracing(inputs: Optional[SymbolicInputs]):
         shapes.restore_stack_summary(env, saved_summary)
 
 
-_ENGINE_FILES = ("/torch/", "/graphcap/", "/contextlib.py", "/functools.py", "<frozen ")
+_ENGINE_FILES = _ENGINE_PACKAGE_DIRS + ("/contextlib.py", "/functools.py", "<frozen ")
 
 
 def _with_user_line(summary: Any) -> Any:
