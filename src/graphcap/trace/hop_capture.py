@@ -66,10 +66,8 @@ _GRAPHCAP_BRANCH = "_graphcap_branch"
 
 
 _CAPTURED_OPERATORS = {getattr(torch.ops.higher_order, name): name for name in _CALLABLES_AT}
-
-
-def _operator_name(func: Any) -> Optional[str]:
-    return _CAPTURED_OPERATORS.get(func) if is_higher_order_operator(func) else None
+# their classes: a set lookup on type(func) is the handlers' cheap first test
+_HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
 
 
 class _Outputs:
@@ -180,6 +178,8 @@ def _with_closed_over_symbols(name: str, args: tuple) -> tuple[tuple, int]:
 
 
 _DATA_DESCRIPTOR = inspect.getattr_static(torch.Tensor, "data")
+# the type of ``_DATA_DESCRIPTOR.__set__`` (a new bound object on every access, so compared by type first)
+_METHOD_WRAPPER = type(_DATA_DESCRIPTOR.__set__)
 
 
 def _is_data_assignment(func: Any) -> bool:
@@ -211,12 +211,18 @@ class _ControlFlowCalls(TorchFunctionMode):
         self.root = root
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = _operator_name(func)
-        if name is None:
-            if _is_data_assignment(func):
-                _refuse_data_assignment(args)
-            return func(*args, **kwargs)
+        # every operator of every export passes through here: the common case (neither a
+        # captured operator nor the `.data` setter) is two type checks and the call, no allocation
+        func_type = type(func)
+        if func_type in _HOP_TYPES:
+            name = _CAPTURED_OPERATORS.get(func)
+            if name is not None:
+                return self._call_with_branches(func, name, args, kwargs or {})
+        elif func_type is _METHOD_WRAPPER and _is_data_assignment(func):
+            _refuse_data_assignment(args)
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _call_with_branches(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
         closures.remember_recording()
         args, extra = _with_closed_over_symbols(name, tuple(args))
         outputs = _Outputs(_USER_NAMES[name]) if name in _FLAT_OUTPUTS else None
@@ -226,9 +232,6 @@ class _ControlFlowCalls(TorchFunctionMode):
                               extra=extra, outputs=outputs)
         result = func(*args, **kwargs)
         return outputs.rebuild(result) if outputs is not None else result
-
-
-_HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
 
 
 class _EagerControlFlow(dispatch_mode_base()):
@@ -242,13 +245,14 @@ class _EagerControlFlow(dispatch_mode_base()):
         self.root = root
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = _CAPTURED_OPERATORS.get(func) if type(func) in _HOP_TYPES else None
-        if name is not None:
-            # this mode and the function modes are all off in here: branches turn them back on
-            args = _with_branches(name, tuple(args), self.root, reenter_function_mode=True,
-                                  reenter_dispatch_mode=True)
-        return func(*args, **kwargs)
+        # a pass-through for every operator but the captured ones: one type check and the call
+        if type(func) in _HOP_TYPES:
+            name = _CAPTURED_OPERATORS.get(func)
+            if name is not None:
+                # this mode and the function modes are all off in here: branches turn them back on
+                args = _with_branches(name, tuple(args), self.root, reenter_function_mode=True,
+                                      reenter_dispatch_mode=True)
+        return func(*args, **kwargs) if kwargs else func(*args)
 
 
 @contextlib.contextmanager
