@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
-from .torch_private import process_state
+from .torch_private import pytree
 
 
 class AutoNode(NamedTuple):
@@ -57,7 +57,7 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
 
     def flatten_with_keys(obj):
         keys, static = split(obj)
-        return [(process_state.attr_key(k), getattr(obj, k)) for k in keys], (keys, static)
+        return [(pytree.GetAttrKey(k), getattr(obj, k)) for k in keys], (keys, static)
 
     def unflatten(values, context):
         keys, static = context
@@ -101,7 +101,7 @@ def registered_as_own(cls: type) -> bool:
 
 
 def _is_ours(cls: type) -> bool:
-    node = process_state.registered_node(cls)
+    node = pytree.registered_node(cls)
     return node is not None and cls in _KNOWN and node.unflatten_fn is _KNOWN[cls].unflatten_fn
 
 
@@ -112,11 +112,11 @@ def register_for_trace(cls: type) -> None:
     """
     if not _SCOPES:
         return
-    with process_state.registry_lock():
-        if process_state.registered_node(cls) is not None:
+    with pytree.registry_lock():
+        if pytree.registered_node(cls) is not None:
             return  # the user's registration, or this trace's own
         node = _KNOWN[cls]
-        process_state.register_python_node(cls, node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn,
+        pytree.register_python_node(cls, node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn,
                                            node.serialized_type_name, node.to_dumpable, node.from_dumpable)
     _SCOPES[-1].append(cls)
 
@@ -132,10 +132,10 @@ def register_for_torch(spec: Optional[Any]) -> None:
     if spec is None or spec.is_leaf():
         return
     if spec.type in _KNOWN:
-        with process_state.registry_lock():
-            if process_state.registered_node(spec.type) is None:
+        with pytree.registry_lock():
+            if pytree.registered_node(spec.type) is None:
                 node = _KNOWN[spec.type]
-                process_state.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
+                pytree.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
                                                    node.flatten_with_keys_fn, node.serialized_type_name,
                                                    node.to_dumpable, node.from_dumpable)
     for child in spec.children():
@@ -158,10 +158,10 @@ def registered_while_tracing() -> Iterator[None]:
         if _SCOPES:
             _SCOPES[-1].extend(mine)
         else:
-            with process_state.registry_lock():
+            with pytree.registry_lock():
                 for cls in reversed(mine):
                     if _is_ours(cls):  # a registration made meanwhile by the user stays
-                        process_state.deregister_python_node(cls)
+                        pytree.deregister_python_node(cls)
 
 
 # --------------------------------------------------------------------------
@@ -169,14 +169,14 @@ def registered_while_tracing() -> Iterator[None]:
 # --------------------------------------------------------------------------
 
 def _node(typ: Any) -> Optional[Any]:
-    return process_state.registered_node(typ) or _KNOWN.get(typ)
+    return pytree.registered_node(typ) or _KNOWN.get(typ)
 
 
 def _node_type(obj: Any) -> Optional[Any]:
-    if type(obj) in _KNOWN and process_state.registered_node(type(obj)) is None:
+    if type(obj) in _KNOWN and pytree.registered_node(type(obj)) is None:
         return type(obj)
-    typ = process_state.node_type_of(obj)
-    return typ if process_state.registered_node(typ) is not None else None
+    typ = pytree.node_type(obj)
+    return typ if pytree.registered_node(typ) is not None else None
 
 
 def flatten_with_path(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None
@@ -188,12 +188,12 @@ def flatten_with_path(tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None
         typ = None if is_leaf is not None and is_leaf(obj) else _node_type(obj)
         if typ is None:
             out.append((path, obj))
-            return process_state.leaf_spec()
+            return pytree.treespec_leaf()
         node = _node(typ)
         children, context = node.flatten_fn(obj)  # the spec's context is flatten's, as torch's
         keys = [k for k, _ in node.flatten_with_keys_fn(obj)[0]] if node.flatten_with_keys_fn is not None \
-            else [process_state.sequence_key(i) for i in range(len(children))]
-        return process_state.tree_spec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
+            else [pytree.SequenceKey(i) for i in range(len(children))]
+        return pytree.TreeSpec(typ, context, [walk(c, path + (k,)) for k, c in zip(keys, children)])
 
     spec = walk(tree, ())
     return out, spec
@@ -235,12 +235,12 @@ def flatten_by_spec(tree: Any, spec: Any) -> list[Any]:
     typ = spec.type
     if typ is dict and isinstance(tree, dict):
         children = [tree[k] for k in spec.context]
-    elif typ in (list, tuple, process_state.namedtuple_node_type()):
+    elif typ in (list, tuple, pytree.namedtuple):
         children = [tree[i] for i in range(spec.num_children)]
-    elif typ in _KNOWN and (process_state.registered_node(typ) is None or _is_ours(typ)):
+    elif typ in _KNOWN and (pytree.registered_node(typ) is None or _is_ours(typ)):
         children = _KNOWN[typ].flatten_by_spec_fn(tree, spec)
-    elif process_state.flatten_spec_fn(typ) is not None:
-        children = process_state.flatten_spec_fn(typ)(tree, spec)
+    elif pytree.flatten_spec_fn(typ) is not None:
+        children = pytree.flatten_spec_fn(typ)(tree, spec)
     else:
         children = _node(_node_type(tree) or typ).flatten_fn(tree)[0]
     leaves: list[Any] = []

@@ -7,7 +7,6 @@ that the three answers are always present and always laid out the same way.
 """
 from __future__ import annotations
 
-import functools
 import os
 import traceback
 from types import TracebackType
@@ -58,10 +57,19 @@ class _AlsoTorchUserError(GraphcapError):
         self.real_stack = None
         self.skip_frame = False
         self.logged = False
+        self._torch_dynamo_tracer_output = None  # what torch's exception base sets
+        self.frame_exec_strategy = None
 
 
 class ExportInputError(GraphcapError, ValueError):
     """The arguments given to ``export`` (module, example inputs, spec) are wrong."""
+
+
+class ExportArgsError(_AlsoTorchUserError, ExportInputError, _TorchUserError):
+    """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also
+    torch's ``UserError`` (``INVALID_INPUT``), which torch.export raises for it."""
+
+    _user_error_type = _TorchUserErrorType.INVALID_INPUT
 
 
 class UnsupportedError(GraphcapError):
@@ -227,18 +235,26 @@ _INTERNAL_PATH_PARTS = ("/torch/", "/graphcap/", "/site-packages/torch", "<froze
                         "/functools.py")
 
 
-def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
-    """The innermost frame of a traceback that belongs to user code.
+def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+    """The innermost entry of a traceback whose frame belongs to user code (its live
+    frame, ``.tb_frame``, holds the user's locals).
 
     User code is anything outside torch, graphcap and the standard helpers the
     tracer goes through; library code such as transformers counts as user code,
     since that is where the line the user can change (or report) lives.
     """
-    frames = traceback.extract_tb(tb) if tb is not None else []
-    for frame in reversed(frames):
-        if not any(p in frame.filename for p in _INTERNAL_PATH_PARTS):
-            return frame
-    return None
+    found = None
+    while tb is not None:
+        if not any(p in tb.tb_frame.f_code.co_filename for p in _INTERNAL_PATH_PARTS):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+    """The innermost frame of a traceback that belongs to user code (file, line, source)."""
+    entry = user_traceback_entry(tb)
+    return traceback.extract_tb(entry, limit=1)[0] if entry is not None else None
 
 
 _GRAPHCAP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -280,33 +296,3 @@ def describe_frame(frame: Optional[traceback.FrameSummary]) -> Optional[str]:
         return None
     code = f"\n    {frame.line.strip()}" if frame.line else ""
     return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}{code}'
-
-
-
-@functools.lru_cache(maxsize=None)
-def _export_args_error_type() -> type:
-    """The class of :func:`export_args_error`, made on first use: its torch base lives in
-    ``torch._dynamo``, which costs seconds to import and most programs never need."""
-    from .torch_private.dynamo import UserError, UserErrorType
-
-    class ExportArgsError(ExportInputError, UserError):
-        """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also
-        torch's ``UserError`` (``INVALID_INPUT``), which torch.export raises for it."""
-
-        def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
-            GraphcapError.__init__(self, what, where=where, fix=fix)
-            self.error_type = UserErrorType.INVALID_INPUT
-            self.msg = self.message = str(self)
-            self.real_stack = None
-            self.skip_frame = False
-            self.logged = False
-            self._torch_dynamo_tracer_output = None
-            self.frame_exec_strategy = None
-
-    ExportArgsError.__module__ = __name__
-    return ExportArgsError
-
-
-def export_args_error(what: str, *, where: Optional[str] = None, fix: Optional[str] = None) -> ExportInputError:
-    """An ``ExportInputError`` for a mistyped ``args``/``kwargs``, also torch's ``UserError``."""
-    return _export_args_error_type()(what, where=where, fix=fix)

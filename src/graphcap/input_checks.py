@@ -103,8 +103,8 @@ class InputChecker:
     def check_structure(self, args: tuple, kwargs: dict) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
-        spec = auto_flatten.structure(module_inputs.wrap((tuple(args), dict(kwargs))))
-        if spec == self._in_spec or _same_structure(spec, self._in_spec):
+        spec = _other_structure(args, kwargs, self._in_spec)
+        if spec is None:
             return
         module_difference = module_inputs.describe_difference(self._in_spec, spec)
         if module_difference:
@@ -113,12 +113,11 @@ class InputChecker:
                 f"{module_difference}.", where="ep.module()(*args, **kwargs)",
                 fix="Pass an instance of the same class, configured the same way (its parameters and "
                     "buffers may hold other values), or export again with this module.")
-        expected = auto_flatten.unflatten(["*"] * self._in_spec.num_leaves, self._in_spec)
-        got = auto_flatten.unflatten(["*"] * spec.num_leaves, spec)
+        expected, got = _drawn(self._in_spec), _drawn(spec)
         raise InputStructureError(
             f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
             f"the structure the program was exported with: expected (args, kwargs) shaped like "
-            f"{_shape_str(expected)}, but got {_shape_str(got)}.",
+            f"{expected}, but got {got}.",
             where="ep.module()(*args, **kwargs)",
             fix="Pass the same positional and keyword arguments, with the same containers, as "
                 "the example inputs given to export (each * is one tensor or value).")
@@ -386,8 +385,16 @@ def _finite(bound: Any) -> bool:
     return bool(bound.is_number and bound.is_finite) and bound not in (int_oo, -int_oo)
 
 
-def _shape_str(tree: Any) -> str:
-    return repr(tree).replace("'*'", "*")
+def _other_structure(args: Any, kwargs: Any, in_spec: Any) -> Any:
+    """The tree spec of ``(args, kwargs)`` when it is not the program's ``in_spec``, None when it
+    is (a dict's keys may come in any order: they are read by key)."""
+    spec = auto_flatten.structure(module_inputs.wrap((tuple(args), dict(kwargs))))
+    return None if spec == in_spec or _same_structure(spec, in_spec) else spec
+
+
+def _drawn(spec: Any) -> str:
+    """An input structure drawn as containers with one ``*`` a leaf."""
+    return repr(auto_flatten.unflatten(["*"] * spec.num_leaves, spec)).replace("'*'", "*")
 
 
 def check_example_inputs(value: Any, in_spec: Any) -> None:
@@ -401,24 +408,10 @@ def check_example_inputs(value: Any, in_spec: Any) -> None:
             f"Example inputs must be a tuple (args, kwargs) of a tuple and a dict, but got "
             f"{type(value).__name__}.", where="ep.example_inputs = ...",
             fix="Assign ((x, y), {}) for positional inputs x and y, ((x,), {'flag': f}) with keywords.")
-    args, kwargs = value
-    if in_spec is None:
-        return
-    kwargs = _kwargs_in_spec_order(kwargs, in_spec)
-    spec = auto_flatten.structure(module_inputs.wrap((args, kwargs)))
-    if spec != in_spec:
-        expected = auto_flatten.unflatten(["*"] * in_spec.num_leaves, in_spec)
-        got = auto_flatten.unflatten(["*"] * spec.num_leaves, spec)
+    spec = _other_structure(*value, in_spec) if in_spec is not None else None
+    if spec is not None:
         raise ExportInputError(
             f"Trying to flatten user inputs with exported input tree spec: the example inputs are "
-            f"shaped like {_shape_str(got)}, but the program takes {_shape_str(expected)}.",
+            f"shaped like {_drawn(spec)}, but the program takes {_drawn(in_spec)}.",
             where="ep.example_inputs = ...",
             fix="Give inputs with the same positional and keyword arguments and containers as the program.")
-
-
-def _kwargs_in_spec_order(kwargs: dict, in_spec: Any) -> dict:
-    """``kwargs`` in the order the program's input structure lists its keywords (when the keys agree)."""
-    kw_spec = in_spec.child(1) if in_spec.num_children == 2 else None
-    if kw_spec is not None and kw_spec.context is not None and set(kwargs) == set(kw_spec.context):
-        return {k: kwargs[k] for k in kw_spec.context}
-    return kwargs

@@ -37,11 +37,10 @@ from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent
 from . import auto_flatten
 from .errors import UnsupportedError
 from .input_checks import InputChecker
-from .signature import InputKind, OutputKind
+from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
 from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
-_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
 def _update_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -124,10 +123,10 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     # Lifted state -> get_attr of the attribute at its FQN.
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     state_nodes: dict[str, torch.fx.Node] = {}
-    user_nodes: dict[str, torch.fx.Node] = {}
+    input_nodes: list[torch.fx.Node] = []  # by input position: the placeholder, or the state's get_attr
     for node, spec in zip(placeholders, sig.input_specs):
         if spec.kind is InputKind.USER_INPUT:
-            user_nodes[node.name] = node
+            input_nodes.append(node)
             continue
         if spec.kind not in _STATE_KINDS:
             raise UnsupportedError(f"The program has a {spec.kind.name} input, which module() cannot run.",
@@ -140,16 +139,18 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
         attr.meta = dict(node.meta)
         graph.erase_node(node)
         state_nodes[spec.target] = attr
+        input_nodes.append(attr)
 
     # Updates listed as outputs -> copy_ into the buffer or input, inside the graph.
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     values = list(output.args[0])
     user_values, written = [], {}
+    positions = sig.written_input_positions()  # by the signature's names, not the copy's
     for value, spec in zip(values, sig.output_specs):
-        if spec.kind not in _MUTATION_KINDS:
+        if spec.kind not in MUTATION_OUTPUT_KINDS:
             user_values.append(value)
             continue
-        dest = user_nodes[spec.target] if spec.kind is OutputKind.USER_INPUT_MUTATION else state_nodes[spec.target]
+        dest = input_nodes[positions[(spec.kind, spec.target)]]
         if value is dest:
             continue  # updated in place by the graph already
         # A parameter is a leaf that requires grad: eager updated it under no_grad, and so does this.

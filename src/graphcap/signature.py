@@ -206,6 +206,24 @@ def _as_output_spec(spec: Any) -> OutputSpec:
     return OutputSpec(spec.kind, spec.arg, spec.target)
 
 
+# The output kind that declares a write to an input of each kind; other inputs may not be written.
+_MUTATION_KIND_OF = {InputKind.USER_INPUT: OutputKind.USER_INPUT_MUTATION,
+                     InputKind.BUFFER: OutputKind.BUFFER_MUTATION,
+                     InputKind.PARAMETER: OutputKind.PARAMETER_MUTATION}
+# The output kinds that declare a write to an input.
+MUTATION_OUTPUT_KINDS = tuple(_MUTATION_KIND_OF.values())
+
+
+def mutation_key(spec: InputSpec) -> Optional[tuple[OutputKind, str]]:
+    """The ``(kind, target)`` an output declaring a write to this input carries: a user input
+    is named by its placeholder, state by its FQN. None for an input that may not be written
+    (a lifted constant, a custom object, a token)."""
+    kind = _MUTATION_KIND_OF.get(spec.kind)
+    if kind is None:
+        return None
+    return kind, (spec.arg.name if spec.kind is InputKind.USER_INPUT else spec.target)
+
+
 def _frozen(items) -> Mapping[str, str]:
     return MappingProxyType(dict(items))
 
@@ -294,6 +312,16 @@ class ExportGraphSignature:
     @property
     def user_inputs_to_mutate(self) -> Mapping[str, str]:
         return self._output_map(OutputKind.USER_INPUT_MUTATION)
+
+    def written_input_positions(self) -> dict[tuple[OutputKind, str], int]:
+        """``(kind, target)`` of a mutation output → position of the input (and placeholder)
+        it writes; one map for every pass that turns declared writes into graph operations."""
+        positions = {}
+        for i, spec in enumerate(self.input_specs):
+            key = mutation_key(spec)
+            if key is not None:
+                positions[key] = i
+        return positions
 
     # -- joint programs and effect tokens (never produced by graphcap) -------
     @property

@@ -324,15 +324,11 @@ INFERENCE_RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
 
 def rule_writes_in_graph(ep) -> Iterator[Violation]:
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    by_target = {}
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind is InputKind.USER_INPUT:
-            by_target[(OutputKind.USER_INPUT_MUTATION, spec.arg.name)] = spec.arg.name
-        elif spec.kind in (InputKind.BUFFER, InputKind.PARAMETER):
-            kind = OutputKind.BUFFER_MUTATION if spec.kind is InputKind.BUFFER else OutputKind.PARAMETER_MUTATION
-            by_target[(kind, spec.target)] = spec.arg.name
-    for spec in ep.graph_signature.output_specs:
-        name = by_target.get((spec.kind, spec.target))
+    sig = ep.graph_signature
+    written = sig.written_input_positions()
+    for spec in sig.output_specs:
+        position = written.get((spec.kind, spec.target))
+        name = None if position is None else sig.input_specs[position].arg.name
         if name is not None and getattr(spec.arg, "name", None) == name and name in placeholders:
             yield (name, f"{spec.kind.name} output is the input {name} itself; in the training IR the "
                          f"write is an operator of the graph and has no output")

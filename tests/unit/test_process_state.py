@@ -24,7 +24,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import graphcap
-from graphcap.torch_private import process_state
+from graphcap.torch_private import pytree as private_pytree
 
 from conftest import build_zoo
 
@@ -39,7 +39,7 @@ def snapshot() -> dict:
     from torch._dynamo.utils import counters
 
     return {
-        "pytree": process_state.pytree_registry_snapshot(),
+        "pytree": private_pytree.pytree_registry_snapshot(),
         "grad": torch.is_grad_enabled(),
         "inference": torch.is_inference_mode_enabled(),
         "autocast": (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")),
@@ -170,8 +170,8 @@ def test_structured_io_model_static_leaves_nothing_behind():
     # module() rebuilds the unregistered classes from the program's own specs
     (pred, report), = [box["ep"].module()(*_structured_inputs())]
     assert isinstance(pred, Prediction) and isinstance(report, Report) and report.label == "ok"
-    assert Batch not in process_state.pytree_registry_snapshot()["nodes"]
-    assert Report not in process_state.pytree_registry_snapshot()["nodes"]
+    assert Batch not in private_pytree.pytree_registry_snapshot()["nodes"]
+    assert Report not in private_pytree.pytree_registry_snapshot()["nodes"]
 
 
 def test_structured_io_model_dynamic_leaves_nothing_behind():
@@ -197,10 +197,10 @@ def test_a_class_the_user_registered_stays_registered():
         before = snapshot()
         ep = graphcap.export(lambda m: Mine(m.x + 1), (Mine(torch.ones(2)),))
         assert_unchanged(before, snapshot(), "export")
-        assert Mine in process_state.pytree_registry_snapshot()["nodes"]
+        assert Mine in private_pytree.pytree_registry_snapshot()["nodes"]
         assert isinstance(ep.module()(Mine(torch.ones(2))), Mine)
     finally:
-        process_state.deregister_python_node(Mine)
+        private_pytree.deregister_python_node(Mine)
 
 
 def test_registration_is_removed_when_the_export_fails():
@@ -331,17 +331,4 @@ def test_a_dataclass_registered_with_torch_checks_and_runs_through_graphcaps_wal
         with pytest.raises(graphcap.RuntimeInputError):
             ep.module()((torch.ones(3),))
     finally:
-        process_state.deregister_python_node(Pair)
-
-
-def test_every_torch_name_process_state_relies_on_exists():
-    import importlib
-    import inspect
-
-    for dotted, leading in process_state.RELIES_ON.items():
-        module_name, _, attr = dotted.rpartition(".")
-        target = getattr(importlib.import_module(module_name), attr, None)
-        assert target is not None, f"torch no longer has {dotted} (graphcap.torch_private.process_state)"
-        if leading:
-            params = list(inspect.signature(target).parameters)[:len(leading)]
-            assert tuple(params) == tuple(leading), f"{dotted} now takes {params}, expected {leading}"
+        private_pytree.deregister_python_node(Pair)

@@ -169,3 +169,17 @@ def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path,
 def test_every_adapter_module_declares_what_it_relies_on():
     missing = [m.__name__ for m in _adapter_modules() if not isinstance(getattr(m, "RELIES_ON", None), dict)]
     assert not missing, f"adapter modules without a RELIES_ON dict: {missing}"
+
+
+def test_each_private_name_is_declared_by_one_adapter_module():
+    """One place per private name: the module of its engine area declares it, the others call
+    that module's function. A name in two ``RELIES_ON`` dicts means two modules touch it, so a
+    torch release that moves it breaks two places (and the package no longer says which owns it)."""
+    owners: dict[str, list[str]] = {}
+    for module in _adapter_modules():
+        for path in getattr(module, "RELIES_ON", {}):
+            owners.setdefault(path, []).append(module.__name__.rsplit(".", 1)[-1])
+    repeated = {path: modules for path, modules in owners.items() if len(modules) > 1}
+    assert not repeated, (
+        "private torch names declared by more than one adapter module (keep each in the module of its "
+        f"engine area and call it from the other): {repeated}")

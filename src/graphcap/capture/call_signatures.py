@@ -63,7 +63,7 @@ class CallRecorder:
             raise ExportInputError(
                 "preserve_module_call_signature names submodules, but the exported program is a "
                 "plain function with no submodules.", fix="Pass preserve_module_call_signature=().")
-        self._tree = _module_tree(root) if root is not None else []
+        self._tree = module_tree(root) if root is not None else []
         if self._fqns:
             modules = dict(self._tree)
             missing = [f for f in self._fqns if f not in modules or f == ""]
@@ -132,10 +132,11 @@ class CallRecorder:
         return out
 
 
-def _module_tree(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def module_tree(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """Every (FQN, module) of ``root``'s tree, the root first, a module under each of its
-    names (as ``named_modules(remove_duplicate=False)``); a module holding one of its
-    ancestors is not followed into."""
+    names (as ``named_modules(remove_duplicate=False)``), depth first in registration
+    order; a module holding one of its ancestors is not followed into (torch's walk would
+    not end)."""
     out: list[tuple[str, torch.nn.Module]] = []
 
     def visit(module: torch.nn.Module, fqn: str, path: tuple) -> None:

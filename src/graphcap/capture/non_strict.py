@@ -15,7 +15,7 @@ from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
 
 from .. import auto_flatten, module_inputs, pytree as gp_pytree
-from ..errors import ExportInputError, export_args_error
+from ..errors import ExportArgsError, ExportInputError
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
@@ -61,14 +61,14 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if isinstance(args, list):
         args = tuple(args)
     if not isinstance(args, tuple):
-        raise export_args_error(
+        raise ExportArgsError(
             f"Expecting `args` to be a tuple of example positional inputs, got {type(args).__name__}.",
             where="export(mod, args)",
             fix="Wrap a single input in a tuple: export(mod, (x,)).")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict):
-        raise export_args_error(
+        raise ExportArgsError(
             f"Expecting `kwargs` to be a dict of example keyword inputs, got {type(kwargs).__name__}.",
             where="export(mod, args, kwargs)",
             fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
@@ -82,7 +82,8 @@ def _state(root: Optional[torch.nn.Module]):
     constants; each is listed under every FQN that reaches it (a parent may
     hold its child's tensor too), modules visited depth first, a module's own
     attributes before its children's, so the first FQN is the shortest path
-    through the earliest-defined attributes.
+    through the earliest-defined attributes. Non-persistent buffers are named
+    under every FQN too, as ``named_buffers(remove_duplicate=False)`` names them.
     """
     if root is None:
         return {}, {}, set(), {}
@@ -92,17 +93,13 @@ def _state(root: Optional[torch.nn.Module]):
     constant_attrs: dict[int, list[str]] = {}
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
 
-    def visit(module: torch.nn.Module, prefix: str, path: tuple) -> None:
+    for fqn, module in call_signatures.module_tree(root):
+        prefix = f"{fqn}." if fqn else ""
         for name in non_persistent_buffer_names(module):
             non_persistent.add(prefix + name)
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
                 constant_attrs.setdefault(id(value), []).append(prefix + attr)
-        for child_name, child in module.named_children():
-            if child is not None and id(child) not in path:  # a module holding itself is not a tree
-                visit(child, f"{prefix}{child_name}.", path + (id(child),))
-
-    visit(root, "", (id(root),))
     return params, buffers, non_persistent, constant_attrs
 
 

@@ -45,7 +45,8 @@ from ..torch_private.symbolic import ValueRanges
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..program import ExportedProgram
-from ..signature import ExportGraphSignature, InputKind, OutputKind, OutputSpec, TensorArgument
+from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
+                         mutation_key)
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
@@ -69,7 +70,7 @@ def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
             for v in val:
                 if isinstance(v, FakeTensor):
                     return v.fake_mode
-    from ..torch_private.control_flow import new_shape_env
+    from ..torch_private.shapes import new_shape_env
     return FakeTensorMode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
 
 
@@ -226,8 +227,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
-    old_mutations = _declared_mutations(sig, placeholders)
-    n_old_mutations = sum(1 for s in sig.output_specs if s.kind in _MUTATION_KINDS)
+    old_mutations = _declared_mutations(sig)
+    n_old_mutations = sum(1 for s in sig.output_specs if s.kind in MUTATION_OUTPUT_KINDS)
     box: dict[str, Any] = {}
     inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
     carry = CallGraphCarry(gm, ep.module_call_graph)  # the signatures' values, found again in the new graph
@@ -307,22 +308,16 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
     return ranges
-_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
-def _declared_mutations(sig: ExportGraphSignature, placeholders: list[torch.fx.Node]) -> dict[int, int]:
+def _declared_mutations(sig: ExportGraphSignature) -> dict[int, int]:
     """Placeholder index → output position, for every mutation the signature declares."""
-    buffer_index = {s.target: i for i, s in enumerate(sig.input_specs) if s.kind is InputKind.BUFFER}
-    param_index = {s.target: i for i, s in enumerate(sig.input_specs) if s.kind is InputKind.PARAMETER}
-    input_index = {p.name: i for i, p in enumerate(placeholders)}
+    written = sig.written_input_positions()
     declared = {}
     for k, spec in enumerate(sig.output_specs):
-        if spec.kind is OutputKind.BUFFER_MUTATION and spec.target in buffer_index:
-            declared[buffer_index[spec.target]] = k
-        elif spec.kind is OutputKind.PARAMETER_MUTATION and spec.target in param_index:
-            declared[param_index[spec.target]] = k
-        elif spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target in input_index:
-            declared[input_index[spec.target]] = k
+        position = written.get((spec.kind, spec.target))
+        if position is not None:
+            declared[position] = k
     return declared
 
 
@@ -346,14 +341,9 @@ def _signature(gm: torch.fx.GraphModule, old: ExportGraphSignature, placeholders
     output_specs: list[OutputSpec] = []
     for i, value in zip(mutated, values):
         spec = old.input_specs[i]
-        if spec.kind is InputKind.BUFFER:
-            output_specs.append(OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(value.name), spec.target))
-        elif spec.kind is InputKind.USER_INPUT:
-            output_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(value.name),
-                                           placeholders[i].name))
-        elif spec.kind is InputKind.PARAMETER:  # an update under no_grad (torch keeps the same kind)
-            output_specs.append(OutputSpec(OutputKind.PARAMETER_MUTATION, TensorArgument(value.name),
-                                           spec.target))
+        key = mutation_key(spec)  # a parameter's is an update under no_grad (torch keeps the same kind)
+        if key is not None:
+            output_specs.append(OutputSpec(key[0], TensorArgument(value.name), key[1]))
         else:
             raise ConstantMutationError(
                 f"Constant {spec.target} is written in place by the program, but a lifted constant "

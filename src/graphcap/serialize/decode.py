@@ -23,7 +23,7 @@ from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
 from ..torch_private.shapes import guard_location
 from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
-from ..torch_private.control_flow import new_shape_env
+from ..torch_private.shapes import new_shape_env
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges
 

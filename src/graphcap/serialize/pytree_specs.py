@@ -17,7 +17,6 @@ from ..torch_private import pytree
 
 from .. import auto_flatten, module_inputs  # noqa: F401 (module_inputs adds graphcap's node class)
 from ..errors import SerializationError
-from ..torch_private import process_state
 from ..pytree import qualified_name
 from . import schema
 from .values import Unencodable, bad, decode_value, encode_value
@@ -29,7 +28,7 @@ _SEEN_NAMEDTUPLES: dict[str, type] = {}
 
 def type_name(typ: type) -> str:
     own = auto_flatten.known_classes().get(typ)
-    if own is not None and (process_state.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
+    if own is not None and (pytree.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
         return own.serialized_type_name
     node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     if node is not None and node.serialized_type_name != pytree.NO_SERIALIZED_TYPE_NAME_FOUND:
@@ -88,7 +87,7 @@ def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
 def _dumpable_context_fns(typ: type) -> tuple[Any, Any]:
     """The (to, from) dumpable-context functions the class was registered with, if any."""
     own = auto_flatten.known_classes().get(typ)
-    if own is not None and (process_state.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
+    if own is not None and (pytree.registered_node(typ) is None or auto_flatten.registered_as_own(typ)):
         return own.to_dumpable, own.from_dumpable
     node = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     return getattr(node, "to_dumpable_context", None), getattr(node, "from_dumpable_context", None)

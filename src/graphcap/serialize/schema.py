@@ -2,7 +2,9 @@
 
 Every change to what ``encode`` writes or ``decode`` reads gets a new
 ``FORMAT_VERSION`` and a dated line in ``CHANGELOG`` below, and the released
-version keeps a golden file under ``tests/golden/`` that must still load. A
+version keeps a golden file under ``tests/golden/`` that must still load; a
+change in how a version's files are brought to today's program form as they
+load (what is written unchanged) gets a dated note under the changelog. A
 reader accepts every version listed in ``READABLE_VERSIONS`` and refuses newer
 ones with a clear error (upgrade graphcap) rather than misreading them.
 
@@ -38,15 +40,10 @@ CHANGELOG: dict[int, tuple[str, str]] = {
         "for programs in the inference IR, so a loaded one is verified by the same rules."),
 }
 
-# Changes in how a version's files are read (the format itself unchanged), newest last.
-READER_NOTES: list[tuple[str, str]] = [
-    ("2026-11-23",
-     "Training-IR programs no longer list BUFFER_MUTATION / USER_INPUT_MUTATION outputs (the writes "
-     "are in-place operators of the graph, as in torch's training IR). A version-1 file that lists "
-     "them is upgraded on load (graphcap.serialize.upgrade): outputs that are their target "
-     "placeholder are dropped, a computed new value becomes an in-graph copy_ into the placeholder. "
-     "Inference-IR programs keep their mutation outputs. What save writes did not change shape."),
-]
+# Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
+# 2026-11-23, version 1: training-IR programs no longer list BUFFER_MUTATION / USER_INPUT_MUTATION
+#   outputs (the writes are in-place operators of the graph, as in torch's training IR); a file
+#   that lists them is upgraded as it loads. Inference-IR programs keep their mutation outputs.
 
 READABLE_VERSIONS = frozenset(CHANGELOG)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from ..signature import ExportGraphSignature, InputKind, OutputKind
+from ..signature import ExportGraphSignature, OutputKind
 
 aten = torch.ops.aten
 _UPGRADED_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
@@ -36,21 +36,17 @@ def writes_into_graph(gm: torch.fx.GraphModule, signature: ExportGraphSignature)
         return
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    by_target = {}
-    for spec, node in zip(signature.input_specs, placeholders):
-        if spec.kind is InputKind.BUFFER:
-            by_target[(OutputKind.BUFFER_MUTATION, spec.target)] = node
-        elif spec.kind is InputKind.USER_INPUT:
-            by_target[(OutputKind.USER_INPUT_MUTATION, node.name)] = node
+    written = signature.written_input_positions()
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     values = list(output.args[0])
     kept_values, kept_specs = [], []
     for value, spec in zip(values, signature.output_specs):
-        dest = by_target.get((spec.kind, spec.target)) if spec.kind in _UPGRADED_KINDS else None
-        if dest is None:
+        position = written.get((spec.kind, spec.target)) if spec.kind in _UPGRADED_KINDS else None
+        if position is None or position >= len(placeholders):
             kept_values.append(value)
             kept_specs.append(spec)
             continue
+        dest = placeholders[position]
         if value is not dest and isinstance(value, torch.fx.Node):
             with graph.inserting_before(output):
                 write = graph.create_node("call_function", aten.copy_.default, (dest, value), name="copy__default")

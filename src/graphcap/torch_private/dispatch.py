@@ -31,6 +31,7 @@ RELIES_ON = {
     "torch._C._get_nnpack_enabled": (),
     "torch._C._set_nnpack_enabled": (),
     "torch.utils._python_dispatch._disable_current_modes": (),
+    "torch.utils._python_dispatch.TorchDispatchMode": None,
     "torch.utils._python_dispatch.is_traceable_wrapper_subclass": ("t",),
     "torch._dispatch.python.enable_python_dispatcher": None,
 }
@@ -38,7 +39,7 @@ RELIES_ON = {
 __all__ = ["DispatchKey", "set_grad_enabled", "auto_dispatch_below_autograd", "has_kernel",
            "has_kernel_for_dispatch_key", "registrations_for_dispatch_key", "torch_function_mode_enabled",
            "is_batched_tensor", "backend_kernel_switches", "disable_current_modes",
-           "is_traceable_wrapper_subclass", "enable_python_dispatcher"]
+           "is_traceable_wrapper_subclass", "enable_python_dispatcher", "dispatch_mode_base"]
 
 # The grad-mode setter itself: traced programs record calls of this very function
 # (``torch._C._set_grad_enabled``), so graphcap compares graph targets against it.
@@ -102,6 +103,17 @@ def disable_current_modes() -> Any:
     """
     from torch.utils._python_dispatch import _disable_current_modes
     return _disable_current_modes()
+
+
+def dispatch_mode_base() -> type:
+    """The base class of user dispatch modes.
+
+    Relies on ``torch.utils._python_dispatch.TorchDispatchMode`` (documented, but only under that
+    private module path): a subclass that does not ignore compile internals makes ``torch.compile``
+    run eagerly while it is active, and with ``supports_higher_order_operators`` it receives
+    higher-order operators at the Python dispatch key."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    return TorchDispatchMode
 
 
 def is_traceable_wrapper_subclass(value: Any) -> bool:

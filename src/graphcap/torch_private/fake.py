@@ -2,7 +2,9 @@
 
 graphcap runs the user's program on fake tensors: tensors with shapes, dtypes
 and devices but no data, whose sizes may be ShapeEnv symbols. The classes live
-in a private package; they are re-exported unchanged.
+in a private package; they are re-exported unchanged. Whether two tensors
+(fake ones included) share a storage is read from the storage's private
+identity.
 """
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensorMode": None,
     "torch._subclasses.fake_tensor.FakeTensor#fake_mode": None,
     "torch._subclasses.fake_tensor.UnsupportedOperatorException": None,
+    "torch.UntypedStorage#_cdata": None,
 }
 
 SAMPLES = {
     "torch._subclasses.fake_tensor.FakeTensor": lambda: FakeTensorMode().from_tensor(torch.ones(2)),
+    "torch.UntypedStorage": lambda: torch.UntypedStorage(1),
 }
 
-__all__ = ["FakeTensor", "FakeTensorMode", "unsupported_operator_error"]
+__all__ = ["FakeTensor", "FakeTensorMode", "unsupported_operator_error", "same_storage"]
 
 
 def unsupported_operator_error() -> type:
@@ -30,3 +34,14 @@ def unsupported_operator_error() -> type:
     """
     from torch._subclasses.fake_tensor import UnsupportedOperatorException
     return UnsupportedOperatorException
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors (fake ones included) share one storage.
+
+    Relies on ``UntypedStorage._cdata`` (the storage's identity).
+    """
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:  # a tensor without storage (sparse, nested, ...): not an alias we can tell
+        return False

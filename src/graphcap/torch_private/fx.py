@@ -3,20 +3,26 @@
 - ``torch.fx.graph._PyTreeCodeGen`` / ``_PyTreeInfo``: the code generator that
   gives ``module()``'s graph the user's own signature (flatten the arguments,
   rebuild the outputs), installed through the private ``Graph._codegen``.
-- ``Graph._graph_namespace._rename_object``: keeps fx's name table in step when
-  a node is renamed, so later nodes do not reuse the old name.
+- ``Graph._graph_namespace`` (``_rename_object``, ``_used_names``) and
+  ``Node._rename``: renaming nodes with fx's name table kept in step, so later
+  nodes do not reuse an old name.
 - ``torch.fx.proxy._STACK_TRACE_ANCHORS``:
   functions whose frames count as user frames in ``stack_trace``.
-- ``proxy_tensor._CURRENT_MAKE_FX_TRACER``: the running ``make_fx`` tracer.
+- ``proxy_tensor._CURRENT_MAKE_FX_TRACER``: the running ``make_fx`` tracer, and
+  through it the recording's graph and tensor tracker (what a control-flow
+  call's closed-over tensors are read from).
 - A traced function's ``_orig_mod``: the module ``make_fx`` records
   ``nn_module_stack`` against.
 - ``Interpreter._set_current_node``: sets the node whose metadata new nodes copy.
 - ``torch.fx.passes.shape_prop._extract_tensor_metadata``.
-- ``torch._functorch.predispatch``: functions the pre-dispatch tracer records.
+- ``torch._functorch.predispatch`` and the autocast markers
+  (``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``): functions
+  the pre-dispatch tracer records.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator, Optional
 
 import torch.fx
 from torch.fx.experimental import proxy_tensor
@@ -31,8 +37,13 @@ RELIES_ON = {
     "torch.fx.graph._PyTreeCodeGen.additional_globals": ("self",),
     "torch.fx.Graph#_graph_namespace": None,
     "torch.fx.graph._Namespace._rename_object": ("self", "obj", "name"),
+    "torch.fx.graph._Namespace#_used_names": None,
+    "torch.fx.Node._rename": ("self", "candidate"),
     "torch.fx.proxy._STACK_TRACE_ANCHORS": None,
     "torch.fx.experimental.proxy_tensor._CURRENT_MAKE_FX_TRACER": None,
+    "torch.fx.experimental.proxy_tensor._MakefxTracer#fx_tracer": None,
+    "torch.fx.experimental.proxy_tensor.PythonKeyTracer#tensor_tracker": None,
+    "torch.fx.experimental.proxy_tensor._ProxyTensor#proxy": None,
     "torch.fx.Interpreter._set_current_node": ("self", "node"),
     "torch.fx.passes.shape_prop._extract_tensor_metadata": ("result",),
     "torch._functorch.predispatch": None,
@@ -42,8 +53,27 @@ RELIES_ON = {
     "torch.amp.autocast_mode._exit_autocast": (),
 }
 
-__all__ = ["set_pytree_codegen", "rename_in_namespace", "stack_trace_anchors",
-           "current_make_fx_tracer", "set_module_stack_root", "interpreting_node", "extract_tensor_metadata",
+
+def _sample_namespace() -> Any:
+    return torch.fx.Graph()._graph_namespace
+
+
+def _sample_make_fx_tracer() -> Any:
+    return proxy_tensor._MakefxTracer(decomposition_table=None, tracing_mode="real", _allow_non_fake_inputs=False,
+                                      pre_dispatch=False, record_module_stack=False, _allow_fake_constant=False,
+                                      _error_on_data_dependent_ops=False)
+
+
+SAMPLES = {
+    "torch.fx.graph._Namespace": _sample_namespace,
+    "torch.fx.experimental.proxy_tensor._MakefxTracer": _sample_make_fx_tracer,
+    "torch.fx.experimental.proxy_tensor.PythonKeyTracer": lambda: proxy_tensor.PythonKeyTracer(),
+    "torch.fx.experimental.proxy_tensor._ProxyTensor": lambda: proxy_tensor._ProxyTensor(proxy=None, constant=None),
+}
+
+__all__ = ["set_pytree_codegen", "rename_in_namespace", "rename_node", "rename_node_reusing", "stack_trace_anchors",
+           "stack_trace_anchor", "current_make_fx_tracer", "current_recording", "recorded_node",
+           "set_module_stack_root", "interpreting_node", "extract_tensor_metadata", "autocast_markers",
            "predispatch_functions"]
 
 
@@ -104,6 +134,19 @@ def rename_in_namespace(node: torch.fx.Node, name: str) -> None:
     node.graph._graph_namespace._rename_object(node, name)
 
 
+def rename_node(node: torch.fx.Node, name: str) -> None:
+    """Rename an fx node (to ``name`` if free in its graph, else a numbered variant).
+    Relies on ``torch.fx.Node._rename(candidate)``."""
+    node._rename(name)
+
+
+def rename_node_reusing(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
+    """Rename ``node`` to ``name``, which an erased node of ``graph`` held (fx never frees
+    names by itself). Relies on ``Graph._graph_namespace._used_names`` and ``Node._rename``."""
+    graph._graph_namespace._used_names.discard(name)
+    node._rename(name)
+
+
 def stack_trace_anchors() -> set[tuple[str, str]]:
     """The live set of ``(file, function)`` pairs whose frames fx keeps in a node's stack trace.
 
@@ -112,12 +155,60 @@ def stack_trace_anchors() -> set[tuple[str, str]]:
     return torch.fx.proxy._STACK_TRACE_ANCHORS
 
 
+@contextlib.contextmanager
+def stack_trace_anchor(fn: Any) -> Iterator[None]:
+    """Make ``fn``'s frames count as user frames in recorded stack traces, for the block only.
+
+    torch keeps the anchors in a process-wide set (:func:`stack_trace_anchors`) that its
+    own tracers read too; an anchor added here is taken out again (one the set already had stays).
+    """
+    anchors = stack_trace_anchors()
+    code = getattr(fn, "__code__", None)
+    key = (code.co_filename, code.co_name) if code is not None else None
+    added = key is not None and key not in anchors
+    if added:
+        anchors.add(key)
+    try:
+        yield
+    finally:
+        if added:
+            anchors.discard(key)
+
+
 def current_make_fx_tracer() -> Any:
     """The ``make_fx`` tracer running now (its ``fx_tracer`` records nodes), or None.
 
     Relies on the module global ``proxy_tensor._CURRENT_MAKE_FX_TRACER`` (read at call time).
     """
     return proxy_tensor._CURRENT_MAKE_FX_TRACER
+
+
+def current_recording() -> Optional[tuple[torch.fx.Graph, Any]]:
+    """(graph, tensor tracker) of the make_fx recording running now (a branch's while one is
+    traced), or None: what a control-flow call's closed-over tensors are read from.
+
+    Relies on :func:`current_make_fx_tracer` (set for the top-level trace and for each
+    subgraph trace), its ``fx_tracer`` and that tracer's ``graph`` and ``tensor_tracker``
+    (a weak map from each tensor the recording made or took as input to its ``_ProxyTensor``).
+    """
+    fx_tracer = getattr(current_make_fx_tracer(), "fx_tracer", None)
+    tracker = getattr(fx_tracer, "tensor_tracker", None)
+    if fx_tracer is None or tracker is None:
+        return None
+    return fx_tracer.graph, tracker
+
+
+def recorded_node(tracker: Any, tensor: Any) -> Optional[torch.fx.Node]:
+    """The graph node a recording's tensor tracker holds for ``tensor``, or None.
+
+    Relies on the tracker's values being ``_ProxyTensor`` with a ``proxy`` attribute.
+    """
+    try:
+        slot = tracker.get(tensor)
+    except TypeError:
+        return None
+    proxy = getattr(slot, "proxy", None)
+    return getattr(proxy, "node", None)
 
 
 def set_module_stack_root(fn: Callable[..., Any], module: Any) -> None:
@@ -150,14 +241,19 @@ _PREDISPATCH_NAMES = ("_add_batch_dim", "_remove_batch_dim", "_vmap_increment_ne
                       "_jvp_decrement_nesting", "_unwrap_for_grad", "_enter_dual_level", "_exit_dual_level")
 
 
+def autocast_markers() -> tuple[Callable, Callable]:
+    """The functions the pre-dispatch recorder writes at the start and end of an autocast block
+    (``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``)."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+    return _enter_autocast, _exit_autocast
+
+
 def predispatch_functions() -> set[Any]:
     """Python functions the pre-dispatch tracer records as calls of their own (vmap/jvp levels, autocast).
 
     Relies on the functions of ``torch._functorch.predispatch`` named above (the
-    ones present) and ``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``.
+    ones present) and :func:`autocast_markers`.
     """
     import torch._functorch.predispatch as predispatch
-    from torch.amp import autocast_mode
     found = {getattr(predispatch, n) for n in _PREDISPATCH_NAMES if hasattr(predispatch, n)}
-    found |= {getattr(autocast_mode, n) for n in ("_enter_autocast", "_exit_autocast") if hasattr(autocast_mode, n)}
-    return found
+    return found | set(autocast_markers())

@@ -1,16 +1,19 @@
-"""torch's region higher-order operators (``torch._higher_order_ops.wrap``).
+"""torch's higher-order operators (``torch._higher_order_ops``).
 
 The pre-dispatch tracer records ``with torch.no_grad():`` and
-``with torch.autocast(...)`` blocks as calls of these wrappers around a
-subgraph; graphcap recognises them in the graphs it post-processes.
+``with torch.autocast(...)`` blocks as calls of the region wrappers
+(``torch._higher_order_ops.wrap``) around a subgraph; graphcap writes and
+recognises them in the graphs it post-processes. Its control-flow capture runs
+a branch given as a GraphModule the way torch's own control-flow tracing does.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 RELIES_ON = {
     "torch._higher_order_ops.wrap.wrap_with_set_grad_enabled": None,
     "torch._higher_order_ops.wrap.wrap_with_autocast": None,
+    "torch._higher_order_ops.utils._maybe_run_with_interpreter": ("fn",),
 }
 
 
@@ -21,3 +24,13 @@ def region_wrappers() -> tuple[Any, Any]:
     """
     from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
     return wrap_with_set_grad_enabled, wrap_with_autocast
+
+
+def run_graph_preserving_meta(fn: Callable) -> Callable:
+    """``fn``, or for a GraphModule while torch preserves node metadata, a function running it
+    node by node (so nodes recorded from it keep the original nodes' source lines).
+
+    Relies on ``torch._higher_order_ops.utils._maybe_run_with_interpreter(fn)``, the helper torch's
+    own control-flow tracing uses for the same purpose."""
+    from torch._higher_order_ops.utils import _maybe_run_with_interpreter
+    return _maybe_run_with_interpreter(fn)

@@ -27,10 +27,17 @@ RELIES_ON = {
 }
 
 __all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "OpNamespace", "schema_of",
-           "overload_name", "run_kernel_for_key", "clear_dispatch_cache", "legacy_sym_sqrt"]
+           "overload_name", "run_kernel_for_key", "clear_dispatch_cache", "legacy_sym_sqrt",
+           "is_higher_order_operator"]
 
 # The class of ``torch.ops.aten`` and the other operator namespaces.
 OpNamespace = torch._ops._OpNamespace
+
+
+def is_higher_order_operator(obj: Any) -> bool:
+    """Whether ``obj`` is a higher-order operator (``torch.ops.higher_order.*``), by their common
+    base class ``torch._ops.HigherOrderOperator``."""
+    return isinstance(obj, HigherOrderOperator)
 
 
 def schema_of(op: Any) -> Any:

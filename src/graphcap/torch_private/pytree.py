@@ -5,8 +5,17 @@ the ones torch's own tools (fx codegen, unflatten, user registrations) read.
 ``torch.utils._pytree`` is a private module, so the names graphcap uses are
 re-exported here unchanged (callers keep writing ``pytree.tree_flatten``), and
 the module's private helpers get named functions.
+
+The registry is process-wide. graphcap flattens classes it was not told about
+(``graphcap.auto_flatten``) by registering them with torch's Python pytree *only
+while it traces* and removing them afterwards, so the process keeps the pytree
+world it had. That needs the registry itself and its private
+register/deregister pair (the public ``register_pytree_node`` also queues the
+class for the C++ pytree, which has no matching removal), under torch's own lock.
 """
 from __future__ import annotations
+
+from typing import Any, Callable, Optional
 
 import torch.utils._pytree as _pytree
 
@@ -62,8 +71,13 @@ RELIES_ON = {
     "torch.utils._pytree.is_structseq_instance": ("obj",),
     "torch.utils._pytree._get_node_type": ("tree",),
     "torch.utils._pytree._is_leaf": ("tree", "is_leaf"),
+    "torch.utils._pytree.CONSTANT_NODES": None,
+    "torch.utils._pytree._private_register_pytree_node": ("cls", "flatten_fn", "unflatten_fn"),
+    "torch.utils._pytree._deregister_pytree_node": ("cls",),
+    "torch.utils._pytree._NODE_REGISTRY_LOCK": None,
     "torch.fx._pytree.tree_flatten_spec": ("pytree", "spec"),
     "torch.fx._pytree.register_pytree_flatten_spec": ("cls", "flatten_fn_spec"),
+    "torch.fx._pytree.SUPPORTED_NODES": None,
 }
 
 
@@ -100,3 +114,62 @@ def register_pytree_flatten_spec(cls, flatten_fn_spec) -> None:
     """
     import torch.fx._pytree as fx_pytree
     fx_pytree.register_pytree_flatten_spec(cls, flatten_fn_spec)
+
+
+# -- the process-wide registry (graphcap.auto_flatten's scoped registrations) -------------------
+
+def registered_node(typ: Any) -> Optional[Any]:
+    """The registry's node definition of ``typ`` (``flatten_fn``, ``unflatten_fn``, ...), or None."""
+    return _pytree.SUPPORTED_NODES.get(typ)
+
+
+def register_python_node(cls: type, flatten: Callable, unflatten: Callable, flatten_with_keys: Callable,
+                         serialized_type_name: str, to_dumpable: Optional[Callable] = None,
+                         from_dumpable: Optional[Callable] = None) -> None:
+    """Register ``cls`` with torch's Python pytree only (nothing queued for the C++ pytree).
+
+    Relies on ``torch.utils._pytree._private_register_pytree_node``.
+    """
+    _pytree._private_register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized_type_name,
+                                          flatten_with_keys_fn=flatten_with_keys,
+                                          to_dumpable_context=to_dumpable, from_dumpable_context=from_dumpable)
+
+
+def deregister_python_node(cls: type) -> None:
+    """Remove a registration :func:`register_python_node` made.
+
+    Relies on ``torch.utils._pytree._deregister_pytree_node``.
+    """
+    _pytree._deregister_pytree_node(cls)
+
+
+def flatten_spec_fn(typ: Any) -> Optional[Callable]:
+    """The function torch.fx flattens an object *by a spec* with, for a type registered for it.
+
+    (``graphcap.module_inputs`` registers its module wrapper there: a raw module
+    flattens by the wrapper's spec.) Relies on ``torch.fx._pytree.SUPPORTED_NODES``.
+    """
+    import torch.fx._pytree as fx_pytree
+    return fx_pytree.SUPPORTED_NODES.get(typ)
+
+
+def registry_lock() -> Any:
+    """The lock torch takes around registry writes; held across check-then-write here.
+
+    Relies on ``torch.utils._pytree._NODE_REGISTRY_LOCK`` (an RLock).
+    """
+    return _pytree._NODE_REGISTRY_LOCK
+
+
+def pytree_registry_snapshot() -> dict[str, Any]:
+    """What the registry holds now, comparable with ``==`` (for "nothing left behind" checks).
+
+    Relies on ``SUPPORTED_NODES``, ``SUPPORTED_SERIALIZED_TYPES``,
+    ``SERIALIZED_TYPE_TO_PYTHON_TYPE`` and ``CONSTANT_NODES`` of ``torch.utils._pytree``.
+    """
+    return {
+        "nodes": {t: (n.flatten_fn, n.unflatten_fn) for t, n in _pytree.SUPPORTED_NODES.items()},
+        "serialized": dict(_pytree.SUPPORTED_SERIALIZED_TYPES),
+        "names": dict(_pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE),
+        "constants": set(_pytree.CONSTANT_NODES),
+    }

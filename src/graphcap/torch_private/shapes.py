@@ -1,11 +1,17 @@
 """torch's symbolic-shape engine, where graphcap reaches past ShapeEnv's public surface.
 
+- Graph-scoped knowledge (see ``graphcap.trace.branch_scope``): asking what a
+  ShapeEnv knows without adding a guard, adding a replacement or a narrower
+  range, and making it forget what it memoized, through private methods and
+  version counters. graphcap's own ShapeEnvs (:func:`new_shape_env`) keep
+  their memos apart from other ShapeEnvs' so that forgetting stays local.
 - Guard source locations: ShapeEnv records where each guard was raised through
   its private ``_get_stack_summary`` / ``_get_sloc``; graphcap wraps the former
   on one ShapeEnv instance (never the class) so a guard also records the
   user's line, and reads the latter when it rebuilds ranges at load.
 - ``torch.fx.experimental._config.backed_size_oblivious``: the flag that makes
-  size-0/1 questions be answered for the general size.
+  size-0/1 questions be answered for the general size (on for a trace, off in a
+  branch the example does not take).
 - ``torch._guards``: the ``Source`` classes naming where a symbol came from,
   and ``SLoc`` (a guard's location).
 - ``torch.utils._traceback.CapturedTraceback``: the stack object a
@@ -28,10 +34,33 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv._get_sloc": ("self", "framework_loc"),
     "torch.fx.experimental._config.patch": (),
     "torch.fx.experimental._config.backed_size_oblivious": None,
+    "torch.fx.experimental.symbolic_shapes.ValueRangesSLoc": ("lower", "upper"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._maybe_evaluate_static": ("self", "expr"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement": ("self", "a", "tgt", "msg"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._update_var_to_range": ("self", "symbol", "vr", "vr_sloc"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._maybe_guard_rel": ("self", "expr"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#_version_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#_replacements_version_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._inner_evaluate_expr": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.constrain_symbol_range": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.size_hint": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guarding_hint_or_throw": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.has_guarding_hint": None,
 }
 
+
+def _sample_shape_env() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return ShapeEnv()
+
+
+SAMPLES = {"torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env}
+
 __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary", "own_stack_summary",
-           "set_stack_summary", "restore_stack_summary", "guard_location", "backed_size_oblivious"]
+           "set_stack_summary", "restore_stack_summary", "guard_location", "backed_size_oblivious",
+           "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
+           "forget_derived_knowledge"]
 
 
 def stack_summary(env: Any) -> Callable[..., Any]:
@@ -69,12 +98,104 @@ def guard_location(env: Any) -> SLoc:
 
 
 @contextlib.contextmanager
-def backed_size_oblivious() -> Iterator[None]:
-    """Within the block, size-0/1 questions about backed sizes are answered for the general size.
+def backed_size_oblivious(enabled: bool = True) -> Iterator[None]:
+    """Within the block, size-0/1 questions about backed sizes are answered for the general size
+    (``enabled=False``: from the sizes' example values, as outside a trace; in a branch the example
+    does not take, size-oblivious reasoning would check what a range settles against an example
+    outside that range).
 
     Relies on the config flag ``torch.fx.experimental._config.backed_size_oblivious``
     and that config module's ``patch``.
     """
     import torch.fx.experimental._config as config
-    with config.patch(backed_size_oblivious=True):
+    with config.patch(backed_size_oblivious=enabled):
         yield
+
+
+# -- knowledge scoped to a branch (what graphcap.trace.branch_scope needs) ----------------------
+
+def evaluate_statically(env: Any, expr: Any) -> Any:
+    """What ``env`` knows ``expr`` to be from ranges and replacements alone (no guard added), or None.
+    Relies on ``ShapeEnv._maybe_evaluate_static(expr)``."""
+    return env._maybe_evaluate_static(expr)
+
+
+def replace_symbol(env: Any, symbol: Any, value: Any, reason: str) -> None:
+    """Make ``env`` treat ``symbol`` as ``value`` from now on.
+    Relies on ``ShapeEnv._set_replacement(a, tgt, msg)``."""
+    env._set_replacement(symbol, value, reason)
+
+
+def narrow_range(env: Any, symbol: Any, lower: Any, upper: Any, sloc: Any) -> None:
+    """Intersect ``symbol``'s range in ``env`` with ``[lower, upper]``, located at ``sloc``.
+    Relies on ``ShapeEnv._update_var_to_range(symbol, vr, vr_sloc)``."""
+    from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
+    from .symbolic import ValueRanges
+    env._update_var_to_range(symbol, ValueRanges(lower, upper), ValueRangesSLoc(sloc, sloc))
+
+
+def refine_from_relation(env: Any, expr: Any) -> None:
+    """Let ``env`` narrow ranges / add replacements implied by the relation ``expr`` (as it does
+    for a guard it raises itself). Relies on ``ShapeEnv._maybe_guard_rel(expr)``; called past its
+    memo (``__wrapped__``), which would skip a relation seen before a branch scope took it back."""
+    method = type(env)._maybe_guard_rel
+    getattr(method, "__wrapped__", method)(env, expr)
+
+
+# ShapeEnv methods memoized with a plain functools.lru_cache keyed on their arguments: sound while
+# what a ShapeEnv knows only grows, stale once a branch scope narrows a range or takes knowledge back
+_ARGUMENT_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defer_runtime_assert",
+                      "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
+
+
+def _with_own_memos() -> type:
+    """A ShapeEnv class whose argument-memoized methods (``_ARGUMENT_MEMOIZED``) keep their own caches.
+
+    torch memoizes them with ``functools.lru_cache`` on the class, so one cache
+    holds the entries of every ShapeEnv in the process, and clearing it (as a
+    branch scope must, see ``forget_derived_knowledge``) would drop a user's or
+    torch.compile's entries too. graphcap's ShapeEnvs are of this subclass: the
+    same methods (the function under torch's ``lru_cache``, reached through
+    ``__wrapped__``) under caches of their own, shared by graphcap's ShapeEnvs only.
+    """
+    from functools import lru_cache
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    memos = {}
+    for name in _ARGUMENT_MEMOIZED:
+        cached = getattr(ShapeEnv, name)
+        size = cached.cache_parameters()["maxsize"]
+        memos[name] = lru_cache(size)(cached.__wrapped__)
+    return type("GraphcapShapeEnv", (ShapeEnv,), {
+        **memos, "__module__": __name__,
+        "__doc__": "A ShapeEnv whose memoized answers are kept apart from other ShapeEnvs' (see _with_own_memos)."})
+
+
+_OWN_MEMO_CLASS: list = []
+
+
+def new_shape_env(**options: Any) -> Any:
+    """A ShapeEnv for graphcap's own use (``ShapeEnv(**options)``), whose memos graphcap may clear."""
+    if not _OWN_MEMO_CLASS:
+        _OWN_MEMO_CLASS.append(_with_own_memos())
+    return _OWN_MEMO_CLASS[0](**options)
+
+
+def forget_derived_knowledge(env: Any) -> None:
+    """Make ``env`` recompute what it derived from its ranges and replacements, after a branch
+    scope narrowed or restored them.
+
+    Relies on the ``_version_counter`` field (the version-keyed memos drop their entries when it
+    moves; torch's own ``_update_version_counter`` moves it only when the count of replacements or
+    divisibility facts changes, not for a narrowed range), the ``_replacements_version_counter``
+    field (SymNode expressions re-read replacements when it moves) and, for the methods memoized
+    on their arguments alone (``_ARGUMENT_MEMOIZED``), on their ``cache_clear``. ``env`` comes from
+    ``new_shape_env``, so those caches are graphcap's own: other ShapeEnvs keep their entries."""
+    env._version_counter += 1
+    env._replacements_version_counter += 1
+    for name in _ARGUMENT_MEMOIZED:
+        # a ShapeEnv not made by new_shape_env shares torch's class-level memos: clearing them is
+        # still sound (other ShapeEnvs recompute), only slower for them
+        getattr(type(env), name).cache_clear()
+
+
+

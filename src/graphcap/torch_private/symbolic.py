@@ -4,8 +4,8 @@ graphcap's symbolic shapes are torch's ShapeEnv expressions, so it reads and
 writes them with torch's own sympy helpers: the integer infinity ``int_oo``
 that ShapeEnv uses for unbounded ranges, ``ValueRanges`` and ``bound_sympy``
 for the range of an expression, torch's integer functions (``FloorDiv``,
-``PythonMod``) when rebuilding saved expressions, and its Python printer for
-guard text. All live in a private package; they are re-exported unchanged.
+``PythonMod``) when rebuilding saved expressions, its Python printer for
+guard text, and its solver (a branch's condition read as a bound on one symbol). All live in a private package; they are re-exported unchanged.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ RELIES_ON = {
     "torch.utils._sympy.functions.FloorDiv": None,
     "torch.utils._sympy.functions.PythonMod": None,
     "torch.utils._sympy.printers.PythonPrinter": None,
+    "torch.utils._sympy.solve.try_solve": ("expr", "thing"),
     "sympy.Symbol#_assumptions_orig": None,
 }
-
 
 
 def _sample_symbol():
@@ -37,7 +37,8 @@ def _sample_symbol():
 
 SAMPLES = {"sympy.Symbol": _sample_symbol}
 
-__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source", "symbol_assumptions"]
+__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source", "symbol_assumptions",
+           "solve_relation"]
 
 
 def python_source(expr) -> str:
@@ -56,3 +57,10 @@ def symbol_assumptions(symbol) -> dict | None:
     public accessor for the creation-time assumptions; ``assumptions0`` adds derived ones).
     """
     return getattr(symbol, "_assumptions_orig", None)
+
+
+def solve_relation(relation, symbol):
+    """``relation`` rewritten with ``symbol`` alone on the left, or None
+    (``torch.utils._sympy.solve.try_solve(expr, thing)``, which returns (relation, right side))."""
+    from torch.utils._sympy.solve import try_solve
+    return try_solve(relation, symbol)

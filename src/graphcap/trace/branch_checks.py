@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 import torch
 from ..torch_private import pytree
 
-from ..torch_private import control_flow as private
+from ..torch_private.fake import same_storage
 
 
 class BranchRefused(Exception):
@@ -75,7 +75,7 @@ def no_module_writes(root: Optional[torch.nn.Module], operator: str, side: str) 
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return private.same_storage(a, b)
+    return same_storage(a, b)
 
 
 def check_fresh_outputs(operator: str, side: str, operands: tuple, out: Any) -> None:

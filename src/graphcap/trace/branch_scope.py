@@ -31,9 +31,8 @@ from typing import Any, Callable, Iterator, Optional
 import sympy
 from torch.fx.experimental.symbolic_shapes import ShapeGuard
 
-from ..torch_private import control_flow as private
-
-int_oo = private.infinity()
+from ..torch_private import shapes
+from ..torch_private.symbolic import ValueRanges, int_oo, solve_relation
 
 Interval = tuple[Any, Any]  # closed integer interval; bounds may be ±int_oo
 
@@ -110,7 +109,7 @@ def solve_for(cond: Any, sym: sympy.Symbol, lo: Any = -int_oo, hi: Any = int_oo)
         return acc
     if not isinstance(cond, sympy.Rel) or cond.free_symbols != {sym}:
         return None
-    solved = private.solve_relation(cond, sym)
+    solved = solve_relation(cond, sym)
     if solved is None or solved[0].lhs != sym:
         return None
     pieces = _relation(solved[0], solved[1])
@@ -128,7 +127,7 @@ def _around(pieces: list[Interval], value: Any) -> Optional[Interval]:
 
 def _bump(env: Any) -> None:
     """Invalidate the ShapeEnv's caches after its ranges, replacements or values were edited."""
-    private.forget_derived_knowledge(env)
+    shapes.forget_derived_knowledge(env)
 
 
 def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
@@ -143,7 +142,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
     if expr is sympy.true:
         return
-    static = private.evaluate_statically(env, expr)
+    static = shapes.evaluate_statically(env, expr)
     if static is not None and bool(static):
         return
     syms = expr.free_symbols
@@ -157,10 +156,10 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
             lo, hi = piece
             if lo == hi == example:  # a specialization (elsewhere a range of one value: the
                 # example's own sizes would contradict a constant)
-                private.replace_symbol(env, sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
+                shapes.replace_symbol(env, sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
                 env.replacements_slocs[sym] = sloc
             elif (lo, hi) != (vr.lower, vr.upper):
-                private.narrow_range(env, sym, lo, hi, sloc)
+                shapes.narrow_range(env, sym, lo, hi, sloc)
             else:
                 return  # the range already says it
             _bump(env)
@@ -168,7 +167,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
         if unless is not None:  # no piece holds the example's value: require the guard itself
             raise_guard(env, guard, sloc)
             return
-    private.refine_from_relation(env, expr)
+    shapes.refine_from_relation(env, expr)
     env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
     _bump(env)
 
@@ -251,7 +250,7 @@ def _assume(env: Any, cond: Any) -> Optional[tuple[Any, Any]]:
     if not pieces or len(pieces) != 1 or pieces[0] == (vr.lower, vr.upper):
         return None
     lo, hi = pieces[0]
-    env.var_to_range[sym] = private.value_range(lo, hi)
+    env.var_to_range[sym] = ValueRanges(lo, hi)
     example = env.backed_var_to_val[sym]
     if lo <= example <= hi:
         return None
@@ -274,7 +273,7 @@ def _example_elsewhere(env: Any, sym: Any, stand_in: Any) -> Iterator[None]:
     env.backed_var_to_val[sym] = sympy.Integer(stand_in)
     _bump(env)
     try:
-        with private.backed_sizes_by_example():
+        with shapes.backed_size_oblivious(False):
             yield
     finally:
         env.backed_var_to_val[sym] = example

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..torch_private import control_flow as private
+from ..torch_private.fx import current_recording, recorded_node
 
 # fx graph being recorded -> its recording's tensor tracker, for the graphs in which a
 # control-flow operator was called (weak both ways: gone with the graph or the recording)
@@ -32,7 +32,7 @@ _recordings_lock = threading.Lock()
 
 def remember_recording() -> None:
     """Note the recording a control-flow call is made in, to resolve its branches' closures later."""
-    recording = private.current_recording()
+    recording = current_recording()
     if recording is not None:
         graph, tracker = recording
         with _recordings_lock:
@@ -46,7 +46,7 @@ def closure_source(graph: torch.fx.Graph, tensor: Any) -> Optional[torch.fx.Node
         tracker = _recordings.get(graph)
     if tracker is None:
         return None
-    node = private.recorded_node(tracker, tensor)
+    node = recorded_node(tracker, tensor)
     return node if node is not None and node.graph is graph else None
 
 

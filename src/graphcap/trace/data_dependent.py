@@ -11,26 +11,16 @@ a local of that frame holds the symbol (``torch._check(n > 2)`` rather than
 from __future__ import annotations
 
 import re
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Optional
 
 import sympy
 import torch
 from ..torch_private import pytree
 
-from ..errors import _INTERNAL_PATH_PARTS, DataDependentError
+from ..errors import DataDependentError, user_traceback_entry
 
 _DD_EXPR = re.compile(r"data-dependent expression (.+?) \(unhinted")
-
-
-def _user_frame_object(tb: Optional[TracebackType]) -> Optional[FrameType]:
-    """The innermost live frame of ``tb`` that is user code (see ``errors.user_frame``)."""
-    found = None
-    while tb is not None:
-        if not any(p in tb.tb_frame.f_code.co_filename for p in _INTERNAL_PATH_PARTS):
-            found = tb.tb_frame
-        tb = tb.tb_next
-    return found
 
 
 def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
@@ -79,7 +69,8 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
             f"Could not guard on data-dependent expression: while tracing {program_name}, the program "
             f"branched on a value read from tensor data "
             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}).")
-    names = names_of_symbols(_user_frame_object(e.__traceback__))
+    entry = user_traceback_entry(e.__traceback__)
+    names = names_of_symbols(entry.tb_frame if entry is not None else None)
     holds = _spelled(cond, names) if isinstance(cond, sympy.logic.boolalg.Boolean) else None
     fails = _spelled(sympy.Not(cond), names) if holds is not None else None
     if holds is not None:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 from ..torch_private.fake import FakeTensor, FakeTensorMode
-from ..torch_private.control_flow import new_shape_env
+from ..torch_private.shapes import new_shape_env
 
 
 def new_fake_mode() -> FakeTensorMode:

@@ -45,7 +45,9 @@ import torch
 from ..torch_private import pytree
 from torch.overrides import TorchFunctionMode
 
-from ..torch_private import control_flow as private
+from ..torch_private.dispatch import dispatch_mode_base
+from ..torch_private.higher_order import run_graph_preserving_meta
+from ..torch_private.ops import is_higher_order_operator
 from . import branch_checks, branch_scope, closures
 
 # operator name -> positions of its callable arguments
@@ -67,7 +69,7 @@ _CAPTURED_OPERATORS = {getattr(torch.ops.higher_order, name): name for name in _
 
 
 def _operator_name(func: Any) -> Optional[str]:
-    return _CAPTURED_OPERATORS.get(func) if private.is_higher_order_operator(func) else None
+    return _CAPTURED_OPERATORS.get(func) if is_higher_order_operator(func) else None
 
 
 class _Outputs:
@@ -104,7 +106,7 @@ def _branch(fn: Callable, name: str, at: int, condition: Any, env: Any, root: An
     preserves node metadata (so the recorded subgraph keeps each node's source line), as
     torch's own control-flow tracing runs it.
     """
-    run = private.run_graph_preserving_meta(fn)
+    run = run_graph_preserving_meta(fn)
     operator, side = _USER_NAMES[name], _SIDES[(name, at)]
 
     def branch(*operands):
@@ -229,7 +231,7 @@ class _ControlFlowCalls(TorchFunctionMode):
 _HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
 
 
-class _EagerControlFlow(private.dispatch_mode_base()):
+class _EagerControlFlow(dispatch_mode_base()):
     """Keeps ``torch.compile`` from compiling while graphcap records, and scopes the branches
     a control-flow operator's fake kernel runs again for its output metadata."""
 

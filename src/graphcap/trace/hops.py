@@ -34,7 +34,8 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 from ..torch_private import pytree
 
-from ..torch_private import control_flow as private
+from ..torch_private.fake import same_storage
+from ..torch_private.ops import is_higher_order_operator
 from ..errors import GraphcapError, UnsupportedError, describe_frame, user_frame
 from .branch_checks import BranchRefused
 from .closures import closure_source, forget_recording
@@ -53,7 +54,7 @@ _EXTRA_OPERANDS_AT = {
 
 
 def _hop_name(node: torch.fx.Node) -> Optional[str]:
-    if node.op == "call_function" and private.is_higher_order_operator(node.target):
+    if node.op == "call_function" and is_higher_order_operator(node.target):
         return node.target.name()
     return None
 
@@ -388,7 +389,7 @@ def _run_fake(fn, operands) -> Any:
 
 
 def _same_storage(a: Any, b: Any) -> bool:
-    return private.same_storage(a, b)
+    return same_storage(a, b)
 
 
 def _compare_branches(locals_: dict) -> Optional[tuple[str, str]]:

@@ -37,6 +37,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
                          OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
 from . import naming
+from .owed_names import apply_owed_names
 
 aten = torch.ops.aten
 
@@ -269,7 +270,8 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
         input_specs.append(InputSpec(InputKind.USER_INPUT, arg))
 
     all_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    naming.assign_names(graph, wanted_names, range(first_user, len(all_placeholders)))
+    owed = [(node, naming.graph_name(name)) for node, name in zip(all_placeholders, wanted_names)]
+    apply_owed_names(graph, owed[first_user:] + owed[:first_user])  # user inputs are served first
     for spec, node in zip(input_specs, all_placeholders):
         spec.arg = type(spec.arg)(node.name) if not isinstance(spec.arg, ConstantArgument) \
             else ConstantArgument(node.name, spec.arg.value)

@@ -99,32 +99,6 @@ def graph_name(text: str) -> str:
     return sanitize_name(text.replace(".", "_")).lower()
 
 
-def assign_names(graph: torch.fx.Graph, placeholder_names: Sequence[str],
-                 user_positions: Sequence[int]) -> None:
-    """Rename every node of ``graph``.
-
-    ``placeholder_names`` are the wanted names of the placeholders, in graph
-    order; ``user_positions`` are the indices of the user inputs among them,
-    which are served first.
-    """
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    names = NameAllocator(shadowable_names([graph_name(placeholder_names[i]) for i in user_positions], graph))
-    chosen: dict[torch.fx.Node, str] = {}
-    user = set(user_positions)
-    for i in user_positions:
-        chosen[placeholders[i]] = names.take(graph_name(placeholder_names[i]), whole_stem=True)
-    for i, (node, wanted) in enumerate(zip(placeholders, placeholder_names)):
-        if i not in user:
-            chosen[node] = names.take(graph_name(wanted), whole_stem=True)
-    for node in graph.nodes:
-        if node.op != "placeholder":
-            chosen[node] = names.take(node.name, whole_stem=False)
-    for node, name in chosen.items():
-        set_node_name(node, name)
-        if node.op == "placeholder":
-            node.target = name
-
-
 def builtin_name_allowed(name: str, graph: "torch.fx.Graph | None" = None) -> bool:
     """Whether ``name`` is a builtin's name a placeholder may take (fx would suffix it)."""
     return name in _RESERVED and may_shadow(name, graph)

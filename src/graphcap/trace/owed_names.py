@@ -1,8 +1,10 @@
 """Rename a graph whose inputs are owed given names, by torch.export's rule.
 
-Two places name a graph after another one: a control-flow subgraph's inputs
-take the names of the values bound to them, and a decomposed program's
-inputs take the names they had before. The owed names are given whole; every
+Three places name a graph's inputs: a lifted program's take the names of the
+user's arguments and of the state they hold (``p_``/``b_``/``c_`` + FQN, see
+:mod:`.naming`), a control-flow subgraph's take the names of the values bound
+to them, and a decomposed program's take the names they had before. The owed
+names are given whole, in the order given (an earlier one wins a clash); every
 other node keeps its name unless it is taken, then moves to the next free
 suffix of its stem (the counting of :class:`.naming.NameAllocator`).
 """

@@ -43,7 +43,6 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _state = threading.local()
 _install_lock = threading.Lock()
 _install_count = 0
-_suspend_count = 0
 _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW = builtins.max, builtins.min, math.pow
 _ORIGINAL = {"max": _BUILTIN_MAX, "min": _BUILTIN_MIN, "pow": _MATH_POW}
 
@@ -114,9 +113,8 @@ _traceable_max.__name__, _traceable_min.__name__, _traceable_pow.__name__ = "max
 
 
 def _apply_builtins() -> None:
-    """Builtins replaced while some export traces and no control-flow capture runs (caller holds the lock)."""
-    replaced = _install_count > 0 and _suspend_count == 0
-    if replaced:
+    """Builtins replaced while some export traces (caller holds the lock)."""
+    if _install_count > 0:
         builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
     else:
         builtins.max, builtins.min, math.pow = _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW
@@ -133,29 +131,6 @@ def _builtins_replaced() -> Iterator[None]:
     finally:
         with _install_lock:
             _install_count -= 1
-            _apply_builtins()
-
-
-@contextlib.contextmanager
-def plain_builtins() -> Iterator[None]:
-    """Python's own ``max`` / ``min`` / ``math.pow`` for the block.
-
-    While dynamo captures a control-flow body (``torch.cond`` branches), it
-    must see the real builtins: it turns them into ``sym_max`` itself, and
-    inlining the replacements there gives a wrong program (a ``max`` recorded
-    as a ``min``). Another export tracing at the same moment meets the plain
-    builtins too, which at worst refuses a data-dependent ``max`` — never a
-    wrong program.
-    """
-    global _suspend_count
-    with _install_lock:
-        _suspend_count += 1
-        _apply_builtins()
-    try:
-        yield
-    finally:
-        with _install_lock:
-            _suspend_count -= 1
             _apply_builtins()
 
 

@@ -32,7 +32,6 @@ from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
-from ..torch_private import process_state
 from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
                       describe_frame, raised_internally, user_frame)
 from .. import module_inputs
@@ -218,7 +217,7 @@ def record(
         fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
     try:
-        with process_state.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
+        with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), \
                 _torch_stack_traces_off() as saved_setting:

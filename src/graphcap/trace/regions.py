@@ -31,13 +31,13 @@ from typing import Optional
 import torch
 import torch.fx
 
-from ..torch_private import control_flow as private
+from ..torch_private.dispatch import set_grad_enabled as _SET_GRAD
+from ..torch_private.fx import autocast_markers, rename_node, rename_node_reusing
+from ..torch_private.higher_order import region_wrappers
 from .region_names import RegionNames, cut_node, name_regions
 
-wrap_with_autocast = torch.ops.higher_order.wrap_with_autocast
-wrap_with_set_grad_enabled = torch.ops.higher_order.wrap_with_set_grad_enabled
-_SET_GRAD = private.grad_mode_switch()
-_ENTER_AUTOCAST, _EXIT_AUTOCAST = private.autocast_markers()
+wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
+_ENTER_AUTOCAST, _EXIT_AUTOCAST = autocast_markers()
 
 
 def _is_grad_switch(node: torch.fx.Node) -> bool:
@@ -73,7 +73,7 @@ def _fresh_name(gm: torch.fx.GraphModule, prefix: str) -> str:
 
 def _keep_name(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -> None:
     """Give ``node`` a name an erased node had (fx never frees names by itself)."""
-    private.rename_node_reusing(graph, node, name)
+    rename_node_reusing(graph, node, name)
 
 
 def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, leading_args: tuple,
@@ -122,7 +122,7 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
     with graph.inserting_after(members[-1]):
         attr = graph.get_attr(name)
     if names is not None:
-        private.rename_node(attr, names.node)
+        rename_node(attr, names.node)
     with graph.inserting_after(attr):  # a one-output call is renamed below: leave the hop's name free
         call = graph.create_node("call_function", hop, (*leading_args, attr, *inputs),
                                  name="_region_call" if len(outputs) == 1 else None)
@@ -144,7 +144,7 @@ def extract_region(gm: torch.fx.GraphModule, region: list[torch.fx.Node], hop, l
         if len(outputs) > 1:
             renames.append((item, o.name))
         elif names is not None:
-            private.rename_node(item, names.single_output_item)
+            rename_node(item, names.single_output_item)
         last = item
     moved_attrs = {n.target for n in members if _subgraph_at(gm, n) is not None}
     for n in reversed(members):
