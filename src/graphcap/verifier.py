@@ -240,6 +240,20 @@ def rule_symbols_have_ranges(ep) -> Iterator[Violation]:
                         yield (node.name, f"symbol {sym} has no entry in range_constraints")
 
 
+def rule_call_graph_names_nodes(ep) -> Iterator[Violation]:
+    """Every module_call_graph signature argument names a node of the graph (or is a constant):
+    unflatten rebuilds preserved calls from those names."""
+    names = {n.name for n in ep.graph.nodes}
+    for entry in ep.module_call_graph or []:
+        sig = entry.signature
+        for arg in [*sig.inputs, *sig.outputs] if sig is not None else []:
+            if isinstance(arg, ConstantArgument) or not isinstance(getattr(arg, "name", None), str):
+                continue
+            if arg.name not in names:
+                yield (arg.name, f"module call {entry.fqn or '<root>'!r} names {arg.name!r}, which is no "
+                                 f"node of the graph")
+
+
 RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
     ("inputs-match-signature", rule_inputs_match_signature),
     ("outputs-match-signature", rule_outputs_match_signature),
@@ -252,6 +266,7 @@ RULES: list[tuple[str, Callable[..., Iterator[Violation]]]] = [
     ("known-targets", rule_known_targets),
     ("subgraph-signatures", rule_subgraph_signatures),
     ("symbols-have-ranges", rule_symbols_have_ranges),
+    ("call-graph-names-nodes", rule_call_graph_names_nodes),
 ]
 
 

@@ -45,12 +45,13 @@ from ..torch_private.symbolic import ValueRanges
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..program import ExportedProgram
-from ..signature import (ExportGraphSignature, ModuleCallEntry, ModuleCallSignature, OutputKind,
-                         OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS, mutation_key)
+from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
+                         mutation_key)
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
+from .call_graph_carry import CallGraphCarry
 from .composites import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
@@ -83,11 +84,19 @@ class _Replay(torch.fx.Interpreter):
 
     current: Optional[torch.fx.Node] = None
 
-    def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None):
+    def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None,
+                 carry: Optional[CallGraphCarry] = None):
         super().__init__(gm)
         self.out_of_place = out_of_place or {}
+        self.carry = carry
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        value = self._run_node(n)
+        if self.carry is not None:
+            self.carry.record(n, value)
+        return value
+
+    def _run_node(self, n: torch.fx.Node) -> Any:
         self.current = n
         if n.op == "call_function" and n.target is torch.ops.aten.detach_.default:
             # only autograd sees an in-place detach (it returns its input, cut from the graph of
@@ -131,20 +140,22 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict):
+def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict, carry: CallGraphCarry):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization."""
 
     def replay(*args: Any) -> tuple:
-        interpreter = _Replay(gm, out_of_place)
+        carry.reset()
+        interpreter = _Replay(gm, out_of_place, carry)
         box["interpreter"] = interpreter
         outs = interpreter.run(*args, enable_io_processing=False)
         box["mutated"] = []
-        return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+        return (*(outs if isinstance(outs, (tuple, list)) else (outs,)), *carry.extra_outputs())
 
     return replay
 
 
-def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mutations: int, box: dict):
+def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mutations: int, box: dict,
+               carry: CallGraphCarry):
     """The function make_fx traces: replay ``gm`` functionally; return mutations then user outputs.
 
     ``old_mutations`` maps a placeholder index to the position of the output
@@ -156,7 +167,8 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
     def replay(*args: Any) -> tuple:
         with FunctionalTensorMode():
             f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
-            interpreter = _Replay(gm)
+            carry.reset()
+            interpreter = _Replay(gm, carry=carry)
             box["interpreter"] = interpreter
             outs = interpreter.run(*f_args, enable_io_processing=False)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -177,7 +189,7 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
                     new_values.append(_unwrap(f))
             box["mutated"] = mutated
             user = [_unwrap(o) for o in outs[n_old_mutations:]]
-        return tuple(new_values + user)
+        return tuple(new_values + user + carry.extra_outputs())
 
     return replay
 
@@ -194,17 +206,6 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
     for node, old in zip(new, old_placeholders):
         if "val" not in node.meta and "val" in old.meta:
             node.meta["val"] = old.meta["val"]
-
-
-def _copy_call_graph(entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:
-    new = []
-    for entry in entries:
-        sig = entry.signature
-        if entry.fqn == "" and sig is not None:
-            sig = ModuleCallSignature(list(sig.inputs), user_outputs, sig.in_spec, sig.out_spec,
-                                      sig.forward_arg_names)
-        new.append(ModuleCallEntry(entry.fqn, sig))
-    return new
 
 
 def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
@@ -230,11 +231,12 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     n_old_mutations = sum(1 for s in sig.output_specs if s.kind in MUTATION_OUTPUT_KINDS)
     box: dict[str, Any] = {}
     inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
+    carry = CallGraphCarry(gm, ep.module_call_graph)  # the signatures' values, found again in the new graph
 
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
-        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box) if functionalize
-                  else _plain_replay_fn(gm, inplace.replace, box))
+        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry) if functionalize
+                  else _plain_replay_fn(gm, inplace.replace, box, carry))
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
@@ -264,6 +266,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
     _keep_placeholder_values(new_gm, placeholders)
+    carry.take(new_gm)
     new_gm.graph.lint()
     metadata.finalize(new_gm)
     new_gm.recompile()
@@ -272,7 +275,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
     new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
-                             _copy_call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
+                             carry.call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)
 
