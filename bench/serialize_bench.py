@@ -16,36 +16,22 @@ figures.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "zoo"
-if str(ZOO_DIR) not in sys.path:
-    sys.path.insert(0, str(ZOO_DIR))
+from zoo_bench_setup import wall_seconds  # also puts ../shared/zoo on the path
 
 import torch  # noqa: E402
 
 import graphcap  # noqa: E402
 
 REPEATS = 3
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    result = fn()
-    elapsed = time.perf_counter() - start
-    del result
-    return elapsed
 
 
 def bench_model(name: str, workdir: Path) -> dict[str, Any]:
@@ -69,7 +55,7 @@ def bench_model(name: str, workdir: Path) -> dict[str, Any]:
         warnings.simplefilter("ignore")
         for round_ in range(REPEATS + 1):
             for key, fn in steps.items():
-                t = _timed(fn)
+                t = wall_seconds(fn)
                 if round_:  # round 0 is the warm-up
                     times[key].append(t)
     row: dict[str, Any] = {"model": name, "graphcap_bytes": os.path.getsize(gpath),

@@ -13,19 +13,14 @@ unflatten of it should take under 0.5 s.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "zoo"
-if str(ZOO_DIR) not in sys.path:
-    sys.path.insert(0, str(ZOO_DIR))
+from zoo_bench_setup import wall_seconds  # also puts ../shared/zoo on the path
 
 import torch  # noqa: E402
 
@@ -33,15 +28,6 @@ import graphcap  # noqa: E402
 
 REPEATS = 3
 TARGET_SECONDS = 0.5
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    result = fn()
-    elapsed = time.perf_counter() - start
-    del result
-    return elapsed
 
 
 def bench_model(name: str) -> dict[str, Any]:
@@ -62,7 +48,7 @@ def bench_model(name: str) -> dict[str, Any]:
         fn()  # warm-up
     for _ in range(REPEATS):
         for key, fn in steps.items():
-            times[key].append(_timed(fn))
+            times[key].append(wall_seconds(fn))
     return {"nodes": len(ep.graph.nodes), "modules": len(list(built.model.modules())),
             **{k: statistics.median(v) for k, v in times.items()}}
 
