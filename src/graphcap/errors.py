@@ -241,6 +241,12 @@ _INTERNAL_PATH_PARTS = _ENGINE_PACKAGE_DIRS + ("/site-packages/torch", "<frozen 
                                                "/functools.py")
 
 
+def is_user_file(filename: str) -> bool:
+    """Whether code in ``filename`` is the user's: outside torch, graphcap and the standard
+    helpers the tracer goes through (library code such as transformers counts as the user's)."""
+    return not any(p in filename for p in _INTERNAL_PATH_PARTS)
+
+
 def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:
     """The innermost entry of a traceback whose frame belongs to user code (its live
     frame, ``.tb_frame``, holds the user's locals).
@@ -251,7 +257,7 @@ def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]
     """
     found = None
     while tb is not None:
-        if not any(p in tb.tb_frame.f_code.co_filename for p in _INTERNAL_PATH_PARTS):
+        if is_user_file(tb.tb_frame.f_code.co_filename):
             found = tb
         tb = tb.tb_next
     return found

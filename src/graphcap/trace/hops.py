@@ -459,9 +459,9 @@ def _operator_call_site(tb: Optional[types.TracebackType]):
 
 def user_frame_of(frames: list) -> Any:
     """The frame of ``frames`` that is the user's (not torch's or graphcap's), if any."""
-    from ..errors import _INTERNAL_PATH_PARTS
+    from ..errors import is_user_file
     for frame in frames:
-        if not any(p in frame.filename for p in _INTERNAL_PATH_PARTS):
+        if is_user_file(frame.filename):
             return frame
     return None
 
