@@ -276,22 +276,17 @@ class GraphCutter:
     def _emit_preserved(self, parent, obj, child, members, signature, g, env, value) -> bool:
         """The call of a preserved submodule; False (with a warning) when the program does not
         let it be cut at its recorded signature."""
-        arg_nodes: list[Optional[torch.fx.Node]] = []
-        constants: list[Any] = []
-        for arg in signature.inputs:
-            name = getattr(arg, "name", "")
-            node = self.by_name.get(name) if name else None
-            if name and node is None:
-                return self._not_preserved(child, f"its input '{name}' is not in the graph")
-            arg_nodes.append(node)
-            constants.append(_NOT_CONSTANT if node is not None else getattr(arg, "value", None))
-        outputs: list[Any] = []
-        for arg in signature.outputs:
-            name = getattr(arg, "name", "")
-            node = self.by_name.get(name) if name else None
-            if name and node is None:
-                return self._not_preserved(child, f"its output '{name}' is not in the graph")
-            outputs.append(node if node is not None else getattr(arg, "value", None))
+        found: dict[str, list[Optional[torch.fx.Node]]] = {}
+        for side, args in (("input", signature.inputs), ("output", signature.outputs)):
+            found[side] = [self.by_name.get(getattr(a, "name", "")) for a in args]
+            lost = [a.name for a, n in zip(args, found[side]) if getattr(a, "name", "") and n is None]
+            if lost:
+                return self._not_preserved(child, f"its {side} '{lost[0]}' is not in the graph")
+        arg_nodes = found["input"]
+        constants = [_NOT_CONSTANT if n is not None else getattr(a, "value", None)
+                     for a, n in zip(signature.inputs, arg_nodes)]
+        outputs = [n if n is not None else getattr(a, "value", None)
+                   for a, n in zip(signature.outputs, found["output"])]
         available = {n for n in arg_nodes if n is not None}
         deps = {a for m in members for a in m.all_input_nodes if a not in members}
         sizes = self.size_reads({d for d in deps if d not in available}, available)
