@@ -79,6 +79,10 @@ class ExportedProgram:
         self._example_inputs = example_inputs
         self._constants = constants if constants is not None else {}
         self._verifiers = list(verifiers) if verifiers else [Verifier]
+        # what the export that made this program measured and assumed, for graphcap.report:
+        # seconds per pipeline stage, and graphcap.dynamic.assumptions.Assumption records
+        self.export_timings: dict[str, float] = {}
+        self.export_assumptions: list[Any] = []
         if verify:
             self.validate()
 
@@ -182,13 +186,15 @@ class ExportedProgram:
         """A new program with this one's ranges, call graph and example inputs and the given graph
         and signature (and, if given, state, constants and verifiers): how torch-style passes
         produce their result. The new program is verified."""
-        return ExportedProgram(
+        new_ep = ExportedProgram(
             graph_module, graph_signature,
             state_dict if state_dict is not None else self._state_dict,
             copy.deepcopy(self._range_constraints), copy.deepcopy(self._module_call_graph),
             example_inputs=self._example_inputs,
             constants=constants if constants is not None else self._constants,
             verifiers=verifiers if verifiers is not None else self._verifiers)
+        new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), list(self.export_assumptions)
+        return new_ep
 
     def buffers(self) -> Iterator[torch.Tensor]:
         for _, b in self.named_buffers():

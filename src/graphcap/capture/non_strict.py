@@ -16,10 +16,12 @@ from ..torch_private.modules import non_persistent_buffer_names
 
 from .. import auto_flatten, module_inputs, pytree as gp_pytree
 from ..errors import ExportArgsError, ExportInputError
+from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
+from ..stage_clock import StageClock
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
 from ..trace import fakify, hops, leaks, lifting, metadata, recorder
 from . import call_signatures
@@ -137,6 +139,7 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
 def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        preserve_module_call_signature: tuple[str, ...],
                        prefer_deferred_asserts: bool) -> tuple[ExportedProgram, Any]:
+    clock = StageClock()  # seconds per stage, kept on the program for the report
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")  # classes flattened by attributes, for this trace
@@ -150,6 +153,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     flat_with_paths, in_spec = pytree.tree_flatten_with_path((tree_args, tree_kwargs))
     paths = [p for p, _ in flat_with_paths]
     user_leaves = [v for _, v in flat_with_paths]
+    clock.lap("inputs")
 
     fake_mode = fakify.new_fake_mode()
     params, buffers, non_persistent, constant_attrs = _state(target.root)
@@ -170,6 +174,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
         dyn_inputs = None
         fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
     flat_inputs = fake_state + fake_user
+    clock.lap("fakify")
 
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
@@ -178,6 +183,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     gm = recording.graph_module
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
     gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
+    clock.lap("capture")
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
                                  tensors={**params, **buffers})
@@ -186,12 +192,16 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
     hops.name_subgraph_inputs(gm)
+    clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
     range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name,
                                                prefer_deferred_asserts=prefer_deferred_asserts)
+    assumptions = dyn_assumptions.record(fake_mode, dyn_inputs)  # what export assumed, for the report
+    clock.lap("guards")
     lifting.sync_output_specs(gm, lifted.signature)
     insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     metadata.finalize(gm)
+    clock.lap("metadata")
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}
     constants = {**{k: v for k, v in buffers.items() if k in non_persistent}, **lifted.constants}
@@ -205,6 +215,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
 
     ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
                          example_inputs=(args, kwargs), constants=constants)
+    clock.lap("verify")
+    ep.export_timings, ep.export_assumptions = clock.seconds, assumptions
     if verify_examples is not None:
         verify_examples(ep)
     probe = None
