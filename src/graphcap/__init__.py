@@ -6,6 +6,7 @@ from .api import export, load, save
 from .decomp_table import CustomDecompTable, default_decompositions
 from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
 from .hierarchy import unflatten
+from .html_report import report
 from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
                      RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
 from .interop import from_torch, to_torch
@@ -17,7 +18,7 @@ from .signature import (ConstantArgument, ExportGraphSignature, InputKind, Input
                         ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
 __all__ = [
-    "export", "ExportedProgram", "register_dataclass", "unflatten",
+    "export", "ExportedProgram", "report", "register_dataclass", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION",
