@@ -183,9 +183,9 @@ def _index_as_calls(t: torch.Tensor, index: Any) -> Optional[Callable[[], torch.
                 item.step is None or (type(item.step) is int and item.step == 1))
             if not no_op:
                 step = 1 if item.step is None else item.step
-                steps.append(functools.partial(
-                    lambda d, s, x: torch.ops.aten.slice(x, d, _as_index(s.start), _as_index(s.stop),
-                                                         _as_index(step)), dim, item))
+                steps.append(functools.partial(  # every value bound now: a later slice's step is not this one's
+                    lambda d, s, st, x: torch.ops.aten.slice(x, d, _as_index(s.start), _as_index(s.stop),
+                                                             _as_index(st)), dim, item, step))
             dim += 1
         else:
             return None  # tensor / list indices: advanced indexing handles them
