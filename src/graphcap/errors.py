@@ -241,10 +241,14 @@ _INTERNAL_PATH_PARTS = _ENGINE_PACKAGE_DIRS + ("/site-packages/torch", "<frozen 
                                                "/functools.py")
 
 
+# the case catalogue's programs ship inside the package but are user code
+_USER_PROGRAM_DIR = os.path.join(os.path.dirname(__file__), "cases") + os.sep
+
+
 def is_user_file(filename: str) -> bool:
     """Whether code in ``filename`` is the user's: outside torch, graphcap and the standard
     helpers the tracer goes through (library code such as transformers counts as the user's)."""
-    return not any(p in filename for p in _INTERNAL_PATH_PARTS)
+    return filename.startswith(_USER_PROGRAM_DIR) or not any(p in filename for p in _INTERNAL_PATH_PARTS)
 
 
 def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:

@@ -60,8 +60,12 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+# The case catalogue's programs are user code: they call what users call (torch._check included).
+USER_PROGRAMS = SRC / "cases"
+
+
 def _sources():
-    return sorted(p for p in SRC.rglob("*.py") if ADAPTER not in p.parents)
+    return sorted(p for p in SRC.rglob("*.py") if ADAPTER not in p.parents and USER_PROGRAMS not in p.parents)
 
 
 def _own_private_names() -> set[str]:

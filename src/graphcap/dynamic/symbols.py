@@ -28,7 +28,7 @@ from ..torch_private.symbolic import ValueRanges
 from ..torch_private import shapes
 from ..torch_private.dispatch import backend_kernel_switches
 
-from ..errors import _ENGINE_PACKAGE_DIRS, DynamicSpecError
+from ..errors import DynamicSpecError, is_user_file
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec
 
@@ -298,9 +298,6 @@ def tracing(inputs: Optional[SymbolicInputs]):
         shapes.restore_stack_summary(env, saved_summary)
 
 
-_ENGINE_FILES = _ENGINE_PACKAGE_DIRS + ("/contextlib.py", "/functools.py", "<frozen ")
-
-
 def _with_user_line(summary: Any) -> Any:
     """Wrap ``ShapeEnv._get_stack_summary`` so every guard also records the user's line.
 
@@ -328,7 +325,7 @@ def _with_user_line(summary: Any) -> Any:
         sloc, extra = summary(is_debug, framework_loc)
         if sloc.maybe_user_loc is None:
             frame = sys._getframe(1)
-            while frame is not None and any(p in frame.f_code.co_filename for p in _ENGINE_FILES):
+            while frame is not None and not is_user_file(frame.f_code.co_filename):
                 frame = frame.f_back
             if frame is not None:
                 code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()

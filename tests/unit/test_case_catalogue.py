@@ -1,0 +1,66 @@
+"""Every case of the catalogue (graphcap.cases) does what its status says: a supported case
+exports and its program gives eager's results on the example and on its other inputs; a
+refused one raises its error type. docs/cases.md is what the generator writes now."""
+import pytest
+import torch
+
+import graphcap
+from graphcap.cases import all_cases
+from graphcap.cases import docs
+
+CASES = all_cases()
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, equal_nan=True)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if hasattr(a, "__dict__") and not isinstance(a, (int, float)):
+        return type(a) is type(b) and _same(vars(a), vars(b))
+    return a == b
+
+
+def _clone(tree):
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_clone(t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _clone(v) for k, v in tree.items()}
+    return tree
+
+
+def test_catalogue_covers_the_topics():
+    tags = set().union(*(c.tags for c in CASES.values()))
+    for tag in ("python.control-flow", "torch.dynamic-shape", "torch.cond", "torch.map", "torch.mutation",
+                "python.closure", "torch.data-dependent", "python.data-structure", "python.context-manager",
+                "python.object-model", "python.assert", "python.builtin", "torch.escape-hatch"):
+        assert tag in tags, tag
+    assert len(CASES) >= 40
+    assert sum(c.beyond_torch for c in CASES.values()) >= 4
+    assert any(c.raises is not None for c in CASES.values())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_case_status(name):
+    c = CASES[name]
+    args, kwargs, spec = c.inputs()
+    if c.raises is not None:
+        with pytest.raises(c.raises):
+            graphcap.export(c.model(), args, kwargs, dynamic_shapes=spec)
+        return
+    ep = graphcap.export(c.model(), _clone(args), _clone(kwargs), dynamic_shapes=spec)
+    program = ep.module()
+    for a, k in [(args, kwargs), *c.more_inputs()]:
+        expected = c.model()(*_clone(a), **_clone(k))  # a fresh model: eager state as at export
+        got = program(*_clone(a), **_clone(k))
+        assert _same(expected, got), f"{name}: program differs from eager on {a}, {k}"
+
+
+def test_docs_cases_md_is_up_to_date():
+    assert docs.DOC_PATH.exists(), "run: python -m graphcap.cases.docs"
+    assert docs.DOC_PATH.read_text() == docs.render(), \
+        "docs/cases.md is out of date: run python -m graphcap.cases.docs"
