@@ -81,8 +81,9 @@ class ExportedProgram:
         self._verifiers = list(verifiers) if verifiers else [Verifier]
         # what the export that made this program measured and assumed, for graphcap.report:
         # seconds per pipeline stage, and graphcap.dynamic.assumptions.Assumption records
+        # (None: not known, e.g. a program loaded from a file)
         self.export_timings: dict[str, float] = {}
-        self.export_assumptions: list[Any] = []
+        self.export_assumptions: Optional[list[Any]] = None
         if verify:
             self.validate()
 
@@ -193,7 +194,7 @@ class ExportedProgram:
             example_inputs=self._example_inputs,
             constants=constants if constants is not None else self._constants,
             verifiers=verifiers if verifiers is not None else self._verifiers)
-        new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), list(self.export_assumptions)
+        new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         return new_ep
 
     def buffers(self) -> Iterator[torch.Tensor]:
@@ -236,6 +237,7 @@ class ExportedProgram:
         with TRACING_LOCK:
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
+        new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         return new_ep
 
     def validate(self) -> None:

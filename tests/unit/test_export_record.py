@@ -56,3 +56,10 @@ def test_rebuilt_programs_keep_the_record():
     new = ep._update(ep.graph_module, ep.graph_signature)
     assert new.export_assumptions == ep.export_assumptions
     assert new.export_timings == ep.export_timings
+
+
+def test_decomposed_programs_keep_the_record():
+    ep = graphcap.export(Branchy(), (torch.randn(6, 3), torch.randn(6, 2)),
+                         dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}, "y": {0: Dim.AUTO}})
+    new = ep.run_decompositions()
+    assert new.export_assumptions == ep.export_assumptions and new.export_timings == ep.export_timings

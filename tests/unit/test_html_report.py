@@ -145,3 +145,13 @@ def test_a_big_flat_graph_stays_drawable(tmp_path):
     ep = graphcap.export(Chain(), (torch.randn(3),))
     text = graphcap.report(ep, tmp_path / "r.html").read_text()
     assert text.count("<g class=\"unit node") >= 300
+
+
+def test_a_loaded_program_reports_its_records_as_unknown(tmp_path):
+    ep = _export()
+    graphcap.save(ep, tmp_path / "p.pt2")
+    loaded = graphcap.load(tmp_path / "p.pt2")
+    assert loaded.export_assumptions is None and loaded.export_timings == {}
+    text = graphcap.report(loaded, tmp_path / "r.html").read_text()
+    assert "does not carry" in text and "Not recorded" in text
+    assert "<svg" in text and "aten.linear.default" in text

@@ -23,8 +23,10 @@ from .views import ROOT, ModuleTree
 
 def _tree_html(tree: ModuleTree, key: str, depth: int, open_depth: int) -> str:
     group = tree.groups[key]
-    link = (f'<a data-open="{escape(key)}">{escape(group.label if key else "(whole program)")}</a> '
-            f'<small>{escape(group.type_name)} {group.size}</small>')
+    parent = tree.groups[group.parent].path if group.parent else ""
+    name = group.label[len(parent) + 1:] if parent and group.label.startswith(parent + ".") else group.label
+    link = (f'<a data-open="{escape(key)}" title="{escape(group.label)}">{escape(name if key else "(whole program)")}'
+            f'</a> <small>{escape(group.type_name)} {group.size}</small>')
     if not group.children:
         return f'<div class="leaf">{link}</div>'
     inner = "".join(_tree_html(tree, c, depth + 1, open_depth) for c in group.children)

@@ -123,7 +123,8 @@ def ranges(ep: Any) -> str:
     rows = []
     for sym, vr in ep.range_constraints.items():
         hi = "∞" if str(vr.upper) in ("int_oo", "oo") else str(vr.upper)
-        rows.append([Raw(f"<code>{escape(str(sym))}</code>"), str(vr.lower), hi, ", ".join(uses.get(str(sym), []))])
+        used = ", ".join(uses.get(str(sym), [])) or ("a value read from data" if str(sym).startswith("u") else "")
+        rows.append([Raw(f"<code>{escape(str(sym))}</code>"), str(vr.lower), hi, used])
     return table(["symbol", "min", "max", "input sizes"], rows)
 
 
