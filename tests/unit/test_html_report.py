@@ -88,6 +88,18 @@ class FakeDraft:
     failures = [FakeFailure()]
 
 
+class Problem:  # graphcap's draft report names the kind ``kind``
+    kind = "constraint_violation"
+
+    def __str__(self):
+        return "n must be >= 5\n  fix: n = Dim('n', min=5)"
+
+
+class GraphcapStyleDraft:
+    failures = [Problem()]
+    refined_dynamic_shapes = {"x": {0: "n"}}
+
+
 def test_report_is_self_contained_well_formed_and_has_every_part(tmp_path):
     ep = _export()
     path = graphcap.report(ep, tmp_path / "r.html", verification=FakeVerification(), draft_report=FakeDraft(),
@@ -113,6 +125,13 @@ def test_report_is_self_contained_well_formed_and_has_every_part(tmp_path):
     # verification and draft tables, escaped
     assert "DIFFERS" in text and "boom &lt;b&gt;" in text and "refused" in text
     assert "DATA_DEPENDENT_ERROR" in text and "could not be decided" in text
+
+
+def test_draft_report_kinds_and_refined_spec(tmp_path):
+    ep = graphcap.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
+    text = graphcap.report(ep, tmp_path / "r.html", draft_report=GraphcapStyleDraft()).read_text()
+    assert "constraint_violation" in text and "Dim(&#x27;n&#x27;, min=5)" in text
+    assert "refined spec" in text
 
 
 def test_report_of_a_static_program_without_records_says_so(tmp_path):

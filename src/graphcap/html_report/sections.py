@@ -155,7 +155,8 @@ def assumptions(ep: Any) -> str:
         "<p class=\"note\">This program does not carry its export's assumptions (it was loaded from a file or " \
         "rebuilt by a pass); runtime asserts are read from the graph.</p>"
     if not rows:
-        return note + "<p>None: no size was specialized and no guard was needed beyond the signature.</p>"
+        return note + ("<p>No runtime asserts in the graph.</p>" if recorded is None else
+                       "<p>None: no size was specialized and no guard was needed beyond the signature.</p>")
     return note + table(["kind", "dims", "condition", "where (user source)"], rows)
 
 
@@ -233,11 +234,15 @@ def draft(report: Any) -> str:
             parts.append(f"<p>{badge(True, 'no problems found')}</p>")
         rows = []
         for f in failures:
-            kind = getattr(f, "failure_type", type(f).__name__)
-            kind = getattr(kind, "name", kind)
+            kind = getattr(f, "failure_type", None) or getattr(f, "kind", None) or type(f).__name__
+            kind = getattr(kind, "name", kind)  # torch's FailureType is an enum
             rows.append([str(kind), Raw(f"<pre>{escape(str(f))}</pre>")])
         if rows:
+            parts.append(f"<p>{badge(False, '', f'{len(rows)} problem(s) worked around')}</p>")
             parts.append(table(["problem", "details"], rows))
+        refined = getattr(report, "refined_dynamic_shapes", None)
+        if refined is not None:
+            parts.append(f"<p>Exported with the refined spec:</p><pre>{escape(repr(refined))}</pre>")
         return "".join(parts)
     data = _as_data(report)
     if isinstance(data, dict):
