@@ -174,3 +174,15 @@ def test_a_loaded_program_reports_its_records_as_unknown(tmp_path):
     text = graphcap.report(loaded, tmp_path / "r.html").read_text()
     assert "does not carry" in text and "Not recorded" in text
     assert "<svg" in text and "aten.linear.default" in text
+
+
+def test_control_flow_subgraphs_get_views_opened_from_their_boxes(tmp_path):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: t.tanh(), lambda t: t.sin() * 2, (x,))
+
+    ep = graphcap.export(M(), (torch.randn(4),))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    for sub in ("true_graph_0/", "false_graph_0/"):
+        assert f'data-key="{sub}"' in text and f'data-open="{sub}"' in text
+    assert "aten.tanh.default" in text and "aten.sin.default" in text  # the histogram counts subgraphs

@@ -16,16 +16,18 @@ from html import escape
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import torch
+
 from . import page, sections
 from .svg import view_svg
 from .views import ROOT, ModuleTree
 
 
-def _tree_html(tree: ModuleTree, key: str, depth: int, open_depth: int) -> str:
+def _tree_html(tree: ModuleTree, key: str, depth: int, open_depth: int, label: str = "(whole program)") -> str:
     group = tree.groups[key]
     parent = tree.groups[group.parent].path if group.parent else ""
     name = group.label[len(parent) + 1:] if parent and group.label.startswith(parent + ".") else group.label
-    link = (f'<a data-open="{escape(key)}" title="{escape(group.label)}">{escape(name if key else "(whole program)")}'
+    link = (f'<a data-open="{escape(tree.prefix + key)}" title="{escape(group.label)}">{escape(name if key else label)}'
             f'</a> <small>{escape(group.type_name)} {group.size}</small>')
     if not group.children:
         return f'<div class="leaf">{link}</div>'
@@ -37,30 +39,59 @@ def _count(n: int) -> str:
     return f"{n} node" if n == 1 else f"{n} nodes"
 
 
-def _crumbs(tree: ModuleTree, key: str) -> str:
-    parts = []
+def _crumbs(tree: ModuleTree, key: str, trail: list[tuple[str, str]]) -> str:
+    """Links back up: the views that led to this subgraph (``trail``), then the module chain."""
+    parts = [f'<a data-open="{escape(k)}">{escape(n)}</a>' for k, n in trail]
     for g in tree.breadcrumb(key):
+        if g.key == ROOT and trail:
+            continue
         name = "program" if g.key == ROOT else g.label.rsplit(".", 1)[-1] if "." in g.label else g.label
-        parts.append(f'<a data-open="{escape(g.key)}">{escape(name)}</a>')
+        parts.append(f'<a data-open="{escape(tree.prefix + g.key)}">{escape(name)}</a>')
     group = tree.groups[key]
     what = f" — {escape(group.type_name)}, {_count(group.size)}" if key else f" — {_count(group.size)}"
     return f'<div class="crumbs">{" › ".join(parts)}{what}</div>'
 
 
+def _trees(gm: Any) -> list[tuple[ModuleTree, list[tuple[str, str]]]]:
+    """The program's module tree, then one per control-flow subgraph (branches, loop bodies),
+    each with the breadcrumb trail that leads to it."""
+    out: list[tuple[ModuleTree, list[tuple[str, str]]]] = []
+
+    def add(module: Any, prefix: str, trail: list[tuple[str, str]]) -> None:
+        subs = {n.target: f"{prefix}{n.target}/" for n in module.graph.nodes
+                if n.op == "get_attr" and isinstance(getattr(module, n.target, None), torch.fx.GraphModule)}
+        out.append((ModuleTree(module.graph, prefix, subs), trail))
+        for target, sub_prefix in subs.items():
+            add(getattr(module, target), sub_prefix, (trail or [("", "program")]) + [(sub_prefix, target)])
+
+    add(gm, "", [])
+    return out
+
+
 def graph_section(ep: Any, open_depth: int = 1, max_views: int = 2000) -> str:
-    """The graph: one view per module call (the root shown first), and the module tree beside it."""
-    tree = ModuleTree(ep.graph)
-    keys = tree.keys()[:max_views]
-    views = []
-    for i, key in enumerate(keys):
-        hidden = "" if key == ROOT else " hidden"
-        views.append(f'<div class="view" data-key="{escape(key)}"{hidden}>{_crumbs(tree, key)}'
-                     f'{view_svg(tree.view(key), f"arrow{i}")}</div>')
-    note = "" if len(keys) == len(tree.keys()) else \
-        f"<p class=\"note\">Only the first {max_views} module views are drawn.</p>"
-    return (f"<p>Each module call is a box: click it (or its name in the tree) to open it. Hover a box "
-            f"for its value and source line.</p>{page.LEGEND}{note}"
-            f"<div class=\"graphbox\"><div class=\"tree\">{_tree_html(tree, ROOT, 0, open_depth)}</div>"
+    """The graph: one view per module call (the root shown first) and per control-flow subgraph,
+    and the module tree beside them."""
+    trees = _trees(ep.graph_module)
+    views, count, total = [], 0, 0
+    for tree, trail in trees:
+        for key in tree.keys():
+            total += 1
+            if count >= max_views:
+                continue
+            full = tree.prefix + key
+            hidden = "" if full == ROOT else " hidden"
+            views.append(f'<div class="view" data-key="{escape(full)}"{hidden}>{_crumbs(tree, key, trail)}'
+                         f'{view_svg(tree.view(key), f"arrow{count}")}</div>')
+            count += 1
+    note = "" if count == total else f"<p class=\"note\">Only the first {max_views} views are drawn.</p>"
+    tree_html = _tree_html(trees[0][0], ROOT, 0, open_depth)
+    subs = [f'<div class="leaf"><a data-open="{escape(t.prefix)}">{escape(t.prefix.rstrip("/"))}</a> '
+            f'<small>subgraph {t.groups[ROOT].size}</small></div>' for t, _ in trees[1:]]
+    if subs:
+        tree_html += "<details open><summary>control-flow subgraphs</summary>" + "".join(subs) + "</details>"
+    return (f"<p>Each module call is a box: click it (or its name in the tree) to open it. Hover a box for its "
+            f"value and source line.</p>{page.LEGEND}{note}"
+            f"<div class=\"graphbox\"><div class=\"tree\">{tree_html}</div>"
             f"<div class=\"views\">{''.join(views)}</div></div>")
 
 

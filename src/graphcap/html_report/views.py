@@ -104,7 +104,12 @@ def node_detail(node: torch.fx.Node) -> str:
 class ModuleTree:
     """The module calls of a graph and which nodes each runs; builds the views."""
 
-    def __init__(self, graph: torch.fx.Graph):
+    def __init__(self, graph: torch.fx.Graph, prefix: str = "", subgraphs: Optional[dict] = None):
+        """``prefix`` makes this tree's view keys unique in a page that also draws control-flow
+        subgraphs; ``subgraphs`` maps a ``get_attr`` target to the view key of that subgraph
+        (its node is then drawn as a box that opens it)."""
+        self.prefix = prefix
+        self.subgraphs = subgraphs or {}
         self.nodes = list(graph.nodes)
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.groups: dict[str, Group] = {ROOT: Group(ROOT, "", "", None)}
@@ -175,6 +180,11 @@ class ModuleTree:
         for node in group.nodes:
             if node.op == "placeholder" and not node.users:
                 continue  # an unused input (a buffer no operator reads): nothing to draw
+            if node.op == "get_attr" and node.target in self.subgraphs:  # a branch / body: opens its view
+                units[f"n:{node.name}"] = Unit(f"n:{node.name}", "module", node.name,
+                                               f"{node.name}: subgraph (click to open)",
+                                               node=node, group=self.subgraphs[node.target], order=self.index[node])
+                continue
             units[f"n:{node.name}"] = Unit(f"n:{node.name}", "node", node_label(node), node_detail(node), node=node,
                                            order=self.index[node])
         for child_key in group.children:
@@ -188,7 +198,7 @@ class ModuleTree:
             nodes = "1 node" if child.size == 1 else f"{child.size} nodes"
             units[f"m:{child_key}"] = Unit(f"m:{child_key}", "module", short,
                                            f"{child.label}: {child.type_name}, {nodes} (click to open)",
-                                           group=child_key, order=first)
+                                           group=self.prefix + child_key, order=first)
         edges: dict[tuple[str, str], None] = {}
         for node, unit_id in inside.items():
             for src in node.all_input_nodes:
