@@ -52,6 +52,7 @@ svg text{font:12px system-ui,sans-serif;text-anchor:middle;fill:#1d2433;pointer-
 svg text.sub{font-size:11px;fill:#667085}
 svg .edge{fill:none;stroke:#98a2b3;stroke-width:1.2}
 svg .edge.back{stroke-dasharray:4 3}
+svg .edge.sym{stroke:#d0d5dd;stroke-width:0.9;stroke-dasharray:2 2}
 svg .arrowhead{fill:#98a2b3}
 svg .unit rect{stroke:#667085;stroke-width:1;fill:#fff}
 svg .module{cursor:pointer}

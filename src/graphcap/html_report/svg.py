@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from html import escape
 
+import torch
+
 from .layout import Drawing, layout
 from .views import Unit, View
 
@@ -85,6 +87,12 @@ def _path(points: list[tuple[float, float]]) -> str:
     return d
 
 
+def _is_size_value(unit: Unit) -> bool:
+    """Whether the unit's value is a size or other Python number (``sym_size``, size arithmetic)."""
+    val = unit.node.meta.get("val") if unit.node is not None and unit.kind != "module" else None
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
 def view_svg(view: View, marker_id: str = "arrow") -> str:
     """The SVG element drawing ``view``; ``marker_id`` must be unique in the page (a marker inside a
     hidden view does not draw for the others)."""
@@ -95,8 +103,9 @@ def view_svg(view: View, marker_id: str = "arrow") -> str:
     drawing: Drawing = layout(sizes, view.edges)
     by_id = {u.id: u for u in view.units}
     parts = []
-    for _, _, pts in drawing.edges:
-        parts.append(f'<path class="edge" d="{_path(pts)}" marker-end="url(#{marker_id})"/>')
+    for a, _, pts in drawing.edges:
+        css = "edge sym" if _is_size_value(by_id[a]) else "edge"  # sizes drawn light: tensors stand out
+        parts.append(f'<path class="{css}" d="{_path(pts)}" marker-end="url(#{marker_id})"/>')
     for a, b in drawing.back_edges:
         src, dst = drawing.boxes[a], drawing.boxes[b]
         parts.append(f'<path class="edge back" d="{_path([(src.x, src.y + src.height), (dst.x, dst.y)])}" '
