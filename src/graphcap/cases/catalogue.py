@@ -66,6 +66,27 @@ class Case:
         return "\n\n".join(helpers + ["\n".join(lines[start:])])
 
 
+    def export_source(self) -> str:
+        """How the case is exported, as code: its inputs and spec as written in its ``@case(...)``."""
+        import ast
+        code = textwrap.dedent(inspect.getsource(self.model_class))
+        cls = ast.parse(code).body[0]
+        given = {}
+        for deco in getattr(cls, "decorator_list", []):
+            for kw in getattr(deco, "keywords", []):
+                value = kw.value.body if isinstance(kw.value, ast.Lambda) else kw.value
+                given[kw.arg] = ast.get_source_segment(code, value)
+        lines = [f"args = {given.get('args', '()')}"]
+        call = f"graphcap.export({self.model_class.__name__}(), args"
+        if "kwargs" in given:
+            lines.append(f"kwargs = {given['kwargs']}")
+            call += ", kwargs"
+        if "dynamic_shapes" in given:
+            lines.append(f"dynamic_shapes = {given['dynamic_shapes']}")
+            call += ", dynamic_shapes=dynamic_shapes"
+        return "\n".join(lines + [f"ep = {call})"])
+
+
 CASES: dict[str, Case] = {}
 
 

@@ -11,6 +11,7 @@ not depend on where the checkout is.
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -56,13 +57,17 @@ def render() -> str:
                        f"{c.status}{beyond} |")
     out.append("")
     for topic, group in topics.items():
-        out += [f"## {topic.replace('_', ' ')}", ""]
+        module = sys.modules[group[0].model_class.__module__]
+        imports = [line for line in inspect.getsource(module).splitlines()
+                   if line.startswith(("import ", "from ")) and "catalogue" not in line]
+        out += [f"## {topic.replace('_', ' ')}", "", (inspect.getdoc(module) or "").replace("\n", " "), "",
+                "The cases below import:", "", "```python", "import graphcap", *imports, "```", ""]
         for c in group:
             status, text = outcome(c)
             out += [f"### {c.name}", "", c.description, "",
                     f"Tags: {', '.join(f'`{t}`' for t in sorted(c.tags))}. Status: **{status}**."
                     + (f" Beyond torch.export: {c.note}." if c.beyond_torch and c.note else ""), "",
-                    "```python", c.source(), "```", "",
+                    "```python", c.source(), "", c.export_source(), "```", "",
                     "Program:" if status == SUPPORTED else "Error:", "", "```", text.rstrip(), "```", ""]
     return "\n".join(out)
 
