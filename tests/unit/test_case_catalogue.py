@@ -62,5 +62,8 @@ def test_case_status(name):
 
 def test_docs_cases_md_is_up_to_date():
     assert docs.DOC_PATH.exists(), "run: python -m graphcap.cases.docs"
+    recorded = docs.generated_with(docs.DOC_PATH.read_text())
+    if recorded != docs.torch_version():  # printed programs differ a little between torch releases
+        pytest.skip(f"docs/cases.md was generated with torch {recorded}, this is {docs.torch_version()}")
     assert docs.DOC_PATH.read_text() == docs.render(), \
         "docs/cases.md is out of date: run python -m graphcap.cases.docs"
