@@ -25,6 +25,17 @@ class UnknownOutputClass(torch.nn.Module):
         return Pair(x.sin(), x.cos())
 
 
+@case(args=lambda: (Pair(torch.randn(2, 3), torch.randn(3)),), tags={"python.data-structure"}, helpers=(Pair,),
+      beyond_torch=True, other_inputs=lambda: [((Pair(torch.ones(2, 3), torch.zeros(3)),), {})],
+      note="torch.export refuses an input of an unregistered class")
+class UnknownInputClass(torch.nn.Module):
+    """An input of a class pytree does not know: graphcap flattens it by its attributes (for this
+    trace only; the process's pytree registry is left as it was) and ``module()`` takes a ``Pair``."""
+
+    def forward(self, pair):
+        return pair.first * pair.second
+
+
 @case(args=lambda: (torch.randn(1, 3),), dynamic_shapes=lambda: {"x": {0: Dim("n", min=0, max=64)}},
       tags={"torch.dynamic-shape"}, beyond_torch=True,
       other_inputs=lambda: [((torch.randn(0, 3),), {}), ((torch.randn(5, 3),), {})],
