@@ -109,8 +109,9 @@ class VerificationResult:
     def summary(self) -> str:
         matched = sum(s.passed for s in self.input_sets)
         refused = sum(r.passed for r in self.refusals)
-        line = (f"{matched}/{len(self.input_sets)} input sets match eager, "
-                f"{refused}/{len(self.refusals)} wrong inputs refused before computing")
+        line = f"{matched}/{len(self.input_sets)} input sets match eager"
+        if self.refusals:
+            line += f", {refused}/{len(self.refusals)} wrong inputs refused before computing"
         first = self.first_failure
         return line + ("" if first is None else f"\nFirst failure: {first.describe()}")
 

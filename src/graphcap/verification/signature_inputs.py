@@ -20,6 +20,7 @@ import torch
 from .. import auto_flatten
 from ..input_guards import forward_names, leaf_sources
 from ..signature import InputKind
+from ..torch_private.ops import schema_of
 from ..torch_private.symbolic import int_oo
 
 
@@ -216,7 +217,7 @@ def _index_bounds(placeholder: torch.fx.Node) -> list[Any]:
     for user in placeholder.users:
         if user.op != "call_function":
             continue
-        name = getattr(getattr(user.target, "_schema", None), "name", None)
+        name = getattr(schema_of(user.target), "name", None)
         if name in _INDEXING:
             src_pos, dim_pos, idx_pos = _INDEXING[name]
             if len(user.args) > idx_pos and user.args[idx_pos] is placeholder:
@@ -241,7 +242,7 @@ def _input_relations(graph: torch.fx.Graph, symbols: set) -> list[Any]:
     """The relations over input sizes the program asserts at run time (``_assert_scalar``)."""
     out = []
     for node in graph.nodes:
-        if node.op == "call_function" and getattr(getattr(node.target, "_schema", None), "name", "") \
+        if node.op == "call_function" and getattr(schema_of(node.target), "name", "") \
                 == "aten::_assert_scalar" and isinstance(node.args[0], torch.fx.Node):
             expr = getattr(getattr(node.args[0].meta.get("val"), "node", None), "expr", None)
             if expr is not None and expr.free_symbols and expr.free_symbols <= symbols:
