@@ -1,6 +1,7 @@
-"""``FILE.py:FACTORY``: the model and example inputs a command line names.
+"""``FILE.py:FACTORY`` (or ``package.module:FACTORY``): the model and example inputs a command line names.
 
-FACTORY is a function in FILE.py taking no arguments and returning
+FACTORY is a function in FILE.py (or in an importable module, such as
+``graphcap.demo:example``) taking no arguments and returning
 ``(model, args)``, ``(model, args, kwargs)`` or ``(model, args, kwargs,
 dynamic_shapes)``. The file is run as a module of its own (its folder first on
 ``sys.path``, so it can import its neighbours); an error in it is reported
@@ -26,21 +27,30 @@ class Factory(NamedTuple):
     where: str  # "FILE.py:FACTORY", for messages
 
 
+def _is_module_name(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
 def is_factory_spec(text: str) -> bool:
-    """``FILE.py:NAME`` (a .py file and a name), as opposed to a saved program."""
+    """``FILE.py:NAME`` or ``module.name:NAME``, as opposed to a saved program."""
     file, sep, name = text.rpartition(":")
-    return bool(sep) and file.endswith(".py") and name.isidentifier()
+    return bool(sep) and name.isidentifier() and (file.endswith(".py") or _is_module_name(file))
 
 
 def load_factory(spec: str) -> Factory:
     file, sep, name = spec.rpartition(":")
-    if not sep or not file.endswith(".py") or not name.isidentifier():
+    if not is_factory_spec(spec):
         raise UsageError(f"'{spec}' does not name a factory function.", where="FILE.py:FACTORY argument",
-                         fix="Write the Python file and the function in it, e.g. model.py:make_model.")
+                         fix="Write the Python file and the function in it, e.g. model.py:make_model "
+                             "(or an importable module: graphcap.demo:example).")
     path = Path(file).expanduser()
-    if not path.is_file():
-        raise UsageError(f"No such file: {file}", where=spec, fix="Check the path of the Python file.")
-    module = _run_file(path)
+    if file.endswith(".py"):
+        if not path.is_file():
+            raise UsageError(f"No such file: {file}", where=spec, fix="Check the path of the Python file.")
+        module = _run_file(path)
+    else:
+        module = _import_module(file, spec)
+        path = Path(getattr(module, "__file__", "") or file)
     factory = getattr(module, name, None)
     if not callable(factory):
         defined = sorted(k for k, v in vars(module).items()
@@ -49,6 +59,20 @@ def load_factory(spec: str) -> Factory:
                          fix=f"Use one of the functions it defines: {', '.join(defined) or '(none)'}.")
     built = _user_call(factory, spec, path)
     return _unpack(built, spec)
+
+
+def _import_module(name: str, spec: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            raise UsageError(f"No module named '{name}' (and '{name}' does not end in .py).", where=spec,
+                             fix="Give a Python file (model.py:make) or an importable module.") from e
+        raise UsageError(f"Importing {name} raised {type(e).__name__}: {e}", where=spec,
+                         fix="Fix the import (run with --debug for the whole traceback).") from e
+    except Exception as e:
+        raise UsageError(f"Importing {name} raised {type(e).__name__}: {e}", where=spec,
+                         fix="Fix the module (run with --debug for the whole traceback).") from e
 
 
 def _run_file(path: Path) -> Any:

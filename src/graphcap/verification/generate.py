@@ -72,7 +72,8 @@ def size_plans(inputs: ProgramInputs, samples: int, seed: int = 0) -> list[SizeP
         for s in syms:
             rng = inputs.symbols[s]
             for value, why in ((rng.lower, "lower end"), (probe_upper(rng), "upper end"), (0, "0"), (1, "1")):
-                edges.append(SizePlan(f"{s} = {value} ({why})" if why[0] not in "01" else f"{s} = {value}",
+                name = inputs.symbol_label(s)
+                edges.append(SizePlan(f"{name} = {value} ({why})" if why[0] not in "01" else f"{name} = {value}",
                                       {**base, s: value}))
     plans, seen = [], set()
     for plan in edges:

@@ -61,10 +61,10 @@ def _range_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
     out = []
     for sym, rng in inputs.symbols.items():
         if rng.lower >= 1:
-            out.append(RefusalCase(f"{sym} = {rng.lower - 1}, below its range [{rng.lower}, {_upper(rng)}]",
+            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.lower - 1}, below its range [{rng.lower}, {_upper(rng)}]",
                                    _at(inputs, {**base, sym: rng.lower - 1})))
         if rng.upper is not None:
-            out.append(RefusalCase(f"{sym} = {rng.upper + 1}, above its range [{rng.lower}, {rng.upper}]",
+            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.upper + 1}, above its range [{rng.lower}, {rng.upper}]",
                                    _at(inputs, {**base, sym: rng.upper + 1})))
     return out
 

@@ -131,6 +131,18 @@ class ProgramInputs:
                     values[free[0]] = int(solved[0])
         return values
 
+    def symbol_label(self, sym: Any) -> str:
+        """A symbol as the user knows it: the first input dimension that is exactly it
+        (``input_ids.shape[1]``), else its name."""
+        for leaf in self.leaves:
+            if isinstance(leaf, TensorInput):
+                for d, e in enumerate(leaf.dims):
+                    if e == sym:
+                        return f"{leaf.name}.shape[{d}]"
+            elif isinstance(leaf, IntInput) and leaf.expr == sym:
+                return leaf.name
+        return str(sym)
+
     def is_dynamic(self) -> bool:
         return bool(self.symbols)
 
