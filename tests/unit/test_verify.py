@@ -188,3 +188,12 @@ def test_samples_counts_random_sets(samples):
     model, ep = _pair_export()
     plans = size_plans(ProgramInputs(ep), samples=samples)
     assert sum(p.label.startswith("random") for p in plans) == samples
+
+
+def test_a_model_with_other_weights_is_named_as_the_likely_cause():
+    model, ep = _pair_export()
+    other = Pair()  # fresh random weights, as a factory without a seed builds
+    result = graphcap.verify(ep, other, samples=0, check_refusals=False)
+    assert not result.passed
+    assert result.notes and "weights differ" in result.notes[0] and "emb.weight" in result.notes[0]
+    assert not graphcap.verify(ep, model, samples=0, check_refusals=False).notes

@@ -225,7 +225,7 @@ def diff_command(args) -> int:
     if not changes:
         out.print(f"{escape(args.a)} and {escape(args.b)}: same signature, ranges, operators and weights")
         return 0
-    t = Table(title=f"{args.a} -> {args.b}: {len(changes)} differences", title_justify="left")
+    t = Table(title=f"{args.a} -> {args.b}: {len(changes)} difference{'s' if len(changes) != 1 else ''}", title_justify="left")
     for col in ("section", "item", args.a, args.b):
         t.add_column(escape(col))
     for c in changes:

@@ -51,6 +51,7 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     runnable = ep.module()
     state = _StateGuard(model, runnable)
     result = VerificationResult([], [], samples=samples, seed=seed)
+    result.notes.extend(_state_differences(ep, model))
     plans = size_plans(inputs, samples, seed)
     try:
         for k, plan in enumerate(plans):
@@ -141,6 +142,26 @@ def _check_refused(label: str, runnable, args: tuple, kwargs: dict) -> RefusalRe
         return RefusalResult(label, False, f"not refused by the input checks: computing raised "
                                            f"{type(e).__name__}: {_first_line(e)}")
     return RefusalResult(label, False, "accepted: the program computed a result for it")
+
+
+def _state_differences(ep, model: Any) -> list[str]:
+    """A note when the model's parameters or buffers hold other values than the program's: then
+    every input set differs for a reason that is not the program (a factory that builds a model
+    with fresh random weights, a checkpoint not loaded)."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    mine = model.state_dict(keep_vars=True)
+    theirs = {**ep.constants, **ep.state_dict}
+    differing = [name for name, t in theirs.items()
+                 if isinstance(t, torch.Tensor) and isinstance(mine.get(name), torch.Tensor)
+                 and t.device.type != "meta" and mine[name].shape == t.shape and mine[name].dtype == t.dtype
+                 and not torch.equal(mine[name].detach().cpu(), t.detach().cpu())]
+    if not differing:
+        return []
+    shown = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
+    return [f"The model's weights differ from the program's ({shown}): eager and the program compute with "
+            f"different values. If the model comes from a factory, seed it (torch.manual_seed) or load the "
+            f"same checkpoint."]
 
 
 def _first_line(e: BaseException) -> str:

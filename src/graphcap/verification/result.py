@@ -12,7 +12,7 @@ The data layout (``as_dict()``)::
                      "passed": bool, "error": str | None,
                      "outputs": [{"name", "shape", "dtype", "max_abs_error", "max_rel_error", "ok", "note"}]}],
      "refusals": [{"label": str, "refused": bool, "passed": bool, "message": str}],
-     "skipped": [str]}
+     "skipped": [str], "notes": [str]}
 """
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ class VerificationResult:
     samples: int = 0
     seed: int = 0
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what may explain a difference (weights that differ)
 
     @property
     def passed(self) -> bool:
@@ -104,7 +105,8 @@ class VerificationResult:
     def as_dict(self) -> dict[str, Any]:
         return dict(passed=self.passed, samples=self.samples, seed=self.seed,
                     input_sets=[s.as_dict() for s in self.input_sets],
-                    refusals=[r.as_dict() for r in self.refusals], skipped=list(self.skipped))
+                    refusals=[r.as_dict() for r in self.refusals], skipped=list(self.skipped),
+                    notes=list(self.notes))
 
     def summary(self) -> str:
         matched = sum(s.passed for s in self.input_sets)
@@ -113,7 +115,8 @@ class VerificationResult:
         if self.refusals:
             line += f", {refused}/{len(self.refusals)} wrong inputs refused before computing"
         first = self.first_failure
-        return line + ("" if first is None else f"\nFirst failure: {first.describe()}")
+        line += "" if first is None else f"\nFirst failure: {first.describe()}"
+        return "\n".join([line, *(f"Note: {n}" for n in self.notes)])
 
     # -- tables ------------------------------------------------------------------
     def table(self, *, per_output: bool = False):
@@ -146,7 +149,7 @@ class VerificationResult:
         t.add_column("message")
         for r in self.refusals:
             t.add_row(_esc(r.label), "[green]refused[/green]" if r.refused else "[bold red]NOT REFUSED[/bold red]",
-                      _short(r.message, 90))
+                      _short(r.message, 160))
         return t
 
     def __rich_console__(self, console, options):
