@@ -107,3 +107,22 @@ def test_errors_are_messages_without_traceback_unless_debug(tmp_path, capsys, mo
         status, _, err = run_main(capsys, *args)
         assert status == 2, (args, err)
         assert err.startswith("graphcap: error:") and "Traceback" not in err, (args, err)
+
+
+def test_report_option_calls_graphcap_report_with_the_verification(tmp_path, capsys, monkeypatch):
+    import graphcap
+    calls = []
+
+    def fake_report(ep, path, *, verification=None, **kwargs):
+        calls.append((ep, path, verification))
+        with open(path, "w") as f:
+            f.write("<html></html>")
+    monkeypatch.setattr(graphcap, "report", fake_report, raising=False)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_main(capsys, "verify", f"{FACTORIES}:dynamic", "--samples", "0", "--no-refusals",
+                                "--report", "r.html")
+    assert status == 0, err
+    (ep, path, verification), = calls
+    assert path == "r.html" and verification.passed and isinstance(ep, graphcap.ExportedProgram)
+    status, out, err = run_main(capsys, "export", f"{FACTORIES}:dynamic", "-o", "d.pt2", "--report", "e.html")
+    assert status == 0 and calls[-1][1:] == ("e.html", None) and "Wrote e.html" in out

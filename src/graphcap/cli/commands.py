@@ -71,13 +71,14 @@ def _report_function():
     fn = getattr(graphcap, "report", None)
     if callable(fn) and not isinstance(fn, types.ModuleType):
         return fn
-    try:
-        module = importlib.import_module("graphcap.report")
-    except ImportError:
-        module = None
-    fn = getattr(module, "report", None)
-    if callable(fn) and not isinstance(fn, types.ModuleType):
-        return fn
+    for name in ("graphcap.html_report", "graphcap.report"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        fn = getattr(module, "report", None)
+        if callable(fn) and not isinstance(fn, types.ModuleType):
+            return fn
     raise UsageError("The HTML report is not available in this graphcap (graphcap.report(ep, path, ...) is "
                      "missing).", where="--report",
                      fix="Run without --report, or update graphcap to a version with the HTML report.")
