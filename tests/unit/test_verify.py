@@ -197,3 +197,32 @@ def test_a_model_with_other_weights_is_named_as_the_likely_cause():
     assert not result.passed
     assert result.notes and "weights differ" in result.notes[0] and "emb.weight" in result.notes[0]
     assert not graphcap.verify(ep, model, samples=0, check_refusals=False).notes
+
+
+def test_asserted_relations_shape_the_sizes_and_are_checked_by_refusals():
+    class Pairs(nn.Module):
+        def forward(self, x):
+            torch._check(x.shape[0] % 2 == 0)
+            return x.reshape(-1, 2, x.shape[1]).sum(1)
+
+    ep = graphcap.export(Pairs(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("b", min=2, max=20)},),
+                         prefer_deferred_runtime_asserts_over_guards=True)
+    result = graphcap.verify(ep, Pairs(), samples=4)
+    assert result.passed, str(result)
+    assert all(s.shapes["x"][0] % 2 == 0 for s in result.input_sets)
+    breaking = [r for r in result.refusals if "breaking the asserted" in r.label]
+    assert len(breaking) == 1 and breaking[0].refused
+
+
+def test_dynamic_int_inputs_are_generated_in_their_range():
+    class Repeat(nn.Module):
+        def forward(self, x, n):
+            return x.repeat(n, 1)
+
+    ep = graphcap.export(Repeat(), (torch.randn(3, 2), 4),
+                         dynamic_shapes=({0: Dim("b", min=1, max=9)}, Dim("n", min=1, max=6)))
+    result = graphcap.verify(ep, Repeat(), samples=2)
+    assert result.passed, str(result)
+    n_values = {v for s in result.input_sets for k, v in s.sizes.items() if v <= 6}
+    assert {1, 6} <= n_values
+    assert any("above its range [1, 6]" in r.label and r.refused for r in result.refusals)

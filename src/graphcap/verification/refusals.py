@@ -50,6 +50,7 @@ def refusal_cases(inputs: ProgramInputs, base: dict[Any, int]) -> list[RefusalCa
     cases: list[RefusalCase] = []
     cases += _range_cases(inputs, base)
     cases += _relation_cases(inputs, base)
+    cases += _asserted_relation_cases(inputs, base)
     cases += _static_dim_case(inputs, base)
     cases += _dtype_and_rank_cases(inputs, base)
     cases += _value_cases(inputs, base)
@@ -96,6 +97,33 @@ def _relation_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
                 if size is not None and abs(expr.coeff(root)) > 1:
                     out.append(RefusalCase(f"{leaf.name}.shape[{d}] = {size + 1}, not of the form {expr}",
                                            _at(inputs, base, {(i, d): size + 1})))
+    return out
+
+
+def _asserted_relation_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
+    """Sizes inside every range that break a relation the program asserts (``b % 2 == 0``):
+    the nearest such size above (or below) the example's, one case per relation."""
+    out, seen = [], set()
+    subs = {s: sympy.Integer(v) for s, v in base.items()}
+    for relation in inputs.relations:
+        if any(relation.xreplace({**subs, sym: sympy.Integer(v)}) is sympy.false for sym, v in seen):
+            continue  # an earlier case already breaks this relation
+        for sym in sorted(relation.free_symbols, key=str):
+            rng = inputs.symbols.get(sym)
+            if rng is None:
+                continue
+            for step in (1, -1, 2, -2, 3, -3):
+                value = base[sym] + step
+                if value < rng.lower or (rng.upper is not None and value > rng.upper):
+                    continue
+                if relation.xreplace({**subs, sym: sympy.Integer(value)}) is sympy.false:
+                    seen.add((sym, value))
+                    out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {value}, breaking the asserted "
+                                           f"{relation}", _at(inputs, {**base, sym: value})))
+                    break
+            else:
+                continue
+            break
     return out
 
 
