@@ -8,8 +8,8 @@ derived dims and equal dims; random values per dtype) and on wrong inputs
 (:mod:`.refusals`), and returns a :class:`VerificationResult`.
 
 State: both the model and the program start every input set from the state
-they had when ``verify`` was called: parameters and buffers a forward writes
-are copied before each call and written back after it, so ``verify`` leaves
+they had when ``verify`` was called: buffers (and parameters, up to 512 MiB of
+them) are copied once and written back after each call, so ``verify`` leaves
 tensors as it found them. Python attributes a forward changes (a counter in
 ``self``) are not restored: they are what a program baked in at export cannot
 follow, and the first input set that shows it is reported.
@@ -169,18 +169,26 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+PARAMETER_COPY_LIMIT = 512 * 2**20
+"""Parameters are copied (to undo a forward that writes them in place) only up to this many bytes
+in all: a large model's weights are not doubled in memory for a write almost no forward makes."""
+
+
 class _StateGuard:
-    """The parameters and buffers of the model and of the program's module, copied once;
-    ``restore`` writes the copies back (in place, so aliases stay aliases)."""
+    """The buffers (and, up to ``PARAMETER_COPY_LIMIT``, parameters) of the model and of the
+    program's module, copied once; ``restore`` writes the copies back (in place, so aliases stay
+    aliases)."""
 
     def __init__(self, *owners: Any):
         self._owners = [o for o in owners if isinstance(o, torch.nn.Module)]
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._names: dict[int, dict[str, torch.Tensor]] = {}
+        params = {id(p): p for owner in self._owners for p in owner.parameters()}
+        copy_params = sum(p.numel() * p.element_size() for p in params.values()) <= PARAMETER_COPY_LIMIT
         for owner in self._owners:
             named = dict(owner.named_buffers(remove_duplicate=False))
             self._names[id(owner)] = named
-            for t in [*named.values(), *owner.parameters()]:
+            for t in [*named.values(), *(owner.parameters() if copy_params else ())]:
                 if id(t) not in self._saved:
                     self._saved[id(t)] = (t, t.detach().clone())
 
