@@ -113,8 +113,9 @@ def inspect_command(args) -> int:
         rt = Table(title="Range constraints", title_justify="left")
         rt.add_column("symbol")
         rt.add_column("range")
+        rt.add_column("input dimension")
         for k, v in facts.ranges.items():
-            rt.add_row(escape(k), escape(v))
+            rt.add_row(escape(k), escape(v), escape(facts.by_labels(k)) if facts.by_labels(k) != k else "")
         out.print(rt)
     else:
         out.print("Range constraints: none (every size is static)")

@@ -8,6 +8,7 @@ format version. ``inspect`` renders them as tables; ``diff`` compares two.
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -35,6 +36,15 @@ class ProgramFacts:
     weights: dict[str, Weight] = field(default_factory=dict)
     format_version: Optional[int] = None
     dialect: str = ""
+    symbol_labels: dict[str, str] = field(default_factory=dict)  # s52 -> tokens.shape[0]
+
+    def by_labels(self, text: str) -> str:
+        """``text`` with every symbol written as the input dimension it is (for ``diff``: two
+        exports name the same dimension with different symbols)."""
+        if not self.symbol_labels:
+            return text
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, self.symbol_labels)) + r")\b")
+        return pattern.sub(lambda m: self.symbol_labels[m.group(1)], text)
 
 
 def _type_of(node: Optional[torch.fx.Node]) -> str:
@@ -88,7 +98,17 @@ def program_facts(ep, format_version: Optional[int] = None) -> ProgramFacts:
             weights[spec.target] = Weight(kind, list(t.shape), str(t.dtype).replace("torch.", ""),
                                           t.numel() * t.element_size(), t)
     return ProgramFacts(inputs, outputs, ranges, operator_histogram(ep.graph_module), weights, format_version,
-                        getattr(ep, "dialect", ""))
+                        getattr(ep, "dialect", ""), _symbol_labels(ep))
+
+
+def _symbol_labels(ep) -> dict[str, str]:
+    from ..verification.signature_inputs import ProgramInputs
+    try:
+        inputs = ProgramInputs(ep)
+    except Exception:  # no input structure: symbols keep their names
+        return {}
+    labels = {str(sym): inputs.symbol_label(sym) for sym in inputs.symbols}
+    return {k: v for k, v in labels.items() if k != v}
 
 
 def human_bytes(n: int) -> str:
@@ -125,9 +145,10 @@ class Change:
 def diff_facts(a: ProgramFacts, b: ProgramFacts) -> list[Change]:
     changes: list[Change] = []
     changes += _keyed("inputs", _inputs_but_weights(a), _inputs_but_weights(b))
-    changes += _keyed("outputs", {f"#{i} {k}": f"{n} {ty}" for i, (n, k, _, ty) in enumerate(a.outputs)},
-                      {f"#{i} {k}": f"{n} {ty}" for i, (n, k, _, ty) in enumerate(b.outputs)})
-    changes += _keyed("ranges", a.ranges, b.ranges)
+    changes += _keyed("outputs", {f"#{i} {k}": a.by_labels(f"{n} {ty}") for i, (n, k, _, ty) in enumerate(a.outputs)},
+                      {f"#{i} {k}": b.by_labels(f"{n} {ty}") for i, (n, k, _, ty) in enumerate(b.outputs)})
+    changes += _keyed("ranges", {a.by_labels(k): v for k, v in a.ranges.items()},
+                      {b.by_labels(k): v for k, v in b.ranges.items()})
     changes += _keyed("operators", {k: str(v) for k, v in a.operators.items()},
                       {k: str(v) for k, v in b.operators.items()}, absent="0")
     changes += _keyed("weights", {k: f"{w.dtype}{w.shape}" for k, w in a.weights.items()},
@@ -145,7 +166,8 @@ def diff_facts(a: ProgramFacts, b: ProgramFacts) -> list[Change]:
 
 def _inputs_but_weights(facts: ProgramFacts) -> dict[str, str]:
     """The inputs that are not weights (those are compared under "weights"), by name and kind."""
-    return {f"{n} ({k} {t})".replace(" )", ")"): ty for n, k, t, ty in facts.inputs if t not in facts.weights}
+    return {f"{n} ({k} {t})".replace(" )", ")"): facts.by_labels(ty) for n, k, t, ty in facts.inputs
+            if t not in facts.weights}
 
 
 def _keyed(section: str, a: dict[str, str], b: dict[str, str], absent: str = "-") -> list[Change]:
