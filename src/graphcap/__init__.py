@@ -14,6 +14,7 @@ from .passes.move_to_device import move_to_device_pass
 from .program import ExportedProgram
 from .pytree import register_dataclass
 from .serialize.schema import FORMAT_VERSION
+from .verification import VerificationResult, verify
 from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                         ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
@@ -21,7 +22,7 @@ __all__ = [
     "export", "ExportedProgram", "report", "register_dataclass", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
-    "save", "load", "to_torch", "from_torch", "FORMAT_VERSION",
+    "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",
     "SymIntArgument", "ConstantArgument", "ModuleCallEntry", "ModuleCallSignature",
     "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "InternalError", "RuntimeInputError",

@@ -25,11 +25,15 @@ class TinyClassifier(nn.Module):
         return {"logits": logits, "probs": logits.softmax(-1)}
 
 
-def main() -> int:
+def example():
+    """The built-in example as a factory for the command line: ``graphcap verify graphcap.demo:example``."""
     torch.manual_seed(0)
-    model = TinyClassifier().eval()
-    image = torch.randn(2, 3, 16, 16)
-    ep = graphcap.export(model, (image,), {"temperature": 2.0})
+    return TinyClassifier().eval(), (torch.randn(2, 3, 16, 16),), {"temperature": 2.0}
+
+
+def main() -> int:
+    model, (image,), kwargs = example()
+    ep = graphcap.export(model, (image,), kwargs)
     print(ep)
     runnable = ep.module()
     fresh = torch.randn(2, 3, 16, 16)

@@ -1,0 +1,4 @@
+"""``python -m graphcap.cli ...``: the ``graphcap`` command without the console script."""
+from . import entry_point
+
+entry_point()

@@ -1,0 +1,137 @@
+"""``FILE.py:FACTORY`` (or ``package.module:FACTORY``): the model and example inputs a command line names.
+
+FACTORY is a function in FILE.py (or in an importable module, such as
+``graphcap.demo:example``) taking no arguments and returning
+``(model, args)``, ``(model, args, kwargs)`` or ``(model, args, kwargs,
+dynamic_shapes)``. The file is run as a module of its own (its folder first on
+``sys.path``, so it can import its neighbours); an error in it is reported
+with the file's line, not as a traceback.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, NamedTuple, Optional
+
+from .errors import UsageError
+
+
+class Factory(NamedTuple):
+    model: Any
+    args: tuple
+    kwargs: dict
+    dynamic_shapes: Any
+    where: str  # "FILE.py:FACTORY", for messages
+
+
+def _is_module_name(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def is_factory_spec(text: str) -> bool:
+    """``FILE.py:NAME`` or ``module.name:NAME``, as opposed to a saved program."""
+    file, sep, name = text.rpartition(":")
+    return bool(sep) and name.isidentifier() and (file.endswith(".py") or _is_module_name(file))
+
+
+def load_factory(spec: str) -> Factory:
+    file, sep, name = spec.rpartition(":")
+    if not is_factory_spec(spec):
+        raise UsageError(f"'{spec}' does not name a factory function.", where="FILE.py:FACTORY argument",
+                         fix="Write the Python file and the function in it, e.g. model.py:make_model "
+                             "(or an importable module: graphcap.demo:example).")
+    path = Path(file).expanduser()
+    if file.endswith(".py"):
+        if not path.is_file():
+            raise UsageError(f"No such file: {file}", where=spec, fix="Check the path of the Python file.")
+        module = _run_file(path)
+    else:
+        module = _import_module(file, spec)
+        path = Path(getattr(module, "__file__", "") or file)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        defined = sorted(k for k, v in vars(module).items()
+                         if callable(v) and getattr(v, "__module__", None) == module.__name__ and not k.startswith("_"))
+        raise UsageError(f"{file} has no function named '{name}'.", where=spec,
+                         fix=f"Use one of the functions it defines: {', '.join(defined) or '(none)'}.")
+    built = _user_call(factory, spec, path)
+    return _unpack(built, spec)
+
+
+def _import_module(name: str, spec: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            raise UsageError(f"No module named '{name}' (and '{name}' does not end in .py).", where=spec,
+                             fix="Give a Python file (model.py:make) or an importable module.") from e
+        raise UsageError(f"Importing {name} raised {type(e).__name__}: {e}", where=spec,
+                         fix="Fix the import (run with --debug for the whole traceback).") from e
+    except Exception as e:
+        raise UsageError(f"Importing {name} raised {type(e).__name__}: {e}", where=spec,
+                         fix="Fix the module (run with --debug for the whole traceback).") from e
+
+
+def _run_file(path: Path) -> Any:
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    mod_name = f"graphcap_factory_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"Cannot load {path} as Python.", where=str(path), fix="Give a .py file.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(mod_name, None)
+        raise UsageError(f"Running {path} raised {type(e).__name__}: {e}", where=_user_line(e, path),
+                         fix="Fix the error in the file (run with --debug for the whole traceback).") from e
+    return module
+
+
+def _user_call(factory: Any, spec: str, path: Path) -> Any:
+    try:
+        return factory()
+    except Exception as e:
+        raise UsageError(f"{spec} raised {type(e).__name__}: {e}", where=_user_line(e, path),
+                         fix="Fix the factory (run with --debug for the whole traceback).") from e
+
+
+def _user_line(e: BaseException, path: Path) -> str:
+    """The last line of the traceback that lies in the user's file (else the last line)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{e.filename}:{e.lineno}"
+    mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or frames[-1:]
+    if not mine:
+        return str(path)
+    f = mine[-1]
+    return f"{f.filename}:{f.lineno}" + (f" ({f.line.strip()})" if f.line else "")
+
+
+def _unpack(built: Any, spec: str) -> Factory:
+    fix = ("Return (model, args), (model, args, kwargs) or (model, args, kwargs, dynamic_shapes), with args a "
+           "tuple of example inputs.")
+    if not isinstance(built, (tuple, list)) or not 2 <= len(built) <= 4:
+        raise UsageError(f"{spec} returned {type(built).__name__}"
+                         + (f" of length {len(built)}" if isinstance(built, (tuple, list)) else "")
+                         + ", not (model, args[, kwargs[, dynamic_shapes]]).", where=spec, fix=fix)
+    model, args = built[0], built[1]
+    kwargs: Optional[dict] = built[2] if len(built) > 2 else None
+    dynamic_shapes = built[3] if len(built) > 3 else None
+    if not callable(model):
+        raise UsageError(f"{spec} returned a model of type {type(model).__name__}, which cannot be called.",
+                         where=spec, fix=fix)
+    if isinstance(args, list):
+        args = tuple(args)
+    if not isinstance(args, tuple):
+        args = (args,)  # one example input given bare
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise UsageError(f"{spec} returned kwargs of type {type(kwargs).__name__}, not a dict.", where=spec, fix=fix)
+    return Factory(model, args, dict(kwargs or {}), dynamic_shapes, spec)
