@@ -18,7 +18,7 @@ from ..torch_private.dispatch import disable_current_modes
 from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
-from . import checkpoints, schema, tensors, upgrade
+from . import attach, checkpoints, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -141,7 +141,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         elif key == "weights" and checkpoint is not None:
             loaded[key] = {}  # all from the checkpoint, below
         elif checkpoint is None and tensors.without_data(described):
-            raise checkpoints.structure_only_error()
+            raise attach.structure_only_error()
         elif mmap:
             if reader.path is None:
                 raise SerializationError("mmap=True needs a file path, not a file object.",
@@ -153,7 +153,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
             loaded[key] = tensors.unpack(reader.read(entry), described)
     from_meta = False
     if checkpoint is not None:
-        loaded, from_meta = checkpoints.attach(state, loaded, checkpoint)
+        loaded, from_meta = attach.attach(state, loaded, checkpoint)
     if extra_files is not None:
         for name in list(extra_files):
             entry = schema.EXTRA_PREFIX + _check_extra_name(name)
@@ -173,7 +173,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     except VerificationError as e:
         raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
     if from_meta:  # exported on the meta device: what ran there now runs where the weights are
-        ep = checkpoints.move_meta_placements(ep)
+        ep = attach.move_meta_placements(ep)
     return ep
 
 
