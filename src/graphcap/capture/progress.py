@@ -96,6 +96,8 @@ class ModuleProgress:
     def close(self) -> None:
         self._handle.remove()
         if self._bar is not None:
+            self._bar.update(self._task, completed=self.entered)
+            self._bar.refresh()
             self._bar.stop()
             self._bar = None
 
