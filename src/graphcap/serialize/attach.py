@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import SerializationError
-from .checkpoints import SHOWN, Checkpoint, checkpoint_error, listed
+from .checkpoints import SHOWN, Checkpoint, refuse, listed
 from .tensors import without_data
 from .values import DTYPES, bad, decode_device
 
@@ -134,7 +134,7 @@ def attach(state: dict[str, Any], loaded: dict[str, dict[str, torch.Tensor]],
                       for p in problems[kind][:SHOWN]]
             if len(problems[kind]) > SHOWN:
                 lines.append(f"... and {len(problems[kind]) - SHOWN} more {kind} mismatches")
-        raise checkpoint_error("The weights do not match the program:\n  " + "\n  ".join(lines),
+        raise refuse("The weights do not match the program:\n  " + "\n  ".join(lines),
                      f"graphcap.load(f, weights={checkpoint.label!r})",
                      _fixes(problems, unknown, list(by_name), missing_constants))
 
@@ -155,14 +155,15 @@ def attach(state: dict[str, Any], loaded: dict[str, dict[str, torch.Tensor]],
 def _placed(name: str, t: torch.Tensor, g: _Group, checkpoint: Checkpoint) -> torch.Tensor:
     """The tensor as the program holds it: checked, on its device, a Parameter where it was one."""
     if tuple(t.shape) != g.shape or t.dtype != g.dtype:  # what was read must be what the header said
-        raise checkpoint_error(f"{name!r} read from {checkpoint.label} is {t.dtype} {list(t.shape)}, not the "
-                     f"{g.dtype} {list(g.shape)} its header announced.", f"graphcap.load(f, weights={checkpoint.label!r})",
+        raise refuse(f"{name!r} read from {checkpoint.label} is {t.dtype} {list(t.shape)}, not the "
+                     f"{g.dtype} {list(g.shape)} its header announced.",
+                     f"graphcap.load(f, weights={checkpoint.label!r})",
                      "The file is damaged: save the checkpoint again.")
     if g.device.type != "meta" and t.device != g.device:
         try:
             t = t.to(g.device)
         except (RuntimeError, AssertionError) as e:
-            raise checkpoint_error(f"{name!r} belongs on {g.device}, which this process cannot use ({e}).",
+            raise refuse(f"{name!r} belongs on {g.device}, which this process cannot use ({e}).",
                          f"graphcap.load(f, weights={checkpoint.label!r})",
                          "Load on a machine with that device, or move the program with move_to_device_pass.") from None
     if g.description.get("parameter"):

@@ -42,7 +42,7 @@ def listed(names: list[str], quoted: bool = False) -> str:
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def checkpoint_error(what: str, where: str, fix: str) -> SerializationError:
+def refuse(what: str, where: str, fix: str) -> SerializationError:
     return SerializationError(what, where=where, fix=fix)
 
 
@@ -77,13 +77,14 @@ class MappingCheckpoint(Checkpoint):
         self._tensors: dict[str, torch.Tensor] = {}
         for name, t in mapping.items():
             if not isinstance(name, str):
-                raise checkpoint_error(f"The weights mapping has the key {name!r}, not a string.", "graphcap.load(f, weights={...})",
+                raise refuse(f"The weights mapping has the key {name!r}, not a string.",
+                             "graphcap.load(f, weights={...})",
                              "Key the mapping by the program's state FQNs (the keys of ep.state_dict).")
             if not isinstance(t, torch.Tensor):
-                raise checkpoint_error(f"The weights mapping gives a {type(t).__name__} for {name!r}, not a tensor.",
+                raise refuse(f"The weights mapping gives a {type(t).__name__} for {name!r}, not a tensor.",
                              "graphcap.load(f, weights={...})", "Map each FQN to a tensor.")
             if not has_data(t) or t.layout != torch.strided:
-                raise checkpoint_error(f"The weights mapping gives {name!r} as a tensor without data (meta or fake) or "
+                raise refuse(f"The weights mapping gives {name!r} as a tensor without data (meta or fake) or "
                              f"not dense ({t.layout}).", "graphcap.load(f, weights={...})",
                              "Attach tensors holding the weights (loaded from the checkpoint), or load the "
                              "structure alone with weights=False.")
@@ -117,14 +118,14 @@ class SafetensorsCheckpoint(Checkpoint):
             try:
                 self._handles[path] = safe_open(path, framework="pt")
             except Exception as e:  # SafetensorError, OSError: damaged, truncated, not safetensors
-                raise checkpoint_error(f"Cannot read the safetensors file {path}: {e}", f"graphcap.load(f, weights={label!r})",
+                raise refuse(f"Cannot read the safetensors file {path}: {e}", f"graphcap.load(f, weights={label!r})",
                              "Check that the checkpoint was written completely (save_pretrained / "
                              "safetensors.torch.save_file) and is not damaged.") from None
         for path, handle in self._handles.items():
             held = set(handle.keys())
             absent = [n for n, p in files.items() if p == path and n not in held]
             if absent:
-                raise checkpoint_error(f"The index of {label} places {listed(absent)} in {os.path.basename(path)}, which "
+                raise refuse(f"The index of {label} places {listed(absent)} in {os.path.basename(path)}, which "
                              f"does not hold {'it' if len(absent) == 1 else 'them'}.",
                              f"graphcap.load(f, weights={label!r})",
                              "The index and the shards are from different saves: save the checkpoint again.")
@@ -137,7 +138,7 @@ class SafetensorsCheckpoint(Checkpoint):
         code = piece.get_dtype()
         dtype = _CODES.get(code)
         if dtype is None:
-            raise checkpoint_error(f"{name!r} in {self._file_of[name]} has the safetensors dtype {code}, which this "
+            raise refuse(f"{name!r} in {self._file_of[name]} has the safetensors dtype {code}, which this "
                          f"torch has no dtype for.", f"graphcap.load(f, weights={self.label!r})",
                          "Convert the checkpoint to a dtype torch supports.")
         return tuple(int(s) for s in piece.get_shape()), dtype
@@ -147,22 +148,22 @@ class SafetensorsCheckpoint(Checkpoint):
         try:
             return self._handles[path].get_tensor(name)
         except Exception as e:
-            raise checkpoint_error(f"Cannot read {name!r} from {path}: {e}", f"graphcap.load(f, weights={self.label!r})",
+            raise refuse(f"Cannot read {name!r} from {path}: {e}", f"graphcap.load(f, weights={self.label!r})",
                          "The file is damaged or truncated: save the checkpoint again.") from None
 
 
 def _inside(directory: str, relative: Any, label: str) -> str:
     """The path of a shard the index names, which must be a file inside the checkpoint's folder."""
     if not isinstance(relative, str) or not relative or os.path.isabs(relative) or "\\" in relative:
-        raise checkpoint_error(f"The index of {label} names the shard {relative!r:.80}, not a file name in its folder.",
+        raise refuse(f"The index of {label} names the shard {relative!r:.80}, not a file name in its folder.",
                      f"graphcap.load(f, weights={label!r})", "Use an index written by save_pretrained.")
     base = os.path.realpath(directory)
     path = os.path.realpath(os.path.join(base, relative))
     if os.path.commonpath([base, path]) != base:
-        raise checkpoint_error(f"The index of {label} names the shard {relative!r:.80}, outside the checkpoint's folder.",
+        raise refuse(f"The index of {label} names the shard {relative!r:.80}, outside the checkpoint's folder.",
                      f"graphcap.load(f, weights={label!r})", "Use an index written by save_pretrained.")
     if not os.path.isfile(path):
-        raise checkpoint_error(f"The index of {label} names the shard {relative!r}, which does not exist.",
+        raise refuse(f"The index of {label} names the shard {relative!r}, which does not exist.",
                      f"graphcap.load(f, weights={label!r})",
                      "Copy every shard the index lists next to it (model-0000N-of-0000M.safetensors).")
     return path
@@ -175,11 +176,11 @@ def _sharded(index_path: str, label: str) -> SafetensorsCheckpoint:
         with open(index_path, "rb") as fh:
             index = json.loads(fh.read())
     except (OSError, ValueError) as e:
-        raise checkpoint_error(f"Cannot read the checkpoint index {index_path}: {e}", f"graphcap.load(f, weights={label!r})",
+        raise refuse(f"Cannot read the checkpoint index {index_path}: {e}", f"graphcap.load(f, weights={label!r})",
                      "Write the checkpoint again with save_pretrained.") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
-        raise checkpoint_error(f"The checkpoint index {index_path} has no 'weight_map' of names to shard files.",
+        raise refuse(f"The checkpoint index {index_path} has no 'weight_map' of names to shard files.",
                      f"graphcap.load(f, weights={label!r})", "Write the checkpoint again with save_pretrained.")
     directory = os.path.dirname(os.path.abspath(index_path))
     shards: dict[Any, str] = {}
@@ -197,7 +198,7 @@ def _single_file(path: str, label: str) -> SafetensorsCheckpoint:
         with safe_open(path, framework="pt") as handle:
             names = list(handle.keys())
     except Exception as e:
-        raise checkpoint_error(f"Cannot read the safetensors file {path}: {e}", f"graphcap.load(f, weights={label!r})",
+        raise refuse(f"Cannot read the safetensors file {path}: {e}", f"graphcap.load(f, weights={label!r})",
                      "Check that the file is a complete safetensors checkpoint.") from None
     return SafetensorsCheckpoint(label, {n: path for n in names})
 
@@ -209,7 +210,7 @@ def open_checkpoint(weights: Any) -> Optional[Checkpoint]:
     if isinstance(weights, Mapping):
         return MappingCheckpoint(weights)
     if not isinstance(weights, (str, os.PathLike)):
-        raise checkpoint_error(f"graphcap.load's weights= takes True, False, a path or a mapping; got {type(weights).__name__}.",
+        raise refuse(f"graphcap.load's weights= takes True, False, a path or a mapping; got {type(weights).__name__}.",
                      "graphcap.load(f, weights=...)",
                      "Pass True (the file's weights), False (structure only), the path of a .safetensors file "
                      "or of a checkpoint folder (save_pretrained), or a mapping {fqn: tensor}.")
@@ -221,17 +222,17 @@ def open_checkpoint(weights: Any) -> Optional[Checkpoint]:
         if os.path.isfile(os.path.join(path, SINGLE_FILE)):
             return _single_file(os.path.join(path, SINGLE_FILE), label)
         found = sorted(os.listdir(path))[:6]
-        raise checkpoint_error(f"The folder {path} holds neither {INDEX_FILE} nor {SINGLE_FILE} (it holds {found}).",
+        raise refuse(f"The folder {path} holds neither {INDEX_FILE} nor {SINGLE_FILE} (it holds {found}).",
                      f"graphcap.load(f, weights={label!r})",
                      "Point weights= at a folder written by save_pretrained (safe_serialization, the default), "
                      "or at one .safetensors file.")
     if not os.path.isfile(path):
-        raise checkpoint_error(f"The weights path {path} does not exist.", f"graphcap.load(f, weights={label!r})",
+        raise refuse(f"The weights path {path} does not exist.", f"graphcap.load(f, weights={label!r})",
                      "Pass the path of a .safetensors file or of a checkpoint folder.")
     if path.endswith(".index.json"):
         return _sharded(path, label)
     if path.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")):
-        raise checkpoint_error(f"{path} is a pickle-based checkpoint; graphcap reads weights only from safetensors "
+        raise refuse(f"{path} is a pickle-based checkpoint; graphcap reads weights only from safetensors "
                      f"(unpickling a file can run any code).", f"graphcap.load(f, weights={label!r})",
                      "Convert it to safetensors once, in a process you trust: load its state dict there and "
                      "write it with safetensors.torch.save_file (or save_pretrained, which writes safetensors).")

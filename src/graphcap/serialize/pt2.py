@@ -3,8 +3,9 @@
 ``save`` encodes the program (``encode``), packs tensors (``tensors``) and
 writes the archive atomically (``archive``). ``load`` reads and checks the
 archive, decodes the program (``decode``) and its tensors (or attaches them
-from a checkpoint: ``checkpoints``), and rebuilds a verified ExportedProgram. Any failure while reading a file — however the file
-was damaged or crafted — surfaces as a ``SerializationError``.
+from a checkpoint: ``checkpoints``, ``attach``), and rebuilds a verified
+ExportedProgram. Any failure while reading a file — however the file was
+damaged or crafted — surfaces as a ``SerializationError``.
 """
 from __future__ import annotations
 
