@@ -106,7 +106,7 @@ def pack_structure(tensors: dict[str, torch.Tensor], *, keep_data: bool) -> tupl
     stored = {n: t for n, t in tensors.items()
               if keep_data and isinstance(t, torch.Tensor) and has_data(t)}
     data, described_stored = pack(stored)
-    first_name: dict[int, str] = {id(t): n for n, t in reversed(list(stored.items()))}
+    first_name: dict[int, str] = {}  # of each data-less tensor object (the stored ones are aliased by pack)
     described: dict[str, Any] = {}
     for name, t in tensors.items():
         if name in described_stored:
