@@ -60,19 +60,39 @@ def export(
                                  prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
 
 
-def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None) -> None:
-    """Write ``ep`` to ``f`` (a path or binary file) in graphcap's pickle-free .pt2 format."""
+def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
+         weights: bool = True) -> None:
+    """Write ``ep`` to ``f`` (a path or binary file) in graphcap's pickle-free .pt2 format.
+
+    ``weights=False`` writes the structure alone (graph, signature, and the
+    dtype, shape, strides and requires_grad of every weight), also for a
+    program exported on the meta device; the weights are attached when loading.
+    """
     from .serialize import save as _save
-    _save(ep, f, extra_files=extra_files)
+    _save(ep, f, extra_files=extra_files, weights=weights)
 
 
 def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: bool = True) -> ExportedProgram:
+         weights: Any = True) -> ExportedProgram:
     """Read a program saved by :func:`save`; never unpickles or imports anything.
 
     ``extra_files`` (name → anything) is filled in place with the saved extra
-    files; ``mmap=True`` leaves the weights in the file until used;
-    ``weights=False`` loads the structure only (printable, not runnable).
+    files; ``mmap=True`` leaves the weights in the file until used.
+    ``weights`` says where the weights come from:
+
+    - ``True`` (default): from the file itself;
+    - ``False``: nowhere — the structure only (printable, not runnable);
+    - a path: a ``.safetensors`` file, or a checkpoint folder as transformers'
+      ``save_pretrained`` writes it (sharded with ``model.safetensors.index.json``,
+      or one ``model.safetensors``); memory-mapped, so the weights stay on disk
+      until used;
+    - a mapping ``{fqn: tensor}``.
+
+    Checkpoint tensors are matched by the program's state FQNs (the keys of
+    ``ep.state_dict``, plus constants the file lacks); shapes and dtypes are
+    checked against the program, and a missing, extra or mismatched tensor is
+    an error naming it. A program exported on the meta device runs where the
+    attached weights are.
     """
     from .serialize import load as _load
     return _load(f, extra_files=extra_files, mmap=mmap, weights=weights)

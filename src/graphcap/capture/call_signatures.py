@@ -28,6 +28,7 @@ from torch.fx.experimental import proxy_tensor
 from ..errors import ExportInputError
 from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, TensorArgument
 from ..trace import module_paths
+from . import progress
 
 
 def _graph_value(value: Any) -> Any:
@@ -75,12 +76,15 @@ class CallRecorder:
             self._modules = {f: modules[f] for f in self._fqns}
 
     def __enter__(self):
+        # modules entered of modules total, on a terminal, for exports that take a while
+        self._progress = progress.start((m for _, m in self._tree), type(self._root).__name__)
         for fqn, mod in self._modules.items():
             self._handles.append(mod.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post(fqn), with_kwargs=True))
         return self
 
     def __exit__(self, *exc):
+        progress.stop(self._progress)
         for h in self._handles:
             h.remove()
         self._handles.clear()

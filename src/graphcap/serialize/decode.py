@@ -12,13 +12,14 @@ unpickled.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable, Optional
 
 import sympy
 import torch
 import torch.fx
-from ..torch_private.fake import FakeTensorMode
+from ..torch_private.fake import FakeTensorMode, fake_from_meta
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
 from ..torch_private.shapes import guard_location
@@ -143,6 +144,7 @@ class _Symbols:
         if not isinstance(table, list):
             raise bad("The symbol table is malformed.")
         self.by_name: dict[str, sympy.Symbol] = {}
+        self._symints: dict[str, Any] = {}
         self.shape_env = new_shape_env()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         for i, entry in enumerate(table):
@@ -190,11 +192,17 @@ class _Symbols:
     def symint(self, text: Any) -> Any:
         if type(text) is int:
             return text
+        known = self._symints.get(text) if isinstance(text, str) else None
+        if known is not None:  # one SymInt per expression: a big model repeats a few hundred thousands times
+            return known
         e = self.expr(text)
         if e.is_Integer:
             return int(e)
         hint = self._hint(e)
-        return self.shape_env.create_symintnode(e, hint=int(hint) if hint is not None and hint.is_Integer else None)
+        made = self.shape_env.create_symintnode(e, hint=int(hint) if hint is not None and hint.is_Integer else None)
+        if isinstance(text, str):
+            self._symints[text] = made
+        return made
 
     def symfloat(self, text: Any) -> Any:
         e = self.expr(text)
@@ -222,13 +230,15 @@ class _Symbols:
         for x in (*shape, *stride, offset):
             if isinstance(x, int) and x < 0:
                 raise bad(f"Negative size or stride at {where}.")
-        with self.fake_mode:
-            if isinstance(offset, int) and offset == 0:
-                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-            else:
-                extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-                t = torch.empty((extent,), dtype=dtype, device=device).as_strided(shape, stride, offset)
-            if d.get("requires_grad") is True and (dtype.is_floating_point or dtype.is_complex):
+        # built on the meta device and wrapped, as the fake mode itself does, without its dispatch
+        if isinstance(offset, int) and offset == 0:
+            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        else:
+            extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+            meta = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+        t = fake_from_meta(self.fake_mode, meta, device)
+        if d.get("requires_grad") is True and (dtype.is_floating_point or dtype.is_complex):
+            with self.fake_mode:
                 t.requires_grad_(True)
         return t
 
@@ -256,6 +266,7 @@ class _GraphReader:
         self.schemas = schemas
         self.py_targets = python_targets()
         self.ops: dict[str, Any] = {}
+        self.tensor_metas: dict[str, Any] = {}  # TensorMetadata is immutable: one per distinct value
 
     def target(self, j: Any, where: str) -> Callable[..., Any]:
         if not (isinstance(j, dict) and len(j) == 1):
@@ -371,7 +382,10 @@ class _GraphReader:
                 raise bad(f"Malformed torch_fn at {where}.")
             node.meta["torch_fn"] = (fn[0], fn[1])
         if m.get("tensor_meta") is True and isinstance(node.meta.get("val"), torch.Tensor):
-            node.meta["tensor_meta"] = extract_tensor_metadata(node.meta["val"])
+            key = json.dumps(m["val"], sort_keys=True)
+            if key not in self.tensor_metas:
+                self.tensor_metas[key] = extract_tensor_metadata(node.meta["val"])
+            node.meta["tensor_meta"] = self.tensor_metas[key]
 
 
 # ---------------------------------------------------------------------------

@@ -269,15 +269,23 @@ def _bound(b: Any) -> Any:
 
 
 def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The program.json dict and the tensor entries (name → safetensors bytes)."""
-    from .tensors import pack
+    """The program.json dict and the tensor entries (name → safetensors bytes).
+
+    ``with_weights=False`` describes the weights without their data (and
+    constants without data too): see ``tensors.pack_structure``.
+    """
+    from .tensors import pack, pack_structure
     w = _Writer(ep)
     graph = w.graph_module(ep.graph_module, "")
     signature = w.signature(ep.graph_signature)
     call_graph = w.call_graph(ep.module_call_graph)
     range_constraints = [[w.expr(k), _bound(v.lower), _bound(v.upper)] for k, v in ep.range_constraints.items()]
-    weights_bytes, weights = pack(dict(ep.state_dict))
-    constants_bytes, constants = pack(dict(ep.constants))
+    if with_weights:
+        weights_bytes, weights = pack(dict(ep.state_dict))
+        constants_bytes, constants = pack(dict(ep.constants))
+    else:
+        weights_bytes, weights = pack_structure(dict(ep.state_dict), keep_data=False)
+        constants_bytes, constants = pack_structure(dict(ep.constants), keep_data=True)
     example_inputs, example_bytes = _example_inputs(ep)
     program = {
         "format_version": schema.FORMAT_VERSION,

@@ -2,9 +2,10 @@
 
 ``save`` encodes the program (``encode``), packs tensors (``tensors``) and
 writes the archive atomically (``archive``). ``load`` reads and checks the
-archive, decodes the program (``decode``) and its tensors, and rebuilds a
-verified ExportedProgram. Any failure while reading a file — however the file
-was damaged or crafted — surfaces as a ``SerializationError``.
+archive, decodes the program (``decode``) and its tensors (or attaches them
+from a checkpoint: ``checkpoints``, ``attach``), and rebuilds a verified
+ExportedProgram. Any failure while reading a file — however the file was
+damaged or crafted — surfaces as a ``SerializationError``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..torch_private.dispatch import disable_current_modes
 from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
-from . import schema, tensors, upgrade
+from . import attach, checkpoints, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -31,14 +32,15 @@ class StructureOnlyProgram(ExportedProgram):
     """A program loaded with ``weights=False``: printable and inspectable, not runnable.
 
     Its ``state_dict`` and ``constants`` hold tensors on the ``meta`` device (shape
-    and dtype only).
+    and dtype only). ``save(ep, f, weights=False)`` writes its structure again.
     """
 
     def module(self, check_guards: bool = True) -> torch.nn.Module:
         raise SerializationError(
             "This program was loaded with weights=False: it has the structure but no weights, so it "
             "cannot run.", where="ep.module()",
-            fix="Load it again with graphcap.load(f) (or mmap=True to keep the weights on disk until used).")
+            fix="Load it again with graphcap.load(f) (or mmap=True to keep the weights on disk until used), "
+                "or attach weights from a checkpoint: graphcap.load(f, weights='checkpoint/folder').")
 
 
 def _check_extra_name(name: Any) -> str:
@@ -49,16 +51,23 @@ def _check_extra_name(name: Any) -> str:
     return name
 
 
-def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None) -> None:
+def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None,
+         weights: bool = True) -> None:
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(
             f"graphcap.save expects a graphcap ExportedProgram, got {type(ep).__name__}.",
             where="graphcap.save(ep, f)",
             fix="For a torch.export program, convert it first: graphcap.save(graphcap.from_torch(ep), f).")
-    if isinstance(ep, StructureOnlyProgram):
+    if not isinstance(weights, bool):
+        raise SerializationError(f"graphcap.save's weights= is True or False, got {type(weights).__name__}.",
+                                 where="graphcap.save(ep, f, weights=...)",
+                                 fix="weights=False writes the structure alone; weights are attached at load.")
+    if isinstance(ep, StructureOnlyProgram) and weights:
         raise SerializationError("This program was loaded with weights=False and has no weights to save.",
-                                 where="graphcap.save(ep, f)", fix="Load it with weights=True, then save.")
-    program, payloads = encode_program(ep)
+                                 where="graphcap.save(ep, f)",
+                                 fix="Load it with weights=True (or weights=<checkpoint>), then save; or save "
+                                     "the structure again with graphcap.save(ep, f, weights=False).")
+    program, payloads = encode_program(ep, with_weights=weights)
     entries: dict[str, bytes] = {schema.PROGRAM_ENTRY: json.dumps(program, indent=1, allow_nan=False).encode()}
     entries.update(payloads)
     for name, content in (extra_files or {}).items():
@@ -109,7 +118,8 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
     return auto_flatten.unflatten(leaves, in_spec)
 
 
-def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool) -> ExportedProgram:
+def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool,
+          checkpoint: Optional[checkpoints.Checkpoint]) -> ExportedProgram:
     text = reader.read(schema.PROGRAM_ENTRY)
     if len(text) > schema.MAX_JSON_BYTES:
         raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
@@ -129,6 +139,10 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         described = state.get(key)
         if not weights:
             loaded[key] = _meta_tensors(described)
+        elif key == "weights" and checkpoint is not None:
+            loaded[key] = {}  # all from the checkpoint, below
+        elif checkpoint is None and tensors.without_data(described):
+            raise attach.structure_only_error()
         elif mmap:
             if reader.path is None:
                 raise SerializationError("mmap=True needs a file path, not a file object.",
@@ -138,6 +152,9 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
             loaded[key] = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described)
         else:
             loaded[key] = tensors.unpack(reader.read(entry), described)
+    from_meta = False
+    if checkpoint is not None:
+        loaded, from_meta = attach.attach(state, loaded, checkpoint)
     if extra_files is not None:
         for name in list(extra_files):
             entry = schema.EXTRA_PREFIX + _check_extra_name(name)
@@ -152,18 +169,22 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         example_inputs = _example_inputs(reader, program["example_inputs"], parts["module_call_graph"][0])
     cls = ExportedProgram if weights else StructureOnlyProgram
     try:
-        return cls(parts["graph_module"], parts["signature"], loaded["weights"], parts["range_constraints"],
-                   parts["module_call_graph"], example_inputs=example_inputs, constants=loaded["constants"])
+        ep = cls(parts["graph_module"], parts["signature"], loaded["weights"], parts["range_constraints"],
+                 parts["module_call_graph"], example_inputs=example_inputs, constants=loaded["constants"])
     except VerificationError as e:
         raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
+    if from_meta:  # exported on the meta device: what ran there now runs where the weights are
+        ep = attach.move_meta_placements(ep)
+    return ep
 
 
 def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: bool = True) -> ExportedProgram:
+         weights: checkpoints.WeightsArg = True) -> ExportedProgram:
+    checkpoint = checkpoints.open_checkpoint(weights)
     reader = ArchiveReader(f)
     try:
         with disable_current_modes():
-            return _load(reader, extra_files, mmap, weights)
+            return _load(reader, extra_files, mmap, weights is not False, checkpoint)
     except GraphcapError:
         raise
     except RecursionError:

@@ -10,6 +10,11 @@ Several names for the *same* tensor object come back as the same object.
 Loading reads the safetensors entry with the safetensors library, or, with
 ``mmap=True``, maps the archive file and builds tensors over the mapping
 (copy-on-write), so weights stay on disk until a kernel touches them.
+
+A program saved with ``weights=False`` describes its weights without data
+(``"storage": null``: dtype, shape, strides, requires_grad only), and so does
+any constant without data (on the meta device, or fake); the loader then
+attaches them from a checkpoint (``graphcap.serialize.checkpoints``).
 """
 from __future__ import annotations
 
@@ -60,14 +65,67 @@ def _check_tensor(name: str, t: Any) -> torch.Tensor:
             f"{name!r} is a {type(t).__name__} with layout {t.layout}; only plain strided tensors can "
             f"be saved.", where=f"state_dict/constants[{name!r}]",
             fix="Convert it to a plain dense tensor before export.")
-    if t.device.type == "meta" or isinstance(t, FakeTensor):
+    if not has_data(t):
         raise SerializationError(
             f"{name!r} has no data (it is on the meta device or fake), so it cannot be saved.",
             where=f"state_dict/constants[{name!r}]",
-            fix="Save a program whose weights were loaded (graphcap.load(..., weights=True)).")
+            fix="Save the structure alone with graphcap.save(ep, f, weights=False) and attach the weights "
+                "when loading (graphcap.load(f, weights='checkpoint/dir')), or export a model whose weights "
+                "hold data.")
     if t.dtype not in SUPPORTED_DTYPES:
         raise _unsupported_dtype(name, t.dtype)
     return t
+
+
+def has_data(t: torch.Tensor) -> bool:
+    """False for tensors that only describe a shape: on the meta device, or fake."""
+    return t.device.type != "meta" and not isinstance(t, FakeTensor)
+
+
+def _describe_without_data(name: str, t: Any) -> dict[str, Any]:
+    if not isinstance(t, torch.Tensor):
+        _check_tensor(name, t)  # raises: only tensors are state
+    if t.layout != torch.strided or t.is_quantized or str(t.dtype) not in DTYPES:
+        raise SerializationError(
+            f"{name!r} is a {type(t).__name__} with layout {t.layout} and dtype {t.dtype}; only plain "
+            f"strided tensors can be described.", where=f"state_dict/constants[{name!r}]",
+            fix="Convert it to a plain dense tensor before export.")
+    return {"storage": None, "dtype": str(t.dtype), "shape": [int(s) for s in t.shape],
+            "stride": [int(s) for s in t.stride()], "offset": 0, "device": str(t.device),
+            "requires_grad": bool(t.requires_grad), "parameter": isinstance(t, torch.nn.Parameter)}
+
+
+def pack_structure(tensors: dict[str, torch.Tensor], *, keep_data: bool) -> tuple[bytes, dict[str, Any]]:
+    """Like :func:`pack` for ``save(..., weights=False)``: tensors described without data.
+
+    With ``keep_data`` the tensors that have data are still stored (constants:
+    rotary tables, lifted literals — part of the program, and in no checkpoint);
+    those without (meta, fake) are described only. Several names for one
+    tensor object stay aliases of the first, so tied weights stay tied.
+    """
+    stored = {n: t for n, t in tensors.items()
+              if keep_data and isinstance(t, torch.Tensor) and has_data(t)}
+    data, described_stored = pack(stored)
+    first_name: dict[int, str] = {}  # of each data-less tensor object (the stored ones are aliased by pack)
+    described: dict[str, Any] = {}
+    for name, t in tensors.items():
+        if name in described_stored:
+            described[name] = described_stored[name]
+        elif id(t) in first_name:
+            described[name] = {"alias_of": first_name[id(t)]}
+        else:
+            first_name[id(t)] = name
+            described[name] = _describe_without_data(name, t)
+    return data, described
+
+
+def without_data(described: Any) -> list[str]:
+    """Names the file describes but holds no data for (aliases of them included)."""
+    if not isinstance(described, dict):
+        return []
+    missing = {n for n, d in described.items() if isinstance(d, dict) and "storage" in d and d["storage"] is None}
+    return [n for n, d in described.items()
+            if n in missing or (isinstance(d, dict) and d.get("alias_of") in missing)]
 
 
 def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
@@ -157,18 +215,19 @@ def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch
     if not isinstance(described, dict):
         raise bad("The tensor table is malformed.")
     out: dict[str, torch.Tensor] = {}
+    skipped = set(without_data(described))  # attached from a checkpoint by the caller
     for name, d in described.items():
         if not isinstance(d, dict):
             raise bad(f"The description of tensor {name!r} is malformed.")
-        if "alias_of" not in d:
+        if "alias_of" not in d and name not in skipped:
             out[name] = _rebuild(name, d, blobs)
     for name, d in described.items():
-        if "alias_of" in d:
+        if "alias_of" in d and name not in skipped:
             target = out.get(d["alias_of"]) if isinstance(d["alias_of"], str) else None
             if target is None:
                 raise bad(f"Tensor {name!r} is an alias of a tensor the file does not hold.")
             out[name] = target
-    return dict((name, out[name]) for name in described)
+    return dict((name, out[name]) for name in described if name not in skipped)
 
 
 def unpack(data: bytes, described: Any) -> dict[str, torch.Tensor]:

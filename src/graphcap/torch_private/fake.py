@@ -17,6 +17,8 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensor#fake_mode": None,
     "torch._subclasses.fake_tensor.UnsupportedOperatorException": None,
     "torch.UntypedStorage#_cdata": None,
+    "torch._subclasses.fake_tensor.FakeTensorConverter.from_meta_and_device": ("self", "fake_mode", "t", "device"),
+    "torch._subclasses.fake_tensor.FakeTensorMode#fake_tensor_converter": None,
 }
 
 SAMPLES = {
@@ -24,7 +26,19 @@ SAMPLES = {
     "torch.UntypedStorage": lambda: torch.UntypedStorage(1),
 }
 
-__all__ = ["FakeTensor", "FakeTensorMode", "unsupported_operator_error", "same_storage"]
+__all__ = ["FakeTensor", "FakeTensorMode", "unsupported_operator_error", "same_storage", "fake_from_meta"]
+
+
+def fake_from_meta(fake_mode: FakeTensorMode, meta: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A fake tensor of ``fake_mode`` over ``meta`` (a fresh meta tensor, sizes possibly symbolic) on ``device``.
+
+    What the mode does itself once a meta kernel has run; building a tensor
+    this way skips the operator dispatch (and its cache), which dominates
+    loading a program of thousands of nodes.
+
+    Relies on ``FakeTensorMode.fake_tensor_converter.from_meta_and_device``.
+    """
+    return fake_mode.fake_tensor_converter.from_meta_and_device(fake_mode, meta, device)
 
 
 def unsupported_operator_error() -> type:
