@@ -96,7 +96,7 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
             preserve_module_call_signature=preserve_module_call_signature,
             prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
     problems += _data_dependent_problems(session.decisions)
-    problems += _missing_kernel_problems(ep.graph_module)
+    problems += _missing_kernel_problems(ep.graph_module, _example_values(session))
     _name_assumptions_in_asserts(ep.graph_module, session.decisions)
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
@@ -155,7 +155,13 @@ def _operator_name(op: Any) -> str:
     return schema_of(op).name
 
 
-def _missing_kernel_problems(gm: torch.fx.GraphModule) -> list[Problem]:
+def _example_values(session: _Session) -> dict[Any, Any]:
+    """Data-dependent symbol -> its value on the example (what the real tensors gave)."""
+    env = getattr(session.mode, "shape_env", None)
+    return dict(getattr(env, "real_tensor_prop_unbacked_vals", None) or {})
+
+
+def _missing_kernel_problems(gm: torch.fx.GraphModule, example: dict[Any, Any]) -> list[Problem]:
     """Custom operators called without a fake kernel: their output metadata came from the real call."""
     seen: dict[str, Problem] = {}
     for mod in gm.modules():
@@ -173,7 +179,7 @@ def _missing_kernel_problems(gm: torch.fx.GraphModule) -> list[Problem]:
             seen[name] = Problem(
                 MISSING_FAKE_KERNEL,
                 f"custom operator {name} has no fake kernel; its outputs' metadata came from a real call on the "
-                f"example ({_real_outputs(node)}), with each output size a data-dependent size checked at "
+                f"example ({_real_outputs(node, example)}), with each output size a data-dependent size checked at "
                 f"runtime.",
                 _node_source_line(node),
                 _register_fake_snippet(op, node),
@@ -181,7 +187,8 @@ def _missing_kernel_problems(gm: torch.fx.GraphModule) -> list[Problem]:
     return list(seen.values())
 
 
-def _real_outputs(node: torch.fx.Node) -> str:
+def _real_outputs(node: torch.fx.Node, example: dict[Any, Any]) -> str:
+    """The outputs' dtypes and sizes on the example: ``float32[4, 3]``."""
     vals = node.meta.get("val")
     vals = vals if isinstance(vals, (list, tuple)) else [vals]
     parts = []
@@ -189,7 +196,12 @@ def _real_outputs(node: torch.fx.Node) -> str:
         real = real_tensor_of(v) if isinstance(v, torch.Tensor) else None
         t = real if real is not None else v
         if isinstance(t, torch.Tensor):
-            parts.append(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}")
+            sizes = []
+            for d in t.shape:
+                expr = getattr(getattr(d, "node", None), "expr", None)
+                value = expr.xreplace(example) if expr is not None else d
+                sizes.append(int(value) if getattr(value, "is_number", True) else str(d))
+            parts.append(f"{str(t.dtype).replace('torch.', '')}{sizes}")
     return ", ".join(parts) or "no tensor outputs"
 
 
