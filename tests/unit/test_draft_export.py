@@ -156,3 +156,28 @@ def test_draft_export_leaves_later_exports_without_real_tensors():
     graphcap.draft_export(BranchOnItem(), (torch.randn(8), torch.tensor(5)))
     with pytest.raises(DataDependentError):
         graphcap.export(BranchOnItem(), (torch.randn(8), torch.tensor(5)))
+
+
+@torch.library.custom_op("graphcap_draft_test::first_half", mutates_args=())
+def first_half(x: torch.Tensor) -> torch.Tensor:
+    return x[: x.shape[0] // 2].clone()
+
+
+@first_half.register_fake
+def _(x):
+    return torch.empty_like(x)  # wrong: the real kernel returns half the rows
+
+
+class UsesWrongFakeKernel(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.graphcap_draft_test.first_half(x) + 1
+
+
+def test_a_fake_kernel_that_disagrees_with_the_real_one_is_reported_and_the_real_metadata_used():
+    ep = graphcap.draft_export(UsesWrongFakeKernel(), (torch.randn(6, 2),))
+    (problem,) = ep.report.of_kind("assumption")
+    assert problem.details["operator"] == "graphcap_draft_test::first_half"
+    x = torch.randn(6, 2)
+    out = ep.module()(x)
+    assert out.shape == (3, 2)
+    torch.testing.assert_close(out, UsesWrongFakeKernel()(x))

@@ -32,12 +32,13 @@ import torch
 from ..errors import ConstraintViolationError
 from ..program import ExportedProgram
 from ..torch_private.ops import OpOverload, schema_of
-from ..torch_private.real_values import (has_fake_kernel, is_builtin_operator, real_tensor_of,
+from ..torch_private.real_values import (cross_check_custom_operators_only, has_fake_kernel,
+                                         infer_kernels_from_real_mismatches, is_builtin_operator, real_tensor_of,
                                          real_tensor_propagation, watch_real_value_decisions)
 from ..trace import fakify
 from . import draft_spec
 from .draft_conditions import Decision, record_decision
-from .draft_report import (DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
+from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
 
 # A spec refined this many times and still violated is reported as the export's error.
 _MAX_REFINEMENTS = 4
@@ -48,6 +49,7 @@ class _Session:
 
     def __init__(self) -> None:
         self.decisions: list[Decision] = []
+        self.mismatched_kernels: list[Any] = []  # custom operators whose fake kernel disagreed with the real one
         self.mode: Any = None
 
     def build_mode(self, plain: Any) -> Any:
@@ -55,6 +57,7 @@ class _Session:
             mode = plain()
         if mode.shape_env is not None:
             watch_real_value_decisions(mode.shape_env, self._decided)
+        cross_check_custom_operators_only(mode, self.mismatched_kernels.append)
         self.mode = mode
         return mode
 
@@ -90,13 +93,14 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
     path than the example's is refused at runtime by an assert naming the line.
     """
     started = time.perf_counter()
-    with _quiet_real_value_warnings():
+    with _quiet_real_value_warnings(), infer_kernels_from_real_mismatches():
         ep, session, problems, refined = _export_refining_spec(
             mod, args, kwargs, dynamic_shapes, strict=strict,
             preserve_module_call_signature=preserve_module_call_signature,
             prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
     problems += _data_dependent_problems(session.decisions)
     problems += _missing_kernel_problems(ep.graph_module, _example_values(session))
+    problems += _mismatched_kernel_problems(session.mismatched_kernels)
     _name_assumptions_in_asserts(ep.graph_module, session.decisions)
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
@@ -185,6 +189,22 @@ def _missing_kernel_problems(gm: torch.fx.GraphModule, example: dict[Any, Any]) 
                 _register_fake_snippet(op, node),
                 details={"operator": name})
     return list(seen.values())
+
+
+def _mismatched_kernel_problems(ops: list[Any]) -> list[Problem]:
+    """Custom operators whose fake kernel disagreed with the real call: the real call's metadata was used."""
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[_operator_name(op)] = counts.get(_operator_name(op), 0) + 1
+    return [Problem(ASSUMPTION,
+                    f"the fake kernel of custom operator {name} gave outputs whose metadata (dtype, sizes, "
+                    f"aliasing) differ from its real kernel's on the example; the program uses the real "
+                    f"call's metadata, with each size a data-dependent size checked at runtime.",
+                    None,
+                    f"Fix the fake kernel registered for {name} (torch.library.register_fake(\"{name}\")) so "
+                    f"its outputs match the real kernel's.",
+                    occurrences=n, details={"operator": name})
+            for name, n in counts.items()]
 
 
 def _real_outputs(node: torch.fx.Node, example: dict[Any, Any]) -> str:

@@ -21,6 +21,9 @@ RELIES_ON = {
     "torch._library.utils.is_builtin": ("op",),
     "torch._subclasses.fake_tensor.FakeTensor#real_tensor": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": ("self", "orig_expr", "msg"),
+    "torch._functorch.config.generate_fake_kernels_from_real_mismatches": None,
+    "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out":
+        ("self", "func", "fake_in", "real_in", "fake_out", "real_out"),
 }
 
 
@@ -35,7 +38,8 @@ SAMPLES = {"torch._subclasses.fake_tensor.FakeTensor": _sample_fake_tensor}
 # The message prefix torch gives the runtime assert of a guard decided with a real value.
 REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
 
-__all__ = ["real_tensor_propagation", "watch_real_value_decisions", "has_fake_kernel", "is_builtin_operator",
+__all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
+           "watch_real_value_decisions", "has_fake_kernel", "is_builtin_operator",
            "real_tensor_of", "REAL_VALUE_ASSERT_PREFIX"]
 
 
@@ -49,6 +53,44 @@ def real_tensor_propagation() -> Iterator[None]:
     import torch._functorch.config as config
     with config.patch(fake_tensor_propagate_real_tensors=True):
         yield
+
+
+@contextlib.contextmanager
+def infer_kernels_from_real_mismatches() -> Iterator[None]:
+    """While tracing: an operator whose fake output disagrees with its real output gets a fake
+    output inferred from the real one (instead of an error).
+
+    Relies on ``torch._functorch.config.generate_fake_kernels_from_real_mismatches`` (read
+    at each operator call).
+    """
+    import torch._functorch.config as config
+    with config.patch(generate_fake_kernels_from_real_mismatches=True):
+        yield
+
+
+def cross_check_custom_operators_only(mode: Any, on_mismatch: Callable[[Any], None]) -> None:
+    """Compare fake and real outputs only for custom operators; call ``on_mismatch(op)`` when
+    a custom operator's fake kernel disagreed with its real kernel (its outputs were inferred).
+
+    With real tensors propagated, torch compares every operator's fake output with its
+    real one. torch's own meta kernels are trusted (the comparison costs a check per
+    operator, and a few of torch's internal references disagree on a dtype that never
+    reaches the graph: ``prims.signbit`` inside integer floor division); a user's fake
+    kernel is what may be wrong. Wraps the private
+    ``FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out`` on this one instance.
+    """
+    inner = mode._maybe_infer_fake_kernel_from_pytree_out
+
+    def cross_check(func: Any, fake_in: Any, real_in: Any, fake_out: Any, real_out: Any) -> Any:
+        if is_builtin_operator(func):
+            return fake_out
+        out = inner(func, fake_in, real_in, fake_out, real_out)
+        from .pytree import tree_leaves
+        if any(a is not b for a, b in zip(tree_leaves(out), tree_leaves(fake_out))):
+            on_mismatch(func)
+        return out
+
+    mode._maybe_infer_fake_kernel_from_pytree_out = cross_check
 
 
 def watch_real_value_decisions(env: Any, on_decision: Callable[[Any], None]) -> None:
