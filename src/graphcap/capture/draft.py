@@ -132,6 +132,12 @@ def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **optio
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+def spelled_symbols(d: Decision) -> set[str]:
+    """The u-names left in a decision once written over the user's names."""
+    import re
+    return set(re.findall(r"\bu\d+\b", d.spelled))
+
+
 def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
     """One problem per (line, condition as the user would write it); a loop counts occurrences."""
     grouped: dict[tuple, Problem] = {}
@@ -141,7 +147,7 @@ def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
         if key in grouped:
             grouped[key].occurrences += 1
             continue
-        unnamed = sorted(str(s) for s in getattr(d.condition, "free_symbols", ()) if s not in d.names)
+        unnamed = sorted(spelled_symbols(d))
         note = (f" ({', '.join(unnamed)}: value(s) read from tensor data that have no name at this line; "
                 f"write the check where they are computed)" if unnamed else "")
         grouped[key] = Problem(

@@ -77,6 +77,9 @@ class _PythonPrinter(StrPrinter):
 def python_condition(cond: Any, names: dict[Any, str]) -> str:
     """``cond`` as Python source, each named symbol replaced by the user's expression for it."""
     if isinstance(cond, sympy.Basic):
+        compound = {e: sympy.Symbol(n) for e, n in names.items() if not isinstance(e, sympy.Symbol)}
+        if compound:  # whole expressions first (a relation's side that is a local's size)
+            cond = cond.xreplace(compound)
         named = {s: sympy.Symbol(names[s]) for s in cond.free_symbols if s in names}
         if named:
             cond = cond.xreplace(named)
@@ -84,9 +87,8 @@ def python_condition(cond: Any, names: dict[Any, str]) -> str:
     return str(cond)
 
 
-def _symbol_of(value: Any) -> Optional[Any]:
-    expr = getattr(getattr(value, "node", None), "expr", None)
-    return expr if isinstance(expr, sympy.Symbol) else None
+def _expr_of(value: Any) -> Optional[Any]:
+    return getattr(getattr(value, "node", None), "expr", None)
 
 
 def user_names(frame: Optional[FrameType], wanted: set) -> dict[Any, str]:
@@ -100,19 +102,22 @@ def user_names(frame: Optional[FrameType], wanted: set) -> dict[Any, str]:
     if frame is None or not wanted:
         return names
 
+    def name(expr: Any, text: str) -> None:
+        # a symbol we look for, or an expression over them (``boxes.numel()`` for 4*Min(1000, u0) + ...)
+        if expr is not None and not getattr(expr, "is_number", True) and expr.free_symbols & wanted:
+            names.setdefault(expr, text)
+
     def visit(text: str, value: Any) -> None:
         if isinstance(value, torch.SymInt):
-            s = _symbol_of(value)
-            if s in wanted:
-                names.setdefault(s, text)
-        elif isinstance(value, torch.Tensor):
+            name(_expr_of(value), text)
+        elif isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
             for i, d in enumerate(value.shape):
-                s = _symbol_of(d)
-                if s in wanted:
-                    names.setdefault(s, f"{text}.shape[{i}]")
+                name(_expr_of(d), f"{text}.shape[{i}]")
+            if value.dim() > 1:
+                name(_expr_of(value.numel()), f"{text}.numel()")
 
     for var, value in list(frame.f_locals.items()):
-        if len(names) == len(wanted):
+        if wanted <= names.keys():
             break
         if isinstance(value, (list, tuple)) and len(value) <= 64:
             for i, item in enumerate(value):
