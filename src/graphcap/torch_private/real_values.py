@@ -20,7 +20,7 @@ RELIES_ON = {
     "torch._library.utils.has_fake_kernel": ("op",),
     "torch._library.utils.is_builtin": ("op",),
     "torch._subclasses.fake_tensor.FakeTensor#real_tensor": None,
-    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": ("self", "orig_expr", "msg"),
+    # ShapeEnv.guard_or_defer_runtime_assert (wrapped below) is declared by the ``shapes`` module
     "torch._functorch.config.generate_fake_kernels_from_real_mismatches": None,
     "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out":
         ("self", "func", "fake_in", "real_in", "fake_out", "real_out"),
