@@ -2,7 +2,9 @@
 
 A drop-in for ``torch.export``: ``from graphcap import export``.
 """
-from .api import export, load, save
+from .api import draft_export, export, load, save
+from .capture.draft_report import DraftReport
+from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
 from .decomp_table import CustomDecompTable, default_decompositions
 from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
 from .hierarchy import unflatten
@@ -19,7 +21,8 @@ from .signature import (ConstantArgument, ExportGraphSignature, InputKind, Input
                         ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
 __all__ = [
-    "export", "ExportedProgram", "report", "register_dataclass", "unflatten",
+    "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
+    "report", "register_dataclass", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",

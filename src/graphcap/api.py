@@ -60,6 +60,31 @@ def export(
                                  prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
 
 
+def draft_export(
+    mod: Any,
+    args: tuple,
+    kwargs: Optional[dict[str, Any]] = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+    preserve_module_call_signature: tuple[str, ...] = (),
+    prefer_deferred_runtime_asserts_over_guards: bool = False,
+) -> ExportedProgram:
+    """Export ``mod`` whenever it runs eagerly on the example, and report what had to be worked around.
+
+    Data-dependent questions are answered with the example's real values (and
+    asserted at runtime), a violated dynamic_shapes spec is refined from its
+    suggested fixes, custom operators without fake kernels get their output
+    metadata from a real call. ``ep.report`` (a
+    :class:`graphcap.DraftReport`) lists each problem with the user's line and
+    the fix. See :mod:`graphcap.capture.draft`.
+    """
+    from .capture.draft import draft_export as _draft_export
+    return _draft_export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+                         preserve_module_call_signature=tuple(preserve_module_call_signature),
+                         prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+
+
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
          weights: bool = True) -> None:
     """Write ``ep`` to ``f`` (a path or binary file) in graphcap's pickle-free .pt2 format.

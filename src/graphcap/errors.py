@@ -237,7 +237,7 @@ class SerializationError(GraphcapError):
 # not by a path part: a user's project in a folder named "graphcap" or "torch" (a clone of this
 # repository, for one) is user code, and its lines belong in messages.
 _ENGINE_PACKAGE_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
-_INTERNAL_PATH_PARTS = _ENGINE_PACKAGE_DIRS + ("/site-packages/torch", "<frozen ", "/contextlib.py",
+_INTERNAL_PATH_PARTS = _ENGINE_PACKAGE_DIRS + ("/site-packages/torch/", "<frozen ", "/contextlib.py",
                                                "/functools.py")
 
 

@@ -6,11 +6,18 @@ dynamic-shape layer asks for symbols (it passes a per-tensor policy).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from contextvars import ContextVar
+from typing import Any, Callable, Optional
 
 import torch
 from ..torch_private.fake import FakeTensor, FakeTensorMode
 from ..torch_private.shapes import new_shape_env
+
+
+# Set by graphcap.capture.draft while it runs: builds each export's fake mode
+# (real tensors propagated beside the fake ones) from the plain constructor below.
+MODE_BUILDER: ContextVar[Optional[Callable[[Callable[[], FakeTensorMode]], FakeTensorMode]]] = \
+    ContextVar("graphcap_fake_mode_builder", default=None)
 
 
 def new_fake_mode() -> FakeTensorMode:
@@ -19,6 +26,11 @@ def new_fake_mode() -> FakeTensorMode:
     Real tensors met while tracing (a constant made in ``forward``) are allowed
     and become graph constants, which the lifting step turns into inputs.
     """
+    builder = MODE_BUILDER.get()
+    return builder(_plain_fake_mode) if builder is not None else _plain_fake_mode()
+
+
+def _plain_fake_mode() -> FakeTensorMode:
     # trace_asserts: a Python `assert` on a value read from data becomes a runtime assert, as in torch.export
     shape_env = new_shape_env(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
     return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)

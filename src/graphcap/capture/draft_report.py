@@ -1,0 +1,118 @@
+"""The report ``graphcap.draft_export`` attaches to its program (``ep.report``).
+
+One run of draft_export finds every problem that would have stopped
+``export`` and works around each: a data-dependent question decided with the
+example's real value (and asserted at runtime), a dynamic_shapes spec refined
+from its own suggested fixes, a custom operator's output metadata taken from a
+real call. The report lists them so the user can make the program exportable
+for real: each problem has its kind, the user's source line (the first frame
+outside torch and graphcap; library code such as torchvision counts as the
+user's) and the exact fix to apply there.
+
+It is data first (``report.problems``, ``report.as_data()``) and prints
+itself (``print(ep.report)``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+DATA_DEPENDENT = "data_dependent"
+CONSTRAINT_VIOLATION = "constraint_violation"
+MISSING_FAKE_KERNEL = "missing_fake_kernel"
+ASSUMPTION = "assumption"
+
+_TITLES = {
+    DATA_DEPENDENT: "Data-dependent guard decided with the example's values",
+    CONSTRAINT_VIOLATION: "Constraint violation: the dynamic_shapes spec was refined",
+    MISSING_FAKE_KERNEL: "Custom operator without a fake kernel",
+    ASSUMPTION: "Assumption",
+}
+
+
+@dataclass
+class SourceLine:
+    """A user's source line: file, line number, function and the code on it."""
+
+    filename: str
+    lineno: int
+    function: str = ""
+    code: str = ""
+
+    def __str__(self) -> str:
+        text = f'File "{self.filename}", line {self.lineno}'
+        if self.function:
+            text += f", in {self.function}"
+        return text + (f"\n    {self.code}" if self.code else "")
+
+
+@dataclass
+class Problem:
+    """One problem draft_export worked around.
+
+    ``kind`` is one of ``data_dependent``, ``constraint_violation``,
+    ``missing_fake_kernel`` or ``assumption``; ``fix`` is the code to add (a
+    ``torch._check(...)``, a refined spec, a ``register_fake``); ``occurrences``
+    counts how often the same problem met the same line (a loop).
+    """
+
+    kind: str
+    message: str
+    where: Optional[SourceLine]
+    fix: str
+    occurrences: int = 1
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_data(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["where"] = dataclasses.asdict(self.where) if self.where is not None else None
+        return out
+
+    def __str__(self) -> str:
+        times = f" (x{self.occurrences})" if self.occurrences > 1 else ""
+        lines = [f"{_TITLES.get(self.kind, self.kind)}{times}: {self.message}"]
+        if self.where is not None:
+            lines.append("  at " + str(self.where).replace("\n", "\n  "))
+        lines.append("  fix: " + self.fix.replace("\n", "\n       "))
+        return "\n".join(lines)
+
+
+@dataclass
+class DraftReport:
+    """Every problem of one draft_export run, in the order they were met.
+
+    ``refined_dynamic_shapes`` is the spec the program was exported with when
+    the given one had to be refined (else None). ``successful()`` is True when
+    there was nothing to work around: the program is what ``export`` would give.
+    """
+
+    problems: list[Problem] = field(default_factory=list)
+    refined_dynamic_shapes: Any = None
+    program_name: str = ""
+    seconds: float = 0.0  # how long the draft export took
+
+    @property
+    def failures(self) -> list[Problem]:
+        """The problems, under the name torch's draft-export report uses."""
+        return self.problems
+
+    def successful(self) -> bool:
+        return not self.problems
+
+    def of_kind(self, kind: str) -> list[Problem]:
+        return [p for p in self.problems if p.kind == kind]
+
+    def as_data(self) -> list[dict[str, Any]]:
+        return [p.as_data() for p in self.problems]
+
+    def __str__(self) -> str:
+        name = f" of {self.program_name}" if self.program_name else ""
+        if not self.problems:
+            return f"draft_export{name}: no problems; the program is what export() gives.\n"
+        head = (f"draft_export{name}: {len(self.problems)} problem(s) worked around. The program is sound "
+                f"for inputs like the example; apply the fixes to export it with graphcap.export().")
+        body = "\n\n".join(f"{i}. {p}" for i, p in enumerate(self.problems, 1))
+        return f"{head}\n\n{body}\n"
+
+    __repr__ = __str__

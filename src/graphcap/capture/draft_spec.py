@@ -1,0 +1,92 @@
+"""draft_export's handling of a dynamic_shapes spec the program does not satisfy.
+
+``export`` refuses such a spec with a ConstraintViolationError whose message
+ends with ``Suggested fixes:``. draft_export applies those fixes itself
+(``refine_dynamic_shapes_from_suggested_fixes``), exports with the refined
+spec, and reports each violation with the refined spec written as code the
+user can paste. When a message has no fix graphcap can read, the declared
+dims become ``Dim.AUTO`` (keeping their bounds), which lets the tracer find
+ranges and relations itself.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..dynamic.dims import DerivedDim, Dim, DimHint, as_dim
+from ..dynamic.suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes
+from ..errors import GraphcapError
+from ..torch_private import pytree
+from .draft_report import CONSTRAINT_VIOLATION, Problem, SourceLine
+
+_AT_FILE = re.compile(r"\(at (?:File \")?(?P<file>[^\"]+?)\"?(?::|, line )(?P<line>\d+)(?:,)? in (?P<fn>[\w<>.]+)"
+                      r"(?::\s*(?P<code>[^)]*))?\)")
+
+
+def _is_leaf(x: Any) -> bool:
+    return not isinstance(x, (dict, list, tuple)) or x is None
+
+
+def _to_auto(spec: Any) -> Any:
+    def convert(x: Any) -> Any:
+        d = as_dim(x) if x is not None else None
+        if isinstance(d, Dim) and not isinstance(d, DerivedDim):
+            return Dim.AUTO(min=d.min, max=d.max)
+        if isinstance(d, DerivedDim):
+            return Dim.AUTO
+        return x
+    return pytree.tree_map(convert, spec, is_leaf=_is_leaf)
+
+
+def refine(error: BaseException, spec: Any) -> tuple[Any, bool]:
+    """The spec with the error's suggested fixes applied, and whether the fixes could be read
+    (else every declared dim became ``Dim.AUTO``)."""
+    try:
+        if parse_suggested_fixes(str(error)):
+            return refine_dynamic_shapes_from_suggested_fixes(str(error), spec), True
+    except GraphcapError:
+        pass
+    return _to_auto(spec), False
+
+
+def spec_as_code(spec: Any) -> str:
+    """The spec as Python: one ``x = Dim(...)`` line per root dim, then ``dynamic_shapes = ...``."""
+    roots: dict[str, Dim] = {}
+
+    def text(x: Any) -> str:
+        if isinstance(x, dict):
+            return "{" + ", ".join(f"{k!r}: {text(v)}" for k, v in x.items()) + "}"
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(text(v) for v in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        d = as_dim(x) if x is not None else None
+        if isinstance(d, DerivedDim):
+            roots.setdefault(d.root.__name__, d.root)
+            return d.__name__
+        if isinstance(d, Dim):
+            roots.setdefault(d.__name__, d)
+            return d.__name__
+        if isinstance(d, DimHint):
+            return repr(d)
+        return repr(x)
+
+    body = text(spec)
+    defs = [f"{name} = {dim!r}" for name, dim in roots.items()]
+    return "\n".join([*defs, f"dynamic_shapes = {body}"])
+
+
+def violation_problems(error: BaseException, refined: Any, read_fixes: bool) -> list[Problem]:
+    """One problem per violation listed in the error (its ``  - `` lines), each with its line."""
+    what = getattr(error, "what", str(error))
+    items = [line.strip()[2:] for line in what.splitlines() if line.strip().startswith("- ")] or [what]
+    code = spec_as_code(refined)
+    how = ("export with the refined spec (draft_export used it):" if read_fixes else
+           "no fix could be read from the message; the declared dims became Dim.AUTO:")
+    problems = []
+    for item in items:
+        m = _AT_FILE.search(item)
+        where = (SourceLine(m.group("file"), int(m.group("line")), m.group("fn"), (m.group("code") or "").strip())
+                 if m else None)
+        problems.append(Problem(CONSTRAINT_VIOLATION, item, where, f"{how}\n{code}",
+                                details={"refined_dynamic_shapes": code}))
+    return problems

@@ -1,0 +1,134 @@
+"""Real-tensor propagation in torch's fake tensors (what ``graphcap.draft_export`` drives).
+
+With the functorch config flag ``fake_tensor_propagate_real_tensors`` on when a
+``FakeTensorMode`` is made, the mode keeps a real copy beside every fake
+tensor and runs each operator on both. A question tracing cannot decide on
+data (``if n > 2`` with ``n = y.item()``) is then decided with the real value
+and turned into a deferred runtime assert, whose message starts with
+``propagate_real_tensors``; a custom operator without a fake kernel gets its
+output metadata from the real call. These are torch behaviours without a
+public name; graphcap reaches them here only.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Optional
+
+RELIES_ON = {
+    "torch._functorch.config.patch": (),
+    "torch._functorch.config.fake_tensor_propagate_real_tensors": None,
+    "torch._library.utils.has_fake_kernel": ("op",),
+    "torch._library.utils.is_builtin": ("op",),
+    "torch._subclasses.fake_tensor.FakeTensor#real_tensor": None,
+    # ShapeEnv.guard_or_defer_runtime_assert (wrapped below) is declared by the ``shapes`` module
+    "torch._functorch.config.generate_fake_kernels_from_real_mismatches": None,
+    "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out":
+        ("self", "func", "fake_in", "real_in", "fake_out", "real_out"),
+}
+
+
+def _sample_fake_tensor() -> Any:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    return FakeTensorMode().from_tensor(torch.ones(2))
+
+
+SAMPLES = {"torch._subclasses.fake_tensor.FakeTensor": _sample_fake_tensor}
+
+# The message prefix torch gives the runtime assert of a guard decided with a real value.
+REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
+
+__all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
+           "watch_real_value_decisions", "has_fake_kernel", "is_builtin_operator",
+           "real_tensor_of", "REAL_VALUE_ASSERT_PREFIX"]
+
+
+@contextlib.contextmanager
+def real_tensor_propagation() -> Iterator[None]:
+    """Fake modes made inside the block carry real tensors beside the fake ones.
+
+    Relies on ``torch._functorch.config.fake_tensor_propagate_real_tensors``
+    (read when a ``FakeTensorMode`` is constructed) and that config's ``patch``.
+    """
+    import torch._functorch.config as config
+    with config.patch(fake_tensor_propagate_real_tensors=True):
+        yield
+
+
+@contextlib.contextmanager
+def infer_kernels_from_real_mismatches() -> Iterator[None]:
+    """While tracing: an operator whose fake output disagrees with its real output gets a fake
+    output inferred from the real one (instead of an error).
+
+    Relies on ``torch._functorch.config.generate_fake_kernels_from_real_mismatches`` (read
+    at each operator call).
+    """
+    import torch._functorch.config as config
+    with config.patch(generate_fake_kernels_from_real_mismatches=True):
+        yield
+
+
+def cross_check_custom_operators_only(mode: Any, on_mismatch: Callable[[Any], None]) -> None:
+    """Compare fake and real outputs only for custom operators; call ``on_mismatch(op)`` when
+    a custom operator's fake kernel disagreed with its real kernel (its outputs were inferred).
+
+    With real tensors propagated, torch compares every operator's fake output with its
+    real one. torch's own meta kernels are trusted (the comparison costs a check per
+    operator, and a few of torch's internal references disagree on a dtype that never
+    reaches the graph: ``prims.signbit`` inside integer floor division); a user's fake
+    kernel is what may be wrong. Wraps the private
+    ``FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out`` on this one instance.
+    """
+    inner = mode._maybe_infer_fake_kernel_from_pytree_out
+
+    def cross_check(func: Any, fake_in: Any, real_in: Any, fake_out: Any, real_out: Any) -> Any:
+        if is_builtin_operator(func):
+            return fake_out
+        out = inner(func, fake_in, real_in, fake_out, real_out)
+        from .pytree import tree_leaves
+        if any(a is not b for a, b in zip(tree_leaves(out), tree_leaves(fake_out))):
+            on_mismatch(func)
+        return out
+
+    mode._maybe_infer_fake_kernel_from_pytree_out = cross_check
+
+
+def watch_real_value_decisions(env: Any, on_decision: Callable[[Any], None]) -> None:
+    """Call ``on_decision(condition)`` whenever ``env`` settles a data-dependent question
+    with a real value (the condition is the sympy boolean that became a runtime assert).
+
+    Wraps ``ShapeEnv.guard_or_defer_runtime_assert`` on this one instance (the
+    class is untouched); relies on torch naming those asserts with the
+    ``propagate_real_tensors`` prefix.
+    """
+    inner = env.guard_or_defer_runtime_assert
+
+    def guard_or_defer_runtime_assert(orig_expr: Any, msg: str, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(msg, str) and msg.startswith(REAL_VALUE_ASSERT_PREFIX):
+            on_decision(orig_expr)
+        return inner(orig_expr, msg, *args, **kwargs)
+
+    env.guard_or_defer_runtime_assert = guard_or_defer_runtime_assert
+
+
+def has_fake_kernel(op: Any) -> bool:
+    """Whether operator ``op`` has a fake (meta) kernel; relies on ``torch._library.utils.has_fake_kernel``."""
+    from torch._library.utils import has_fake_kernel as _has
+    try:
+        return bool(_has(op))
+    except Exception:  # noqa: BLE001 (an operator torch cannot look up: treat as having one)
+        return True
+
+
+def is_builtin_operator(op: Any) -> bool:
+    """Whether ``op`` is one of torch's own (aten, prims, ...); relies on ``torch._library.utils.is_builtin``."""
+    from torch._library.utils import is_builtin
+    try:
+        return bool(is_builtin(op))
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def real_tensor_of(fake: Any) -> Optional[Any]:
+    """The real tensor propagated beside a fake one, or None."""
+    return getattr(fake, "real_tensor", None)
