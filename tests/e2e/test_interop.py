@@ -25,6 +25,30 @@ def _params():
     return [n if n.startswith(_LIGHT) else pytest.param(n, marks=pytest.mark.slow) for n in zoo_names()]
 
 
+class TorchExportRefused(Exception):
+    """torch.export itself failed on the model: there is no torch program to convert."""
+
+
+# Models torch.export (the reference, not graphcap) refuses, with why. Strict xfails: the
+# test fails if torch starts exporting one, or if anything but torch.export fails.
+_TORCH_EXPORT_REFUSES = {
+    "hf_gpt2_cache": "torch.export refuses a transformers DynamicCache output (not a registered "
+                     "pytree type); graphcap flattens it by its attributes",
+}
+
+
+def _from_torch_params():
+    out = []
+    for p in _params():
+        name = p if isinstance(p, str) else p.values[0]
+        marks = [] if isinstance(p, str) else list(p.marks)
+        if name in _TORCH_EXPORT_REFUSES:
+            marks.append(pytest.mark.xfail(strict=True, raises=TorchExportRefused,
+                                           reason=_TORCH_EXPORT_REFUSES[name]))
+        out.append(pytest.param(name, marks=marks))
+    return out
+
+
 def _run(module, args, kwargs):
     """One call on a private copy of the module: buffer mutations do not leak between runs."""
     a, k = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
@@ -47,15 +71,15 @@ def test_to_torch_validates_and_runs(name):
                         rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", _from_torch_params())
 def test_from_torch_runs_and_round_trips(name):
     built = build_zoo(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             tep = torch.export.export(built.model, built.args, built.kwargs)
-        except Exception as e:  # the reference fails on some models (e.g. GPT-2's cache output)
-            pytest.skip(f"torch.export fails on {name}: {type(e).__name__}")
+        except Exception as e:  # the reference fails on some models: listed in _TORCH_EXPORT_REFUSES
+            raise TorchExportRefused(f"torch.export fails on {name}: {type(e).__name__}: {e}") from e
     ep = graphcap.from_torch(tep)
     expected = _run(tep.module(), built.args, built.kwargs)
     assert_same_outputs(expected, _run(ep.module(), built.args, built.kwargs), rtol=0, atol=0)
