@@ -37,6 +37,21 @@ from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern,
                          Union, check, fingerprint)
 
 FORMAT_VERSION = 1
+"""The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
+
+Args:
+    (a constant) compare with the version stored in a file's ``graphcap/version`` entry.
+
+Returns:
+    An int; it grows by one with every change of what ``save`` writes (see ``CHANGELOG``).
+
+Raises:
+    Nothing; ``load`` raises ``SerializationError`` for a file of a newer version.
+
+Example:
+    >>> graphcap.FORMAT_VERSION
+    1
+"""
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
 CHANGELOG: dict[int, tuple[str, str, str]] = {
