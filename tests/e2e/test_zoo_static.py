@@ -1,14 +1,20 @@
-"""Every public-zoo model: static export, module() against eager, input checks."""
+"""Every public-zoo model: static export, module() against eager, input checks (the heaviest
+vision models full-size with -m slow, shrunk by default: test_zoo_blocks.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import graphcap
-from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names
+from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names, zoo_params
+from test_zoo_blocks import BLOCKS
+
+# The heavy vision models run full-size with -m slow; their shrunk builds (same classes,
+# same forward code) run by default in test_zoo_blocks.py with the same assertions.
+_DEFAULT_RUN = {n for n in zoo_names() if n not in BLOCKS}
 
 
-@pytest.mark.parametrize("name", zoo_names())
+@pytest.mark.parametrize("name", zoo_params(_DEFAULT_RUN))
 def test_zoo_static_export_matches_eager(name):
     built, ep = zoo_case(name), zoo_export(name)
     ep.validate()
