@@ -88,7 +88,7 @@ def move_to_device_pass(ep: ExportedProgram, location: Location) -> ExportedProg
     Args:
         ep: the :class:`ExportedProgram` to move.
         location: a device (``"cuda:0"``, ``torch.device``) or a mapping from
-            source device to target device, as for ``torch.load(map_location=...)``.
+            source device to target device (like the map_location of torch's loader).
 
     Returns:
         A new, verified ExportedProgram; ``ep`` is unchanged.
