@@ -1,8 +1,20 @@
-"""Shared test helpers: the public model zoo and output comparison."""
+"""Shared test helpers: the public model zoo (built and exported once per session), its
+parametrization, output comparison, the save/load round trip and warning filters.
+
+Zoo models and their exports are shared by every test file that uses them
+(``zoo_case``, ``zoo_export``): a model is built once, exported once per
+(static, dynamic) setting, and each test works on copies (``run_eager_and_exported``
+deep-copies the model, ``ep.module()`` and the inputs), so sharing changes nothing
+a test asserts and the default run does not rebuild the same models file after file.
+"""
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import io
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,7 +36,58 @@ def zoo_names() -> list[str]:
 
 
 def build_zoo(name: str):
-    return zoo_module().REGISTRY[name].builder()
+    """A fresh build of zoo model ``name`` (seeded, so the same weights every time)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return zoo_module().REGISTRY[name].builder()
+
+
+@functools.lru_cache(maxsize=None)
+def zoo_case(name: str):
+    """Zoo model ``name``, built once per session: copy the model and inputs before changing them."""
+    return build_zoo(name)
+
+
+@functools.lru_cache(maxsize=None)
+def zoo_export(name: str, dynamic: bool = False):
+    """``graphcap.export`` of the shared ``zoo_case(name)`` (with its dynamic spec if ``dynamic``), once per
+    session. Read it, run ``ep.module()`` copies, derive new programs from it: never change it in place."""
+    built = zoo_case(name)
+    with quiet_warnings():
+        model = copy.deepcopy(built.model)  # export may not see (or leave) the shared model's state
+        if dynamic:
+            return graphcap_export(model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
+        return graphcap_export(model, built.args, built.kwargs)
+
+
+def graphcap_export(*args, **kwargs):
+    import graphcap
+    return graphcap.export(*args, **kwargs)
+
+
+def zoo_params(default) -> list:
+    """Every zoo model name as a parameter; those not in ``default`` (names, or name prefixes as a
+    tuple of strings) are marked ``slow``, out of the default run."""
+    def in_default(name: str) -> bool:
+        return name.startswith(default) if isinstance(default, tuple) else name in default
+    return [pytest.param(n, marks=() if in_default(n) else pytest.mark.slow) for n in zoo_names()]
+
+
+@contextlib.contextmanager
+def quiet_warnings():
+    """Silence warnings (transformers' and torch's deprecation chatter, graphcap's auto-flatten note)
+    where a test does not assert on them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def save_load(ep, **load_kwargs):
+    """``ep`` saved to memory and loaded back (the .pt2 round trip)."""
+    import graphcap
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    return graphcap.load(io.BytesIO(buf.getvalue()), **load_kwargs)
 
 
 def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):

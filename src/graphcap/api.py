@@ -40,11 +40,39 @@ def export(
     is on fake tensors (non-strict capture) and every ATen operator it reaches
     is recorded at the training-IR level.
 
-    ``prefer_deferred_runtime_asserts_over_guards=True`` keeps the program
-    general where a shape guard would otherwise narrow or contradict a
-    declared dynamic dim: the condition becomes a runtime assert in the graph
-    (checked by ``module()`` before computing) instead of a constraint
-    violation.
+    Args:
+        mod: the ``nn.Module`` (or function, or bound method) to capture.
+        args: the positional example inputs, a tuple.
+        kwargs: the keyword example inputs, or None.
+        dynamic_shapes: which input dimensions may vary: a spec in the shape of the
+            inputs holding ``Dim`` objects, ``Dim.AUTO``/``Dim.DYNAMIC``/``Dim.STATIC``
+            or None (static), as for torch.export; or a :class:`ShapesCollection` /
+            :class:`AdditionalInputs` turned into one.
+        strict: must be False (graphcap has no bytecode front end).
+        preserve_module_call_signature: fully-qualified names of submodules whose
+            call signature is kept, so :func:`unflatten` can swap them.
+        prefer_deferred_runtime_asserts_over_guards: keep the program general where
+            a shape guard would otherwise narrow or contradict a declared dynamic
+            dim: the condition becomes a runtime assert in the graph (checked by
+            ``module()`` before computing) instead of a constraint violation.
+
+    Returns:
+        A verified :class:`ExportedProgram` whose ``module()`` gives eager's result
+        for every input its signature accepts and refuses the others.
+
+    Raises:
+        ExportInputError: the module, inputs or spec given are malformed.
+        ConstraintViolationError: the program needs more of a dynamic dim than the
+            spec declares (the message ends with ``Suggested fixes:``).
+        UnsupportedError: the program uses a construct graphcap cannot capture.
+        TraceError: the user's code raised while it ran on fake tensors.
+
+    Example:
+        >>> model = torch.nn.Linear(4, 2)
+        >>> ep = graphcap.export(model, (torch.randn(3, 4),),
+        ...                      dynamic_shapes=({0: graphcap.Dim("batch")},))
+        >>> ep.module()(torch.randn(5, 4)).shape
+        torch.Size([5, 2])
     """
     if strict:
         raise UnsupportedError(
@@ -87,11 +115,32 @@ def draft_export(
 
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
          weights: bool = True) -> None:
-    """Write ``ep`` to ``f`` (a path or binary file) in graphcap's pickle-free .pt2 format.
+    """Write ``ep`` to ``f`` in graphcap's pickle-free .pt2 format.
 
-    ``weights=False`` writes the structure alone (graph, signature, and the
-    dtype, shape, strides and requires_grad of every weight), also for a
-    program exported on the meta device; the weights are attached when loading.
+    The archive holds program.json (declared in ``graphcap.serialize.schema``),
+    the weights and constants in safetensors, and ``extra_files``. Writing to a
+    path is atomic: a failure leaves the old file (or none).
+
+    Args:
+        ep: the :class:`ExportedProgram` to write (from ``export``, ``load`` or
+            ``from_torch``).
+        f: a path (str or ``os.PathLike``) or a binary file object open for writing.
+        extra_files: optional name -> str/bytes stored beside the program.
+        weights: ``False`` writes the structure alone (graph, signature, and the
+            dtype, shape, strides and requires_grad of every weight), also for a
+            program exported on the meta device; the weights are attached when
+            loading (``load(f, weights=checkpoint)``).
+
+    Returns:
+        None.
+
+    Raises:
+        SerializationError: ``ep`` holds something the format cannot write (a
+            callable that is no operator, an unsupported dtype, meta weights
+            without ``weights=False``), or ``f`` is not a path or binary file.
+
+    Example:
+        >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
     from .serialize import save as _save
     _save(ep, f, extra_files=extra_files, weights=weights)
@@ -101,23 +150,37 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
          weights: Any = True) -> ExportedProgram:
     """Read a program saved by :func:`save`; never unpickles or imports anything.
 
-    ``extra_files`` (name → anything) is filled in place with the saved extra
-    files; ``mmap=True`` leaves the weights in the file until used.
-    ``weights`` says where the weights come from:
+    Args:
+        f: a path or a binary file object open for reading.
+        extra_files: optional dict whose keys name extra files to read; it is
+            filled in place with their contents (str when the bytes are UTF-8).
+        mmap: leave the weights in the file (memory-mapped) until used; needs a path.
+        weights: where the weights come from. ``True`` (default): the file
+            itself. ``False``: nowhere, the structure only (printable, not
+            runnable). A path: a ``.safetensors`` file, or a checkpoint folder as
+            transformers' ``save_pretrained`` writes it (sharded with
+            ``model.safetensors.index.json``, or one ``model.safetensors``),
+            memory-mapped. A mapping ``{fqn: tensor}``. Checkpoint tensors are
+            matched by the program's state FQNs (the keys of ``ep.state_dict``,
+            plus constants the file lacks); tied weights resolve from either
+            name. A program exported on the meta device runs where the attached
+            weights are.
 
-    - ``True`` (default): from the file itself;
-    - ``False``: nowhere — the structure only (printable, not runnable);
-    - a path: a ``.safetensors`` file, or a checkpoint folder as transformers'
-      ``save_pretrained`` writes it (sharded with ``model.safetensors.index.json``,
-      or one ``model.safetensors``); memory-mapped, so the weights stay on disk
-      until used;
-    - a mapping ``{fqn: tensor}``.
+    Returns:
+        A verified :class:`ExportedProgram` (a ``StructureOnlyProgram`` when
+        ``weights=False``).
 
-    Checkpoint tensors are matched by the program's state FQNs (the keys of
-    ``ep.state_dict``, plus constants the file lacks); shapes and dtypes are
-    checked against the program, and a missing, extra or mismatched tensor is
-    an error naming it. A program exported on the meta device runs where the
-    attached weights are.
+    Raises:
+        SerializationError: the file is damaged, crafted, of a newer format
+            version, or names an operator or class this process does not have;
+            a checkpoint tensor is missing, extra, or of the wrong shape or
+            dtype. The message names the entry, JSON path or tensor at fault and
+            the fix.
+
+    Example:
+        >>> ep = graphcap.load("model.pt2")
+        >>> out = ep.module()(torch.randn(5, 4))
+        >>> big = graphcap.load("structure.pt2", weights="checkpoint_dir/")
     """
     from .serialize import load as _load
     return _load(f, extra_files=extra_files, mmap=mmap, weights=weights)

@@ -100,6 +100,17 @@ class CustomDecompTable(MutableMapping):
     ``del table[aten.conv2d.default]`` keeps ``conv2d`` in the graph;
     ``table[aten.conv2d.default] = fn`` makes ``run_decompositions`` call
     ``fn`` (which may call other ATen operators) wherever ``conv2d`` was.
+
+    Args:
+        (none) it starts as the core-ATen table.
+
+    Raises:
+        KeyError: ``del`` or lookup of an operator the table does not hold.
+
+    Example:
+        >>> table = graphcap.CustomDecompTable()
+        >>> table[torch.ops.aten.relu.default] = lambda x: torch.clamp_min(x, 0)
+        >>> ep2 = ep.run_decompositions(table)
     """
 
     def __init__(self) -> None:
@@ -190,7 +201,20 @@ class CustomDecompTable(MutableMapping):
 
 
 def default_decompositions() -> CustomDecompTable:
-    """The table that lowers every operator to core ATen (``torch.Tag.core``)."""
+    """The table that lowers every operator to core ATen (``torch.Tag.core``).
+
+    Returns:
+        A fresh :class:`CustomDecompTable`, to edit and pass to
+        ``ExportedProgram.run_decompositions``.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> table = graphcap.default_decompositions()
+        >>> del table[torch.ops.aten.conv2d.default]  # keep conv2d
+        >>> core = ep.run_decompositions(table)
+    """
     return CustomDecompTable()
 
 

@@ -30,7 +30,24 @@ def _compose(what: str, where: Optional[str], fix: Optional[str]) -> str:
 
 
 class GraphcapError(Exception):
-    """Base class of every error graphcap raises on purpose."""
+    """Base class of every error graphcap raises on purpose.
+
+    The message has three parts: what went wrong, where, and how to fix it.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        everything in graphcap; catch it to handle any of graphcap's errors.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args)
+        ... except graphcap.GraphcapError as e:
+        ...     print(e.what, e.where, e.fix)
+    """
 
     def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
         self.what = what
@@ -64,7 +81,22 @@ class _AlsoTorchUserError(GraphcapError):
 
 
 class ExportInputError(GraphcapError, ValueError):
-    """The arguments given to ``export`` (module, example inputs, spec) are wrong."""
+    """The arguments given to ``export`` (module, example inputs, spec) are wrong.
+
+    Also a ``ValueError``.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` and the dynamic-shape helpers (``Dim``, ``ShapesCollection``, ...).
+
+    Example:
+        >>> with pytest.raises(graphcap.ExportInputError):
+        ...     graphcap.export(model, [torch.randn(2)])  # args must be a tuple
+    """
 
 
 class ExportArgsError(_AlsoTorchUserError, ExportInputError, _TorchUserError):
@@ -75,7 +107,22 @@ class ExportArgsError(_AlsoTorchUserError, ExportInputError, _TorchUserError):
 
 
 class UnsupportedError(GraphcapError):
-    """The program uses a construct graphcap cannot capture."""
+    """The program uses a construct graphcap cannot capture.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` (and ``run_decompositions``, ``unflatten``) on a construct outside what graphcap captures.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args, strict=True)
+        ... except graphcap.UnsupportedError as e:
+        ...     print(e.fix)
+    """
 
 
 class DataDependentError(UnsupportedError, GuardOnDataDependentSymNode):
@@ -142,7 +189,24 @@ class _LikeOriginal(GraphcapError):
 
 
 class TraceError(_LikeOriginal):
-    """The user's program raised while it was being traced on fake tensors."""
+    """The user's program raised while it was being traced on fake tensors.
+
+    Stays an instance of the original exception's type and chains it.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` when the module's own code raises during the trace.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args)
+        ... except graphcap.TraceError as e:
+        ...     print(e.where)  # the user's line that raised
+    """
 
 
 class InternalError(_LikeOriginal):
@@ -151,6 +215,20 @@ class InternalError(_LikeOriginal):
     Told apart from a :class:`TraceError` by where the exception was raised
     (:func:`raised_internally`). Like a TraceError it stays an instance of the
     original exception's type and chains it.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` and ``run_decompositions`` when the failure is inside graphcap or torch.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args)
+        ... except graphcap.InternalError as e:
+        ...     report_bug(e.__cause__)
     """
 
 
@@ -171,7 +249,20 @@ class RuntimeInputError(GraphcapError, RuntimeError):
     """An input given to ``ep.module()`` does not match the exported signature.
 
     Also a ``RuntimeError`` so that code written for torch.export's checks keeps
-    catching it.
+    catching it. Raised before anything is computed.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        calling ``ep.module()`` (and ``AdditionalInputs.verify``) with inputs the program does not accept.
+
+    Example:
+        >>> m = graphcap.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)).module()
+        >>> with pytest.raises(graphcap.RuntimeInputError):
+        ...     m(torch.randn(5, 4))  # the batch size was exported static
     """
 
     def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
@@ -194,11 +285,45 @@ class InputStructureError(RuntimeInputError, ValueError):
 
 
 class VerificationError(GraphcapError):
-    """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``)."""
+    """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``).
+
+    The message names the rule and the node that breaks it.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``ExportedProgram(...)``, ``ep.validate()`` and every pass that builds a program.
+
+    Example:
+        >>> try:
+        ...     ep.validate()
+        ... except graphcap.VerificationError as e:
+        ...     print(e.where)
+    """
 
 
 class MissingFakeKernelError(UnsupportedError):
-    """A custom operator has no fake (meta) kernel, so its output shapes are unknown while tracing."""
+    """A custom operator has no fake (meta) kernel, so its output shapes are unknown while tracing.
+
+    ``op_name`` names the operator.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` when the program calls a custom operator without ``register_fake``.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args)
+        ... except graphcap.MissingFakeKernelError as e:
+        ...     print(e.op_name)  # add torch.library.register_fake for it
+    """
 
     def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None,
                  op_name: str = ""):
@@ -213,6 +338,20 @@ class ConstraintViolationError(_AlsoTorchUserError, _TorchConstraintViolation, _
     that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies. Also
     torch's ``ConstraintViolationError`` and ``UserError``, which torch.export
     raises in the same situation.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``export`` with ``dynamic_shapes`` the program does not honour.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
+        ... except graphcap.ConstraintViolationError as e:
+        ...     spec = graphcap.refine_dynamic_shapes_from_suggested_fixes(e, spec)
     """
 
 
@@ -229,8 +368,26 @@ class DynamicSpecError(_AlsoTorchUserError, ExportInputError, _TorchConstraintVi
 
 
 class SerializationError(GraphcapError):
-    """A program cannot be saved, or a file cannot be loaded (corrupt, crafted,
-    from a newer format, or naming an operator or class this process lacks)."""
+    """A program cannot be saved, or a file cannot be loaded.
+
+    Loading refuses a file that is corrupt, crafted, from a newer format, whose
+    program.json does not follow the declared schema (the JSON path is named),
+    or that names an operator or class this process lacks.
+
+    Attributes:
+        what: what went wrong.
+        where: where (the input path, node, file entry or JSON path), or None.
+        fix: how to fix it, or None.
+
+    Raised by:
+        ``save``, ``load``, ``to_torch`` and ``from_torch``.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.load("model.pt2")
+        ... except graphcap.SerializationError as e:
+        ...     print(e.where, e.fix)
+    """
 
 
 # torch's and graphcap's frames are told by the directories the packages were imported from,

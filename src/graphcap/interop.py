@@ -68,7 +68,22 @@ def _training_verifier() -> list:
 
 
 def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
-    """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges."""
+    """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges.
+
+    Args:
+        ep: a graphcap :class:`ExportedProgram`.
+
+    Returns:
+        torch's ExportedProgram, validated by torch, for torch's tools
+        (``torch.export.save``, AOTInductor, ...).
+
+    Raises:
+        SerializationError: ``ep`` is not a graphcap ExportedProgram, or holds what torch's program cannot.
+
+    Example:
+        >>> tep = graphcap.to_torch(graphcap.export(model, args))
+        >>> torch.export.save(tep, "model_torch.pt2")
+    """
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
                                  where="graphcap.to_torch(ep)", fix="Pass the result of graphcap.export or load.")
@@ -91,7 +106,23 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
 
 
 def from_torch(torch_ep: Any) -> ExportedProgram:
-    """A graphcap ExportedProgram from one made by ``torch.export`` (to save it safely, run it, ...)."""
+    """A graphcap ExportedProgram from one made by ``torch.export`` (to save it safely, run it, ...).
+
+    Args:
+        torch_ep: a ``torch.export.ExportedProgram``.
+
+    Returns:
+        A verified graphcap :class:`ExportedProgram` with the same graph,
+        signature, state and ranges.
+
+    Raises:
+        SerializationError: ``torch_ep`` is not a torch ExportedProgram, or uses what graphcap cannot represent.
+        VerificationError: the program breaks graphcap's IR invariants.
+
+    Example:
+        >>> ep = graphcap.from_torch(torch.export.export(model, args))
+        >>> graphcap.save(ep, "model.pt2")
+    """
     if not isinstance(torch_ep, torch.export.ExportedProgram):
         raise SerializationError(
             f"from_torch expects a torch.export.ExportedProgram, got {type(torch_ep).__name__}.",

@@ -56,6 +56,56 @@ def _read_only(name: str):
 
 
 class ExportedProgram:
+    """A captured program: a flat ATen graph, its signature, its state and its ranges.
+
+    Built by :func:`graphcap.export` (or ``load``, ``from_torch``, a pass); the
+    constructor verifies the IR invariants unless ``verify=False``. The fields are
+    read-only views; passes return a new program.
+
+    Args:
+        graph_module: the ``torch.fx.GraphModule`` holding the graph.
+        graph_signature: what each placeholder and output is.
+        state_dict: parameters and persistent buffers, by fully-qualified name.
+        range_constraints: symbol -> ``ValueRanges`` of every size symbol.
+        module_call_graph: how the program and each preserved submodule are called.
+        example_inputs: ``(args, kwargs)`` the program was exported with, or None.
+        constants: lifted tensor constants and non-persistent buffers, by name.
+        verify: run the verifiers now (default True).
+        verifiers: the verifier classes (default: the training-IR verifier).
+
+    Attributes:
+        graph_module: the ``torch.fx.GraphModule``; its placeholders are the lifted
+            state (parameters, buffers, constants) then the flattened user inputs.
+        graph: ``graph_module.graph``.
+        graph_signature: an :class:`ExportGraphSignature`: the kind and target of
+            every input and output of the graph.
+        state_dict: parameters and persistent buffers (name -> tensor).
+        constants: lifted constants and non-persistent buffers (name -> tensor);
+            ``tensor_constants`` is the same dict under torch's other name.
+        tensor_constants: same as ``constants``.
+        range_constraints: each size symbol (a sympy expression) -> its inclusive
+            range; what the program accepts for dynamic dimensions.
+        module_call_graph: a list of :class:`ModuleCallEntry`, the program itself
+            first (fqn ``""``), then each preserved submodule.
+        example_inputs: the ``(args, kwargs)`` given to export (settable with inputs
+            of the same structure), or None.
+        call_spec: ``(in_spec, out_spec)``, the pytree structure of inputs/outputs.
+        verifiers: the verifier classes that check this program; ``verifier`` is
+            the first, ``dialect`` its IR dialect name.
+        verifier: the first of ``verifiers``.
+        dialect: the IR dialect the verifier checks (``"TRAINING"``, or ``"ATEN"`` after ``run_decompositions``).
+
+    Raises:
+        VerificationError: (construction, ``validate``) the graph breaks an IR
+            invariant; the message names the node and the rule.
+
+    Example:
+        >>> ep = graphcap.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+        >>> print(ep.graph_signature)
+        >>> out = ep.module()(torch.randn(3, 4))
+        >>> core = ep.run_decompositions()
+    """
+
     def __init__(
         self,
         graph_module: torch.fx.GraphModule,

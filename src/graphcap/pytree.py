@@ -43,6 +43,25 @@ def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None)
 
     Every field becomes a child of the pytree node; a field holding ``None``
     is kept in the structure (so a later call may not switch it to a tensor).
+
+    Args:
+        cls: the dataclass type.
+        serialized_type_name: the name a saved program uses for the class
+            (default: its qualified name); ``load`` finds the class by it.
+
+    Returns:
+        None; the class is registered with torch's pytree for this process.
+
+    Raises:
+        ExportInputError: ``cls`` is not a dataclass type.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class Batch:
+        ...     x: torch.Tensor
+        ...     mask: torch.Tensor
+        >>> graphcap.register_dataclass(Batch)
+        >>> ep = graphcap.export(model, (Batch(torch.randn(2, 4), torch.ones(2, 4)),))
     """
     if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         raise ExportInputError(

@@ -50,6 +50,20 @@ class _KindInterop(enum.Enum):
 
 
 class InputKind(_KindInterop):
+    """What a placeholder of the graph is: a user input, a parameter, a buffer, a lifted constant, ...
+
+    Members equal torch.export's ``InputKind`` members of the same name.
+
+    Args:
+        value: a member's value, or torch's member of the same name (converted).
+
+    Raises:
+        ValueError: no member has that value or name.
+
+    Example:
+        >>> [s.target for s in ep.graph_signature.input_specs if s.kind is graphcap.InputKind.PARAMETER]
+    """
+
     USER_INPUT = 1
     PARAMETER = 2
     BUFFER = 3
@@ -59,6 +73,20 @@ class InputKind(_KindInterop):
 
 
 class OutputKind(_KindInterop):
+    """What an output of the graph is: a user output, a buffer or input mutation, a loss, ...
+
+    Members equal torch.export's ``OutputKind`` members of the same name.
+
+    Args:
+        value: a member's value, or torch's member of the same name (converted).
+
+    Raises:
+        ValueError: no member has that value or name.
+
+    Example:
+        >>> [s.arg.name for s in ep.graph_signature.output_specs if s.kind is graphcap.OutputKind.USER_OUTPUT]
+    """
+
     USER_OUTPUT = 1
     LOSS_OUTPUT = 2
     BUFFER_MUTATION = 3
@@ -88,11 +116,36 @@ class _ArgumentInterop:
 
 @dataclasses.dataclass(eq=False)
 class TensorArgument(_ArgumentInterop, _torch_sig.TensorArgument):
+    """A tensor input or output of the graph, by its node's name.
+
+    Args:
+        name: the name of the placeholder or output node.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> graphcap.TensorArgument(name="x") == torch.export.graph_signature.TensorArgument(name="x")
+        True
+    """
+
     _torch_cls = _torch_sig.TensorArgument
 
 
 @dataclasses.dataclass(eq=False)
 class SymIntArgument(_ArgumentInterop, _torch_sig.SymIntArgument):
+    """A symbolic-int input or output of the graph (an int input of a dynamic program), by node name.
+
+    Args:
+        name: the name of the placeholder or output node.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> graphcap.SymIntArgument(name="n")
+    """
+
     _torch_cls = _torch_sig.SymIntArgument
 
 
@@ -108,7 +161,18 @@ class SymBoolArgument(_ArgumentInterop, _torch_sig.SymBoolArgument):
 
 @dataclasses.dataclass(eq=False)
 class ConstantArgument(_ArgumentInterop, _torch_sig.ConstantArgument):
-    """A Python value baked into the program (an int input, a string output)."""
+    """A Python value baked into the program (an int input, a string output).
+
+    Args:
+        name: the input's name (empty for an output).
+        value: the value (int, float, bool, str or None).
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> graphcap.ConstantArgument(name="mode", value="fast")
+    """
 
     _torch_cls = _torch_sig.ConstantArgument
 
@@ -148,6 +212,21 @@ def as_argument(arg: Any) -> Any:
 
 @dataclasses.dataclass
 class InputSpec:
+    """One placeholder of the graph: its kind, its argument and, for state, the state's name.
+
+    Args:
+        kind: an :class:`InputKind` (or torch's member of the same name).
+        arg: the argument (``TensorArgument(name=...)`` etc.) naming the placeholder.
+        target: for parameters, buffers and constants, their fully-qualified name.
+        persistent: for buffers, whether it is in the state_dict.
+
+    Raises:
+        ValueError: ``kind`` is not an InputKind.
+
+    Example:
+        >>> graphcap.InputSpec(graphcap.InputKind.PARAMETER, graphcap.TensorArgument("p_weight"), "weight")
+    """
+
     kind: InputKind
     arg: ArgumentSpec
     target: Optional[str] = None
@@ -168,6 +247,20 @@ class InputSpec:
 
 @dataclasses.dataclass
 class OutputSpec:
+    """One output of the graph: its kind, its argument and, for a mutation, what it updates.
+
+    Args:
+        kind: an :class:`OutputKind` (or torch's member of the same name).
+        arg: the argument naming the output value.
+        target: for a buffer or input mutation, the buffer's name or input's name.
+
+    Raises:
+        ValueError: ``kind`` is not an OutputKind.
+
+    Example:
+        >>> graphcap.OutputSpec(graphcap.OutputKind.USER_OUTPUT, graphcap.TensorArgument("add"))
+    """
+
     kind: OutputKind
     arg: ArgumentSpec
     target: Optional[str] = None
@@ -230,6 +323,20 @@ def _frozen(items) -> Mapping[str, str]:
 
 @dataclasses.dataclass
 class ExportGraphSignature:
+    """The kind and target of every input and output of the graph, in order.
+
+    Args:
+        input_specs: an :class:`InputSpec` per placeholder (torch's are converted).
+        output_specs: an :class:`OutputSpec` per output (torch's are converted).
+
+    Raises:
+        ValueError: a spec has an unknown kind.
+
+    Example:
+        >>> sig = ep.graph_signature
+        >>> sig.parameters, sig.buffers, sig.user_inputs, sig.user_outputs
+    """
+
     input_specs: list[InputSpec]
     output_specs: list[OutputSpec]
 
@@ -369,7 +476,21 @@ class ExportGraphSignature:
 
 @dataclasses.dataclass
 class ModuleCallSignature:
-    """How a module is called: its flat inputs/outputs and their structure."""
+    """How a module is called: its flat inputs/outputs and their structure.
+
+    Args:
+        inputs: the arguments (graph values) the call takes, flattened.
+        outputs: the arguments it returns, flattened.
+        in_spec: the pytree structure of ``(args, kwargs)``.
+        out_spec: the pytree structure of the return value.
+        forward_arg_names: the names of ``forward``'s parameters, when known.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> ep.module_call_graph[0].signature.in_spec
+    """
 
     inputs: list[ArgumentSpec]
     outputs: list[ArgumentSpec]
@@ -390,5 +511,18 @@ class ModuleCallSignature:
 
 @dataclasses.dataclass
 class ModuleCallEntry:
+    """One entry of ``ep.module_call_graph``: a module's path and, when preserved, its call signature.
+
+    Args:
+        fqn: the module's fully-qualified name (``""`` for the program itself).
+        signature: its :class:`ModuleCallSignature`, or None.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> [e.fqn for e in ep.module_call_graph]
+    """
+
     fqn: str
     signature: Optional[ModuleCallSignature] = None

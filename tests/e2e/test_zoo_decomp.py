@@ -8,17 +8,14 @@ program matches both eager and the training-IR program.
 """
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-import graphcap
 from graphcap.signature import InputKind, OutputKind
 from graphcap.trace.mutations import written_placeholders
 from graphcap.verifier import is_inference_ir, verify
 
-from conftest import assert_same_outputs, build_zoo, run_eager_and_exported, zoo_names
+from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_params
 
 # Decompositions reorder float arithmetic (matmul as bmm, attention by its
 # math form), so outputs agree to 1e-3 rather than bit for bit.
@@ -31,16 +28,9 @@ DEFAULT_RUN = {"tv_resnet18", "timm_vit_tiny_patch16_224", "hf_bert", "hf_gpt2",
                "custom_buffer_inplace", "custom_dict_list_io", "custom_kwargs_only"}
 
 
-def _cases():
-    return [pytest.param(name, marks=() if name in DEFAULT_RUN else pytest.mark.slow) for name in zoo_names()]
-
-
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", zoo_params(DEFAULT_RUN))
 def test_zoo_model_decomposes(name):
-    built = build_zoo(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ep = graphcap.export(built.model, built.args, built.kwargs)
+    built, ep = zoo_case(name), zoo_export(name)
     dep = ep.run_decompositions()
 
     assert is_inference_ir(dep)

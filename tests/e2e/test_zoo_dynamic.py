@@ -17,7 +17,7 @@ import graphcap
 from graphcap.dynamic.dims import INT_MAX, DerivedDim, as_dim
 from graphcap.dynamic.spec import match_spec
 
-from conftest import assert_same_outputs, build_zoo, run_eager_and_exported, zoo_names
+from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names
 
 FAST = ["custom_dict_list_io", "custom_kwargs_only", "custom_buffer_inplace", "tv_resnet18", "hf_bert"]
 
@@ -60,8 +60,7 @@ def _size_sets(built, max_batch: int | None = None) -> list[dict[str, int]]:
 
 
 def _check_zoo_model(name: str, max_batch: int | None = None):
-    built = build_zoo(name)
-    ep = graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
+    built, ep = zoo_case(name), zoo_export(name, dynamic=True)
     assert ep.range_constraints, "a dynamic export has symbols"
     declared = {str(k): (int(v.lower), v.upper) for k, v in ep.range_constraints.items()}
     assert any(lo == 1 for lo, _ in declared.values()), f"batch keeps its declared min 1: {declared}"
@@ -86,8 +85,7 @@ def test_zoo_dynamic_full(name):
 
 
 def test_zoo_dynamic_refuses_out_of_range():
-    built = build_zoo("custom_kwargs_only")
-    ep = graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
+    built, ep = zoo_case("custom_kwargs_only"), zoo_export("custom_kwargs_only", dynamic=True)
     kwargs = dict(built.kwargs2)
     kwargs["x"] = _resize(kwargs["x"], 0, 65)
     kwargs["y"] = _resize(kwargs["y"], 0, 65)

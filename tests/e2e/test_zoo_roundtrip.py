@@ -7,21 +7,13 @@ refuse the inputs the original refuses (same message).
 from __future__ import annotations
 
 import copy
-import io
-import warnings
 
 import pytest
 import torch
 import torch.utils._pytree as pytree
 
 import graphcap
-from conftest import build_zoo, zoo_names
-
-
-def _round_trip(ep):
-    buf = io.BytesIO()
-    graphcap.save(ep, buf)
-    return graphcap.load(io.BytesIO(buf.getvalue())), len(buf.getvalue())
+from conftest import save_load, zoo_case, zoo_export, zoo_params
 
 
 def _run(ep, args, kwargs):
@@ -67,7 +59,7 @@ def _refusal(ep, args, kwargs):
 
 
 def _check(ep, args, kwargs, other_args=None, other_kwargs=None):
-    ep2, _ = _round_trip(ep)
+    ep2 = save_load(ep)
     _assert_same_program(ep, ep2)
     _assert_identical(_run(ep, args, kwargs), _run(ep2, args, kwargs))
     if other_args is not None:
@@ -85,36 +77,18 @@ _STATIC_DEFAULT = ("hf_", "custom_", "tv_resnet18", "tv_squeezenet1_0", "tv_mobi
 _DYNAMIC_DEFAULT = ("hf_", "custom_")
 
 
-def _params(default_prefixes):
-    return [n if n.startswith(default_prefixes) else pytest.param(n, marks=pytest.mark.slow)
-            for n in zoo_names()]
-
-
-def _export(built, dynamic):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if not dynamic:
-            return graphcap.export(built.model, built.args, built.kwargs)
-        return graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
-
-
-@pytest.mark.parametrize("name", _params(_STATIC_DEFAULT))
+@pytest.mark.parametrize("name", zoo_params(_STATIC_DEFAULT))
 def test_zoo_round_trip_static(name):
-    built = build_zoo(name)
-    ep = _export(built, dynamic=False)
+    built, ep = zoo_case(name), zoo_export(name)
     ep2 = _check(ep, built.args, built.kwargs)
     if built.args2 is not None:  # other sizes refused, with the same message
         assert _refusal(ep2, built.args2, built.kwargs2) == _refusal(ep, built.args2, built.kwargs2)
 
 
-@pytest.mark.parametrize("name", _params(_DYNAMIC_DEFAULT))
+@pytest.mark.parametrize("name", zoo_params(_DYNAMIC_DEFAULT))
 def test_zoo_round_trip_dynamic(name):
-    built = build_zoo(name)
-    if built.dynamic_shapes is None:
-        pytest.skip(f"{name} has no dynamic_shapes spec")
-    try:
-        ep = _export(built, dynamic=True)
-    except graphcap.GraphcapError as e:
-        pytest.skip(f"dynamic export of {name} is not available: {e.what[:200]}")
+    built = zoo_case(name)
+    assert built.dynamic_shapes is not None, f"every zoo model declares dynamic shapes; {name} does not"
+    ep = zoo_export(name, dynamic=True)  # a failing dynamic export is a failure, never a skip
     assert ep.range_constraints, "dynamic export produced no symbols"
     _check(ep, built.args, built.kwargs, built.args2, built.kwargs2)

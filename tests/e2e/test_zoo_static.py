@@ -1,21 +1,22 @@
-"""Every public-zoo model: static export, module() against eager, input checks."""
+"""Every public-zoo model: static export, module() against eager, input checks (the heaviest
+vision models full-size with -m slow, shrunk by default: test_zoo_blocks.py)."""
 from __future__ import annotations
-
-import warnings
 
 import pytest
 import torch
 
 import graphcap
-from conftest import assert_same_outputs, build_zoo, run_eager_and_exported, zoo_names
+from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names, zoo_params
+from test_zoo_blocks import BLOCKS
+
+# The heavy vision models run full-size with -m slow; their shrunk builds (same classes,
+# same forward code) run by default in test_zoo_blocks.py with the same assertions.
+_DEFAULT_RUN = {n for n in zoo_names() if n not in BLOCKS}
 
 
-@pytest.mark.parametrize("name", zoo_names())
+@pytest.mark.parametrize("name", zoo_params(_DEFAULT_RUN))
 def test_zoo_static_export_matches_eager(name):
-    built = build_zoo(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ep = graphcap.export(built.model, built.args, built.kwargs)
+    built, ep = zoo_case(name), zoo_export(name)
     ep.validate()
     expected, got = run_eager_and_exported(built.model, ep, built.args, built.kwargs)
     assert_same_outputs(expected, got)
@@ -35,10 +36,7 @@ def test_zoo_static_export_matches_eager(name):
 
 def test_gpt2_default_cache_output_is_rebuilt():
     """torch.export 2.14 fails on GPT-2's DynamicCache output; graphcap flattens it."""
-    built = build_zoo("hf_gpt2_cache")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the warning itself is tested in tests/unit/test_pytree.py
-        ep = graphcap.export(built.model, built.args, built.kwargs)
+    built, ep = zoo_case("hf_gpt2_cache"), zoo_export("hf_gpt2_cache")  # its warning: tests/unit/test_pytree.py
     assert "transformers.cache_utils.DynamicCache" in graphcap.pytree.auto_registered_classes().values()
     expected, got = run_eager_and_exported(built.model, ep, built.args, built.kwargs)
     assert type(got.past_key_values) is type(expected.past_key_values)

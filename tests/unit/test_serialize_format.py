@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 
 import pytest
 import torch
@@ -191,12 +190,6 @@ def test_newer_format_version_asks_to_upgrade(tied):
         graphcap.load(io.BytesIO(out.getvalue()))
 
 
-def test_format_version_and_changelog():
-    assert graphcap.FORMAT_VERSION == max(schema.CHANGELOG)
-    for version, (date, text) in schema.CHANGELOG.items():
-        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date) and text
-
-
 def test_weights_false_loads_structure_only(tied):
     _, ep, data = tied
     ep2 = graphcap.load(io.BytesIO(data), weights=False)
@@ -323,10 +316,7 @@ def test_data_dependent_sizes_and_runtime_asserts_round_trip():
             return x[:k] * 2, x.nonzero()
 
     model, x = M(), torch.randn(10, 3)
-    try:
-        ep = graphcap.export(model, (x, torch.tensor(4)))
-    except graphcap.GraphcapError as e:
-        pytest.skip(f"data-dependent export not available: {e.what[:120]}")
+    ep = graphcap.export(model, (x, torch.tensor(4)))
     buf = io.BytesIO()
     graphcap.save(ep, buf)
     ep2 = graphcap.load(io.BytesIO(buf.getvalue()))

@@ -13,7 +13,6 @@ upgraded as it loads.
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
@@ -21,6 +20,8 @@ import torch
 import graphcap
 from graphcap.signature import OutputKind, OutputSpec, TensorArgument
 from graphcap.verifier import violations
+
+from conftest import save_load
 
 aten = torch.ops.aten
 MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)
@@ -93,13 +94,6 @@ def _export(name):
     return model, make_args(), graphcap.export(copy.deepcopy(model), make_args())
 
 
-def _round_trip(ep):
-    f = io.BytesIO()
-    graphcap.save(ep, f)
-    f.seek(0)
-    return graphcap.load(f)
-
-
 def _targets(ep):
     graph = ep.graph
     return {n.target for n in graph.nodes if n.op == "call_function"}
@@ -159,7 +153,7 @@ def test_module_updates_state_like_eager(name, level, saved):
     if level == "inference":
         ep = ep.run_decompositions({})
     if saved:
-        ep = _round_trip(ep)
+        ep = save_load(ep)
         assert not violations(ep)
     _check_against_eager(ep, model, args)
 
@@ -167,7 +161,7 @@ def test_module_updates_state_like_eager(name, level, saved):
 @pytest.mark.parametrize("name", list(CASES))
 def test_save_load_keeps_the_form(name):
     _, _, ep = _export(name)
-    loaded = _round_trip(ep)
+    loaded = save_load(ep)
     assert str(loaded.graph_signature) == str(ep.graph_signature)
     assert _targets(loaded) == _targets(ep)
 
@@ -207,7 +201,7 @@ def test_old_form_file_is_upgraded_on_load():
     ep = _to_old_form(graphcap.export(copy.deepcopy(model), copy.deepcopy(args)))
     assert [r for r, _, _ in violations(ep)] == ["writes-in-graph", "writes-in-graph"]
     _check_against_eager(ep, model, args)  # module() runs the old form too
-    loaded = _round_trip(ep)
+    loaded = save_load(ep)
     assert [s.kind for s in loaded.graph_signature.output_specs] == [OutputKind.USER_OUTPUT]
     assert not violations(loaded)
     _check_against_eager(loaded, model, args)

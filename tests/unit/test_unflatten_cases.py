@@ -9,7 +9,6 @@ dynamic shapes, and programs loaded from a file.
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
@@ -18,11 +17,7 @@ import torch.utils._pytree as pytree
 import graphcap
 from graphcap.hierarchy import unflatten
 
-
-def _roundtrip(ep):
-    buf = io.BytesIO()
-    graphcap.save(ep, buf)
-    return graphcap.load(io.BytesIO(buf.getvalue()))
+from conftest import save_load
 
 
 def _check(model, args, kwargs=None, *, others=(), loaded=False, **export_kw):
@@ -30,7 +25,7 @@ def _check(model, args, kwargs=None, *, others=(), loaded=False, **export_kw):
     kwargs = kwargs or {}
     ep = graphcap.export(model, args, kwargs, **export_kw)
     if loaded:
-        ep = _roundtrip(ep)
+        ep = save_load(ep)
     unf = unflatten(ep)
     eager = copy.deepcopy(model)
     for call_args in (args, *others):

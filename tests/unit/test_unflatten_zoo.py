@@ -9,21 +9,16 @@ transformer layer and a ResNet stage, preserved, swapped by an eager copy.
 from __future__ import annotations
 
 import copy
-import io
 import warnings
 
 import pytest
 import torch
 
 import graphcap
-from conftest import assert_same_outputs, build_zoo, zoo_names
+from conftest import assert_same_outputs, save_load, zoo_case, zoo_export, zoo_params
 from graphcap.hierarchy import unflatten
 
 FAST = {"custom_buffer_inplace", "custom_dict_list_io", "custom_kwargs_only", "tv_squeezenet1_0"}
-
-
-def _marked(names):
-    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
 
 
 def _run(module, args, kwargs):
@@ -44,21 +39,16 @@ def _check_against_eager(built, unf):
     assert not [fqn for fqn in owners if fqn not in submodules]
 
 
-@pytest.mark.parametrize("name", _marked(zoo_names()))
+@pytest.mark.parametrize("name", zoo_params(FAST))
 def test_zoo_model_unflattens_like_eager_also_after_save_load(name):
-    built = build_zoo(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ep = graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
+    built, ep = zoo_case(name), zoo_export(name, dynamic=True)
     _check_against_eager(built, unflatten(ep))
-    buf = io.BytesIO()
-    graphcap.save(ep, buf)
-    _check_against_eager(built, unflatten(graphcap.load(io.BytesIO(buf.getvalue()))))
+    _check_against_eager(built, unflatten(save_load(ep)))
 
 
 def _swap_with_eager_copy(name, fqn):
-    built = build_zoo(name)
-    ep = graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes,
+    built = zoo_case(name)
+    ep = graphcap.export(copy.deepcopy(built.model), built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes,
                          preserve_module_call_signature=(fqn,))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the preserved call must keep its signature, no fallback

@@ -83,7 +83,20 @@ class Dim:
     """A named dynamic dimension with an inclusive range ``[min, max]``.
 
     The same ``Dim`` used on several input dimensions makes them one symbol
-    (equal at runtime). ``min`` defaults to 0 and ``max`` to unbounded.
+    (equal at runtime). ``Dim.AUTO``, ``Dim.DYNAMIC`` and ``Dim.STATIC`` are
+    unnamed hints; arithmetic (``2 * d + 1``) gives a derived dimension.
+
+    Args:
+        name: the symbol's name, shown in messages and suggested fixes.
+        min: the smallest size accepted (default 0).
+        max: the largest size accepted (default unbounded).
+
+    Raises:
+        ExportInputError: the name is not an identifier or ``min > max``.
+
+    Example:
+        >>> batch = graphcap.Dim("batch", min=1, max=64)
+        >>> ep = graphcap.export(model, (x,), dynamic_shapes=({0: batch},))
     """
 
     AUTO = DimHint(DimHint.Kind.AUTO)
@@ -165,7 +178,22 @@ class DerivedDim(Dim):
 
 
 def dims(*names: str, min: Optional[int] = None, max: Optional[int] = None) -> tuple[Dim, ...]:
-    """Several ``Dim``s with the same bounds: ``b, s = dims("b", "s", max=512)``."""
+    """Several ``Dim``s with the same bounds.
+
+    Args:
+        names: the dimensions' names.
+        min: the smallest size of each (default 0).
+        max: the largest size of each (default unbounded).
+
+    Returns:
+        A tuple of :class:`Dim`, one per name, in order.
+
+    Raises:
+        ExportInputError: a name is not an identifier or ``min > max``.
+
+    Example:
+        >>> b, s = graphcap.dims("b", "s", max=512)
+    """
     return tuple(Dim(n, min=min, max=max) for n in names)
 
 
@@ -216,6 +244,18 @@ class ShapesCollection:
 
     ``sc.dynamic_shapes(m, args, kwargs)`` writes the spec in the shape of the
     inputs (``None`` for tensors that were not given one).
+
+    Args:
+        (none) build it empty, then assign ``sc[tensor] = spec``.
+
+    Raises:
+        ExportInputError: (from ``dynamic_shapes``) a tensor given a spec is not
+            among the inputs.
+
+    Example:
+        >>> sc = graphcap.ShapesCollection()
+        >>> sc[x] = {0: graphcap.Dim("batch")}
+        >>> ep = graphcap.export(model, (x, y), dynamic_shapes=sc.dynamic_shapes(model, (x, y)))
     """
 
     def __init__(self):
@@ -264,6 +304,19 @@ class AdditionalInputs:
     ``Dim.DYNAMIC``, and so does every int input whose value differs; the
     others stay static. ``verify(ep)`` runs the program's
     input checks on each added set.
+
+    Args:
+        (none) build it empty, then ``add(args, kwargs=None)`` each input set.
+
+    Raises:
+        ExportInputError: the sets differ in structure; ``RuntimeInputError`` from
+            ``verify(ep)`` when the program refuses one of them.
+
+    Example:
+        >>> extra = graphcap.AdditionalInputs()
+        >>> extra.add((torch.randn(2, 4),))
+        >>> extra.add((torch.randn(5, 4),))
+        >>> ep = graphcap.export(model, (torch.randn(3, 4),), dynamic_shapes=extra)
     """
 
     def __init__(self):

@@ -39,6 +39,24 @@ def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) ->
     static, ``y = x`` makes ``y`` the same Dim as ``x``, ``y = 2*x + 1`` makes it
     derived from ``x``. Works on graphcap's and torch.export's Dim objects; the
     result uses graphcap's.
+
+    Args:
+        msg: the :class:`ConstraintViolationError` (or its message text).
+        dynamic_shapes: the spec that was passed to ``export``.
+
+    Returns:
+        A new spec of the same structure with the fixes applied.
+
+    Raises:
+        ExportInputError: the message holds no suggested fixes, or a fix names a
+            dimension the spec does not have.
+
+    Example:
+        >>> try:
+        ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
+        ... except graphcap.ConstraintViolationError as e:
+        ...     spec = graphcap.refine_dynamic_shapes_from_suggested_fixes(e, spec)
+        ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
     """
     fixes = parse_suggested_fixes(str(msg))
     roots: dict[str, Dim] = {}

@@ -70,7 +70,25 @@ def _split_call(name: str) -> tuple[str, int]:
 
 
 def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedModule:
-    """The module tree of ``ep``'s model, rebuilt; see the module docstring."""
+    """The module tree of ``ep``'s model, rebuilt; see the module docstring.
+
+    Args:
+        ep: an :class:`ExportedProgram`.
+        flat_args_adapter: not supported (must be None).
+
+    Returns:
+        An ``UnflattenedModule``: an ``nn.Module`` with the original submodule
+        hierarchy, each submodule running its part of the graph; submodules named
+        in ``preserve_module_call_signature`` can be swapped for eager ones.
+
+    Raises:
+        UnsupportedError: ``flat_args_adapter`` was given.
+
+    Example:
+        >>> ep = graphcap.export(model, args, preserve_module_call_signature=("block",))
+        >>> unf = graphcap.unflatten(ep)
+        >>> unf.block  # a module of its own, callable alone
+    """
     if flat_args_adapter is not None:
         raise UnsupportedError("unflatten(ep, flat_args_adapter=...) is not supported by graphcap.",
                                fix="Call unflatten(ep) and pass the program's own inputs.")

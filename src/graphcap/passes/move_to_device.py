@@ -83,6 +83,21 @@ def _move(ep: ExportedProgram, move) -> ExportedProgram:
 
 
 def move_to_device_pass(ep: ExportedProgram, location: Location) -> ExportedProgram:
-    """A copy of ``ep`` whose state, graph and expected inputs are on ``location``."""
+    """A copy of ``ep`` whose state, graph and expected inputs are on ``location``.
+
+    Args:
+        ep: the :class:`ExportedProgram` to move.
+        location: a device (``"cuda:0"``, ``torch.device``) or a mapping from
+            source device to target device (like the map_location of torch's loader).
+
+    Returns:
+        A new, verified ExportedProgram; ``ep`` is unchanged.
+
+    Raises:
+        ExportInputError: ``location`` is not a device or device mapping.
+
+    Example:
+        >>> ep_gpu = graphcap.move_to_device_pass(ep, "cuda")
+    """
     move = _mapper(location)
     return run_passes(ep, [Pass("move_to_device", lambda p: _move(p, move))])

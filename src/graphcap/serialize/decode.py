@@ -33,6 +33,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
                          ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
                          SymIntArgument, TensorArgument)
 from ..trace.naming import builtin_name_allowed, set_node_name
+from . import schema, upgrade
 from .encode import python_targets
 from .exprs import str_to_expr
 from .pytree_specs import _registered_types, json_to_spec
@@ -463,10 +464,18 @@ def decode_call_graph(j: Any) -> list[ModuleCallEntry]:
     return entries
 
 
-def decode_program(program: Any) -> dict[str, Any]:
-    """The parts of an ExportedProgram, without its tensors (see ``tensors``)."""
+def decode_program(program: Any, version: int) -> dict[str, Any]:
+    """The parts of an ExportedProgram, without its tensors (see ``tensors``).
+
+    ``version`` is the file's format version: an older file's program.json is
+    first brought to today's format (``upgrade.to_current_format``), then
+    checked against the declared schema (``schema.PROGRAM``) before any field
+    is read, so a mismatch is reported by its JSON path.
+    """
     if not isinstance(program, dict):
         raise bad("program.json is not an object.")
+    program = upgrade.to_current_format(program, version)
+    schema.check_read(program, version)
     schemas = _field(program, "operators", dict, "operators")
     symbols = _Symbols(program.get("symbols", []))
     reader = _GraphReader(symbols, schemas)

@@ -305,6 +305,7 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     if example_inputs is not None:
         program["example_inputs"] = example_inputs
         payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes
+    schema.check_written(program)  # what is written is what the format declares
     return program, payloads
 
 

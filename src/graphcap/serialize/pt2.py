@@ -131,7 +131,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         raise corrupt(f"program.json is not valid JSON ({type(e).__name__}: {e}).") from None
     if not isinstance(program, dict) or program.get("format_version") != reader.version:
         raise corrupt("program.json does not match the archive's format version.")
-    parts = decode_program(program)
+    parts = decode_program(program, reader.version)
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
     state = parts["state"]
     loaded: dict[str, dict[str, torch.Tensor]] = {}

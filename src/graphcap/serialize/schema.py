@@ -1,12 +1,18 @@
-"""The .pt2 format: its version, its changelog, its entry names and limits.
+"""The .pt2 format, declared: its version and changelog, the archive layout, program.json's schema.
 
 Every change to what ``encode`` writes or ``decode`` reads gets a new
-``FORMAT_VERSION`` and a dated line in ``CHANGELOG`` below, and the released
-version keeps a golden file under ``tests/golden/`` that must still load; a
-change in how a version's files are brought to today's program form as they
-load (what is written unchanged) gets a dated note under the changelog. A
-reader accepts every version listed in ``READABLE_VERSIONS`` and refuses newer
-ones with a clear error (upgrade graphcap) rather than misreading them.
+``FORMAT_VERSION`` and a dated line in ``CHANGELOG`` below, holding the
+fingerprint of ``PROGRAM`` (the schema of program.json at the end of this file)
+for that version; the released version keeps a golden file under
+``tests/golden/`` that must still load, and that today's ``save`` writes again
+byte for byte. tests/unit/test_serialize_schema.py fails when the schema's
+fingerprint is not the one recorded for ``FORMAT_VERSION``. A file of an older
+version is brought to today's schema by the upgraders in ``upgrade.py`` before
+it is checked; a change in how a version's files are brought to today's
+program form as they load (what is written unchanged) gets a dated note under
+the changelog. A reader accepts every version listed in ``READABLE_VERSIONS``
+and refuses newer ones with a clear error (upgrade graphcap) rather than
+misreading them.
 
 Archive layout (a zip, every entry stored uncompressed so weights can be
 memory-mapped and no entry can expand beyond the file's own size)::
@@ -24,11 +30,32 @@ memory-mapped and no entry can expand beyond the file's own size)::
 """
 from __future__ import annotations
 
-FORMAT_VERSION = 1
+from typing import Any
 
-# version -> (date, what changed). Append; never rewrite a released line.
-CHANGELOG: dict[int, tuple[str, str]] = {
-    1: ("2026-11-22",
+from ..signature import InputKind, OutputKind
+from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
+                         Union, check, fingerprint)
+
+FORMAT_VERSION = 1
+"""The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
+
+Args:
+    (a constant) compare with the version stored in a file's ``graphcap/version`` entry.
+
+Returns:
+    An int; it grows by one with every change of what ``save`` writes (see ``CHANGELOG``).
+
+Raises:
+    Nothing; ``load`` raises ``SerializationError`` for a file of a newer version.
+
+Example:
+    >>> graphcap.FORMAT_VERSION
+    1
+"""
+
+# version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
+CHANGELOG: dict[int, tuple[str, str, str]] = {
+    1: ("2026-11-22", "e050d35d0844e930",
         "First format: zip with version + manifest (sha256 per entry), program.json "
         "(graph nodes with tagged JSON arguments, node metadata val/stack_trace/"
         "nn_module_stack/source_fn_stack/torch_fn, nested subgraphs for get_attr of "
@@ -63,3 +90,112 @@ MAX_JSON_BYTES = 1 << 31
 MAX_EXPR_CHARS = 4096
 MAX_NESTING = 200
 MAX_INT_LITERAL = 1 << 63
+
+
+# ---------------------------------------------------------------------------
+# program.json, declared. ``encode`` output is checked against PROGRAM before it
+# is written; ``decode`` checks a file's program.json (after upgrading an older
+# version's) before reading it. Changing anything below changes the fingerprint.
+# ---------------------------------------------------------------------------
+
+IDENT = Pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an identifier")
+OPERATOR_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*",
+                       "an operator name namespace::op.overload")
+# A symbolic size: an integer, or an expression over the file's symbols (serialize/exprs.py grammar).
+EXPR = Union("Expr", Int, Str)
+BOUND = Union("Bound", Number, OneOf("oo", "-oo"))
+
+
+def _tagged_values(name: str, extra: dict) -> Union:
+    """Plain values as tagged JSON (serialize/values.py), plus the ``extra`` tags of one context."""
+    value = Ref(name)
+    tags = {"tuple": ListOf(value), "list": ListOf(value), "size": ListOf(value),
+            "dict": ListOf(Tuple(value, value)), "float": OneOf("inf", "-inf", "nan"),
+            "complex": Tuple(value, value), "dtype": Str, "layout": Str, "memory_format": Str,
+            "device": Str, "slice": Tuple(value, value, value), "ellipsis": Null, **extra}
+    return value.bind(Union(name, Null, Bool, Number, Str, Tagged(name + "Tag", tags)))
+
+
+PLAIN_VALUE = _tagged_values("PlainValue", {})
+TENSOR_META = Record("TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR,
+                                    "dtype": Str, "device": Str, "requires_grad": Bool})
+# meta['val'] of a node: tensors as their metadata, symbolic scalars as expressions.
+META_VALUE = _tagged_values("MetaValue", {"tensor": TENSOR_META, "symint": EXPR, "symfloat": EXPR,
+                                          "symbool": EXPR})
+# A node's arguments: other nodes by name, symbolic scalars, operators passed as values.
+ARG_VALUE = _tagged_values("ArgValue", {"node": IDENT, "symint": EXPR, "symfloat": EXPR, "symbool": EXPR,
+                                        "op": OPERATOR_KEY, "hop": IDENT})
+CALL_TARGET = Tagged("CallTarget", {"op": OPERATOR_KEY, "hop": IDENT, "python": Str})
+NODE_META = Record("NodeMeta", {}, {
+    "val": META_VALUE, "stack_trace": Union("StackTrace", Str, Null),
+    "nn_module_stack": ListOf(Tuple(Str, Str, Str)),  # [key, module path, module class]
+    "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True)})
+NODE = Record("Node", {"name": IDENT, "op": OneOf("placeholder", "call_function", "get_attr", "output"),
+                       "target": Union("NodeTarget", IDENT, CALL_TARGET), "args": ListOf(ARG_VALUE),
+                       "kwargs": MapOf(ARG_VALUE), "meta": NODE_META})
+_graph_module = Ref("GraphModule")
+GRAPH_MODULE = _graph_module.bind(Record("GraphModule", {"nodes": ListOf(NODE), "subgraphs": MapOf(_graph_module)}))
+
+SYMBOL = Record("Symbol", {"name": IDENT, "assumptions": MapOf(Bool), "min": Union("MaybeBound", BOUND, Null),
+                           "max": Union("MaybeBound", BOUND, Null), "hint": Union("MaybeInt", Int, Null)})
+SIGNATURE_ARGUMENT = Tagged("SignatureArgument", {"tensor": Str, "symint": Str, "symfloat": Str, "symbool": Str,
+                                                  "constant": Tuple(Str, PLAIN_VALUE)})
+MAYBE_STR = Union("MaybeString", Str, Null)
+SIGNATURE = Record("Signature", {
+    "inputs": ListOf(Record("InputSpec", {"kind": OneOf(*InputKind.__members__), "arg": SIGNATURE_ARGUMENT,
+                                          "target": MAYBE_STR, "persistent": Union("MaybeBool", Bool, Null)})),
+    "outputs": ListOf(Record("OutputSpec", {"kind": OneOf(*OutputKind.__members__), "arg": SIGNATURE_ARGUMENT,
+                                            "target": MAYBE_STR}))})
+
+# A TreeSpec: null for a leaf, else its type's serialized name, context and children.
+CONTEXT_VALUE = _tagged_values("ContextValue", {"namedtuple": Tuple(Str, ListOf(Str)), "type": Str,
+                                                "dumpable": Str})
+_tree_spec = Ref("TreeSpec")
+TREE_SPEC = _tree_spec.bind(Union("TreeSpec", Null, Record("TreeNode", {
+    "type": Str, "context": CONTEXT_VALUE, "children": ListOf(_tree_spec)})))
+MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleCallSignature", Null, Record(
+    "ModuleCallSignature", {"inputs": ListOf(SIGNATURE_ARGUMENT), "outputs": ListOf(SIGNATURE_ARGUMENT),
+                            "in_spec": TREE_SPEC, "out_spec": TREE_SPEC,
+                            "forward_arg_names": Union("MaybeNames", ListOf(Str), Null)}))})
+
+# Weights, constants, example inputs: name -> where the tensor's bytes are (serialize/tensors.py).
+TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), Record("TensorView", {
+    "storage": Str, "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
+    "device": Str, "requires_grad": Bool, "parameter": Bool})))
+EXAMPLE_VALUE = _tagged_values("ExampleValue", {"tensor": Str})
+
+PROGRAM = Record("Program", {
+    "format_version": Int,
+    "producer": Record("Producer", {"torch": Str}),
+    "symbols": ListOf(SYMBOL),
+    "range_constraints": ListOf(Tuple(EXPR, BOUND, BOUND)),
+    "graph_module": GRAPH_MODULE,
+    "signature": SIGNATURE,
+    "module_call_graph": ListOf(MODULE_CALL),
+    "state": Record("State", {"weights": TENSOR_TABLE, "constants": TENSOR_TABLE}),
+    "operators": MapOf(Str),  # operator name -> its schema, checked against the loading process's
+}, {
+    "ir": Record("IRLevel", {"level": OneOf("training", "inference"), "kept": ListOf(Str)}),
+    "example_inputs": Record("ExampleInputs", {"leaves": ListOf(EXAMPLE_VALUE), "tensors": TENSOR_TABLE}),
+})
+
+
+def program_fingerprint() -> str:
+    """The fingerprint of ``PROGRAM``: recorded in ``CHANGELOG`` for each version."""
+    return fingerprint(PROGRAM)
+
+
+def check_written(program: dict) -> None:
+    """Refuse to write a program.json that does not follow ``PROGRAM`` (a graphcap bug, caught at save)."""
+    check(PROGRAM, program, what="The program.json graphcap.save was about to write", version=FORMAT_VERSION,
+          fix="Report this as a graphcap bug: the encoder (serialize/encode.py) and the declared format "
+              "(serialize/schema.py) disagree. If the format changed on purpose, declare it in PROGRAM, bump "
+              "FORMAT_VERSION and add a CHANGELOG line.")
+
+
+def check_read(program: Any, version: int) -> None:
+    """Refuse a file's program.json (already brought to today's version) that does not follow ``PROGRAM``."""
+    origin = "" if version == FORMAT_VERSION else f" (written as format version {version}, upgraded on loading)"
+    check(PROGRAM, program, what=f"The file's program.json{origin}", version=FORMAT_VERSION,
+          fix="The file is damaged, was crafted, or was written by a graphcap whose format this one does not "
+              "know; save the program again with graphcap.save (from the graphcap that exported it).")

@@ -1,6 +1,15 @@
-"""Bring a training-IR program written by an older graphcap to today's form.
+"""Bring a file written by an older graphcap to today's form, at two levels.
 
-Until 2026-11-23 graphcap's training IR listed every buffer or user input the
+**The file's format** (``to_current_format``): program.json of format version
+N is rewritten, step by step, into version N+1's by ``FORMAT_UPGRADERS[N]``,
+until it is today's ``FORMAT_VERSION``; only then is it checked against the
+declared schema (``schema.PROGRAM``) and decoded. A format bump that changes
+what program.json holds adds its step here, so every version in
+``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
+Version 1 is the first format: no step yet.
+
+**The program's form** (``writes_into_graph``), for files whose format did not
+change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
 program updates as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
 placeholder itself for an in-place write (the write was already an operator
 of the graph), the new tensor for a buffer forward reassigned. torch's
@@ -19,10 +28,32 @@ inference IR says what it updates.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 import torch.fx
 
 from ..signature import ExportGraphSignature, OutputKind
+from . import schema
+from .values import bad
+
+# version N -> the function turning version N's program.json into version N+1's (returns the new dict).
+FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:
+    """program.json of format ``version``, rewritten into today's format by the upgraders in order."""
+    if version not in schema.READABLE_VERSIONS:
+        raise bad(f"Format version {version} is not one this graphcap reads.")
+    while version < schema.FORMAT_VERSION:
+        step = FORMAT_UPGRADERS.get(version)
+        if step is None:
+            raise bad(f"No upgrader from format version {version} to {version + 1}; this graphcap lists "
+                      f"version {version} as readable but cannot read it (a graphcap bug).")
+        program = step(program)
+        version += 1
+        program["format_version"] = version
+    return program
 
 aten = torch.ops.aten
 _UPGRADED_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
