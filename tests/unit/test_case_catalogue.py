@@ -63,7 +63,13 @@ def test_case_status(name):
 def test_docs_cases_md_is_up_to_date():
     assert docs.DOC_PATH.exists(), "run: python -m graphcap.cases.docs"
     recorded = docs.generated_with(docs.DOC_PATH.read_text())
-    if recorded != docs.torch_version():  # printed programs differ a little between torch releases
-        pytest.skip(f"docs/cases.md was generated with torch {recorded}, this is {docs.torch_version()}")
-    assert docs.DOC_PATH.read_text() == docs.render(), \
-        "docs/cases.md is out of date: run python -m graphcap.cases.docs"
+    page, fresh = docs.DOC_PATH.read_text(), docs.render()
+    if recorded != docs.torch_version():
+        # printed programs differ a little between torch releases: on another release the page
+        # must still list the same cases, in the same order, under the same headings
+        def headings(text):
+            return [line for line in text.splitlines() if line.startswith("#")]
+        assert headings(page) == headings(fresh), \
+            f"docs/cases.md (torch {recorded}) lists other cases than this catalogue: run python -m graphcap.cases.docs"
+        return
+    assert page == fresh, "docs/cases.md is out of date: run python -m graphcap.cases.docs"

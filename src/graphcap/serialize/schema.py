@@ -36,7 +36,7 @@ from ..signature import InputKind, OutputKind
 from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
                          Union, check, fingerprint)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -50,7 +50,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    1
+    2
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -65,6 +65,11 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "example inputs (tensors in safetensors, other leaves in program.json), "
         "extra files under extra/; an optional 'ir' entry (level and kept operators) "
         "for programs in the inference IR, so a loaded one is verified by the same rules."),
+    2: ("2026-11-23", "63331c13d1e66e75",
+        "A weight or constant may be described without data (\"storage\": null: dtype, "
+        "shape, strides, requires_grad only), written by save(ep, f, weights=False); "
+        "load attaches such weights from a checkpoint (load(f, weights=...)). "
+        "Version-1 files are version-2 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -160,7 +165,7 @@ MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleC
 
 # Weights, constants, example inputs: name -> where the tensor's bytes are (serialize/tensors.py).
 TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), Record("TensorView", {
-    "storage": Str, "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
+    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
     "device": Str, "requires_grad": Bool, "parameter": Bool})))
 EXAMPLE_VALUE = _tagged_values("ExampleValue", {"tensor": Str})
 

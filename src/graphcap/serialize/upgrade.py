@@ -6,7 +6,7 @@ until it is today's ``FORMAT_VERSION``; only then is it checked against the
 declared schema (``schema.PROGRAM``) and decoded. A format bump that changes
 what program.json holds adds its step here, so every version in
 ``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
-Version 1 is the first format: no step yet.
+Version 1 → 2 is the identity (version 2 only allows weights without data).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
@@ -38,7 +38,12 @@ from . import schema
 from .values import bad
 
 # version N -> the function turning version N's program.json into version N+1's (returns the new dict).
-FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _v1_to_v2(program: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 only allows more (weights described without data): a version-1 program.json is one."""
+    return program
+
+
+FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:

@@ -92,9 +92,13 @@ def node_type(value):
 def is_leaf(value, is_leaf=None) -> bool:
     """Whether pytree treats ``value`` as a leaf (no registered node type).
 
-    Relies on ``torch.utils._pytree._is_leaf(tree, is_leaf)`` (the same function
-    some releases also export as ``tree_is_leaf``).
+    Relies on ``torch.utils._pytree.tree_is_leaf(tree, is_leaf)``, or on its
+    older private name ``_is_leaf`` where a release lacks the public one (the
+    private name warns that it is going away).
     """
+    public = getattr(_pytree, "tree_is_leaf", None)
+    if public is not None:
+        return public(value, is_leaf)
     return _pytree._is_leaf(value, is_leaf)
 
 
