@@ -106,6 +106,37 @@ def draft_export(
     metadata from a real call. ``ep.report`` (a
     :class:`graphcap.DraftReport`) lists each problem with the user's line and
     the fix. See :mod:`graphcap.capture.draft`.
+
+    Args:
+        mod: the ``nn.Module`` (or function, or bound method) to capture; it must
+            run eagerly on the example.
+        args: the positional example inputs, a tuple.
+        kwargs: the keyword example inputs, or None.
+        dynamic_shapes: as for :func:`export`; when the program violates it, it is
+            refined (up to four times) and the refined spec is
+            ``ep.report.refined_dynamic_shapes``.
+        strict: passed to :func:`export` on every attempt.
+        preserve_module_call_signature: as for :func:`export`.
+        prefer_deferred_runtime_asserts_over_guards: as for :func:`export`.
+
+    Returns:
+        An :class:`ExportedProgram` with ``report`` set to a :class:`DraftReport`.
+        It is sound for every input its signature accepts: data that would take
+        another path than the example's is refused at runtime by an assert that
+        names the user's line. ``ep.report.successful()`` tells whether it is
+        what :func:`export` would have given.
+
+    Raises:
+        ConstraintViolationError: the spec is still violated after the refinements.
+        ExportInputError: the module, inputs or spec given are malformed.
+        UnsupportedError: a construct graphcap cannot capture even with the
+            example's values.
+        TraceError: the user's code raised while it ran on fake tensors.
+
+    Example:
+        >>> ep = graphcap.draft_export(model, (torch.tensor([3]),))
+        >>> print(ep.report)
+        >>> fixes = [p.fix for p in ep.report.problems]
     """
     from .capture.draft import draft_export as _draft_export
     return _draft_export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,

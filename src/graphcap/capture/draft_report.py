@@ -85,6 +85,22 @@ class DraftReport:
     ``refined_dynamic_shapes`` is the spec the program was exported with when
     the given one had to be refined (else None). ``successful()`` is True when
     there was nothing to work around: the program is what ``export`` would give.
+
+    Attributes:
+        problems: the :class:`Problem` list (also under torch's name, ``failures``);
+            ``of_kind(kind)`` filters it, ``as_data()`` gives it as plain dicts.
+        refined_dynamic_shapes: the refined spec, or None.
+        program_name: the captured module's class (or function) name.
+        seconds: how long the draft export took.
+
+    Raises:
+        nothing: it is plain data, built by :func:`graphcap.draft_export`.
+
+    Example:
+        >>> report = graphcap.draft_export(model, args).report
+        >>> if not report.successful():
+        ...     print(report)
+        >>> data_dependent = report.of_kind("data_dependent")
     """
 
     problems: list[Problem] = field(default_factory=list)

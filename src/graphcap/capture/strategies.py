@@ -43,7 +43,26 @@ STRATEGIES = tuple(RELAXES)
 
 @dataclass
 class Attempt:
-    """One strategy's try: its outcome, time, and the error that stopped it."""
+    """One strategy's try: its outcome, time, and the error that stopped it.
+
+    Attributes:
+        strategy: ``"non_strict"``, ``"strict"`` or ``"draft"``.
+        success: True when the strategy gave a program that passed verification.
+        seconds: how long the try took (export and verification).
+        relaxed: what the strategy gives up to get a program (one sentence).
+        error_type: the failed try's exception class name, else None.
+        error_message: its message (the ``what`` part for graphcap's errors), else None.
+        error_where: the user's source line (or graphcap's ``where``) it points at, else None.
+        notes: remarks on a successful try (how many problems ``draft`` worked around).
+
+    Raises:
+        nothing: it is plain data; ``as_data()`` gives it as a dict, ``str()`` prints it.
+
+    Example:
+        >>> result = graphcap.capture(model, args)
+        >>> failed = [a for a in result.attempts if not a.success]
+        >>> rows = [a.as_data() for a in result.attempts]
+    """
 
     strategy: str
     success: bool
@@ -75,6 +94,20 @@ class CaptureResult:
     """The program of the first strategy that worked, and every attempt.
 
     Unpacks as ``program, attempts = graphcap.capture(...)``.
+
+    Attributes:
+        program: the verified :class:`ExportedProgram`.
+        attempts: one :class:`Attempt` per strategy tried, in order; the last succeeded.
+        program_name: the captured module's class (or function) name.
+        strategy: the name of the strategy that gave ``program``.
+
+    Raises:
+        nothing: it is plain data; ``as_data()`` gives it as a dict, ``str()`` prints it.
+
+    Example:
+        >>> result = graphcap.capture(model, args)
+        >>> print(result.strategy, result.program)
+        >>> program, attempts = result
     """
 
     program: ExportedProgram
@@ -101,7 +134,28 @@ class CaptureResult:
 
 
 class CaptureError(GraphcapError):
-    """No strategy gave a verified program; ``attempts`` holds every try."""
+    """No strategy gave a verified program; ``attempts`` holds every try.
+
+    The message lists every attempt; ``where`` is the source line of the last
+    one's error.
+
+    Attributes:
+        attempts: one failed :class:`Attempt` per strategy tried, in order.
+        what: what went wrong (as for every :class:`GraphcapError`).
+        where: where the last strategy's error points, or None.
+        fix: how to fix it.
+
+    Raised by:
+        :func:`graphcap.capture`, when every strategy failed or gave a program
+        that differs from eager on the example.
+
+    Example:
+        >>> try:
+        ...     program, attempts = graphcap.capture(model, args)
+        ... except graphcap.CaptureError as e:
+        ...     for attempt in e.attempts:
+        ...         print(attempt)
+    """
 
     def __init__(self, what: str, *, attempts: list[Attempt], where: Optional[str] = None,
                  fix: Optional[str] = None):
@@ -114,10 +168,34 @@ def capture(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, d
             **export_options: Any) -> CaptureResult:
     """Try each strategy in order; return the first verified program and the record of every attempt.
 
-    ``progress``: a rich status line while an attempt runs (default: only when
-    stderr is a terminal). Other keyword options go to every strategy
-    (``preserve_module_call_signature``, ``prefer_deferred_runtime_asserts_over_guards``).
-    Raises :class:`CaptureError` (with ``.attempts``) when none works.
+    Args:
+        mod: the ``nn.Module`` (or function, or bound method) to capture.
+        args: the positional example inputs, a tuple.
+        kwargs: the keyword example inputs, or None.
+        dynamic_shapes: as for :func:`graphcap.export`, given to every strategy.
+        strategies: the strategies to try, in order, from ``"non_strict"``,
+            ``"strict"`` and ``"draft"`` (default: all three in that order).
+        verify: check each program against eager on the example (eager runs once,
+            on a copy of ``mod``); a program that differs counts as a failed try.
+        progress: a rich status line while an attempt runs (default: only when
+            stderr is a terminal).
+        **export_options: given to every strategy
+            (``preserve_module_call_signature``,
+            ``prefer_deferred_runtime_asserts_over_guards``).
+
+    Returns:
+        A :class:`CaptureResult`: the program and one :class:`Attempt` per
+        strategy tried; unpacks as ``program, attempts``.
+
+    Raises:
+        ExportInputError: ``strategies`` is empty or names an unknown strategy.
+        CaptureError: no strategy gave a verified program (``.attempts`` holds
+            every try, with its error and the user's line).
+
+    Example:
+        >>> program, attempts = graphcap.capture(model, (torch.randn(3, 4),),
+        ...                                      strategies=("non_strict", "draft"))
+        >>> print(graphcap.capture(model, (torch.randn(3, 4),)))
     """
     strategies = tuple(strategies)
     unknown = [s for s in strategies if s not in RELAXES]

@@ -129,12 +129,32 @@ def report(ep: Any, path: Union[str, os.PathLike], *, verification: Any = None, 
            title: Optional[str] = None, open_depth: int = 1) -> Path:
     """Write the HTML report of ``ep`` to ``path`` and return the path.
 
-    ``verification``: ``graphcap.verify``'s result, or any object with ``as_dict()`` / ``to_dict()`` in
-    its layout (``passed``, ``input_sets``, ``refusals``), or with ``rows()`` returning a list of dicts.
-    ``draft_report``: a draft export's report: an object with ``failures`` (each with a
-    ``failure_type`` and a text), or ``as_dict()``/``to_dict()``, or just text.
-    ``open_depth``: how many levels of the module tree start unfolded (the graph itself always
-    starts at the top level, child modules collapsed to boxes).
+    The page is self-contained (opens offline); it is written beside ``path``
+    and renamed into place, so a failure leaves no half-written page.
+
+    Args:
+        ep: the :class:`graphcap.ExportedProgram` to describe.
+        path: where to write the page (str or ``os.PathLike``).
+        verification: ``graphcap.verify``'s result, or any object with ``as_dict()`` /
+            ``to_dict()`` in its layout (``passed``, ``input_sets``, ``refusals``), or
+            with ``rows()`` returning a list of dicts; None leaves the section out.
+        draft_report: a draft export's report: an object with ``failures`` (each with a
+            ``failure_type`` or ``kind`` and a text), or ``as_dict()``/``to_dict()``, or
+            just text; None leaves the section out.
+        title: the page title (default "graphcap report").
+        open_depth: how many levels of the module tree start unfolded (the graph itself
+            always starts at the top level, child modules collapsed to boxes).
+
+    Returns:
+        The path written, as a :class:`pathlib.Path`.
+
+    Raises:
+        OSError: the page cannot be written at ``path``.
+
+    Example:
+        >>> ep = graphcap.draft_export(model, args)
+        >>> page = graphcap.report(ep, "report.html", draft_report=ep.report,
+        ...                        verification=graphcap.verify(ep, model))
     """
     out = Path(path)
     text = render(ep, verification=verification, draft_report=draft_report, title=title, open_depth=open_depth)

@@ -46,6 +46,32 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     With ``check_refusals``, wrong inputs (sizes just outside the ranges,
     another dtype, rank, baked-in value or structure) must be refused by the
     program's input checks.
+
+    Args:
+        ep: the :class:`graphcap.ExportedProgram` to check.
+        model: the eager model (or any callable) ``ep`` was exported from.
+        samples: how many random input sets to try after the edge ones.
+        rtol: relative tolerance for floating outputs, or None for the per-dtype default.
+        atol: absolute tolerance for floating outputs, or None for the per-dtype default.
+        seed: seeds the generated sizes and values (and eager's and the program's
+            random generator alike, so dropout draws the same masks).
+        example_inputs: ``(args, kwargs)`` guiding the generated values
+            (default ``ep.example_inputs``).
+        check_refusals: also check that wrong inputs are refused before computing.
+        max_elements: input sets with more elements than this are skipped.
+
+    Returns:
+        A :class:`VerificationResult`; ``passed`` is the verdict. An exception of
+        eager or of the program on an input set is recorded there, not raised.
+        Buffers and parameters of ``model`` and the program are left as found.
+
+    Raises:
+        ValueError: ``ep`` has no input structure (an empty ``module_call_graph``).
+
+    Example:
+        >>> result = graphcap.verify(ep, model, samples=10)
+        >>> print(result)
+        >>> assert result.passed, result.summary()
     """
     inputs = ProgramInputs(ep, example_inputs)
     runnable = ep.module()

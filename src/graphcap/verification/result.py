@@ -82,6 +82,34 @@ class RefusalResult:
 
 @dataclass
 class VerificationResult:
+    """What :func:`graphcap.verify` found: one row per input set, one per wrong input.
+
+    Attributes:
+        input_sets: one ``InputSetResult`` per input set run (its label, sizes,
+            shapes, per-output errors, or the error only one side raised).
+        refusals: one ``RefusalResult`` per wrong input (whether it was refused
+            before computing, and the message).
+        samples: how many random input sets were asked for.
+        seed: the seed the inputs were generated with.
+        skipped: input sets and refusal checks not run, with the reason.
+        notes: what may explain a difference (the model's weights differ from
+            the program's).
+        passed: every input set matched eager and every wrong input was refused.
+        failures: the input sets and refusal checks that failed, in order.
+        first_failure: the first of them, or None.
+
+    Raises:
+        nothing: it is data; ``as_dict()`` gives plain JSON-able data,
+        ``summary()`` one line, ``table()`` / ``refusal_table()`` rich tables
+        (these need rich, as does ``str()``).
+
+    Example:
+        >>> result = graphcap.verify(ep, model)
+        >>> if not result.passed:
+        ...     print(result.first_failure.describe())
+        >>> data = result.as_dict()
+    """
+
     input_sets: list[InputSetResult]
     refusals: list[RefusalResult]
     samples: int = 0
