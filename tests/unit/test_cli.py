@@ -117,7 +117,8 @@ def test_report_option_calls_graphcap_report_with_the_verification(tmp_path, cap
         calls.append((ep, path, verification))
         with open(path, "w") as f:
             f.write("<html></html>")
-    monkeypatch.setattr(graphcap, "report", fake_report, raising=False)
+    import graphcap.html_report
+    monkeypatch.setattr(graphcap.html_report, "report", fake_report)
     monkeypatch.chdir(tmp_path)
     status, out, err = run_main(capsys, "verify", f"{FACTORIES}:dynamic", "--samples", "0", "--no-refusals",
                                 "--report", "r.html")

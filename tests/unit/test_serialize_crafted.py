@@ -124,7 +124,7 @@ CRAFTED_EDITS = {
         out_spec={"type": "builtins.tuple", "context": {"type": "antigravity.Fly"}, "children": []}),
     "unknown dtype": lambda p: _node(p)["meta"]["val"]["tensor"].update(dtype="torch.Tensor.__reduce__"),
     "node used before defined": lambda p: _node(p).update(args=[{"node": "later"}]),
-    "wrong version inside json": lambda p: p.update(format_version=2),
+    "wrong version inside json": lambda p: p.update(format_version=1),
     "signature kind": lambda p: p["signature"]["inputs"][0].update(kind="__class__"),
     "symbol assumption": lambda p: p.update(symbols=[{"name": "s0", "assumptions": {"__class__": True}}]),
 }
@@ -156,9 +156,16 @@ _FORBIDDEN = re.compile(
     r"|(?<![.\w])eval\(|(?<![.\w])exec\(")
 
 
+# The command line imports the factory file the user names (`graphcap export FILE.py:FACTORY`), at the
+# user's request; nothing that reads a .pt2 file reaches it.
+_RUNS_USER_CODE = {"cli/factory.py"}
+
+
 def test_no_pickle_or_torch_load_in_src_graphcap():
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC).as_posix() in _RUNS_USER_CODE:
+            continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if _FORBIDDEN.search(line):
                 offenders.append(f"{path.relative_to(SRC)}:{i}: {line.strip()}")

@@ -1,7 +1,6 @@
 """The ``graphcap`` subcommands. Each takes the parsed arguments and returns an exit status."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -67,21 +66,9 @@ def write_report(ep, path: str, verification: Any = None) -> None:
 
 
 def _report_function():
-    import graphcap
-    fn = getattr(graphcap, "report", None)
-    if callable(fn) and not isinstance(fn, types.ModuleType):
-        return fn
-    for name in ("graphcap.html_report", "graphcap.report"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        fn = getattr(module, "report", None)
-        if callable(fn) and not isinstance(fn, types.ModuleType):
-            return fn
-    raise UsageError("The HTML report is not available in this graphcap (graphcap.report(ep, path, ...) is "
-                     "missing).", where="--report",
-                     fix="Run without --report, or update graphcap to a version with the HTML report.")
+    """graphcap.report, imported when --report asks for it (the page code is not needed otherwise)."""
+    from ..html_report import report
+    return report
 
 
 # -- inspect -----------------------------------------------------------------------
