@@ -1,0 +1,351 @@
+"""Strict capture: dynamo reads the program's bytecode, graphcap records what it found.
+
+``export(..., strict=True)`` differs from non-strict in its front end only.
+dynamo (torch's bytecode analyser, DESIGN.md's one allowed use of it) runs
+the user's Python symbolically and hands back one torch-level fx graph, or
+refuses the program: a construct it cannot put in a graph (a graph break) or a
+side effect on state outside the program is an error here, as strict users
+expect. The graph it returns is then *replayed* by :class:`DynamoGraphReplay`
+in place of the user's callable, through the very pipeline non-strict uses
+(``graphcap.capture.non_strict``): the recorder, lifting, signature, guards
+and the verifier. So a program is the same whichever way it came in:
+parameters keep their FQNs (dynamo's graph reaches the module's own tensor
+objects, which the replay fetches from the module by FQN), placeholders are
+named alike, and the spec is checked by graphcap.
+
+Two things cross from dynamo's trace to graphcap's:
+
+- node metadata: each dynamo node's user stack trace and module stack (turned
+  into graphcap's FQNs and call keys) is the current node metadata while it is
+  replayed, so the ATen nodes it records carry them;
+- shape guards: dynamo specialized or branched on symbolic sizes while reading
+  the bytecode, and those decisions are not in its graph. Each guard is
+  restated over graphcap's symbols and guarded in graphcap's ShapeEnv, with
+  dynamo's source line, so the spec check (and its suggested fixes) sees it.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Optional
+
+import sympy
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+
+from ..errors import StrictCaptureError, UnsupportedError
+from ..torch_private import dynamo as dynamo_private
+from ..torch_private import pytree
+from . import non_strict
+from ..trace.module_paths import call_key
+
+
+def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
+                  preserve_module_call_signature: tuple[str, ...] = (),
+                  prefer_deferred_asserts: bool = False):
+    """Export ``mod`` with dynamo as the front end; the rest is non-strict's pipeline."""
+    if preserve_module_call_signature:
+        raise UnsupportedError(
+            "preserve_module_call_signature is not available with strict=True in graphcap.",
+            where="export(..., strict=True, preserve_module_call_signature=...)",
+            fix="Export with strict=False (the default): it preserves the listed submodules' call signatures.")
+    return non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                        prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+
+
+def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
+    """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic)."""
+    marks = []
+    for leaf, fake in zip(user_leaves, fake_user):
+        if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
+            marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
+    try:
+        with dynamo_private.dims_marked_dynamic(marks):
+            gm = dynamo_private.capture_torch_level_graph(target.call, args, kwargs)
+    except dynamo_private.front_end_error_types() as e:
+        raise _explain_refusal(e, target) from None
+    return DynamoGraphReplay(gm, target.root)
+
+
+# --- metadata ----------------------------------------------------------------------------------
+
+_SOURCE_ROOT = re.compile(r"^L\[['\"][^'\"]+['\"]\]")
+
+
+def _fqn_of_source(path: str) -> str:
+    """dynamo's name of a submodule (``L['self'].layers[0]``, ``getattr(L['self'].a, '0')``,
+    ``L['self']._modules['conv']``) as an FQN (``layers.0``)."""
+    text = path
+    while True:  # getattr(X, 'name') -> X.name
+        new = re.sub(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)", r"\1.\2", text)
+        if new == text:
+            break
+        text = new
+    text = _SOURCE_ROOT.sub("", text)
+    text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
+    text = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", text)
+    return text.strip(".")
+
+
+class _ModuleStacks:
+    """Turns dynamo's ``nn_module_stack`` entries into graphcap's (``L__self__<fqn>[@n]`` → (fqn, class))."""
+
+    def __init__(self, root: Optional[torch.nn.Module]):
+        self.root = root
+        self.names_by_id = {}
+        if root is not None:
+            for name, module in root.named_modules(remove_duplicate=False):
+                self.names_by_id.setdefault(id(module), name)
+        self.calls: dict[str, int] = {}
+        self.previous: dict[str, Any] = {}
+
+    def _fqn(self, key: str, path: str) -> str:
+        fqn = _fqn_of_source(path)
+        if self.root is not None:
+            try:
+                self.root.get_submodule(fqn)
+                return fqn
+            except AttributeError:
+                pass
+            if key.isdigit() and int(key) in self.names_by_id:
+                return self.names_by_id[int(key)]
+        return fqn
+
+    def convert(self, stack: Optional[dict]) -> dict:
+        out: dict = {}
+        if self.root is not None:
+            out[call_key("")] = ("", type(self.root))
+        current: dict[str, Any] = {}
+        for key, (path, cls) in (stack or {}).items():
+            fqn = self._fqn(str(key), str(path))
+            if not fqn:
+                continue
+            # a new call of the module starts where the previous node was not inside it
+            if fqn not in self.previous:
+                self.calls[fqn] = self.calls.get(fqn, -1) + 1
+            current[fqn] = key
+            n = self.calls[fqn]
+            out[call_key(fqn if n == 0 else f"{fqn}@{n}")] = (fqn, cls)
+        self.previous = current
+        return out
+
+
+def _prepare_metadata(gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]) -> None:
+    """Give dynamo's nodes graphcap's module stacks; drop what graphcap derives itself."""
+    stacks = _ModuleStacks(root)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        node.meta["nn_module_stack"] = stacks.convert(node.meta.get("nn_module_stack"))
+        node.meta.pop("source_fn_stack", None)  # graphcap writes its own (graphcap.trace.metadata)
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+class DynamoGraphReplay:
+    """The user's callable as dynamo saw it: dynamo's graph, run op by op on graphcap's fake inputs.
+
+    An object rather than a function so that the recorder does not take its
+    frames for user code (only dynamo's recorded stack traces name user lines).
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]):
+        self.gm = gm
+        self.root = root
+        self.in_spec = getattr(gm, "_in_spec", None)
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.attr_fqns = self._attribute_fqns()
+        self.files = {m for n in gm.graph.nodes for m in re.findall(r'File "([^"]+)", line', n.meta.get("stack_trace") or "")}
+        _prepare_metadata(gm, root)
+
+    def _attribute_fqns(self) -> dict[str, str]:
+        """dynamo's attribute name of each module tensor the graph reads → its FQN in the user's module."""
+        if self.root is None:
+            return {}
+        by_id: dict[int, str] = {}
+        for name, t in self.root.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(t), name)
+        for name, t in self.root.named_buffers(remove_duplicate=False):
+            by_id.setdefault(id(t), name)
+        for fqn, module in self.root.named_modules(remove_duplicate=False):
+            for attr, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    by_id.setdefault(id(value), f"{fqn}.{attr}" if fqn else attr)
+        out = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                try:
+                    value = _fetch(self.gm, node.target)
+                except AttributeError:
+                    continue
+                if isinstance(value, torch.Tensor) and id(value) in by_id:
+                    out[node.target] = by_id[id(value)]
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if len(leaves) != len(self.placeholders):
+            raise UnsupportedError(
+                f"strict capture: dynamo's graph takes {len(self.placeholders)} inputs where the call has "
+                f"{len(leaves)} ({spec}).",
+                where="export(..., strict=True)",
+                fix="Export with strict=False, which runs the program as it is.")
+        _transfer_shape_facts(self.placeholders, leaves, self.files)
+        with fx_traceback.preserve_node_meta():
+            out = _Replayer(self).run(*leaves)
+        out_spec = getattr(self.gm, "_out_spec", None)
+        return pytree.tree_unflatten(list(out), out_spec) if out_spec is not None else out
+
+
+def _fetch(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Replayer(torch.fx.Interpreter):
+    """Interprets dynamo's graph; module tensors come from the user's module (fake while recording)."""
+
+    def __init__(self, replay: DynamoGraphReplay):
+        super().__init__(replay.gm, garbage_collect_values=True)
+        self.replay = replay
+
+    def get_attr(self, target, args, kwargs):
+        fqn = self.replay.attr_fqns.get(target)
+        if fqn is not None:
+            return _fetch(self.replay.root, fqn)
+        return super().get_attr(target, args, kwargs)
+
+    def run(self, *flat_args):
+        # the graph's own code generator would flatten again: feed placeholders in order
+        self.args_iter = iter(flat_args)
+        env = self.env = {}
+        for node in self.graph.nodes:
+            env[node] = self.run_node(node)
+            if self.garbage_collect_values:
+                for to_delete in self.user_to_last_uses.get(node, []):
+                    del env[to_delete]
+            if node.op == "output":
+                return env[node]
+        raise AssertionError("dynamo's graph has no output")  # pragma: no cover
+
+
+# --- shape facts -------------------------------------------------------------------------------
+
+def _expr(value: Any) -> Any:
+    return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
+
+
+def _transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> None:
+    """Restate dynamo's shape decisions over graphcap's symbols, in graphcap's ShapeEnv."""
+    mapping: dict = {}
+    pending = []
+    dynamo_env = None
+    target_env = None
+    for node, leaf in zip(placeholders, leaves):
+        val = node.meta.get("val", node.meta.get("example_value"))
+        if not (isinstance(val, torch.Tensor) and isinstance(leaf, torch.Tensor)) or val.dim() != leaf.dim():
+            continue
+        for dyn, ours in zip(val.shape, leaf.shape):
+            if isinstance(dyn, torch.SymInt):
+                dynamo_env = dyn.node.shape_env
+            if isinstance(ours, torch.SymInt):
+                target_env = ours.node.shape_env
+            d = _expr(dyn)
+            if isinstance(d, sympy.Symbol) and d not in mapping:
+                mapping[d] = _expr(ours)
+            else:
+                pending.append((d, ours))
+    if target_env is None:
+        return  # graphcap has no symbols: dynamo had none either (nothing was marked)
+    for d, ours in pending:
+        if isinstance(ours, torch.SymInt) or d.free_symbols:
+            # dynamo fixed this size (or tied it to another): graphcap's spec check decides
+            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)))
+    if dynamo_env is None:
+        return
+    for guard in dynamo_private.shape_guards(dynamo_env):
+        if not guard.expr.free_symbols <= set(mapping):
+            continue  # about values graphcap's replay computes itself (unbacked sizes)
+        dynamo_private.add_guard(target_env, guard.expr.xreplace(mapping), _user_sloc(guard.sloc, files))
+
+
+_DYNAMO_USER_LOC = re.compile(r"^(?P<code>.*?)\s+#\s+(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$", re.S)
+
+
+def _user_sloc(sloc: Any, files: set[str]) -> Any:
+    """dynamo's location of a guard (``code  # shortened/file.py:12 in fn``, torch frame beside it)
+    as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
+    text = getattr(sloc, "maybe_user_loc", None)
+    match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return sloc
+    short = match.group("file")
+    full = next((f for f in sorted(files) if f.endswith(short)), short)
+    return dynamo_private.user_sloc(full, int(match.group("line")), match.group("fn"), match.group("code").strip())
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
+
+
+def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
+    """dynamo refused the program: say which construct, at which line of the user's, and the way out."""
+    text = str(e)
+    frames = dynamo_private.user_stack_of(e)
+    where = None
+    if frames:
+        f = frames[-1]
+        where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
+    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*?\])", text, re.S)
+    if side_effects:
+        names = re.findall(r"[\"']((?:[LG]\[[^\]]+\])[^\"',]*)[\"']", side_effects.group(1))
+        line = _line_touching(target, names)
+        return StrictCaptureError.like(
+            e, f"strict=True refuses {target.name}: it changes state outside the program "
+               f"({', '.join(names) or side_effects.group(1)}); an exported program cannot repeat "
+               "that change when it runs.",
+            where=line or where,
+            fix="Return the value instead of storing it in a global, a closed-over variable or an "
+                "object attribute; or export with strict=False, which runs that Python once while "
+                "tracing.")
+    if dynamo_private.is_graph_break(e):
+        construct = _first_line(text)
+        detail = re.search(r"Explanation:\s*(.+)", text)
+        if detail:
+            construct = f"{construct}: {detail.group(1).strip()}"
+        return StrictCaptureError.like(
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {construct}",
+            where=where,
+            fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
+                "torch._check for assumptions on values), or export with strict=False, which runs "
+                "the Python as it is.")
+    return StrictCaptureError.like(
+        e, f"strict=True: dynamo failed to capture {target.name}: {_first_line(text)}",
+        where=where,
+        fix="Export with strict=False, which runs the Python as it is.")
+
+
+def _line_touching(target: Any, names: list[str]) -> Optional[str]:
+    """The first line of the exported function's source that touches one of dynamo's named sources."""
+    idents = []
+    for n in names:
+        m = re.findall(r"\[['\"]([^'\"]+)['\"]\]|\.(\w+)", n)
+        if m:
+            last = m[-1]
+            idents.append(last[0] or last[1])
+    fn = getattr(target.forward, "__func__", target.forward)
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        file = inspect.getsourcefile(fn)
+    except (OSError, TypeError):
+        return None
+    for offset, line in enumerate(lines[1:], 1):
+        for ident in idents:
+            if re.search(rf"\b{re.escape(ident)}\b\s*(\.|\[|=|\+=|-=)", line):
+                return f'File "{file}", line {start + offset}, in {fn.__name__}\n    {line.strip()}'
+    return None
