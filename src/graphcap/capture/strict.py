@@ -25,9 +25,12 @@ Two things cross from dynamo's trace to graphcap's:
 """
 from __future__ import annotations
 
+import ast
+import contextlib
 import inspect
+import os
 import re
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import sympy
 import torch
@@ -36,6 +39,7 @@ import torch.fx.traceback as fx_traceback
 
 from ..errors import StrictCaptureError, UnsupportedError
 from ..torch_private import dynamo as dynamo_private
+from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from . import non_strict
 from ..trace.module_paths import call_key
@@ -61,11 +65,25 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     try:
-        with dynamo_private.dims_marked_dynamic(marks):
+        with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
             gm = dynamo_private.capture_torch_level_graph(target.call, args, kwargs)
     except dynamo_private.front_end_error_types() as e:
-        raise _explain_refusal(e, target) from None
+        raise _explain_refusal(e, target) from e
     return DynamoGraphReplay(gm, target.root)
+
+
+@contextlib.contextmanager
+def _backend_neutral() -> Iterator[None]:
+    """dynamo reads the program with the cuDNN, MKL-DNN and NNPACK backends off, as graphcap's recorder
+    traces: their size heuristics would otherwise add guards on dims (a conv's batch size) that
+    neither the program nor its spec asks for."""
+    backends = (torch.backends.cudnn, torch.backends.mkldnn, torch.backends.nnpack)
+    saved = [backend.set_flags(False) for backend in backends]
+    try:
+        yield
+    finally:
+        for backend, flags in zip(backends, saved):
+            backend.set_flags(*flags)
 
 
 # --- metadata ----------------------------------------------------------------------------------
@@ -153,7 +171,7 @@ class DynamoGraphReplay:
     def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]):
         self.gm = gm
         self.root = root
-        self.in_spec = getattr(gm, "_in_spec", None)
+        self.out_spec = fx_private.pytree_specs_of(gm)[1]
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.attr_fqns = self._attribute_fqns()
         self.files = {m for n in gm.graph.nodes for m in re.findall(r'File "([^"]+)", line', n.meta.get("stack_trace") or "")}
@@ -194,8 +212,7 @@ class DynamoGraphReplay:
         _transfer_shape_facts(self.placeholders, leaves, self.files)
         with fx_traceback.preserve_node_meta():
             out = _Replayer(self).run(*leaves)
-        out_spec = getattr(self.gm, "_out_spec", None)
-        return pytree.tree_unflatten(list(out), out_spec) if out_spec is not None else out
+        return pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:
@@ -253,17 +270,22 @@ def _transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> 
                 dynamo_env = dyn.node.shape_env
             if isinstance(ours, torch.SymInt):
                 target_env = ours.node.shape_env
-            d = _expr(dyn)
+            d, sloc = _expr(dyn), None
+            if isinstance(dyn, torch.SymInt) and not isinstance(d, sympy.Symbol):
+                raw, sloc = dynamo_private.unreplaced_expr(dyn)  # dynamo specialized it: say where
+                if isinstance(raw, sympy.Symbol) and raw not in mapping:
+                    mapping[raw] = _expr(ours)
             if isinstance(d, sympy.Symbol) and d not in mapping:
                 mapping[d] = _expr(ours)
             else:
-                pending.append((d, ours))
+                pending.append((d, ours, sloc))
     if target_env is None:
         return  # graphcap has no symbols: dynamo had none either (nothing was marked)
-    for d, ours in pending:
+    for d, ours, sloc in pending:
         if isinstance(ours, torch.SymInt) or d.free_symbols:
             # dynamo fixed this size (or tied it to another): graphcap's spec check decides
-            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)))
+            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)),
+                                     _user_sloc(sloc, files) if sloc is not None else None)
     if dynamo_env is None:
         return
     for guard in dynamo_private.shape_guards(dynamo_env):
@@ -283,14 +305,21 @@ def _user_sloc(sloc: Any, files: set[str]) -> Any:
     if match is None:
         return sloc
     short = match.group("file")
-    full = next((f for f in sorted(files) if f.endswith(short)), short)
+    full = next((f for f in sorted(files) if f.endswith(short)), None)
+    if full is None:  # not a file of the program's own: torch's (a framework guard) if it is there
+        in_torch = os.path.join(os.path.dirname(torch.__file__), short)
+        full = in_torch if os.path.exists(in_torch) else short
     return dynamo_private.user_sloc(full, int(match.group("line")), match.group("fn"), match.group("code").strip())
 
 
 # --- refusals ----------------------------------------------------------------------------------
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
+def _dynamo_message(text: str) -> str:
+    """dynamo's own explanation, without the user-code section (graphcap's ``where`` says it) and
+    the closing note on debug flags."""
+    text = re.split(r"\n\s*from user code:", text)[0]
+    text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
+    return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
 
 
 def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
@@ -303,7 +332,10 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
         where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
     side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*?\])", text, re.S)
     if side_effects:
-        names = re.findall(r"[\"']((?:[LG]\[[^\]]+\])[^\"',]*)[\"']", side_effects.group(1))
+        try:
+            names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
+        except (ValueError, SyntaxError):
+            names = []
         line = _line_touching(target, names)
         return StrictCaptureError.like(
             e, f"strict=True refuses {target.name}: it changes state outside the program "
@@ -314,18 +346,14 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
                 "object attribute; or export with strict=False, which runs that Python once while "
                 "tracing.")
     if dynamo_private.is_graph_break(e):
-        construct = _first_line(text)
-        detail = re.search(r"Explanation:\s*(.+)", text)
-        if detail:
-            construct = f"{construct}: {detail.group(1).strip()}"
         return StrictCaptureError.like(
-            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {construct}",
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {_dynamo_message(text)}",
             where=where,
             fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
                 "torch._check for assumptions on values), or export with strict=False, which runs "
                 "the Python as it is.")
     return StrictCaptureError.like(
-        e, f"strict=True: dynamo failed to capture {target.name}: {_first_line(text)}",
+        e, f"strict=True: dynamo failed to capture {target.name}: {_dynamo_message(text)}",
         where=where,
         fix="Export with strict=False, which runs the Python as it is.")
 

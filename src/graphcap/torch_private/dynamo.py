@@ -58,8 +58,16 @@ RELIES_ON.update({
     "torch._dynamo.exc.Unsupported": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": ("self", "orig_expr"),
     "torch._guards.ShapeGuard": None,
-    "torch._guards.SLoc": ("framework_loc", "maybe_user_loc"),
+    "torch.fx.experimental.sym_node.SymNode#_expr": None,
 })
+
+def _sample_sym_node() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch._dynamo.source import ConstantSource
+    return ShapeEnv().create_symintnode(ShapeEnv().create_symbol(3, ConstantSource("n")), hint=3).node
+
+
+SAMPLES = {"torch.fx.experimental.sym_node.SymNode": _sample_sym_node}
 
 # Attributes ``maybe_mark_dynamic`` leaves on a tensor (graphcap takes them off again).
 _DIM_MARK_ATTRS = ("_dynamo_weak_dynamic_indices", "_has_dynamo_dim_marking")
@@ -192,5 +200,18 @@ def add_guard(shape_env: Any, expr: Any, sloc: Any = None) -> None:
 def user_sloc(filename: str, lineno: int, name: str, code: str) -> Any:
     """A guard location naming a user line the way graphcap's own guards do (a frame, no text)."""
     import traceback
-    from torch._guards import SLoc
+    from .shapes import SLoc
     return SLoc(traceback.FrameSummary(filename, lineno, name, line=code), None)
+
+
+def unreplaced_expr(size: Any) -> tuple[Any, Any]:
+    """A SymInt's expression as it was made (before its ShapeEnv replaced it, e.g. by a constant the
+    program specialized it to), and where that replacement was decided (None if it was not).
+
+    Relies on ``SymNode._expr`` (the public ``expr`` applies the replacements) and
+    ``ShapeEnv.replacements_slocs``.
+    """
+    raw = size.node._expr
+    env = size.node.shape_env
+    return raw, env.replacements_slocs.get(raw)
+
