@@ -66,7 +66,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     try:
         with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
-            gm = dynamo_private.capture_torch_level_graph(target.call, args, kwargs)
+            gm = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
         raise _explain_refusal(e, target) from e
     return DynamoGraphReplay(gm, target.root)
@@ -84,6 +84,32 @@ def _backend_neutral() -> Iterator[None]:
     finally:
         for backend, flags in zip(backends, saved):
             backend.set_flags(*flags)
+
+
+_ENTRY_NAME = "graphcap_strict_entry"
+
+
+def _entry_for(call: Any) -> Any:
+    """A fresh function calling ``call``: what dynamo is given to read.
+
+    dynamo's full-graph export drops every compiled entry of the code object it
+    starts from, before and after; starting from graphcap's own code object
+    rather than the user's ``forward`` keeps the user's own ``torch.compile``
+    caches intact. The call goes through ``nn.Module.__call__``, hooks included,
+    as in non-strict.
+    """
+    def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+    return graphcap_strict_entry
+
+
+def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
+    """A dynamo stack trace without the frame of :func:`_entry_for`'s function."""
+    if not stack_trace:
+        return stack_trace
+    frames = re.split(r"(?m)^(?=\s*File \")", stack_trace)
+    kept = [f for f in frames if f.strip() and not (f'in {_ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
+    return "".join(kept)
 
 
 # --- metadata ----------------------------------------------------------------------------------
@@ -156,6 +182,8 @@ def _prepare_metadata(gm: torch.fx.GraphModule, root: Optional[torch.nn.Module])
         if node.op in ("placeholder", "output"):
             continue
         node.meta["nn_module_stack"] = stacks.convert(node.meta.get("nn_module_stack"))
+        if node.meta.get("stack_trace"):
+            node.meta["stack_trace"] = _without_entry_frame(node.meta["stack_trace"])
         node.meta.pop("source_fn_stack", None)  # graphcap writes its own (graphcap.trace.metadata)
 
 
@@ -330,12 +358,17 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
     if frames:
         f = frames[-1]
         where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
-    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*?\])", text, re.S)
+    if where is None:
+        section = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
+        found = [f for f in re.findall(r"(File \"[^\n]+\n[^\n]+)", section) if _ENTRY_NAME not in f]
+        where = found[-1].rstrip() if found else None
+    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*\])\s*$", text, re.S | re.M)
     if side_effects:
         try:
             names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
         except (ValueError, SyntaxError):
             names = []
+        names = [_readable_source(n, target) for n in names]
         line = _line_touching(target, names)
         return StrictCaptureError.like(
             e, f"strict=True refuses {target.name}: it changes state outside the program "
@@ -358,14 +391,26 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
         fix="Export with strict=False, which runs the Python as it is.")
 
 
+def _readable_source(name: str, target: Any) -> str:
+    """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
+    (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
+    cell = re.search(r"__closure__\[(\d+)\]\.cell_contents", name)
+    if cell:
+        fn = getattr(target.forward, "__func__", target.forward)
+        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        index = int(cell.group(1))
+        if index < len(freevars):
+            return freevars[index]
+    found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
+    if found:
+        rest = re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", found.group(2))
+        return found.group(1) + rest
+    return name
+
+
 def _line_touching(target: Any, names: list[str]) -> Optional[str]:
     """The first line of the exported function's source that touches one of dynamo's named sources."""
-    idents = []
-    for n in names:
-        m = re.findall(r"\[['\"]([^'\"]+)['\"]\]|\.(\w+)", n)
-        if m:
-            last = m[-1]
-            idents.append(last[0] or last[1])
+    idents = [n.rsplit(".", 1)[-1] for n in names if re.fullmatch(r"[\w.]+", n)]
     fn = getattr(target.forward, "__func__", target.forward)
     try:
         lines, start = inspect.getsourcelines(fn)

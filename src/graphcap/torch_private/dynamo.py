@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import Any, Iterator
 
@@ -54,6 +55,12 @@ RELIES_ON.update({
     "torch._dynamo.config.patch": None,
     "torch._dynamo.maybe_mark_dynamic": ("t", "index"),
     "torch._dynamo.utils.counters": None,
+    "torch._dynamo.utils.compilation_time_metrics": None,
+    "torch._dynamo.convert_frame.input_codes": None,
+    "torch._dynamo.convert_frame.output_codes": None,
+    "torch._dynamo.convert_frame.FRAME_COUNTER": None,
+    "torch._dynamo.convert_frame.FRAME_COMPILE_COUNTER": None,
+    "torch._dynamo.eval_frame.cached_backends": None,
     "torch._dynamo.exc.TorchDynamoException": None,
     "torch._dynamo.exc.Unsupported": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": ("self", "orig_expr"),
@@ -102,15 +109,39 @@ def _export_dynamo_config() -> dict:
 
 @contextlib.contextmanager
 def dynamo_state_kept() -> Iterator[None]:
-    """Leave dynamo's process-wide counters as they were before the block."""
-    from torch._dynamo.utils import counters
-    saved = {k: dict(v) for k, v in counters.items()}
+    """Leave dynamo's process-wide bookkeeping as it was before the block.
+
+    A capture counts itself (``torch._dynamo.utils.counters``, compile-time
+    metrics, the frame counters), remembers the code objects it read and made
+    (``convert_frame.input_codes`` / ``output_codes``, what ``torch._dynamo.reset``
+    walks) and caches its backend (``eval_frame.cached_backends``). None of it
+    concerns a later ``torch.compile``; all of it is put back.
+    """
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.eval_frame as eval_frame
+    from torch._dynamo import utils
+    counters = utils.counters
+    saved_counters = {k: dict(v) for k, v in counters.items()}
+    trackers = [(t, len(t.seen), set(t.seen_ids)) for t in (convert_frame.input_codes, convert_frame.output_codes)]
+    metrics = {k: list(v) for k, v in utils.compilation_time_metrics.items()}
+    frames = convert_frame.FRAME_COUNTER, collections.Counter(convert_frame.FRAME_COMPILE_COUNTER)
+    backends = set(eval_frame.cached_backends)
     try:
         yield
     finally:
         counters.clear()
-        for k, v in saved.items():
+        for k, v in saved_counters.items():
             counters[k].update(v)
+        for tracker, length, ids in trackers:
+            del tracker.seen[length:]  # the dropped weak references never call back
+            tracker.seen_ids.intersection_update(ids)
+        utils.compilation_time_metrics.clear()
+        utils.compilation_time_metrics.update(metrics)
+        convert_frame.FRAME_COUNTER = frames[0]
+        convert_frame.FRAME_COMPILE_COUNTER.clear()
+        convert_frame.FRAME_COMPILE_COUNTER.update(frames[1])
+        for key in set(eval_frame.cached_backends) - backends:
+            del eval_frame.cached_backends[key]
 
 
 @contextlib.contextmanager
