@@ -54,8 +54,25 @@ def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: An
             "preserve_module_call_signature is not available with strict=True in graphcap.",
             where="export(..., strict=True, preserve_module_call_signature=...)",
             fix="Export with strict=False (the default): it preserves the listed submodules' call signatures.")
-    return non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                        prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+    ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+    _state_placeholders_name_their_first_use(ep)
+    return ep
+
+
+def _state_placeholders_name_their_first_use(ep: Any) -> None:
+    """Each parameter, buffer and constant placeholder carries the ``source_fn_stack`` of the first
+    operator that reads it, as torch.export's strict mode leaves it (dynamo reads module tensors
+    where the user's call uses them; tools written for strict programs look there)."""
+    state_kinds = {"PARAMETER", "BUFFER", "CONSTANT_TENSOR"}
+    specs = ep.graph_signature.input_specs
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    for spec, node in zip(specs, placeholders):
+        if spec.kind.name not in state_kinds:
+            continue
+        first = next((u for u in node.users if "source_fn_stack" in u.meta), None)
+        if first is not None:
+            node.meta["source_fn_stack"] = list(first.meta["source_fn_stack"])
 
 
 def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
