@@ -83,9 +83,12 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     try:
         with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
-            gm = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
+            gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
         raise _explain_refusal(e, target) from e
+    outside = [n for n in side_effects if _is_outside_state(n)]
+    if outside:
+        raise _side_effect_error(None, outside, target, None)
     return DynamoGraphReplay(gm, target.root)
 
 
@@ -384,17 +387,8 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
         try:
             names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
         except (ValueError, SyntaxError):
-            names = []
-        names = [_readable_source(n, target) for n in names]
-        line = _line_touching(target, names)
-        return StrictCaptureError.like(
-            e, f"strict=True refuses {target.name}: it changes state outside the program "
-               f"({', '.join(names) or side_effects.group(1)}); an exported program cannot repeat "
-               "that change when it runs.",
-            where=line or where,
-            fix="Return the value instead of storing it in a global, a closed-over variable or an "
-                "object attribute; or export with strict=False, which runs that Python once while "
-                "tracing.")
+            names = [side_effects.group(1)]
+        return _side_effect_error(e, names, target, where)
     if dynamo_private.is_graph_break(e):
         return StrictCaptureError.like(
             e, f"strict=True cannot capture {target.name} in one graph (a graph break): {_dynamo_message(text)}",
@@ -406,6 +400,26 @@ def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
         e, f"strict=True: dynamo failed to capture {target.name}: {_dynamo_message(text)}",
         where=where,
         fix="Export with strict=False, which runs the Python as it is.")
+
+
+def _is_outside_state(source: str) -> bool:
+    """Whether dynamo's source of a changed object is a global or a closed-over variable (refused),
+    rather than the module, its attributes or the inputs (changes dynamo leaves out of the program,
+    as torch.export's strict mode does)."""
+    return source.startswith("G[") or "__closure__" in source or "cell_contents" in source
+
+
+def _side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
+                       where: Optional[str]) -> StrictCaptureError:
+    readable = [_readable_source(n, target) for n in names]
+    what = (f"strict=True refuses {target.name}: it changes state outside the program "
+            f"({', '.join(readable)}); an exported program cannot repeat that change when it runs.")
+    where = _line_touching(target, readable) or where
+    fix = ("Return the value instead of storing it in a global or a closed-over variable; or export "
+           "with strict=False, which runs that Python once while tracing.")
+    if e is None:
+        return StrictCaptureError(what, where=where, fix=fix)
+    return StrictCaptureError.like(e, what, where=where, fix=fix)
 
 
 def _readable_source(name: str, target: Any) -> str:

@@ -86,8 +86,8 @@ def _export_dynamo_config() -> dict:
     Python ints and floats are specialized, shapes are static unless marked,
     ``.item()`` and data-dependent output shapes stay in the graph as unbacked
     values, runtime asserts are left to graphcap, logging calls are not graph
-    breaks, and a side effect on state outside the program is an error rather
-    than a warning.
+    breaks, and side effects on outside state are not replayed but reported
+    (as a warning, which :func:`capture_torch_level_graph` collects).
     """
     import logging
     import warnings
@@ -103,7 +103,7 @@ def _export_dynamo_config() -> dict:
         capture_dynamic_output_shape_ops=True,
         capture_scalar_outputs=True,
         replay_side_effects=False,
-        side_effect_replay_policy="error",
+        side_effect_replay_policy="warn",
     )
 
 
@@ -169,21 +169,38 @@ def dims_marked_dynamic(marks: list) -> Iterator[None]:
                     delattr(t, a)
 
 
-def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
-    """dynamo's full-graph capture of ``fn(*args, **kwargs)``: one torch-level fx graph, or dynamo's error.
+def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch.fx.GraphModule, list[str]]:
+    """dynamo's full-graph capture of ``fn(*args, **kwargs)``: one torch-level fx graph, or dynamo's error;
+    with dynamo's names of the outside objects the call changed (side effects, not replayed).
 
     Relies on ``torch._dynamo.export(f, aten_graph=False, ...)`` (torch
     functions and tensor methods, not ATen), whose graph takes the flat
     ``(args, kwargs)`` leaves as placeholders and reaches the module's tensors by
     ``get_attr`` on attributes holding the same tensor objects; a graph break
-    raises dynamo's ``Unsupported`` (a ``TorchDynamoException``).
+    raises dynamo's ``Unsupported`` (a ``TorchDynamoException``). Side effects
+    are reported by a warning listing their sources (``side_effect_replay_policy="warn"``).
     """
+    import ast
+    import re
+    import warnings
     import torch._dynamo
-    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept():
+    side_effects: list[str] = []
+    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = torch._dynamo.export(
             fn, aten_graph=False, tracing_mode="symbolic", assume_static_by_default=True,
             disable_constraint_solver=True, same_signature=True, _log_export_usage=False)(*args, **kwargs)
-    return result.graph_module
+    for w in caught:
+        found = re.search(r"side effects happened.*?double check: (\[.*\])\s*$", str(w.message), re.S)
+        if found:
+            try:
+                side_effects.extend(str(n) for n in ast.literal_eval(found.group(1)))
+            except (ValueError, SyntaxError):
+                side_effects.append(found.group(1))
+        else:  # the program's own warnings reach the user as they would
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result.graph_module, side_effects
 
 
 def front_end_error_types() -> tuple:
