@@ -254,3 +254,29 @@ def test_fast_zoo_strict_equals_non_strict(name):
         if spec is not None and built.args2 is not None:
             expected, got = run_eager_and_exported(built.model, strict, built.args2, built.kwargs2 or {})
             assert_same_outputs(expected, got)
+
+
+def test_repeated_module_calls_get_their_own_call_keys():
+    class Reuse(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.ReLU()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.act(self.lin(self.act(x)))
+
+    args = (torch.randn(2, 3),)
+    strict = graphcap.export(Reuse(), args, strict=True)
+    assert_equivalent(strict, graphcap.export(Reuse(), args))
+    keys = [list(n.meta["nn_module_stack"])[-1] for n in strict.graph.nodes if n.op == "call_function"]
+    assert keys == ["L__self__act", "L__self__lin", "L__self__act@1"]
+
+
+def test_strict_program_unflattens_to_the_module_tree():
+    model = Net().eval()
+    ep = graphcap.export(model, (torch.randn(3, 4),), strict=True)
+    tree = graphcap.unflatten(ep)
+    assert isinstance(tree.blocks[1].lin, torch.nn.Module)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(tree(x), model(x))
