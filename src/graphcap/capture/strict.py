@@ -25,23 +25,19 @@ Two things cross from dynamo's trace to graphcap's:
 """
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
-import os
 import re
 from typing import Any, Iterator, Optional
 
-import sympy
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 
-from ..errors import StrictCaptureError, UnsupportedError
+from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
-from . import non_strict
+from . import non_strict, strict_refusals, strict_shapes
 from ..trace.module_paths import call_key
 
 
@@ -85,10 +81,10 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
             gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
-        raise _explain_refusal(e, target) from e
-    outside = [n for n in side_effects if _is_outside_state(n)]
+        raise strict_refusals.explain_refusal(e, target) from e
+    outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
-        raise _side_effect_error(None, outside, target, None)
+        raise strict_refusals.side_effect_error(None, outside, target, None)
     return DynamoGraphReplay(gm, target.root)
 
 
@@ -104,9 +100,6 @@ def _backend_neutral() -> Iterator[None]:
     finally:
         for backend, flags in zip(backends, saved):
             backend.set_flags(*flags)
-
-
-_ENTRY_NAME = "graphcap_strict_entry"
 
 
 def _entry_for(call: Any) -> Any:
@@ -128,7 +121,7 @@ def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
     if not stack_trace:
         return stack_trace
     frames = re.split(r"(?m)^(?=\s*File \")", stack_trace)
-    kept = [f for f in frames if f.strip() and not (f'in {_ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
+    kept = [f for f in frames if f.strip() and not (f'in {strict_refusals.ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
     return "".join(kept)
 
 
@@ -257,7 +250,7 @@ class DynamoGraphReplay:
                 f"{len(leaves)} ({spec}).",
                 where="export(..., strict=True)",
                 fix="Export with strict=False, which runs the program as it is.")
-        _transfer_shape_facts(self.placeholders, leaves, self.files)
+        strict_shapes.transfer_shape_facts(self.placeholders, leaves, self.files)
         with fx_traceback.preserve_node_meta():
             out = _Replayer(self).run(*leaves)
         return pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
@@ -295,161 +288,3 @@ class _Replayer(torch.fx.Interpreter):
             if node.op == "output":
                 return env[node]
         raise AssertionError("dynamo's graph has no output")  # pragma: no cover
-
-
-# --- shape facts -------------------------------------------------------------------------------
-
-def _expr(value: Any) -> Any:
-    return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
-
-
-def _transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> None:
-    """Restate dynamo's shape decisions over graphcap's symbols, in graphcap's ShapeEnv."""
-    mapping: dict = {}
-    pending = []
-    dynamo_env = None
-    target_env = None
-    for node, leaf in zip(placeholders, leaves):
-        val = node.meta.get("val", node.meta.get("example_value"))
-        if not (isinstance(val, torch.Tensor) and isinstance(leaf, torch.Tensor)) or val.dim() != leaf.dim():
-            continue
-        for dyn, ours in zip(val.shape, leaf.shape):
-            if isinstance(dyn, torch.SymInt):
-                dynamo_env = dyn.node.shape_env
-            if isinstance(ours, torch.SymInt):
-                target_env = ours.node.shape_env
-            d, sloc = _expr(dyn), None
-            if isinstance(dyn, torch.SymInt) and not isinstance(d, sympy.Symbol):
-                raw, sloc = dynamo_private.unreplaced_expr(dyn)  # dynamo specialized it: say where
-                if isinstance(raw, sympy.Symbol) and raw not in mapping:
-                    mapping[raw] = _expr(ours)
-            if isinstance(d, sympy.Symbol) and d not in mapping:
-                mapping[d] = _expr(ours)
-            else:
-                pending.append((d, ours, sloc))
-    if target_env is None:
-        return  # graphcap has no symbols: dynamo had none either (nothing was marked)
-    for d, ours, sloc in pending:
-        if isinstance(ours, torch.SymInt) or d.free_symbols:
-            # dynamo fixed this size (or tied it to another): graphcap's spec check decides
-            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)),
-                                     _user_sloc(sloc, files) if sloc is not None else None)
-    if dynamo_env is None:
-        return
-    for guard in dynamo_private.shape_guards(dynamo_env):
-        if not guard.expr.free_symbols <= set(mapping):
-            continue  # about values graphcap's replay computes itself (unbacked sizes)
-        dynamo_private.add_guard(target_env, guard.expr.xreplace(mapping), _user_sloc(guard.sloc, files))
-
-
-_DYNAMO_USER_LOC = re.compile(r"^(?P<code>.*?)\s+#\s+(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$", re.S)
-
-
-def _user_sloc(sloc: Any, files: set[str]) -> Any:
-    """dynamo's location of a guard (``code  # shortened/file.py:12 in fn``, torch frame beside it)
-    as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
-    text = getattr(sloc, "maybe_user_loc", None)
-    match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
-    if match is None:
-        return sloc
-    short = match.group("file")
-    full = next((f for f in sorted(files) if f.endswith(short)), None)
-    if full is None:  # not a file of the program's own: torch's (a framework guard) if it is there
-        in_torch = os.path.join(os.path.dirname(torch.__file__), short)
-        full = in_torch if os.path.exists(in_torch) else short
-    return dynamo_private.user_sloc(full, int(match.group("line")), match.group("fn"), match.group("code").strip())
-
-
-# --- refusals ----------------------------------------------------------------------------------
-
-def _dynamo_message(text: str) -> str:
-    """dynamo's own explanation, without the user-code section (graphcap's ``where`` says it) and
-    the closing note on debug flags."""
-    text = re.split(r"\n\s*from user code:", text)[0]
-    text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
-    return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
-
-
-def _explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
-    """dynamo refused the program: say which construct, at which line of the user's, and the way out."""
-    text = str(e)
-    frames = dynamo_private.user_stack_of(e)
-    where = None
-    if frames:
-        f = frames[-1]
-        where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
-    if where is None:
-        section = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
-        found = [f for f in re.findall(r"(File \"[^\n]+\n[^\n]+)", section) if _ENTRY_NAME not in f]
-        where = found[-1].rstrip() if found else None
-    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*\])\s*$", text, re.S | re.M)
-    if side_effects:
-        try:
-            names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
-        except (ValueError, SyntaxError):
-            names = [side_effects.group(1)]
-        return _side_effect_error(e, names, target, where)
-    if dynamo_private.is_graph_break(e):
-        return StrictCaptureError.like(
-            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {_dynamo_message(text)}",
-            where=where,
-            fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
-                "torch._check for assumptions on values), or export with strict=False, which runs "
-                "the Python as it is.")
-    return StrictCaptureError.like(
-        e, f"strict=True: dynamo failed to capture {target.name}: {_dynamo_message(text)}",
-        where=where,
-        fix="Export with strict=False, which runs the Python as it is.")
-
-
-def _is_outside_state(source: str) -> bool:
-    """Whether dynamo's source of a changed object is a global or a closed-over variable (refused),
-    rather than the module, its attributes or the inputs (changes dynamo leaves out of the program,
-    as torch.export's strict mode does)."""
-    return source.startswith("G[") or "__closure__" in source or "cell_contents" in source
-
-
-def _side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
-                       where: Optional[str]) -> StrictCaptureError:
-    readable = [_readable_source(n, target) for n in names]
-    what = (f"strict=True refuses {target.name}: it changes state outside the program "
-            f"({', '.join(readable)}); an exported program cannot repeat that change when it runs.")
-    where = _line_touching(target, readable) or where
-    fix = ("Return the value instead of storing it in a global or a closed-over variable; or export "
-           "with strict=False, which runs that Python once while tracing.")
-    if e is None:
-        return StrictCaptureError(what, where=where, fix=fix)
-    return StrictCaptureError.like(e, what, where=where, fix=fix)
-
-
-def _readable_source(name: str, target: Any) -> str:
-    """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
-    (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
-    cell = re.search(r"__closure__\[(\d+)\]\.cell_contents", name)
-    if cell:
-        fn = getattr(target.forward, "__func__", target.forward)
-        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-        index = int(cell.group(1))
-        if index < len(freevars):
-            return freevars[index]
-    found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
-    if found:
-        rest = re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", found.group(2))
-        return found.group(1) + rest
-    return name
-
-
-def _line_touching(target: Any, names: list[str]) -> Optional[str]:
-    """The first line of the exported function's source that touches one of dynamo's named sources."""
-    idents = [n.rsplit(".", 1)[-1] for n in names if re.fullmatch(r"[\w.]+", n)]
-    fn = getattr(target.forward, "__func__", target.forward)
-    try:
-        lines, start = inspect.getsourcelines(fn)
-        file = inspect.getsourcefile(fn)
-    except (OSError, TypeError):
-        return None
-    for offset, line in enumerate(lines[1:], 1):
-        for ident in idents:
-            if re.search(rf"\b{re.escape(ident)}\b\s*(\.|\[|=|\+=|-=)", line):
-                return f'File "{file}", line {start + offset}, in {fn.__name__}\n    {line.strip()}'
-    return None
