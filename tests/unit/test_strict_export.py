@@ -280,3 +280,16 @@ def test_strict_program_unflattens_to_the_module_tree():
     assert isinstance(tree.blocks[1].lin, torch.nn.Module)
     x = torch.randn(3, 4)
     torch.testing.assert_close(tree(x), model(x))
+
+
+def test_dynamic_int_input_is_specialized_and_said_so():
+    """dynamo reads Python ints as constants: a spec making one dynamic is refused, not ignored."""
+    class Scale(torch.nn.Module):
+        def forward(self, x, n: int):
+            return x * n
+
+    with pytest.raises(graphcap.errors.ConstraintViolationError, match="specialized it to be a constant"):
+        graphcap.export(Scale(), (torch.randn(3), 4), dynamic_shapes={"x": None, "n": Dim.DYNAMIC}, strict=True)
+    ep = graphcap.export(Scale(), (torch.randn(3), 4), strict=True)
+    with pytest.raises(Exception):
+        ep.module()(torch.ones(3), 5)

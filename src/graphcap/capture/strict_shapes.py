@@ -30,6 +30,12 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
     target_env = None
     for node, leaf in zip(placeholders, leaves):
         val = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(leaf, torch.SymInt):
+            # an int input the spec makes dynamic: dynamo specializes ints, so the program holds
+            # only the example's value; graphcap's spec check says so as non-strict would
+            dynamo_private.add_guard(leaf.node.shape_env, sympy.Eq(leaf.node.expr, int(leaf.node.hint)),
+                                     dynamo_private.note_sloc("strict=True reads Python ints as constants"))
+            continue
         if not (isinstance(val, torch.Tensor) and isinstance(leaf, torch.Tensor)) or val.dim() != leaf.dim():
             continue
         for dyn, ours in zip(val.shape, leaf.shape):

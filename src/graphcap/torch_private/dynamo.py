@@ -263,3 +263,9 @@ def unreplaced_expr(size: Any) -> tuple[Any, Any]:
     env = size.node.shape_env
     return raw, env.replacements_slocs.get(raw)
 
+
+
+def note_sloc(text: str) -> Any:
+    """A guard location that is a note rather than a line (what made the guard, in words)."""
+    from .shapes import SLoc
+    return SLoc(None, text)
