@@ -60,9 +60,13 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
 
 def is_outside_state(source: str) -> bool:
     """Whether dynamo's source of a changed object is a global or a closed-over variable (refused),
-    rather than the module, its attributes or the inputs (changes dynamo leaves out of the program,
-    as torch.export's strict mode does)."""
-    return source.startswith("G[") or "__closure__" in source or "cell_contents" in source
+    rather than the module, its attributes, the inputs or a library module's attributes (changes
+    dynamo leaves out of the program, as torch.export's strict mode does)."""
+    if "__closure__" in source or "cell_contents" in source:
+        return True
+    # a global of the program's module; not an attribute of an imported module (dynamo names those
+    # G['__import_pkg_dot_mod']), where libraries keep their own bookkeeping (set and reset in one call)
+    return source.startswith("G[") and not re.match(r"G\[['\"]__import_", source)
 
 
 def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
