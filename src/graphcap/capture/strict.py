@@ -117,12 +117,14 @@ def _entry_for(call: Any) -> Any:
 
 
 def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
-    """A dynamo stack trace without the frame of :func:`_entry_for`'s function."""
+    """A dynamo stack trace without the frame of :func:`_entry_for`'s function, laid out as graphcap's."""
     if not stack_trace:
         return stack_trace
     frames = re.split(r"(?m)^(?=\s*File \")", stack_trace)
     kept = [f for f in frames if f.strip() and not (f'in {strict_refusals.ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
-    return "".join(kept)
+    # without the caret lines under the code (graphcap's own stack traces have none)
+    lines = [line for line in "".join(kept).splitlines() if not re.fullmatch(r"\s*[\^~]+\s*", line)]
+    return "\n".join(lines)
 
 
 # --- metadata ----------------------------------------------------------------------------------
