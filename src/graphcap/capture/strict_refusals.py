@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
+import sys
 from typing import Any, Optional
 
 from ..errors import StrictCaptureError
@@ -59,14 +61,20 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
 
 
 def is_outside_state(source: str) -> bool:
-    """Whether dynamo's source of a changed object is a global or a closed-over variable (refused),
-    rather than the module, its attributes, the inputs or a library module's attributes (changes
-    dynamo leaves out of the program, as torch.export's strict mode does)."""
+    """Whether dynamo's source of a changed object is a global or a closed-over variable of the
+    user's code (refused), rather than the module, its attributes, the inputs, or the state of an
+    installed library (transformers sets and resets its own module globals inside forward):
+    changes dynamo leaves out of the program, as torch.export's strict mode does."""
     if "__closure__" in source or "cell_contents" in source:
         return True
-    # a global of the program's module; not an attribute of an imported module (dynamo names those
-    # G['__import_pkg_dot_mod']), where libraries keep their own bookkeeping (set and reset in one call)
-    return source.startswith("G[") and not re.match(r"G\[['\"]__import_", source)
+    if not source.startswith("G["):
+        return False
+    imported = re.match(r"G\[['\"]__import_([\w]+)['\"]\]", source)
+    if imported is None:
+        return True  # a global of the exported function's own module
+    module = sys.modules.get(imported.group(1).replace("_dot_", "."))
+    path = os.path.abspath(getattr(module, "__file__", None) or "")
+    return not any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
 
 
 def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
@@ -92,6 +100,7 @@ def _readable_source(name: str, target: Any) -> str:
         index = int(cell.group(1))
         if index < len(freevars):
             return freevars[index]
+    name = re.sub(r"^G\[['\"]__import_\w+['\"]\]\.", "", name)
     found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
     if found:
         rest = re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", found.group(2))
