@@ -70,9 +70,19 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
 _DYNAMO_USER_LOC = re.compile(r"^(?P<code>.*?)\s+#\s+(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$", re.S)
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_DYNAMO_DIR = os.path.join(_TORCH_DIR, "_dynamo") + os.sep
+
+
 def _user_sloc(sloc: Any, files: set[str]) -> Any:
     """dynamo's location of a guard (``code  # shortened/file.py:12 in fn``, torch frame beside it)
     as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
+    frame = getattr(sloc, "framework_loc", None)
+    frame_file = os.path.abspath(getattr(frame, "filename", "") or "")
+    if frame_file.startswith(_TORCH_DIR) and not frame_file.startswith(_DYNAMO_DIR):
+        # an operator's own logic (a meta kernel, a reference) made it, not a branch of the user's:
+        # keep torch's frame, so graphcap's spec check treats it as the framework's
+        return dynamo_private.user_sloc(frame.filename, frame.lineno, frame.name, frame.line or "")
     text = getattr(sloc, "maybe_user_loc", None)
     match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
     if match is None:
