@@ -6,7 +6,6 @@ from typing import Any, Optional
 
 import torch
 
-from .errors import UnsupportedError
 from .program import ExportedProgram
 
 TRACING_LOCK = threading.RLock()
@@ -74,14 +73,14 @@ def export(
         >>> ep.module()(torch.randn(5, 4)).shape
         torch.Size([5, 2])
     """
-    if strict:
-        raise UnsupportedError(
-            "strict=True (capture through the bytecode front end) is not available in graphcap yet.",
-            where="export(..., strict=True)",
-            fix="Use strict=False (the default): graphcap runs your Python as it is and records "
-                "the same operators.")
-    from .capture.non_strict import export_non_strict
     from .torch_private.dispatch import disable_current_modes
+    if strict:
+        from .capture.strict import export_strict
+        with TRACING_LOCK, disable_current_modes():
+            return export_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                 preserve_module_call_signature=tuple(preserve_module_call_signature),
+                                 prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
+    from .capture.non_strict import export_non_strict
     with TRACING_LOCK, disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=tuple(preserve_module_call_signature),

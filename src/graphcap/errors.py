@@ -209,6 +209,12 @@ class TraceError(_LikeOriginal):
     """
 
 
+class StrictCaptureError(_LikeOriginal, UnsupportedError):
+    """strict=True: dynamo, the bytecode front end, refused the program (a graph break, a side
+    effect on outside state). Also an instance of the exception dynamo raised (``Unsupported``
+    for a graph break), as torch.export's strict mode lets that reach the caller."""
+
+
 class InternalError(_LikeOriginal):
     """graphcap (or torch's tracing machinery under it) failed: a bug to report, not the user's.
 

@@ -36,9 +36,10 @@ def test_not_callable():
         graphcap.export(42, (torch.ones(1),))
 
 
-def test_strict_is_refused_clearly():
-    with pytest.raises(graphcap.UnsupportedError, match="strict=False"):
-        graphcap.export(torch.nn.ReLU(), (torch.ones(1),), strict=True)
+def test_strict_is_available():
+    # strict mode's own errors are tested in test_strict_errors.py
+    ep = graphcap.export(torch.nn.ReLU(), (torch.ones(1),), strict=True)
+    assert torch.equal(ep.module()(-torch.ones(1)), torch.zeros(1))
 
 
 def test_program_is_not_callable():

@@ -119,7 +119,8 @@ def _unique(names: Sequence[str]) -> list[str]:
 
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
                       preserve_module_call_signature: tuple[str, ...] = (),
-                      prefer_deferred_asserts: bool = False) -> ExportedProgram:
+                      prefer_deferred_asserts: bool = False, front: Optional[Callable[..., Any]] = None,
+                      ) -> ExportedProgram:
     """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
 
     Classes graphcap flattens by their attributes are torch pytree nodes only
@@ -127,18 +128,25 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     pytree registry as it was, whichever way the export ends.
 
     The check runs here, once the exporting frame and its fake inputs are gone.
+
+    ``front`` replaces the user's callable by another one to record (strict
+    mode's replay of dynamo's graph, ``graphcap.capture.strict``): called as
+    ``front(target, args, kwargs, user_leaves, fake_user)`` once the inputs are
+    bound and fake, it returns what the recorder runs in place of
+    ``target.call``; every other step is the same.
     """
     with auto_flatten.registered_while_tracing():  # classes flattened by attributes: torch's only meanwhile
         ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                        preserve_module_call_signature=preserve_module_call_signature,
-                                       prefer_deferred_asserts=prefer_deferred_asserts)
+                                       prefer_deferred_asserts=prefer_deferred_asserts, front=front)
     leaks.warn_if_leaked(probe)
     return ep
 
 
 def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        preserve_module_call_signature: tuple[str, ...],
-                       prefer_deferred_asserts: bool) -> tuple[ExportedProgram, Any]:
+                       prefer_deferred_asserts: bool,
+                       front: Optional[Callable[..., Any]] = None) -> tuple[ExportedProgram, Any]:
     clock = StageClock()  # seconds per stage, kept on the program for the report
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
@@ -176,9 +184,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     flat_inputs = fake_state + fake_user
     clock.lap("fakify")
 
+    call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
-        recording = recorder.record(target.call, target.root, state_names, flat_inputs, in_spec,
+        recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                     fake_mode, target.name, buffer_names=list(buffers))
     gm = recording.graph_module
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)

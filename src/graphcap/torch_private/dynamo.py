@@ -12,8 +12,9 @@
 """
 from __future__ import annotations
 
+import collections
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch._dynamo.exc import UserError, UserErrorType
@@ -45,3 +46,226 @@ def exporting_flags_set() -> Iterator[None]:
         yield
     finally:
         torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = saved
+
+
+# --- strict mode's bytecode front end ----------------------------------------------------------
+
+RELIES_ON.update({
+    "torch._dynamo.export": ("f",),
+    "torch._dynamo.config.patch": None,
+    "torch._dynamo.maybe_mark_dynamic": ("t", "index"),
+    "torch._dynamo.utils.counters": None,
+    "torch._dynamo.utils.compilation_time_metrics": None,
+    "torch._dynamo.convert_frame.input_codes": None,
+    "torch._dynamo.convert_frame.output_codes": None,
+    "torch._dynamo.convert_frame.FRAME_COUNTER": None,
+    "torch._dynamo.convert_frame.FRAME_COMPILE_COUNTER": None,
+    "torch._dynamo.eval_frame.cached_backends": None,
+    "torch._dynamo.exc.TorchDynamoException": None,
+    "torch._dynamo.exc.Unsupported": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": ("self", "orig_expr"),
+    "torch._guards.ShapeGuard": None,
+    "torch.fx.experimental.sym_node.SymNode#_expr": None,
+})
+
+def _sample_sym_node() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch._dynamo.source import ConstantSource
+    return ShapeEnv().create_symintnode(ShapeEnv().create_symbol(3, ConstantSource("n")), hint=3).node
+
+
+SAMPLES = {"torch.fx.experimental.sym_node.SymNode": _sample_sym_node}
+
+# Attributes ``maybe_mark_dynamic`` leaves on a tensor (graphcap takes them off again).
+_DIM_MARK_ATTRS = ("_dynamo_weak_dynamic_indices", "_has_dynamo_dim_marking")
+
+
+def _export_dynamo_config() -> dict:
+    """The dynamo settings strict capture runs with (the ones torch.export's strict mode uses).
+
+    Python ints and floats are specialized, shapes are static unless marked,
+    ``.item()`` and data-dependent output shapes stay in the graph as unbacked
+    values, runtime asserts are left to graphcap, logging calls are not graph
+    breaks, and side effects on outside state are not replayed but reported
+    (as a warning, which :func:`capture_torch_level_graph` collects).
+    """
+    import logging
+    import warnings
+    return dict(
+        allow_rnn=True,
+        reorderable_logging_functions={logging.critical, logging.debug, logging.error, logging.exception,
+                                       logging.info, logging.log, logging.warning, print, warnings.warn},
+        do_not_emit_runtime_asserts=True,
+        specialize_int=True,
+        specialize_float=True,
+        assume_static_by_default=True,
+        automatic_dynamic_shapes=False,
+        capture_dynamic_output_shape_ops=True,
+        capture_scalar_outputs=True,
+        replay_side_effects=False,
+        side_effect_replay_policy="warn",
+    )
+
+
+@contextlib.contextmanager
+def dynamo_state_kept() -> Iterator[None]:
+    """Leave dynamo's process-wide bookkeeping as it was before the block.
+
+    A capture counts itself (``torch._dynamo.utils.counters``, compile-time
+    metrics, the frame counters), remembers the code objects it read and made
+    (``convert_frame.input_codes`` / ``output_codes``, what ``torch._dynamo.reset``
+    walks) and caches its backend (``eval_frame.cached_backends``). None of it
+    concerns a later ``torch.compile``; all of it is put back.
+    """
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.eval_frame as eval_frame
+    from torch._dynamo import utils
+    counters = utils.counters
+    saved_counters = {k: dict(v) for k, v in counters.items()}
+    trackers = [(t, len(t.seen), set(t.seen_ids)) for t in (convert_frame.input_codes, convert_frame.output_codes)]
+    metrics = {k: list(v) for k, v in utils.compilation_time_metrics.items()}
+    frames = convert_frame.FRAME_COUNTER, collections.Counter(convert_frame.FRAME_COMPILE_COUNTER)
+    backends = set(eval_frame.cached_backends)
+    try:
+        yield
+    finally:
+        counters.clear()
+        for k, v in saved_counters.items():
+            counters[k].update(v)
+        for tracker, length, ids in trackers:
+            del tracker.seen[length:]  # the dropped weak references never call back
+            tracker.seen_ids.intersection_update(ids)
+        utils.compilation_time_metrics.clear()
+        utils.compilation_time_metrics.update(metrics)
+        convert_frame.FRAME_COUNTER = frames[0]
+        convert_frame.FRAME_COMPILE_COUNTER.clear()
+        convert_frame.FRAME_COMPILE_COUNTER.update(frames[1])
+        for key in set(eval_frame.cached_backends) - backends:
+            del eval_frame.cached_backends[key]
+
+
+@contextlib.contextmanager
+def dims_marked_dynamic(marks: list) -> Iterator[None]:
+    """Mark ``(tensor, dim)`` pairs maybe-dynamic for dynamo for the block; the marks are taken off after.
+
+    A maybe-dynamic dim gets a symbol in dynamo's trace but dynamo does not
+    complain when the program specializes it: graphcap checks the spec itself.
+    """
+    saved = []
+    for t, _ in marks:
+        saved.append((t, {a: getattr(t, a) for a in _DIM_MARK_ATTRS if hasattr(t, a)}))
+        for a, v in saved[-1][1].items():  # a user's own marks stay, and are not grown by graphcap
+            setattr(t, a, set(v) if isinstance(v, set) else v)
+    try:
+        for t, dim in marks:
+            torch._dynamo.maybe_mark_dynamic(t, dim)
+        yield
+    finally:
+        for t, attrs in saved:
+            for a in _DIM_MARK_ATTRS:
+                if a in attrs:
+                    setattr(t, a, attrs[a])
+                elif hasattr(t, a):
+                    delattr(t, a)
+
+
+def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch.fx.GraphModule, list[str]]:
+    """dynamo's full-graph capture of ``fn(*args, **kwargs)``: one torch-level fx graph, or dynamo's error;
+    with dynamo's names of the outside objects the call changed (side effects, not replayed).
+
+    Relies on ``torch._dynamo.export(f, aten_graph=False, ...)`` (torch
+    functions and tensor methods, not ATen), whose graph takes the flat
+    ``(args, kwargs)`` leaves as placeholders and reaches the module's tensors by
+    ``get_attr`` on attributes holding the same tensor objects; a graph break
+    raises dynamo's ``Unsupported`` (a ``TorchDynamoException``). Side effects
+    are reported by a warning listing their sources (``side_effect_replay_policy="warn"``).
+    """
+    import ast
+    import re
+    import warnings
+    import torch._dynamo
+    side_effects: list[str] = []
+    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = torch._dynamo.export(
+            fn, aten_graph=False, tracing_mode="symbolic", assume_static_by_default=True,
+            disable_constraint_solver=True, same_signature=True, _log_export_usage=False)(*args, **kwargs)
+    for w in caught:
+        found = re.search(r"side effects happened.*?double check: (\[.*\])\s*$", str(w.message), re.S)
+        if found:
+            try:
+                side_effects.extend(str(n) for n in ast.literal_eval(found.group(1)))
+            except (ValueError, SyntaxError):
+                side_effects.append(found.group(1))
+        else:  # the program's own warnings reach the user as they would
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result.graph_module, side_effects
+
+
+def front_end_error_types() -> tuple:
+    """The exception types dynamo raises when it refuses a program (graph break, side effect, ...)."""
+    from torch._dynamo.exc import TorchDynamoException
+    return (TorchDynamoException,)
+
+
+def is_graph_break(e: BaseException) -> bool:
+    from torch._dynamo.exc import Unsupported
+    return isinstance(e, Unsupported)
+
+
+def user_stack_of(e: BaseException) -> list:
+    """The user frames dynamo attached to its error (``real_stack``), innermost last; may be empty."""
+    return list(getattr(e, "real_stack", None) or [])
+
+
+def shape_guards(shape_env: Any) -> list:
+    """The shape guards a ShapeEnv recorded: objects with ``expr`` and ``sloc``."""
+    return list(shape_env.guards)
+
+
+def add_guard(shape_env: Any, expr: Any, sloc: Any = None) -> None:
+    """Guard ``expr`` (a sympy boolean over ``shape_env``'s symbols) in ``shape_env``, as user code
+    branching on it would; the new guards and replacements say they come from ``sloc``."""
+    guards_before = len(shape_env.guards)
+    replaced_before = set(shape_env.replacements_slocs)
+    ranges_before = {sym: (b.lower, b.upper) for sym, b in shape_env.var_to_range_sloc.items()}
+    shape_env.evaluate_expr(expr)
+    if sloc is None:
+        return
+    for i in range(guards_before, len(shape_env.guards)):
+        shape_env.guards[i] = shape_env.guards[i]._replace(sloc=sloc)
+    for sym in set(shape_env.replacements_slocs) - replaced_before:
+        shape_env.replacements_slocs[sym] = sloc
+    for sym, bounds in list(shape_env.var_to_range_sloc.items()):  # narrowed ranges: where from
+        old_lower, old_upper = ranges_before.get(sym, (None, None))
+        if bounds.lower is not old_lower:
+            bounds.lower = sloc
+        if bounds.upper is not old_upper:
+            bounds.upper = sloc
+
+
+def user_sloc(filename: str, lineno: int, name: str, code: str) -> Any:
+    """A guard location naming a user line the way graphcap's own guards do (a frame, no text)."""
+    import traceback
+    from .shapes import SLoc
+    return SLoc(traceback.FrameSummary(filename, lineno, name, line=code), None)
+
+
+def unreplaced_expr(size: Any) -> tuple[Any, Any]:
+    """A SymInt's expression as it was made (before its ShapeEnv replaced it, e.g. by a constant the
+    program specialized it to), and where that replacement was decided (None if it was not).
+
+    Relies on ``SymNode._expr`` (the public ``expr`` applies the replacements) and
+    ``ShapeEnv.replacements_slocs``.
+    """
+    raw = size.node._expr
+    env = size.node.shape_env
+    return raw, env.replacements_slocs.get(raw)
+
+
+
+def note_sloc(text: str) -> Any:
+    """A guard location that is a note rather than a line (what made the guard, in words)."""
+    from .shapes import SLoc
+    return SLoc(None, text)

@@ -257,3 +257,13 @@ def predispatch_functions() -> set[Any]:
     import torch._functorch.predispatch as predispatch
     found = {getattr(predispatch, n) for n in _PREDISPATCH_NAMES if hasattr(predispatch, n)}
     return found | set(autocast_markers())
+
+
+def pytree_specs_of(gm: torch.fx.GraphModule) -> tuple[Any, Any]:
+    """The input and output TreeSpecs dynamo's export graph was generated with (None when absent).
+
+    Relies on the graph's code generator ``Graph._codegen`` keeping a ``pytree_info``
+    (``torch.fx.graph._PyTreeInfo``) when it is a pytree one.
+    """
+    info = getattr(gm.graph._codegen, "pytree_info", None)
+    return (info.in_spec, info.out_spec) if info is not None else (None, None)

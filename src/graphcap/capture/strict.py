@@ -1,0 +1,292 @@
+"""Strict capture: dynamo reads the program's bytecode, graphcap records what it found.
+
+``export(..., strict=True)`` differs from non-strict in its front end only.
+dynamo (torch's bytecode analyser, DESIGN.md's one allowed use of it) runs
+the user's Python symbolically and hands back one torch-level fx graph, or
+refuses the program: a construct it cannot put in a graph (a graph break) or a
+side effect on state outside the program is an error here, as strict users
+expect. The graph it returns is then *replayed* by :class:`DynamoGraphReplay`
+in place of the user's callable, through the very pipeline non-strict uses
+(``graphcap.capture.non_strict``): the recorder, lifting, signature, guards
+and the verifier. So a program is the same whichever way it came in:
+parameters keep their FQNs (dynamo's graph reaches the module's own tensor
+objects, which the replay fetches from the module by FQN), placeholders are
+named alike, and the spec is checked by graphcap.
+
+Two things cross from dynamo's trace to graphcap's:
+
+- node metadata: each dynamo node's user stack trace and module stack (turned
+  into graphcap's FQNs and call keys) is the current node metadata while it is
+  replayed, so the ATen nodes it records carry them;
+- shape guards: dynamo specialized or branched on symbolic sizes while reading
+  the bytecode, and those decisions are not in its graph. Each guard is
+  restated over graphcap's symbols and guarded in graphcap's ShapeEnv, with
+  dynamo's source line, so the spec check (and its suggested fixes) sees it.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Iterator, Optional
+
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+
+from ..errors import UnsupportedError
+from ..torch_private import dynamo as dynamo_private
+from ..torch_private import fx as fx_private
+from ..torch_private import pytree
+from . import non_strict, strict_refusals, strict_shapes
+from ..trace.module_paths import call_key
+
+
+def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
+                  preserve_module_call_signature: tuple[str, ...] = (),
+                  prefer_deferred_asserts: bool = False):
+    """Export ``mod`` with dynamo as the front end; the rest is non-strict's pipeline."""
+    if preserve_module_call_signature:
+        raise UnsupportedError(
+            "preserve_module_call_signature is not available with strict=True in graphcap.",
+            where="export(..., strict=True, preserve_module_call_signature=...)",
+            fix="Export with strict=False (the default): it preserves the listed submodules' call signatures.")
+    ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+    _state_placeholders_name_their_first_use(ep)
+    return ep
+
+
+def _state_placeholders_name_their_first_use(ep: Any) -> None:
+    """Each parameter, buffer and constant placeholder carries the ``source_fn_stack`` of the first
+    operator that reads it, as torch.export's strict mode leaves it (dynamo reads module tensors
+    where the user's call uses them; tools written for strict programs look there)."""
+    state_kinds = {"PARAMETER", "BUFFER", "CONSTANT_TENSOR"}
+    specs = ep.graph_signature.input_specs
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    for spec, node in zip(specs, placeholders):
+        if spec.kind.name not in state_kinds:
+            continue
+        first = next((u for u in node.users if "source_fn_stack" in u.meta), None)
+        if first is not None:
+            node.meta["source_fn_stack"] = list(first.meta["source_fn_stack"])
+
+
+def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
+    """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic)."""
+    marks = []
+    for leaf, fake in zip(user_leaves, fake_user):
+        if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
+            marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
+    try:
+        with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
+            gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
+    except dynamo_private.front_end_error_types() as e:
+        raise strict_refusals.explain_refusal(e, target) from e
+    outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
+    if outside:
+        raise strict_refusals.side_effect_error(None, outside, target, None)
+    return DynamoGraphReplay(gm, target.root)
+
+
+@contextlib.contextmanager
+def _backend_neutral() -> Iterator[None]:
+    """dynamo reads the program with the cuDNN, MKL-DNN and NNPACK backends off, as graphcap's recorder
+    traces: their size heuristics would otherwise add guards on dims (a conv's batch size) that
+    neither the program nor its spec asks for."""
+    backends = (torch.backends.cudnn, torch.backends.mkldnn, torch.backends.nnpack)
+    saved = [backend.set_flags(False) for backend in backends]
+    try:
+        yield
+    finally:
+        for backend, flags in zip(backends, saved):
+            backend.set_flags(*flags)
+
+
+def _entry_for(call: Any) -> Any:
+    """A fresh function calling ``call``: what dynamo is given to read.
+
+    dynamo's full-graph export drops every compiled entry of the code object it
+    starts from, before and after; starting from graphcap's own code object
+    rather than the user's ``forward`` keeps the user's own ``torch.compile``
+    caches intact. The call goes through ``nn.Module.__call__``, hooks included,
+    as in non-strict.
+    """
+    def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+    return graphcap_strict_entry
+
+
+def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
+    """A dynamo stack trace without the frame of :func:`_entry_for`'s function, laid out as graphcap's."""
+    if not stack_trace:
+        return stack_trace
+    frames = re.split(r"(?m)^(?=\s*File \")", stack_trace)
+    kept = [f for f in frames if f.strip() and not (f'in {strict_refusals.ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
+    # without the caret lines under the code (graphcap's own stack traces have none)
+    lines = [line for line in "".join(kept).splitlines() if not re.fullmatch(r"\s*[\^~]+\s*", line)]
+    return "\n".join(lines)
+
+
+# --- metadata ----------------------------------------------------------------------------------
+
+_SOURCE_ROOT = re.compile(r"^L\[['\"][^'\"]+['\"]\]")
+
+
+def _fqn_of_source(path: str) -> str:
+    """dynamo's name of a submodule (``L['self'].layers[0]``, ``getattr(L['self'].a, '0')``,
+    ``L['self']._modules['conv']``) as an FQN (``layers.0``)."""
+    text = path
+    while True:  # getattr(X, 'name') -> X.name
+        new = re.sub(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)", r"\1.\2", text)
+        if new == text:
+            break
+        text = new
+    text = _SOURCE_ROOT.sub("", text)
+    text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
+    text = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", text)
+    return text.strip(".")
+
+
+class _ModuleStacks:
+    """Turns dynamo's ``nn_module_stack`` entries into graphcap's (``L__self__<fqn>[@n]`` → (fqn, class))."""
+
+    def __init__(self, root: Optional[torch.nn.Module]):
+        self.root = root
+        self.names_by_id = {}
+        if root is not None:
+            for name, module in root.named_modules(remove_duplicate=False):
+                self.names_by_id.setdefault(id(module), name)
+        self.calls: dict[str, int] = {}
+        self.previous: dict[str, Any] = {}
+
+    def _fqn(self, key: str, path: str) -> str:
+        fqn = _fqn_of_source(path)
+        if self.root is not None:
+            try:
+                self.root.get_submodule(fqn)
+                return fqn
+            except AttributeError:
+                pass
+            if key.isdigit() and int(key) in self.names_by_id:
+                return self.names_by_id[int(key)]
+        return fqn
+
+    def convert(self, stack: Optional[dict]) -> dict:
+        out: dict = {}
+        if self.root is not None:
+            out[call_key("")] = ("", type(self.root))
+        current: dict[str, Any] = {}
+        for key, (path, cls) in (stack or {}).items():
+            fqn = self._fqn(str(key), str(path))
+            if not fqn:
+                continue
+            # a new call of the module starts where the previous node was not inside it
+            if fqn not in self.previous:
+                self.calls[fqn] = self.calls.get(fqn, -1) + 1
+            current[fqn] = key
+            n = self.calls[fqn]
+            out[call_key(fqn if n == 0 else f"{fqn}@{n}")] = (fqn, cls)
+        self.previous = current
+        return out
+
+
+def _prepare_metadata(gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]) -> None:
+    """Give dynamo's nodes graphcap's module stacks; drop what graphcap derives itself."""
+    stacks = _ModuleStacks(root)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        node.meta["nn_module_stack"] = stacks.convert(node.meta.get("nn_module_stack"))
+        if node.meta.get("stack_trace"):
+            node.meta["stack_trace"] = _without_entry_frame(node.meta["stack_trace"])
+        node.meta.pop("source_fn_stack", None)  # graphcap writes its own (graphcap.trace.metadata)
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+class DynamoGraphReplay:
+    """The user's callable as dynamo saw it: dynamo's graph, run op by op on graphcap's fake inputs.
+
+    An object rather than a function so that the recorder does not take its
+    frames for user code (only dynamo's recorded stack traces name user lines).
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]):
+        self.gm = gm
+        self.root = root
+        self.out_spec = fx_private.pytree_specs_of(gm)[1]
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.attr_fqns = self._attribute_fqns()
+        self.files = {m for n in gm.graph.nodes for m in re.findall(r'File "([^"]+)", line', n.meta.get("stack_trace") or "")}
+        _prepare_metadata(gm, root)
+
+    def _attribute_fqns(self) -> dict[str, str]:
+        """dynamo's attribute name of each module tensor the graph reads → its FQN in the user's module."""
+        if self.root is None:
+            return {}
+        by_id: dict[int, str] = {}
+        for name, t in self.root.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(t), name)
+        for name, t in self.root.named_buffers(remove_duplicate=False):
+            by_id.setdefault(id(t), name)
+        for fqn, module in self.root.named_modules(remove_duplicate=False):
+            for attr, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    by_id.setdefault(id(value), f"{fqn}.{attr}" if fqn else attr)
+        out = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                try:
+                    value = _fetch(self.gm, node.target)
+                except AttributeError:
+                    continue
+                if isinstance(value, torch.Tensor) and id(value) in by_id:
+                    out[node.target] = by_id[id(value)]
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if len(leaves) != len(self.placeholders):
+            raise UnsupportedError(
+                f"strict capture: dynamo's graph takes {len(self.placeholders)} inputs where the call has "
+                f"{len(leaves)} ({spec}).",
+                where="export(..., strict=True)",
+                fix="Export with strict=False, which runs the program as it is.")
+        strict_shapes.transfer_shape_facts(self.placeholders, leaves, self.files)
+        with fx_traceback.preserve_node_meta():
+            out = _Replayer(self).run(*leaves)
+        return pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
+
+
+def _fetch(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Replayer(torch.fx.Interpreter):
+    """Interprets dynamo's graph; module tensors come from the user's module (fake while recording)."""
+
+    def __init__(self, replay: DynamoGraphReplay):
+        super().__init__(replay.gm, garbage_collect_values=True)
+        self.replay = replay
+
+    def get_attr(self, target, args, kwargs):
+        fqn = self.replay.attr_fqns.get(target)
+        if fqn is not None:
+            return _fetch(self.replay.root, fqn)
+        return super().get_attr(target, args, kwargs)
+
+    def run(self, *flat_args):
+        # the graph's own code generator would flatten again: feed placeholders in order
+        self.args_iter = iter(flat_args)
+        env = self.env = {}
+        for node in self.graph.nodes:
+            env[node] = self.run_node(node)
+            if self.garbage_collect_values:
+                for to_delete in self.user_to_last_uses.get(node, []):
+                    del env[to_delete]
+            if node.op == "output":
+                return env[node]
+        raise AssertionError("dynamo's graph has no output")  # pragma: no cover

@@ -1,0 +1,124 @@
+"""Strict mode's refusals: dynamo's errors and reported side effects, in graphcap's words.
+
+A graph break names the user's line and dynamo's own explanation of the
+construct, and stays an instance of the exception dynamo raised. A change to a
+global or a closed-over variable is refused with the variable's name (not
+dynamo's source path) and the line that makes it.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import sys
+from typing import Any, Optional
+
+from ..errors import StrictCaptureError
+from ..torch_private import dynamo as dynamo_private
+
+ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
+
+
+def _dynamo_message(text: str) -> str:
+    """dynamo's own explanation, without the user-code section (graphcap's ``where`` says it) and
+    the closing note on debug flags."""
+    text = re.split(r"\n\s*from user code:", text)[0]
+    text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
+    return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
+
+
+def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
+    """dynamo refused the program: say which construct, at which line of the user's, and the way out."""
+    text = str(e)
+    frames = dynamo_private.user_stack_of(e)
+    where = None
+    if frames:
+        f = frames[-1]
+        where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
+    if where is None:
+        section = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
+        found = [f for f in re.findall(r"(File \"[^\n]+\n[^\n]+)", section) if ENTRY_NAME not in f]
+        where = found[-1].rstrip() if found else None
+    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*\])\s*$", text, re.S | re.M)
+    if side_effects:
+        try:
+            names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
+        except (ValueError, SyntaxError):
+            names = [side_effects.group(1)]
+        return side_effect_error(e, names, target, where)
+    if dynamo_private.is_graph_break(e):
+        return StrictCaptureError.like(
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {_dynamo_message(text)}",
+            where=where,
+            fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
+                "torch._check for assumptions on values), or export with strict=False, which runs "
+                "the Python as it is.")
+    return StrictCaptureError.like(
+        e, f"strict=True: dynamo failed to capture {target.name}: {_dynamo_message(text)}",
+        where=where,
+        fix="Export with strict=False, which runs the Python as it is.")
+
+
+def is_outside_state(source: str) -> bool:
+    """Whether dynamo's source of a changed object is a global or a closed-over variable of the
+    user's code (refused), rather than the module, its attributes, the inputs, or the state of an
+    installed library (transformers sets and resets its own module globals inside forward):
+    changes dynamo leaves out of the program, as torch.export's strict mode does."""
+    if "__closure__" in source or "cell_contents" in source:
+        return True
+    if not source.startswith("G["):
+        return False
+    imported = re.match(r"G\[['\"]__import_([\w]+)['\"]\]", source)
+    if imported is None:
+        return True  # a global of the exported function's own module
+    module = sys.modules.get(imported.group(1).replace("_dot_", "."))
+    path = os.path.abspath(getattr(module, "__file__", None) or "")
+    return not any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
+
+
+def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
+                       where: Optional[str]) -> StrictCaptureError:
+    readable = [_readable_source(n, target) for n in names]
+    what = (f"strict=True refuses {target.name}: it changes state outside the program "
+            f"({', '.join(readable)}); an exported program cannot repeat that change when it runs.")
+    where = _line_touching(target, readable) or where
+    fix = ("Return the value instead of storing it in a global or a closed-over variable; or export "
+           "with strict=False, which runs that Python once while tracing.")
+    if e is None:
+        return StrictCaptureError(what, where=where, fix=fix)
+    return StrictCaptureError.like(e, what, where=where, fix=fix)
+
+
+def _readable_source(name: str, target: Any) -> str:
+    """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
+    (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
+    cell = re.search(r"__closure__\[(\d+)\]\.cell_contents", name)
+    if cell:
+        fn = getattr(target.forward, "__func__", target.forward)
+        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        index = int(cell.group(1))
+        if index < len(freevars):
+            return freevars[index]
+    name = re.sub(r"^G\[['\"]__import_\w+['\"]\]\.", "", name)
+    found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
+    if found:
+        rest = re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", found.group(2))
+        return found.group(1) + rest
+    return name
+
+
+def _line_touching(target: Any, names: list[str]) -> Optional[str]:
+    """The first line of the exported function's source that touches one of dynamo's named sources."""
+    idents = [n.rsplit(".", 1)[-1] for n in names if re.fullmatch(r"[\w.]+", n)]
+    fn = getattr(target.forward, "__func__", target.forward)
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        file = inspect.getsourcefile(fn)
+    except (OSError, TypeError):
+        return None
+    for offset, line in enumerate(lines[1:], 1):
+        for ident in idents:
+            if re.search(rf"\b{re.escape(ident)}\b\s*(\.|\[|=|\+=|-=)", line):
+                return f'File "{file}", line {start + offset}, in {fn.__name__}\n    {line.strip()}'
+    return None

@@ -1,0 +1,95 @@
+"""Strict mode's shape facts: what dynamo decided about sizes, restated in graphcap's ShapeEnv.
+
+dynamo branched on and specialized symbolic sizes while reading the bytecode;
+those decisions are guards in its own ShapeEnv, not nodes of its graph. Each is
+restated over graphcap's symbols (matched dim by dim through the graph's
+inputs) and guarded in graphcap's ShapeEnv with the user's line, so the spec
+check, its messages and suggested fixes are non-strict's.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import sympy
+import torch
+
+from ..torch_private import dynamo as dynamo_private
+
+
+def _expr(value: Any) -> Any:
+    return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
+
+
+def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> None:
+    """Restate dynamo's shape decisions over graphcap's symbols, in graphcap's ShapeEnv."""
+    mapping: dict = {}
+    pending = []
+    dynamo_env = None
+    target_env = None
+    for node, leaf in zip(placeholders, leaves):
+        val = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(leaf, torch.SymInt):
+            # an int input the spec makes dynamic: dynamo specializes ints, so the program holds
+            # only the example's value; graphcap's spec check says so as non-strict would
+            dynamo_private.add_guard(leaf.node.shape_env, sympy.Eq(leaf.node.expr, int(leaf.node.hint)),
+                                     dynamo_private.note_sloc("strict=True reads Python ints as constants"))
+            continue
+        if not (isinstance(val, torch.Tensor) and isinstance(leaf, torch.Tensor)) or val.dim() != leaf.dim():
+            continue
+        for dyn, ours in zip(val.shape, leaf.shape):
+            if isinstance(dyn, torch.SymInt):
+                dynamo_env = dyn.node.shape_env
+            if isinstance(ours, torch.SymInt):
+                target_env = ours.node.shape_env
+            d, sloc = _expr(dyn), None
+            if isinstance(dyn, torch.SymInt) and not isinstance(d, sympy.Symbol):
+                raw, sloc = dynamo_private.unreplaced_expr(dyn)  # dynamo specialized it: say where
+                if isinstance(raw, sympy.Symbol) and raw not in mapping:
+                    mapping[raw] = _expr(ours)
+            if isinstance(d, sympy.Symbol) and d not in mapping:
+                mapping[d] = _expr(ours)
+            else:
+                pending.append((d, ours, sloc))
+    if target_env is None:
+        return  # graphcap has no symbols: dynamo had none either (nothing was marked)
+    for d, ours, sloc in pending:
+        if isinstance(ours, torch.SymInt) or d.free_symbols:
+            # dynamo fixed this size (or tied it to another): graphcap's spec check decides
+            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)),
+                                     _user_sloc(sloc, files) if sloc is not None else None)
+    if dynamo_env is None:
+        return
+    for guard in dynamo_private.shape_guards(dynamo_env):
+        if not guard.expr.free_symbols <= set(mapping):
+            continue  # about values graphcap's replay computes itself (unbacked sizes)
+        dynamo_private.add_guard(target_env, guard.expr.xreplace(mapping), _user_sloc(guard.sloc, files))
+
+
+_DYNAMO_USER_LOC = re.compile(r"^(?P<code>.*?)\s+#\s+(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$", re.S)
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_DYNAMO_DIR = os.path.join(_TORCH_DIR, "_dynamo") + os.sep
+
+
+def _user_sloc(sloc: Any, files: set[str]) -> Any:
+    """dynamo's location of a guard (``code  # shortened/file.py:12 in fn``, torch frame beside it)
+    as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
+    frame = getattr(sloc, "framework_loc", None)
+    frame_file = os.path.abspath(getattr(frame, "filename", "") or "")
+    if frame_file.startswith(_TORCH_DIR) and not frame_file.startswith(_DYNAMO_DIR):
+        # an operator's own logic (a meta kernel, a reference) made it, not a branch of the user's:
+        # keep torch's frame, so graphcap's spec check treats it as the framework's
+        return dynamo_private.user_sloc(frame.filename, frame.lineno, frame.name, frame.line or "")
+    text = getattr(sloc, "maybe_user_loc", None)
+    match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return sloc
+    short = match.group("file")
+    full = next((f for f in sorted(files) if f.endswith(short)), None)
+    if full is None:  # not a file of the program's own: torch's (a framework guard) if it is there
+        in_torch = os.path.join(os.path.dirname(torch.__file__), short)
+        full = in_torch if os.path.exists(in_torch) else short
+    return dynamo_private.user_sloc(full, int(match.group("line")), match.group("fn"), match.group("code").strip())
