@@ -199,3 +199,27 @@ def test_nested_operands_from_two_threads_at_once():
     assert torch.cond is before
     for i, ep in results.items():
         assert_same_outputs(models[i](*inputs[i]), ep.module()(*inputs[i]))
+
+
+def test_a_compiled_function_with_nested_cond_is_not_recompiled_after_such_an_export():
+    import torch._dynamo
+
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(gm)
+        return gm.forward
+
+    @torch.compile(backend=backend)
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda d: d["a"] * 2, lambda d: d["a"] - 1, ({"a": x},))
+
+    x = torch.randn(3)
+    try:
+        f(x)
+        before = len(compiles)
+        _export(NestedCondOnData(), (torch.randn(4), torch.randn(4)))
+        torch.testing.assert_close(f(x), x * 2 if x.sum() > 0 else x - 1)
+        assert len(compiles) == before
+    finally:
+        torch._dynamo.reset()
