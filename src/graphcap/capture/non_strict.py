@@ -191,6 +191,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                                                prefer_deferred_asserts=prefer_deferred_asserts)
     lifting.sync_output_specs(gm, lifted.signature)
     insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
+    metadata.attribute_size_reads(gm)
     metadata.finalize(gm)
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}

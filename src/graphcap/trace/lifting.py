@@ -193,6 +193,12 @@ def _copy_of(value: torch.fx.Node, placeholder: torch.fx.Node) -> torch.fx.Node:
     with placeholder.graph.inserting_before(output_node):
         clone = placeholder.graph.create_node("call_function", aten.clone.default, (value,), name="clone")
     clone.meta["val"] = value.meta.get("val")
+    # its source: the user's line that replaces the buffer (the other users of the old value),
+    # recorded as none when the program only returns it
+    writer = next((u for u in value.users if u is not clone and u.meta.get("stack_trace")), None)
+    clone.meta["stack_trace"] = writer.meta["stack_trace"] if writer is not None else None
+    if writer is not None and writer.meta.get("nn_module_stack"):
+        clone.meta["nn_module_stack"] = writer.meta["nn_module_stack"]
     return clone
 
 
