@@ -243,8 +243,8 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
     for node in gm.graph.nodes:
         if "stack_trace" in node.meta:
             node.meta["stack_trace"] = _user_frames(node.meta["stack_trace"]) or outer_trace
-            if node.meta["stack_trace"] is None:
-                del node.meta["stack_trace"]
+            if node.meta["stack_trace"] is None and node.op != "call_function":
+                del node.meta["stack_trace"]  # (an operator keeps its recorded "no user line")
         custom = node.meta.get("custom")
         # the recorder sorted out the annotations of the top level's operator nodes
         if isinstance(custom, dict) and (enclosing is not None or node.op in ("placeholder", "output")):

@@ -224,9 +224,9 @@ def _write_back(graph: torch.fx.Graph, buffer: torch.fx.Node, value: Any) -> tor
     source = value.meta if isinstance(value, torch.fx.Node) else {}
     write.meta["val"] = buffer.meta.get("val")
     write.meta["nn_module_stack"] = dict(source.get("nn_module_stack") or _root_module_stack(graph))
-    for key in ("stack_trace", "torch_fn"):
-        if source.get(key) is not None:
-            write.meta[key] = source[key]
+    write.meta["stack_trace"] = source.get("stack_trace")  # the line that computed the new value (or none)
+    if source.get("torch_fn") is not None:
+        write.meta["torch_fn"] = source["torch_fn"]
     return write
 
 
