@@ -85,6 +85,26 @@ def _returns_nothing(op: OpOverload) -> bool:
     return schema is not None and len(schema.returns) == 0
 
 
+def propagate_missing_vals(gm: torch.fx.GraphModule, fake_mode) -> None:
+    """``val`` for operator nodes the recorder left without one (a view a decomposition returns
+    as the tensor another node already made): the operator run on its inputs' fake values."""
+    from ..torch_private import pytree
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "val" in node.meta or not isinstance(node.target, OpOverload) \
+                or _returns_nothing(node.target):
+            continue
+        args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
+        with fake_mode:
+            try:
+                node.meta["val"] = node.target(*args, **kwargs)
+            except (RuntimeError, ValueError):
+                if node.target is not torch.ops.aten.view.default:
+                    continue  # left without: the verifier names it
+                # a view recorded on a value whose fake strides say it cannot be viewed (the
+                # decomposition's own input was contiguous): its result's shape is reshape's
+                node.meta["val"] = torch.ops.aten.reshape.default(*args, **kwargs)
+
+
 def record_function_module_stacks(gm: torch.fx.GraphModule) -> None:
     """A function exported (no module anywhere in the program) runs in no module: each
     operator node's module stack is the empty one. A module's program always records the
