@@ -139,12 +139,20 @@ def rule_mutation_targets(ep) -> Iterator[Violation]:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a user input")
 
 
+# Calls the pre-dispatch tracer records for a transform's bookkeeping inside forward
+# (torch.vmap / torch.func.jvp: entering and leaving a level). Their results are transform
+# levels, not values of the program, and the tracer keeps none (torch's neither).
+_TRANSFORM_BOOKKEEPING = {f for f in _predispatch_functions()
+                          if getattr(f, "__name__", "") not in ("set_grad_enabled", "_set_grad_enabled")}
+
+
 def rule_every_node_has_val(ep) -> Iterator[Violation]:
     for gm in ep.graph_module.modules():
         if not isinstance(gm, torch.fx.GraphModule):
             continue
         for node in gm.graph.nodes:
-            if node.op in ("placeholder", "call_function") and "val" not in node.meta:
+            if node.op in ("placeholder", "call_function") and "val" not in node.meta \
+                    and node.target not in _TRANSFORM_BOOKKEEPING:
                 yield (node.name, "has no meta['val']")
 
 

@@ -117,16 +117,19 @@ def test_cond_pytree_outputs():
     _check(m, ep, (x, y.abs()), (x, -y.abs()))
 
 
-def test_cond_with_container_operands_is_refused_with_the_fix():
-    """torch.cond takes a flat tuple of tensors unless dynamo compiles it (dynamo flattens
-    containers); graphcap captures it without dynamo, so it says how to pass them."""
+def test_cond_bound_before_export_with_container_operands_is_refused_with_the_fix():
+    """torch's cond takes a flat tuple of tensors unless dynamo compiles it (dynamo flattens
+    containers); graphcap flattens them at the `torch.cond` entry (tests/unit/test_nested_operands.py),
+    so a `cond` bound under another name before the export is refused, saying how to call it."""
+    from functorch.experimental.control_flow import cond
+
     class M(torch.nn.Module):
         def forward(self, x, y):
             def t(ops):
                 return ops["a"] + ops["b"][0]
-            return torch.cond(y.sum() > 0, t, t, ({"a": x, "b": [y]},))
+            return cond(y.sum() > 0, t, t, ({"a": x, "b": [y]},))
 
-    with pytest.raises(graphcap.UnsupportedError, match=r"(?s)operands hold a container.*one by one") as info:
+    with pytest.raises(graphcap.UnsupportedError, match=r"(?s)operands hold a container.*torch\.cond\(.*one by one") as info:
         _export(M(), (torch.randn(3), torch.randn(3)))
     assert "test_control_flow.py" in str(info.value)
 

@@ -57,7 +57,9 @@ def snapshot() -> dict:
         "stack_trace_anchors": set(torch.fx.proxy._STACK_TRACE_ANCHORS),
         "mode_stacks": (torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack(),
                         torch._ops._len_torch_dispatch_stack_pre_dispatch()),
-        "builtins": (builtins.max, builtins.min, math.pow),
+        # what graphcap replaces while it traces: builtins, and the public torch.cond entry
+        # (graphcap.torch_private.cond_entry)
+        "builtins": (builtins.max, builtins.min, math.pow, torch.cond),
         "shape_env_class": {k: v for k, v in vars(ShapeEnv).items()},
         "dynamo_counters": {k: dict(v) for k, v in counters.items()},
     }

@@ -209,6 +209,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     clock.lap("guards")
     lifting.sync_output_specs(gm, lifted.signature)
     insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
+    metadata.attribute_size_reads(gm)
     metadata.finalize(gm)
     clock.lap("metadata")
 

@@ -29,6 +29,7 @@ import torch
 from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
+from ..trace import metadata
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from . import hints as dyn_hints
 from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
@@ -249,7 +250,9 @@ def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs]
     has_symbols = inputs is not None and inputs.roots
     if has_symbols or env.deferred_runtime_asserts or env.unbacked_symfloat_counter or env.unbacked_symint_counter:
         from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+        before = set(gm.graph.nodes)
         insert_deferred_runtime_asserts(gm, env, f"exported program: {name}", export=True)
+        metadata.attribute_added_nodes(gm, before)
         gm.recompile()
         _assert_in_regions(gm, env, name)
     return range_constraints(gm, mode, inputs)
@@ -271,7 +274,9 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
                     if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
         if not isinstance(sub, torch.fx.GraphModule) or not _defines_unbacked(sub, env):
             continue
+        before = set(sub.graph.nodes)
         insert_deferred_runtime_asserts(sub, env, f"exported program: {name}", export=True)
+        metadata.attribute_added_nodes(sub, before)
         sub.recompile()
         _assert_in_regions(sub, env, name)
 

@@ -268,6 +268,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     _keep_placeholder_values(new_gm, placeholders)
     carry.take(new_gm)
     new_gm.graph.lint()
+    for sub in new_gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            metadata.attribute_size_reads(sub)
+            metadata.propagate_missing_vals(sub, fake_mode)
     metadata.finalize(new_gm)
     new_gm.recompile()
 

@@ -48,15 +48,16 @@ from torch.overrides import TorchFunctionMode
 from ..torch_private.dispatch import dispatch_mode_base
 from ..torch_private.higher_order import run_graph_preserving_meta
 from ..torch_private.ops import is_higher_order_operator
-from . import branch_checks, branch_scope, closures
+from . import branch_checks, branch_scope, closures, nested_cond_operands
 
 # operator name -> positions of its callable arguments
 _CALLABLES_AT = {"cond": (1, 2), "map_impl": (0,), "while_loop": (0, 1), "scan": (0,)}
 # operator name -> position of the operands its callables receive last (closed-over values join them)
 _TRAILING_OPERANDS_AT = {"cond": 3, "map_impl": 2, "while_loop": 3, "scan": 3}
-# operators whose callables' outputs are flattened for the recorder and rebuilt for the caller
-# (a loop body returns its carried values as it received them)
-_FLAT_OUTPUTS = ("cond", "map_impl", "scan")
+# operator name -> positions of the callables whose outputs are flattened for the recorder and
+# rebuilt for the caller (a loop body returns its carried values in the structure the user gave
+# them; the loop condition returns one boolean)
+_FLAT_OUTPUTS = {"cond": (1, 2), "map_impl": (0,), "scan": (0,), "while_loop": (1,)}
 # (operator name, position) -> what the user calls that callable, for messages
 _SIDES = {("cond", 1): "true branch", ("cond", 2): "false branch", ("map_impl", 0): "map body",
           ("while_loop", 0): "loop condition", ("while_loop", 1): "loop body",
@@ -79,13 +80,14 @@ class _Outputs:
     def flatten(self, side: str, out: Any) -> list:
         leaves, spec = pytree.tree_flatten(out)
         if self.spec is None:
-            self.spec, self.first = spec, (side, out)
+            # (the first structure is kept as text: holding the output would keep fake tensors alive)
+            self.spec, self.first = spec, (side, branch_checks.structure(out))
         elif spec != self.spec:
-            other, first_out = self.first
+            other, first_structure = self.first
             raise branch_checks.BranchRefused(
                 self.operator,
                 f"the branches return different structures: the {other} returns "
-                f"{branch_checks.structure(first_out)}, the {side} {branch_checks.structure(out)}.",
+                f"{first_structure}, the {side} {branch_checks.structure(out)}.",
                 "Return the same structure (same number of tensors, same containers) from both branches.")
         return tuple(leaves)
 
@@ -156,8 +158,9 @@ def _with_branches(name: str, args: tuple, root: Any, *, reenter_function_mode: 
     for at, condition in zip(_CALLABLES_AT[name], conditions):
         fn = args[at]
         if callable(fn) and not getattr(fn, _GRAPHCAP_BRANCH, False):
+            flat_outputs = outputs if outputs is not None and at in _FLAT_OUTPUTS[name] else None
             args[at] = _branch(fn, name, at, condition, env, root, reenter_function_mode=reenter_function_mode,
-                               reenter_dispatch_mode=reenter_dispatch_mode, extra=extra, outputs=outputs)
+                               reenter_dispatch_mode=reenter_dispatch_mode, extra=extra, outputs=flat_outputs)
     return tuple(args)
 
 
@@ -224,7 +227,7 @@ class _ControlFlowCalls(TorchFunctionMode):
     def _call_with_branches(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
         closures.remember_recording()
         args, extra = _with_closed_over_symbols(name, tuple(args))
-        outputs = _Outputs(_USER_NAMES[name]) if name in _FLAT_OUTPUTS else None
+        outputs = _Outputs(_USER_NAMES[name])
         # inside this handler every function mode is off: branches turn them back on for what
         # they call; the dispatch mode is still on (it is off only inside its own handler)
         args = _with_branches(name, args, self.root, reenter_function_mode=True, reenter_dispatch_mode=False,
@@ -258,5 +261,5 @@ class _EagerControlFlow(dispatch_mode_base()):
 def capturing(root: Optional[torch.nn.Module] = None) -> Iterator[None]:
     """Capture control-flow operators with graphcap's own branches while the block records
     (``root``: the module being exported, whose attributes branches must not write)."""
-    with _EagerControlFlow(root), _ControlFlowCalls(root):
+    with nested_cond_operands.flattened(), _EagerControlFlow(root), _ControlFlowCalls(root):
         yield

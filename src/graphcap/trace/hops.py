@@ -243,8 +243,8 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
     for node in gm.graph.nodes:
         if "stack_trace" in node.meta:
             node.meta["stack_trace"] = _user_frames(node.meta["stack_trace"]) or outer_trace
-            if node.meta["stack_trace"] is None:
-                del node.meta["stack_trace"]
+            if node.meta["stack_trace"] is None and node.op != "call_function":
+                del node.meta["stack_trace"]  # (an operator keeps its recorded "no user line")
         custom = node.meta.get("custom")
         # the recorder sorted out the annotations of the top level's operator nodes
         if isinstance(custom, dict) and (enclosing is not None or node.op in ("placeholder", "output")):
@@ -467,7 +467,9 @@ def user_frame_of(frames: list) -> Any:
 
 
 def _in_hop_module(filename: str) -> bool:
-    return "_higher_order_ops" in filename.replace("\\", "/")
+    """A file of torch's control-flow operators, or graphcap's ``torch.cond`` entry in front of them."""
+    path = filename.replace("\\", "/")
+    return "_higher_order_ops" in path or path.endswith("graphcap/trace/nested_cond_operands.py")
 
 
 def _refusal(e: BaseException) -> Optional[BaseException]:
@@ -494,11 +496,13 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
     if _NESTED_OPERANDS.search(str(e)) and _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py"):
         return UnsupportedError(
             f"While tracing {program_name}, torch.cond could not be captured: its operands hold a "
-            "container (dict, list or tuple); torch.cond takes a flat tuple of tensors when it is not "
-            "compiled by dynamo, and graphcap captures it without dynamo.",
+            "container (dict, list or tuple), and this `cond` was bound before the export "
+            "(`from torch import cond` or functorch's control_flow.cond), so graphcap could not "
+            "flatten them: torch's cond itself takes them flat unless dynamo compiles it.",
             where=describe_frame(user_frame(e.__traceback__)),
-            fix="Pass the tensors one by one, e.g. `torch.cond(p, t, f, (d['a'], d['b']))` with "
-                "branches taking them as separate arguments.")
+            fix="Call it as `torch.cond(...)` (graphcap flattens nested operands there), or pass the "
+                "tensors one by one, e.g. `cond(p, t, f, (d['a'], d['b']))` with branches taking "
+                "them as separate arguments.")
     locals_ = _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py")
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:

@@ -76,17 +76,25 @@ def _program_holders(probe: LeakProbe) -> set[int]:
     return ids
 
 
+def _is_node_metadata(referrer: Any) -> bool:
+    """Whether ``referrer`` is the metadata of a graph node: the program's (or one the trace
+    made and later removed, such as a dead read of a subclass's inner tensor, which fx's
+    bookkeeping of the recorded graph still holds), never the user's."""
+    return isinstance(referrer, dict) and any(
+        isinstance(holder, torch.fx.Node) and holder.meta is referrer for holder in gc.get_referrers(referrer))
+
+
 def _leaked(alive: list[torch.Tensor], program: set[int]) -> list[torch.Tensor]:
     """The tensors of ``alive`` referred to from outside the program (one heap scan for all)."""
-    by_id = {id(t): t for t in alive}
-    leaked: dict[int, torch.Tensor] = {}
+    # ids only: a container of the tensors made here would itself be found as their referrer
+    wanted = {id(t) for t in alive}
+    leaked: set[int] = set()
     frame_type = type(sys._getframe())
     for referrer in gc.get_referrers(*alive):
-        if referrer is alive or id(referrer) in program or isinstance(referrer, frame_type):
+        if referrer is alive or id(referrer) in program or isinstance(referrer, frame_type) \
+                or _is_node_metadata(referrer):
             continue
-        for held in gc.get_referents(referrer):
-            if id(held) in by_id:
-                leaked[id(held)] = by_id[id(held)]
+        leaked.update(id(held) for held in gc.get_referents(referrer) if id(held) in wanted)
     return [t for t in alive if id(t) in leaked]
 
 

@@ -193,6 +193,12 @@ def _copy_of(value: torch.fx.Node, placeholder: torch.fx.Node) -> torch.fx.Node:
     with placeholder.graph.inserting_before(output_node):
         clone = placeholder.graph.create_node("call_function", aten.clone.default, (value,), name="clone")
     clone.meta["val"] = value.meta.get("val")
+    # its source: the user's line that replaces the buffer (the other users of the old value),
+    # recorded as none when the program only returns it
+    writer = next((u for u in value.users if u is not clone and u.meta.get("stack_trace")), None)
+    clone.meta["stack_trace"] = writer.meta["stack_trace"] if writer is not None else None
+    if writer is not None and writer.meta.get("nn_module_stack"):
+        clone.meta["nn_module_stack"] = writer.meta["nn_module_stack"]
     return clone
 
 
@@ -218,9 +224,9 @@ def _write_back(graph: torch.fx.Graph, buffer: torch.fx.Node, value: Any) -> tor
     source = value.meta if isinstance(value, torch.fx.Node) else {}
     write.meta["val"] = buffer.meta.get("val")
     write.meta["nn_module_stack"] = dict(source.get("nn_module_stack") or _root_module_stack(graph))
-    for key in ("stack_trace", "torch_fn"):
-        if source.get(key) is not None:
-            write.meta[key] = source[key]
+    write.meta["stack_trace"] = source.get("stack_trace")  # the line that computed the new value (or none)
+    if source.get("torch_fn") is not None:
+        write.meta["torch_fn"] = source["torch_fn"]
     return write
 
 

@@ -1,18 +1,37 @@
 """Node metadata the IR promises: ``val``, ``stack_trace``, ``nn_module_stack``,
 ``source_fn_stack``.
 
-The recorder already leaves ``val`` (fake tensors), ``stack_trace`` (the user
-frames) and ``nn_module_stack`` (module path → (FQN, class)) on operator nodes.
-This pass makes the set complete and uniform, in control-flow subgraphs too:
-placeholders and the output carry no source information; every operator
-node has all four keys; and ``source_fn_stack`` names, for each node, the
-module or function the user called that produced it (as strings: torch's
-branch capture leaves operator objects there, which are replaced).
+Recorded, never defaulted. The recorder leaves ``val`` (fake tensors),
+``stack_trace`` (the user frames) and ``nn_module_stack`` (module path → (FQN,
+class)) on the operator nodes it makes. Nodes made afterwards record theirs
+where they are made:
+
+* an operator that returns nothing (``_assert_scalar``, ``_assert_async``, a
+  custom op that only writes) has ``val`` None, read from its schema
+  (:func:`record_results_of_effect_ops`; the recorder keeps no value for it);
+* the size reads and checks torch's runtime-assert pass adds take the source
+  line of the operation they serve (:func:`attribute_added_nodes`), and those
+  it adds at the top of the graph (input-size reads) belong to the root
+  module's forward (:func:`_place_unowned_nodes_in_root`);
+* a function (not a module) exported has the empty module stack on every node
+  (:func:`record_function_module_stacks`).
+
+:func:`finalize` then makes the set uniform, in control-flow subgraphs too:
+placeholders and the output carry no source information, and
+``source_fn_stack`` names, for each node, the module or function the user
+called that produced it (as strings: torch's branch capture leaves operator
+objects there, which are replaced). A node still without metadata is left as
+it is, so that the verifier (``every-node-has-val``, ``operator-metadata``)
+names it.
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.fx
+
+from ..torch_private.ops import OpOverload, schema_of
 
 
 def _source_fn_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
@@ -37,11 +56,106 @@ def _recorded_by_branch_capture(stack: object) -> bool:
 
 
 def finalize(gm: torch.fx.GraphModule) -> None:
-    """Complete the metadata of ``gm`` and of its control-flow subgraphs alike."""
+    """Make the metadata of ``gm`` and of its control-flow subgraphs uniform (see the module docstring)."""
+    record_function_module_stacks(gm)
     for sub in gm.modules():
         if isinstance(sub, torch.fx.GraphModule):
+            record_results_of_effect_ops(sub)
             _finalize_graph(sub)
     _place_unowned_nodes_in_root(gm)
+
+
+def record_results_of_effect_ops(gm: torch.fx.GraphModule) -> None:
+    """``val`` None for operator nodes whose operator returns nothing (by its schema), and for
+    the element of a result tuple that is None (a functionalized custom op that only writes)."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "val" in node.meta:
+            continue
+        if isinstance(node.target, OpOverload) and _returns_nothing(node.target):
+            node.meta["val"] = None
+        elif node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
+                and isinstance(node.args[1], int):
+            whole = node.args[0].meta.get("val")
+            if isinstance(whole, (tuple, list)) and node.args[1] < len(whole) and whole[node.args[1]] is None:
+                node.meta["val"] = None
+
+
+def _returns_nothing(op: OpOverload) -> bool:
+    schema = schema_of(op)
+    return schema is not None and len(schema.returns) == 0
+
+
+def propagate_missing_vals(gm: torch.fx.GraphModule, fake_mode) -> None:
+    """``val`` for operator nodes the recorder left without one (a view a decomposition returns
+    as the tensor another node already made): the operator run on its inputs' fake values."""
+    from ..torch_private import pytree
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "val" in node.meta or not isinstance(node.target, OpOverload) \
+                or _returns_nothing(node.target):
+            continue
+        args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
+        with fake_mode:
+            try:
+                node.meta["val"] = node.target(*args, **kwargs)
+            except (RuntimeError, ValueError):
+                if node.target is not torch.ops.aten.view.default:
+                    continue  # left without: the verifier names it
+                # a view recorded on a value whose fake strides say it cannot be viewed (the
+                # decomposition's own input was contiguous): its result's shape is reshape's
+                node.meta["val"] = torch.ops.aten.reshape.default(*args, **kwargs)
+
+
+def record_function_module_stacks(gm: torch.fx.GraphModule) -> None:
+    """A function exported (no module anywhere in the program) runs in no module: each
+    operator node's module stack is the empty one. A module's program always records the
+    root module's entry on the nodes of its forward, so this leaves module programs alone."""
+    nodes = [n for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule) for n in sub.graph.nodes
+             if n.op == "call_function"]
+    if any(n.meta.get("nn_module_stack") for n in nodes):
+        return
+    for node in nodes:
+        if "nn_module_stack" not in node.meta:
+            node.meta["nn_module_stack"] = {}
+
+
+_SOURCE_KEYS = ("stack_trace",)  # the module stack stays the one the pass gave (the root's: see below)
+
+
+def attribute_size_reads(gm: torch.fx.GraphModule) -> None:
+    """Size reads the recorder made for a symbolic input size (``sym_size``, when a size is
+    first used, with no user line of their own) take the line of the operation they serve."""
+    size_reads = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default}
+    attribute_added_nodes(gm, {n for n in gm.graph.nodes if n.target not in size_reads})
+    for node in gm.graph.nodes:
+        if node.target in size_reads and "stack_trace" not in node.meta:
+            # serving no line of the user's (a size the program returns, read when the outputs
+            # were collected): recorded as having none
+            node.meta["stack_trace"] = None
+
+
+def attribute_added_nodes(gm: torch.fx.GraphModule, before: set) -> None:
+    """Nodes a pass added to ``gm`` (not in ``before``) without a source take the source of the
+    operation they serve: an input-size read and its check belong to the user's line that
+    needed the size (torch's runtime-assert pass adds them with none). Their first user with a
+    source is taken, else the first argument with one; a node with neither keeps none."""
+    added = [n for n in gm.graph.nodes if n not in before and n.op == "call_function"]
+    for node in reversed(added):  # users first: a read feeds a comparison that feeds an assert
+        if node.meta.get("stack_trace"):
+            continue
+        donor = next((u for u in node.users if u.meta.get("stack_trace")), None) or next(
+            (a for a in node.all_input_nodes if a.meta.get("stack_trace")), None)
+        if donor is None:
+            continue
+        for key in _SOURCE_KEYS:
+            if key in donor.meta and not node.meta.get(key):
+                node.meta[key] = donor.meta[key]
+    for node in added:  # an argument's source, for nodes whose users had none either
+        if not node.meta.get("stack_trace"):
+            donor = next((a for a in node.all_input_nodes if a.meta.get("stack_trace")), None)
+            if donor is not None:
+                for key in _SOURCE_KEYS:
+                    if key in donor.meta and not node.meta.get(key):
+                        node.meta[key] = donor.meta[key]
 
 
 def _place_unowned_nodes_in_root(gm: torch.fx.GraphModule) -> None:
@@ -68,9 +182,6 @@ def _finalize_graph(gm: torch.fx.GraphModule) -> None:
             node.meta.pop("nn_module_stack", None)
             node.meta.pop("torch_fn", None)
             continue
-        node.meta.setdefault("val", None)
         if node.op == "call_function":
-            node.meta.setdefault("nn_module_stack", {})
-            node.meta.setdefault("stack_trace", None)
             if "source_fn_stack" not in node.meta or _recorded_by_branch_capture(node.meta["source_fn_stack"]):
                 node.meta["source_fn_stack"] = _source_fn_stack(node)

@@ -127,6 +127,8 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
                     text = "".join(traceback.StackSummary.from_list(frames).format()).strip()
                     formatted[stack] = text
                 node.stack_trace = text
+            elif node.op == "call_function":
+                node.meta["stack_trace"] = None  # recorded: no user frame made it (e.g. a decorator's wrapper)
         return node
 
     tracer.create_node = create_node

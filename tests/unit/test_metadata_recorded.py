@@ -1,0 +1,99 @@
+"""Node metadata is recorded where nodes are made, in exported and decomposed programs alike.
+
+Every placeholder and operator node carries ``val``; every operator node of a
+module's program carries the user's ``stack_trace`` (a line of this file) and a
+module stack starting at the root; the size reads torch's runtime-assert pass adds
+take the line of the operation that needed the size. Nothing is filled in with a
+default: a node without metadata would fail the verifier
+(tests/unit/test_verifier_every_rule.py).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import graphcap
+
+SIZE_READS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default, torch.ops.aten.sym_stride.int}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class Model(torch.nn.Module):
+    """A submodule, a dynamic batch, a data-dependent size, a cond and a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x, n):
+        self.steps.add_(1)
+        h = self.block(x)
+        k = n.item()
+        torch._check(k >= 1)
+        torch._check(k <= 8)
+        h = torch.cond(h.sum() > 0, lambda t: t * 2, lambda t: t - torch.tensor([1.0, 2.0, 3.0, 4.0]), (h,))
+        return h[: x.shape[0] // 2].sum(0) + torch.ones(k).sum(), x.to(torch.float64)
+
+
+def _programs():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = graphcap.export(Model(), (torch.randn(6, 4), torch.tensor(3)),
+                             dynamic_shapes=({0: graphcap.Dim("b", min=2, max=32)}, None))
+    return {"exported": ep, "decomposed": ep.run_decompositions()}
+
+
+def _graphs(ep):
+    return [gm for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule)]
+
+
+def test_every_placeholder_and_operator_node_has_its_val():
+    for stage, ep in _programs().items():
+        for gm in _graphs(ep):
+            for node in gm.graph.nodes:
+                if node.op in ("placeholder", "call_function"):
+                    assert "val" in node.meta, f"{stage}: {node.name}"
+                if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default:
+                    assert node.meta["val"] is None, f"{stage}: {node.name}"
+
+
+def test_operator_nodes_carry_the_users_line_and_module_stack():
+    for stage, ep in _programs().items():
+        for node in ep.graph.nodes:
+            if node.op != "call_function":
+                continue
+            stack = node.meta.get("nn_module_stack")
+            assert stack, f"{stage}: {node.name} has no module stack"
+            assert next(iter(stack.values()))[0] == "", f"{stage}: {node.name} stack does not start at the root"
+            trace = node.meta.get("stack_trace")
+            assert isinstance(trace, str) and "test_metadata_recorded.py" in trace, \
+                f"{stage}: {node.name} ({node.target}) has stack trace {trace!r}"
+
+
+def test_subgraph_operator_nodes_carry_the_users_line():
+    for stage, ep in _programs().items():
+        for gm in _graphs(ep):
+            if gm is ep.graph_module:
+                continue
+            for node in gm.graph.nodes:
+                if node.op == "call_function" and node.target not in SIZE_READS:
+                    trace = node.meta.get("stack_trace")
+                    assert isinstance(trace, str) and "test_metadata_recorded.py" in trace, \
+                        f"{stage}: {node.name} in a subgraph has stack trace {trace!r}"
+
+
+def test_submodule_nodes_name_their_submodule():
+    ep = _programs()["exported"]
+    linear = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.linear.default)
+    paths = [path for path, _ in linear.meta["nn_module_stack"].values()]
+    assert paths == ["", "block", "block.lin"]
