@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "zoo"
+ZOO_DIR = Path(os.environ.get("GRAPHCAP_ZOO_DIR") or ROOT.parent / "shared" / "zoo")  # a checkout elsewhere
 if str(ZOO_DIR) not in sys.path:
     sys.path.insert(0, str(ZOO_DIR))
 
