@@ -314,11 +314,11 @@ def _with_user_line(summary: Any) -> Any:
 
     from ..torch_private.shapes import SLoc
 
-    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+    from ..torch_private.engine_files import engine_files
 
     def wrapped(is_debug: bool = False, framework_loc: Any = None):
         if framework_loc is None:  # the innermost frame outside the shape engine (and this wrapper)
-            skip = uninteresting_files()
+            skip = engine_files()
             frame = sys._getframe(1)
             while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
                 frame = frame.f_back

@@ -23,7 +23,7 @@ import torch
 from ..torch_private import pytree
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import uninteresting_files
+from ..torch_private.engine_files import engine_files
 
 from ..torch_private import fx as fx_private
 from ..torch_private.dispatch import set_grad_enabled
@@ -102,7 +102,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
     and formats each distinct stack once: consecutive nodes mostly share it.
     """
     anchors = fx_private.stack_trace_anchors()
-    internal = uninteresting_files()
+    internal = engine_files()
     create = tracer.create_node
     formatted: dict[tuple, str] = {}
 
