@@ -241,9 +241,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 continue
             row = summarize(case.name, mode, runs)
             rows.append(row)
-            print(f"... {case.name} {mode}: cold {fmt_ratio(row.get('cold'))} warm {fmt_ratio(row.get('warm'))} "
+            print(f"... {case.name} {mode}: cold {fmt_ratio(row.get('cold'))} ({fmt_ratio(row.get('cold_cpu'))} cpu) "
+                  f"warm {fmt_ratio(row.get('warm'))} ({fmt_ratio(row.get('warm_cpu'))} cpu) "
                   f"decomp {fmt_ratio(row.get('decomp'))} ({time.perf_counter() - start:.0f} s)",
                   file=sys.stderr, flush=True)
+            if opts.json:  # written as the run goes: a long run interrupted keeps what it measured
+                opts.json.write_text(json.dumps({"rows": rows, "raw": raw}, indent=1, default=str))
     command = "python bench/speed_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render(rows, harness.machine_header(), command.strip(), opts.label)
     print(text)
