@@ -126,6 +126,9 @@ def test_program_and_metadata_match_golden(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ep = graphcap.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+    for sub in ep.graph_module.modules():  # passes that skip a recompile must leave the code current
+        if isinstance(sub, torch.fx.GraphModule):
+            assert sub.code == sub.graph.python_code("self").src, f"stale generated code in {name}"
     text = _render(ep)
     path = GOLDEN / f"{name}.txt"
     if os.environ.get("GRAPHCAP_UPDATE_GOLDEN"):
