@@ -70,7 +70,7 @@ def _to_meta(value):
     return value
 
 
-def run_worker(name: str, mode: str, first: str, repeats: int) -> dict[str, Any]:
+def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool = True) -> dict[str, Any]:
     import torch
     import zoo
     torch.set_num_threads(1)  # exports compute nothing; keep a shared machine quiet
@@ -94,7 +94,8 @@ def run_worker(name: str, mode: str, first: str, repeats: int) -> dict[str, Any]
             out["cold"][key] = {"wall": wall, "cpu": cpu}
     exports = {k: (lambda f=_exporter(k): f(model, args, kwargs, dynamic_shapes=shapes)) for k in programs}
     warm = harness.interleaved(exports, repeats)
-    decomps = harness.interleaved({k: ep.run_decompositions for k, ep in programs.items()}, repeats)
+    decomps = harness.interleaved({k: ep.run_decompositions for k, ep in programs.items()}, repeats) \
+        if decompose else {}
     out["warm"] = {k: t.__dict__ for k, t in warm.items()}
     out["decomp"] = {k: t.__dict__ for k, t in decomps.items()}
     if name in META_MODELS and mode == "static":
@@ -107,9 +108,9 @@ def run_worker(name: str, mode: str, first: str, repeats: int) -> dict[str, Any]
 
 # -- parent: spawn the workers, gather, print ----------------------------------------------
 
-def _spawn(name: str, mode: str, first: str, repeats: int) -> dict[str, Any]:
+def _spawn(name: str, mode: str, first: str, repeats: int, decompose: bool = True) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--mode", mode,
-           "--first", first, "--repeats", str(repeats)]
+           "--first", first, "--repeats", str(repeats)] + ([] if decompose else ["--no-decomp"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S,
                               env=dict(os.environ, PYTHONWARNINGS="ignore"))
@@ -230,6 +231,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--results", type=Path, default=None, help="append the tables to this markdown file")
     parser.add_argument("--label", default="", help="heading of the appended section")
     parser.add_argument("--json", type=Path, default=None, help="write every raw figure here")
+    parser.add_argument("--no-decomp", action="store_true", help="skip the run_decompositions column")
     parser.add_argument("--no-bytecode", action="store_true",
                         help="do not byte-compile graphcap first (cold exports then compile its source)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -237,7 +239,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--first", default="graphcap", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.worker:
-        print(json.dumps(run_worker(opts.worker, opts.mode, opts.first, opts.repeats)))
+        print(json.dumps(run_worker(opts.worker, opts.mode, opts.first, opts.repeats, not opts.no_decomp)))
         return 0
 
     if not opts.no_bytecode:
@@ -254,7 +256,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             firsts = EXPORTERS[::-1] if flip else EXPORTERS
             flip = not flip
             start = time.perf_counter()
-            runs = [_spawn(case.name, mode, first, opts.repeats) for first in firsts]
+            runs = [_spawn(case.name, mode, first, opts.repeats, not opts.no_decomp) for first in firsts]
             raw += runs
             if any("skip" in r for r in runs):
                 continue
