@@ -14,11 +14,12 @@ def test_engine_files_equal_torchs_list():
 
 
 def test_a_plain_export_does_not_import_torchs_exporter():
-    """The first export in a process leaves torch.export's tracer and AOTAutograd unimported."""
+    """The first exports in a process (static, dynamic) leave torch.export's tracer and AOTAutograd unimported."""
     code = (
         "import sys, torch, graphcap\n"
         "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
         "graphcap.export(m, (torch.randn(2, 4),))\n"
+        "graphcap.export(m, (torch.randn(2, 4),), dynamic_shapes=({0: graphcap.Dim('b')},))\n"
         "print(sorted(n for n in ('torch.export._trace', 'torch._functorch.aot_autograd', 'networkx')"
         " if n in sys.modules))\n"
     )
