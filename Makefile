@@ -46,7 +46,8 @@ test-torch-versions:       ## the default test run on every supported torch vers
 test-all: $(STAMP)      ## also the slow tests
 	$(PY) -m pytest -q -m ''
 
-bench: $(STAMP)         ## export, run_decompositions, save/load vs torch.export on the public zoo
+bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, save/load vs torch.export on the public zoo
+	$(PY) bench/speed_bench.py
 	$(PY) bench/export_bench.py
 	$(PY) bench/decomp_bench.py
 	$(PY) bench/serialize_bench.py

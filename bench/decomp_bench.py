@@ -25,23 +25,17 @@ import platform
 import pstats
 import statistics
 import sys
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "zoo"
-if str(ZOO_DIR) not in sys.path:
-    sys.path.insert(0, str(ZOO_DIR))
+import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
+from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
 
 import torch  # noqa: E402
 
 import graphcap  # noqa: E402
-
-GOAL_RATIO = 0.5
-REPEATS = 3
 
 
 @dataclass
@@ -69,20 +63,13 @@ class Row:
         return a / b
 
 
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _op_nodes(ep) -> int:
     return sum(1 for n in ep.graph.nodes if n.op == "call_function")
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    gc.collect()
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+    wall, _, out = harness.timed(fn, keep=True)
+    return wall, out
 
 
 def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS) -> Row:

@@ -32,24 +32,18 @@ import platform
 import pstats
 import statistics
 import sys
-import time
 import tracemalloc
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "zoo"
-if str(ZOO_DIR) not in sys.path:
-    sys.path.insert(0, str(ZOO_DIR))
+import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
+from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
 
 import torch  # noqa: E402
 
 import graphcap  # noqa: E402
-
-GOAL_RATIO = 0.5  # the project's speed goal: graphcap at most half of torch.export's time
-REPEATS = 3
 
 
 @dataclass
@@ -108,11 +102,6 @@ def _torch_export(model, args, kwargs):
 EXPORTERS: dict[str, Callable[..., Any]] = {"torch": _torch_export, "graphcap": _graphcap_export}
 
 
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _proc_status_mb(key: str) -> Optional[float]:
     try:
         with open("/proc/self/status") as f:
@@ -135,13 +124,10 @@ def _reset_rss_peak() -> bool:
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, float, Optional[float], Any]:
-    """Wall and CPU time of ``fn()``, and how far the resident set rose above its level before."""
-    gc.collect()
+    """Wall and CPU time of ``fn()`` (harness.timed), and how far the resident set rose above its level before."""
     can_peak = _reset_rss_peak()
     rss0 = _proc_status_mb("VmRSS")
-    cpu0, start = time.process_time(), time.perf_counter()
-    out = fn()
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    elapsed, cpu, out = harness.timed(fn, keep=True)
     hwm = _proc_status_mb("VmHWM") if can_peak else None
     return elapsed, cpu, (hwm - rss0 if hwm is not None and rss0 is not None else None), out
 

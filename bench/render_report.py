@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import zoo_bench_setup  # noqa: F401  (puts ../shared/zoo on the path)
+import harness  # noqa: F401  (puts ../shared/zoo on the path)
 
 import graphcap
 import zoo

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from zoo_bench_setup import wall_seconds  # also puts ../shared/zoo on the path
+from harness import wall_seconds  # also puts ../shared/zoo on the path
 
 import torch  # noqa: E402
 

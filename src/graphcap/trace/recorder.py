@@ -23,7 +23,8 @@ import torch
 from ..torch_private import pytree
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import uninteresting_files
+from ..torch_private.engine_files import engine_files
+from ..torch_private.tensor_meta import tensor_metadata_cached
 
 from ..torch_private import fx as fx_private
 from ..torch_private.dispatch import set_grad_enabled
@@ -102,7 +103,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
     and formats each distinct stack once: consecutive nodes mostly share it.
     """
     anchors = fx_private.stack_trace_anchors()
-    internal = uninteresting_files()
+    internal = engine_files()
     create = tracer.create_node
     formatted: dict[tuple, str] = {}
 
@@ -221,7 +222,7 @@ def record(
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
-                subclass_access.recorded(flat_inputs), \
+                subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,

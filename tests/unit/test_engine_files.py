@@ -1,0 +1,27 @@
+"""graphcap's list of torch's engine files is torch's own, built without importing what it names."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+from graphcap.torch_private.engine_files import engine_files
+
+
+def test_engine_files_equal_torchs_list():
+    assert set(engine_files()) == set(uninteresting_files())
+
+
+def test_a_plain_export_does_not_import_torchs_exporter():
+    """The first exports in a process (static, dynamic) leave torch.export's tracer and AOTAutograd unimported."""
+    code = (
+        "import sys, torch, graphcap\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
+        "graphcap.export(m, (torch.randn(2, 4),))\n"
+        "graphcap.export(m, (torch.randn(2, 4),), dynamic_shapes=({0: graphcap.Dim('b')},))\n"
+        "print(sorted(n for n in ('torch.export._trace', 'torch._functorch.aot_autograd', 'networkx')"
+        " if n in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
