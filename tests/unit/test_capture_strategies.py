@@ -110,3 +110,22 @@ def test_record_prints_and_is_data(capsys):
     assert [a["success"] for a in data["attempts"]] == [False, False, True]
     assert set(data["attempts"][0]) >= {"strategy", "success", "seconds", "error_type", "error_message",
                                         "error_where", "relaxed"}
+
+
+class ThroughNumpy(torch.nn.Module):
+    """NumPy on the tensor's values: non-strict cannot read a fake tensor's data, dynamo traces NumPy calls."""
+
+    def forward(self, x):
+        import numpy as np
+        return torch.from_numpy(np.sin(x.numpy())) + 1
+
+
+def test_a_model_only_strict_can_take_is_captured_by_strict():
+    x = torch.randn(3, 4)
+    result = graphcap.capture(ThroughNumpy(), (x,), strategies=("non_strict", "strict"))
+    assert result.strategy == "strict"
+    first, second = result.attempts
+    assert first.strategy == "non_strict" and not first.success and first.error_type
+    assert second.strategy == "strict" and second.success
+    y = torch.randn(3, 4)
+    torch.testing.assert_close(result.program.module()(y), ThroughNumpy()(y))
