@@ -25,9 +25,8 @@ Two things cross from dynamo's trace to graphcap's:
 """
 from __future__ import annotations
 
-import contextlib
 import re
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 import torch.fx
@@ -38,6 +37,7 @@ from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from . import non_strict, strict_refusals, strict_shapes
+from ..trace import recorder
 from ..trace.module_paths import call_key
 
 
@@ -78,7 +78,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     try:
-        with dynamo_private.dims_marked_dynamic(marks), _backend_neutral():
+        with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral():
             gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
         raise strict_refusals.explain_refusal(e, target) from e
@@ -88,18 +88,6 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     return DynamoGraphReplay(gm, target.root)
 
 
-@contextlib.contextmanager
-def _backend_neutral() -> Iterator[None]:
-    """dynamo reads the program with the cuDNN, MKL-DNN and NNPACK backends off, as graphcap's recorder
-    traces: their size heuristics would otherwise add guards on dims (a conv's batch size) that
-    neither the program nor its spec asks for."""
-    backends = (torch.backends.cudnn, torch.backends.mkldnn, torch.backends.nnpack)
-    saved = [backend.set_flags(False) for backend in backends]
-    try:
-        yield
-    finally:
-        for backend, flags in zip(backends, saved):
-            backend.set_flags(*flags)
 
 
 def _entry_for(call: Any) -> Any:

@@ -275,23 +275,31 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
 def _with_engine_frame(summary: Any) -> Any:
     """Wrap ``ShapeEnv._get_stack_summary``: when no frame is given, pass the innermost one outside
     the engine (the frame the engine would find itself, from graphcap's list of its files)."""
+    def wrapped(is_debug: bool = False, framework_loc: Any = None):
+        if framework_loc is None:
+            framework_loc = _first_frame_outside_engine()
+        return summary(is_debug, framework_loc)
+
+    return wrapped
+
+
+def _first_frame_outside_engine() -> Any:
+    """The innermost frame outside the shape engine's files (and this module), as a FrameSummary, or None."""
     import sys
     import traceback
 
     from ..torch_private.engine_files import engine_files
 
-    def wrapped(is_debug: bool = False, framework_loc: Any = None):
-        if framework_loc is None:
-            skip = engine_files()
-            frame = sys._getframe(1)
-            while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
-                frame = frame.f_back
-            if frame is not None:
-                framework_loc = traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-            del frame
-        return summary(is_debug, framework_loc)
-
-    return wrapped
+    skip = engine_files()
+    frame = sys._getframe(2)
+    try:
+        while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        return traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    finally:
+        del frame
 
 
 @contextlib.contextmanager
@@ -337,21 +345,12 @@ def _with_user_line(summary: Any) -> Any:
     """
     import linecache
     import sys
-    import traceback
 
     from ..torch_private.shapes import SLoc
 
-    from ..torch_private.engine_files import engine_files
-
     def wrapped(is_debug: bool = False, framework_loc: Any = None):
         if framework_loc is None:  # the innermost frame outside the shape engine (and this wrapper)
-            skip = engine_files()
-            frame = sys._getframe(1)
-            while frame is not None and (frame.f_code.co_filename in skip or frame.f_code.co_filename == __file__):
-                frame = frame.f_back
-            if frame is not None:
-                framework_loc = traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-            del frame
+            framework_loc = _first_frame_outside_engine()
         sloc, extra = summary(is_debug, framework_loc)
         if sloc.maybe_user_loc is None:
             frame = sys._getframe(1)

@@ -65,7 +65,7 @@ def _exporting_flags():
 
 
 @contextlib.contextmanager
-def _backend_neutral():
+def backend_neutral():
     """Trace with the cuDNN, MKL-DNN and NNPACK backends switched off.
 
     Some operators take the backend choice as an argument when the user's
@@ -220,7 +220,7 @@ def record(
         fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
     target = getattr(call, "__func__", call)
     try:
-        with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), _backend_neutral(), \
+        with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 _torch_stack_traces_off() as saved_setting:
