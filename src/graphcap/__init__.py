@@ -14,21 +14,21 @@ from .signature import (ConstantArgument, ExportGraphSignature, InputKind, Input
 
 # Imported on first use (PEP 562): a plain export needs none of them, and they cost a
 # cold export's import of graphcap a fifth of its time.
-_LAZY = {
-    "unflatten": ("graphcap.hierarchy", "unflatten"),
-    "from_torch": ("graphcap.interop", "from_torch"),
-    "to_torch": ("graphcap.interop", "to_torch"),
-    "move_to_device_pass": ("graphcap.passes.move_to_device", "move_to_device_pass"),
-    "FORMAT_VERSION": ("graphcap.serialize.schema", "FORMAT_VERSION"),
-}
+_LAZY = ("unflatten", "from_torch", "to_torch", "move_to_device_pass", "FORMAT_VERSION")
 
 
 def __getattr__(name):
-    if name not in _LAZY:
+    if name == "unflatten":
+        from .hierarchy import unflatten as value
+    elif name in ("from_torch", "to_torch"):
+        from . import interop
+        value = getattr(interop, name)
+    elif name == "move_to_device_pass":
+        from .passes.move_to_device import move_to_device_pass as value
+    elif name == "FORMAT_VERSION":
+        from .serialize.schema import FORMAT_VERSION as value
+    else:
         raise AttributeError(f"module 'graphcap' has no attribute {name!r}")
-    import importlib
-    module, attr = _LAZY[name]
-    value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
 
