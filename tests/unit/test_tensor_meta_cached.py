@@ -56,3 +56,16 @@ def test_tracer_reference_restored_after_export():
     before = proxy_tensor._extract_tensor_metadata
     graphcap.export(Net(), (torch.randn(2, 3, 8, 8),))
     assert proxy_tensor._extract_tensor_metadata is before
+
+
+def test_a_static_shape_with_symbolic_strides_is_not_cached():
+    """``p[:, :1]`` of a (1, s) tensor is (1, 1) with strides (s, 1): its metadata is not keyed by ints."""
+    class FirstPosition(torch.nn.Module):
+        def forward(self, x):
+            positions = torch.arange(x.shape[1]).unsqueeze(0)
+            return positions[:, :1] - 1 + x.sum()
+
+    x = torch.randn(2, 7)
+    ep = graphcap.export(FirstPosition(), (x,), dynamic_shapes={"x": {1: torch.export.Dim("s", min=2)}})
+    y = torch.randn(2, 11)
+    torch.testing.assert_close(ep.module()(y), FirstPosition()(y))

@@ -37,7 +37,10 @@ def _key(result):
     layout = result.layout
     if layout is not torch.strided:
         return None
-    return shape, result.stride(), result.dtype, layout, result.requires_grad
+    stride = tuple(result.stride())
+    if not all(type(s) is int for s in stride):  # a static shape can still have symbolic strides (an expand)
+        return None
+    return shape, stride, result.dtype, layout, result.requires_grad
 
 
 def _cached_extractor(original):
