@@ -97,3 +97,36 @@ def test_submodule_nodes_name_their_submodule():
     linear = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.linear.default)
     paths = [path for path, _ in linear.meta["nn_module_stack"].values()]
     assert paths == ["", "block", "block.lin"]
+
+
+def test_no_user_frame_is_carried_through_run_decompositions():
+    """A program traced from generated code (an fx GraphModule: no user frame) records stack_trace
+    None on its operators, and the operators run_decompositions makes of them record it too."""
+    gm = torch.fx.symbolic_trace(lambda x, y: x + y)
+    ep = graphcap.export(gm, (torch.randn(3, 3), torch.randn(3, 3)))
+    ops = [n for n in ep.graph.nodes if n.op == "call_function"]
+    assert ops and all("stack_trace" in n.meta for n in ops)
+    decomposed = ep.run_decompositions()  # verified on the way out
+    for node in decomposed.graph.nodes:
+        if node.op == "call_function":
+            assert "stack_trace" in node.meta and node.meta["stack_trace"] != "<graphcap: no user frame>"
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(decomposed.module()(x, y), x + y)
+
+
+def test_an_int_an_operator_returns_beside_a_tensor_has_its_value_recorded():
+    lib = torch.library.Library("graphcap_meta_test", "FRAGMENT")
+    lib.define("tensor_and_rows(Tensor x) -> (Tensor, SymInt)")
+    lib.impl("tensor_and_rows", lambda x: (x * 2, x.shape[0]), "CompositeExplicitAutograd")
+    lib.impl("tensor_and_rows", lambda x: (torch.empty_like(x), x.shape[0]), "Meta")
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            a, n = torch.ops.graphcap_meta_test.tensor_and_rows(x)
+            return a, n
+
+    ep = graphcap.export(M(), (torch.randn(4, 4),))
+    getitems = [n for n in ep.graph.nodes if n.op == "call_function" and n.target.__name__ == "getitem"]
+    assert [n.meta["val"] for n in getitems][1] == 4
+    out, rows = ep.module()(torch.randn(4, 4))
+    assert rows == 4 and out.shape == (4, 4)

@@ -240,8 +240,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
-                    steer_composites(keep, replace), torch.no_grad():
-                return make_fx(replay, decomposition_table=python_table)(*fake_args)
+                    metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad():
+                traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
+            metadata.unmark_no_user_frame(traced)
+            return traced
         except GraphcapError:
             raise
         except Exception as e:

@@ -26,6 +26,8 @@ names it.
 """
 from __future__ import annotations
 
+import contextlib
+
 import operator
 
 import torch
@@ -66,8 +68,10 @@ def finalize(gm: torch.fx.GraphModule) -> None:
 
 
 def record_results_of_effect_ops(gm: torch.fx.GraphModule) -> None:
-    """``val`` None for operator nodes whose operator returns nothing (by its schema), and for
-    the element of a result tuple that is None (a functionalized custom op that only writes)."""
+    """``val`` None for operator nodes whose operator returns nothing (by its schema); for an
+    element of a result tuple that the tracer did not track (None from a functionalized custom op
+    that only writes, a plain int an operator returns beside a tensor), the element of the
+    operator's recorded result."""
     for node in gm.graph.nodes:
         if node.op != "call_function" or "val" in node.meta:
             continue
@@ -76,8 +80,8 @@ def record_results_of_effect_ops(gm: torch.fx.GraphModule) -> None:
         elif node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
                 and isinstance(node.args[1], int):
             whole = node.args[0].meta.get("val")
-            if isinstance(whole, (tuple, list)) and node.args[1] < len(whole) and whole[node.args[1]] is None:
-                node.meta["val"] = None
+            if isinstance(whole, (tuple, list)) and node.args[1] < len(whole):
+                node.meta["val"] = whole[node.args[1]]
 
 
 def _returns_nothing(op: OpOverload) -> bool:
@@ -119,6 +123,34 @@ def record_function_module_stacks(gm: torch.fx.GraphModule) -> None:
 
 
 _SOURCE_KEYS = ("stack_trace",)  # the module stack stays the one the pass gave (the root's: see below)
+
+
+NO_USER_FRAME = "<graphcap: no user frame>"
+"""A retrace's stand-in for ``stack_trace`` None (torch's tracer copies only a non-empty one)."""
+
+
+@contextlib.contextmanager
+def no_user_frame_marked(gm: torch.fx.GraphModule):
+    """While a pass retraces ``gm`` with its node metadata preserved, the nodes recorded as
+    having no user frame (``stack_trace`` None) hold :data:`NO_USER_FRAME` instead, so the nodes
+    they become carry that record too; :func:`unmark_no_user_frame` turns it back into None."""
+    marked = [n for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule) for n in sub.graph.nodes
+              if "stack_trace" in n.meta and n.meta["stack_trace"] is None]
+    for node in marked:
+        node.meta["stack_trace"] = NO_USER_FRAME
+    try:
+        yield
+    finally:
+        for node in marked:
+            node.meta["stack_trace"] = None
+
+
+def unmark_no_user_frame(gm: torch.fx.GraphModule) -> None:
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            for node in sub.graph.nodes:
+                if node.meta.get("stack_trace") == NO_USER_FRAME:
+                    node.meta["stack_trace"] = None
 
 
 def attribute_size_reads(gm: torch.fx.GraphModule) -> None:
