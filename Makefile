@@ -38,7 +38,7 @@ demo: $(STAMP)          ## export the built-in example, print it, run it, compar
 	$(PY) -m graphcap.demo
 
 test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-torch-versions:       ## the default test run on every supported torch version in turn (CI)
 	set -e; for line in $(TORCH_VERSIONS); do $(MAKE) --no-print-directory test TORCH=$$line; done
