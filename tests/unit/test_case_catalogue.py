@@ -55,7 +55,11 @@ def test_case_status(name):
     ep = graphcap.export(c.model(), _clone(args), _clone(kwargs), dynamic_shapes=spec)
     program = ep.module()
     for a, k in [(args, kwargs), *c.more_inputs()]:
-        expected = c.model()(*_clone(a), **_clone(k))  # a fresh model: eager state as at export
+        # a fresh model: eager state as at export. Eager torch.cond compiles its branches with
+        # dynamo, and torch 2.15's dynamo turns a closed-over float that changed since an earlier
+        # case's call into a SymFloat that cond then rejects: the reference runs without dynamo.
+        with torch.compiler.set_stance("force_eager"):
+            expected = c.model()(*_clone(a), **_clone(k))
         got = program(*_clone(a), **_clone(k))
         assert _same(expected, got), f"{name}: program differs from eager on {a}, {k}"
 
