@@ -264,7 +264,7 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     env = mode.shape_env
     saved_summary = shapes.own_stack_summary(env)
     # the engine locates each new symbol's frame itself by asking torch's uninteresting_files(),
-    # which imports torch.export._trace and AOTAutograd on first use: locate it here instead
+    # which imports torch.export's own tracing module and AOTAutograd on first use: locate it here instead
     shapes.set_stack_summary(env, _with_engine_frame(shapes.stack_summary(env)))
     try:
         return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths)

@@ -4,7 +4,7 @@ torch keeps this set in ``symbolic_shapes.uninteresting_files()``; graphcap
 skips the same frames when it records ``stack_trace`` and when it finds the
 user's line of a shape guard. Calling torch's function costs a cold export
 several seconds: to name a file it *imports* its module, among them
-``torch.export._trace``, which pulls in AOTAutograd, Inductor's code cache and
+torch.export's own tracing module, which pulls in AOTAutograd, Inductor's code cache and
 networkx, none of which graphcap runs. This builds the same set from paths
 under torch's directory instead; modules that are loaded anyway (dynamo's
 own list, whose package make_fx imports) are asked directly.
