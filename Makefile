@@ -26,7 +26,7 @@ $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); REA
 endif
 endif
 
-.PHONY: demo test test-all test-torch-versions bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,8 +40,16 @@ demo: $(STAMP)          ## export the built-in example, print it, run it, compar
 test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other)
 	$(PY) -m pytest -q --durations=15
 
+# DROP_VENVS=1 removes each line's virtual environment once its tests ran: one torch
+# install with its CUDA wheels takes about 6 GB, and a CI machine's disk may hold only one.
 test-torch-versions:       ## the default test run on every supported torch version in turn (CI)
-	set -e; for line in $(TORCH_VERSIONS); do $(MAKE) --no-print-directory test TORCH=$$line; done
+	set -e; for line in $(TORCH_VERSIONS); do \
+	  $(MAKE) --no-print-directory test TORCH=$$line; \
+	  if [ "$(DROP_VENVS)" = 1 ]; then $(MAKE) --no-print-directory drop-venv TORCH=$$line; fi; \
+	done
+
+drop-venv:
+	rm -rf $(VENV)
 
 test-all: $(STAMP)      ## also the slow tests
 	$(PY) -m pytest -q -m ''
