@@ -130,3 +130,42 @@ def test_an_int_an_operator_returns_beside_a_tensor_has_its_value_recorded():
     assert [n.meta["val"] for n in getitems][1] == 4
     out, rows = ep.module()(torch.randn(4, 4))
     assert rows == 4 and out.shape == (4, 4)
+
+
+class DisabledForward(torch.nn.Module):
+    @torch._dynamo.disable()
+    def forward(self, x, y):
+        torch._check(x.shape[0] + y.shape[0] != 15)
+        return x * 2, y * 2
+
+
+class AnnotatedBody(torch.nn.Module):
+    def forward(self, x, y):
+        with torch.fx.traceback.annotate({"stage": "body"}):
+            torch._check(x.shape[0] + y.shape[0] != 15)
+            return x * 2, y * 2
+
+
+def _export_two_dims(model):
+    dims = {"x": (torch.export.Dim("dx"),), "y": (torch.export.Dim("dy"),)}
+    with torch.fx.traceback.preserve_node_meta():
+        return graphcap.export(model, (torch.randn(5), torch.randn(3)), dynamic_shapes=dims,
+                               prefer_deferred_runtime_asserts_over_guards=True)
+
+
+def test_a_disabled_forward_marks_the_size_reads_made_for_it_too():
+    ep = _export_two_dims(DisabledForward())
+    reads = [n for n in ep.graph.nodes if n.target in SIZE_READS]
+    assert reads, "the assert needs both input sizes"
+    for gm in (ep.graph_module, ep.module()):
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                assert node.meta.get("custom", {}).get("_torchdynamo_disable_method") == "forward", node.format_node()
+
+
+def test_a_users_annotation_stays_on_the_lines_it_covers():
+    ep = _export_two_dims(AnnotatedBody())
+    reads = [n for n in ep.graph.nodes if n.target in SIZE_READS]
+    assert reads and all("custom" not in n.meta for n in reads)
+    muls = [n for n in ep.graph.nodes if n.target is torch.ops.aten.mul.Tensor]
+    assert muls and all(n.meta["custom"] == {"stage": "body"} for n in muls)

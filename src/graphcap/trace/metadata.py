@@ -33,6 +33,7 @@ import operator
 import torch
 import torch.fx
 
+from ..torch_private.dynamo import DYNAMO_META_KEY_PREFIX
 from ..torch_private.ops import OpOverload, schema_of
 
 
@@ -202,9 +203,29 @@ def _place_unowned_nodes_in_root(gm: torch.fx.GraphModule) -> None:
                  if isinstance(entry, tuple) and entry[0] == ""), None)
     if root is None:
         return  # a function, not a module, was exported: there is no root to name
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and not node.meta.get("nn_module_stack"):
-            node.meta["nn_module_stack"] = {"": root}
+    unowned = [n for n in gm.graph.nodes if n.op == "call_function" and not n.meta.get("nn_module_stack")]
+    _share_whole_program_disable_mark(gm, unowned)
+    for node in unowned:
+        node.meta["nn_module_stack"] = {"": root}
+
+
+def _share_whole_program_disable_mark(gm: torch.fx.GraphModule, unowned: list) -> None:
+    """When every operator the user's code produced ran inside one ``torch._dynamo.disable``d
+    call (a disabled ``forward``), the unowned nodes made on its behalf (input-size reads
+    for runtime asserts) carry that call's mark too, so the whole program reads as disabled.
+
+    Only dynamo's keys are shared: the user's own ``fx.traceback.annotate`` blocks mark the
+    lines inside them, and a size read at the top of the graph is not one of those lines.
+    """
+    if not unowned:
+        return
+    owned = [n for n in gm.graph.nodes if n.op == "call_function" and n not in unowned]
+    marks = [{k: v for k, v in (n.meta.get("custom") or {}).items() if str(k).startswith(DYNAMO_META_KEY_PREFIX)}
+             for n in owned]
+    if not marks or not marks[0] or any(m != marks[0] for m in marks[1:]):
+        return
+    for node in unowned:
+        node.meta["custom"] = {**marks[0], **(node.meta.get("custom") or {})}
 
 
 def _finalize_graph(gm: torch.fx.GraphModule) -> None:
