@@ -37,8 +37,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 demo: $(STAMP)          ## export the built-in example, print it, run it, compare with eager
 	$(PY) -m graphcap.demo
 
-test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other)
-	$(PY) -m pytest -q --durations=15
+test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other), on every core
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15
 
 # DROP_VENVS=1 removes each line's virtual environment once its tests ran: one torch
 # install with its CUDA wheels takes about 6 GB, and a CI machine's disk may hold only one.
@@ -52,7 +52,7 @@ drop-venv:
 	rm -rf $(VENV)
 
 test-all: $(STAMP)      ## also the slow tests
-	$(PY) -m pytest -q -m ''
+	$(PY) -m pytest -q -n auto --dist loadfile -m ''
 
 bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, save/load vs torch.export on the public zoo
 	$(PY) bench/speed_bench.py
