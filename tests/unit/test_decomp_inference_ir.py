@@ -278,3 +278,15 @@ def test_metadata_mutation_of_an_input_is_refused_clearly():
     ep = graphcap.export(Transposes(), (torch.randn(3, 4),))
     with pytest.raises(graphcap.UnsupportedError, match="shape or strides of its input 'x'"):
         ep.run_decompositions()
+
+
+def test_the_decomposed_program_prints_as_a_graphmodule_like_the_exported_one():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: x.relu(), lambda x: x.abs(), (x,))
+
+    ep = graphcap.export(M(), (torch.randn(3),))
+    for program in (ep, ep.run_decompositions({}), ep.run_decompositions()):
+        assert program.graph_module.print_readable(print_output=False).startswith("class GraphModule(")
+    a, b = ep.run_decompositions({}).graph_module, ep.run_decompositions({}).graph_module
+    assert type(a) is not type(b), "each program's module has a class of its own (the name is set on it)"

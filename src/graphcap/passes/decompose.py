@@ -256,6 +256,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_gm = trace(functionalize=inplace.needs_functionalization)
     if not inplace.needs_functionalization and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
+    # make_fx names the class after the traced function; the program's class is GraphModule, as
+    # export's is (each GraphModule has a class of its own, which fx's constructor names alike)
+    type(new_gm).__name__ = "GraphModule"
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
