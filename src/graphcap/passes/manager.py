@@ -8,12 +8,14 @@ a broken invariant is traced to the pass that broke it, not found later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TYPE_CHECKING
 
 from ..errors import VerificationError
-from ..program import ExportedProgram
 
-PassFn = Callable[[ExportedProgram], ExportedProgram]
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
+
+PassFn = Callable[["ExportedProgram"], "ExportedProgram"]
 
 
 @dataclass(frozen=True)
