@@ -19,6 +19,7 @@ file and line of every import in it: move or remove one of those imports
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -93,6 +94,7 @@ def _imported_names(module: str, is_package: bool, node: ast.Import | ast.Import
             yield from (a for a in _ancestors(name) if a in modules)
 
 
+@functools.lru_cache(maxsize=None)
 def import_edges(package_dir: Path = PACKAGE_DIR) -> dict[str, dict[str, ImportSite]]:
     """module -> {module it imports -> the first statement that does}; edges into the module's own
     enclosing packages are left out (they run before the module does)."""
@@ -232,3 +234,40 @@ def test_node_facts_sit_below_the_stages():
     edges = import_edges()
     assert set(edges["graphcap.node_facts"]) <= {"graphcap.torch_private", "graphcap.torch_private.ops"}, \
         sorted(edges["graphcap.node_facts"])
+
+
+def reachable(edges: dict[str, dict[str, ImportSite]], start: str) -> dict[str, list[str]]:
+    """Every module ``start`` imports, directly or not, with one chain of imports that gets there."""
+    chains = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in sorted(edges[node]):
+            if nxt not in chains:
+                chains[nxt] = [*chains[node], nxt]
+                queue.append(nxt)
+    del chains[start]
+    return chains
+
+
+def _inside(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_verifier_reaches_no_stage_it_checks():
+    """A check that imports what it checks can agree with a bug in it: the verifier takes its node
+    facts from graphcap.node_facts, never from the tracer, the capture, the passes or the serializer."""
+    stages = ("graphcap.api", "graphcap.capture", "graphcap.trace", "graphcap.dynamic", "graphcap.program",
+              "graphcap.passes", "graphcap.serialize", "graphcap.runtime")
+    reached = reachable(import_edges(), "graphcap.verifier")
+    wrong = {m: " -> ".join(chain) for m, chain in reached.items() if _inside(m, stages)}
+    assert not wrong, wrong
+
+
+def test_the_program_reaches_no_stage_that_builds_programs():
+    """ExportedProgram's methods reach the passes, the runtime and the printer (one way, inside
+    the methods); never the capture, the serializer or the public entry points, which build programs."""
+    builders = ("graphcap.api", "graphcap.capture", "graphcap.serialize", "graphcap.interop", "graphcap.hierarchy")
+    reached = reachable(import_edges(), "graphcap.program")
+    wrong = {m: " -> ".join(chain) for m, chain in reached.items() if _inside(m, builders)}
+    assert not wrong, wrong
