@@ -27,16 +27,6 @@ from typing import Iterator, Optional
 import graphcap
 
 PACKAGE_DIR = Path(graphcap.__file__).resolve().parent
-PACKAGE = "graphcap"
-
-# Cycles another change is removing at the time of writing, each as the exact set of modules in
-# it: the test tolerates these and fails once one of them is gone, so the entry gets deleted.
-# Both are being broken on branch h2 (issue 14's file splitting); remove them when it is merged.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"graphcap.dynamic.dims", "graphcap.dynamic.spec"}),
-    frozenset({"graphcap.cases.beyond_torch", "graphcap.cases.catalogue", "graphcap.cases.control_flow",
-               "graphcap.cases.dynamic_shapes", "graphcap.cases.mutation", "graphcap.cases.python_constructs"}),
-]
 
 
 @dataclass(frozen=True)
@@ -217,16 +207,8 @@ def test_the_reader_sees_every_import_that_runs(tmp_path):
 def test_no_import_cycle_in_graphcap():
     edges = import_edges()
     groups = strongly_connected(edges)
-    unexpected = [g for g in groups if frozenset(g) not in KNOWN_CYCLES]
-    gone = [sorted(k) for k in KNOWN_CYCLES if not any(frozenset(g) == k for g in groups)]
-    message = []
-    if unexpected:
-        message.append("Import cycles in graphcap (move one import of each chain; a name both sides need "
-                       "belongs in a module below them):\n" + "\n".join(describe(g, edges) for g in unexpected))
-    if gone:
-        message.append("These known cycles are gone (or changed): delete them from KNOWN_CYCLES in "
-                       f"{Path(__file__).name}: {gone}")
-    assert not message, "\n\n".join(message)
+    assert not groups, ("Import cycles in graphcap (move one import of each chain; a name both sides need "
+                        "belongs in a module below them):\n" + "\n".join(describe(g, edges) for g in groups))
 
 
 def test_node_facts_sit_below_the_stages():
