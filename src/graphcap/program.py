@@ -10,8 +10,8 @@ checking, running and transforming programs lives in the modules that do it.
 
 Where it sits in the import order: the capture stages, the passes and the
 serializer build programs, so they come after this module; it imports only
-what is below it (the signature, the tracing lock, and the verifier that
-checks it on construction). Its methods ``run_decompositions``, ``module()``
+what is below it (the signature, the input checks, the tracing lock, and the
+verifier that checks it on construction). Its methods ``run_decompositions``, ``module()``
 and printing are the public face of later stages, so each imports its stage
 (:mod:`graphcap.passes`, :mod:`graphcap.runtime`, :mod:`graphcap.printing`)
 inside the method, one way: none of those imports this module back at run
@@ -29,6 +29,7 @@ from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 from .tracing_lock import TRACING_LOCK
+from .verifier import verify
 
 
 class CallSpec(NamedTuple):
@@ -49,7 +50,6 @@ class Verifier:
     dialect = "TRAINING"
 
     def check(self, ep: "ExportedProgram") -> None:
-        from .verifier import verify
         verify(ep)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TYPE_CHECKING
 
 from ..errors import VerificationError
+from ..verifier import violations
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -25,7 +26,6 @@ class Pass:
 
 
 def run_passes(ep: ExportedProgram, passes: Sequence[Pass]) -> ExportedProgram:
-    from ..verifier import violations
     done: list[str] = []
     for p in passes:
         ep = p.fn(ep)
