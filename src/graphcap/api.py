@@ -1,25 +1,12 @@
 """The public entry points. Thin: each checks its arguments and delegates."""
 from __future__ import annotations
 
-import threading
 from typing import Any, Optional
 
 import torch
 
 from .program import ExportedProgram
-
-TRACING_LOCK = threading.RLock()
-"""Held by every export and ``run_decompositions`` while it traces (one at a time per process).
-
-Tracing relies on state torch keeps per process, not per thread: the
-pre-dispatch mode stack and the current ``make_fx`` tracer are module globals
-of torch, and the trace switches process-wide flags (``torch.compiler``'s
-exporting flag, the cuDNN/MKL-DNN/NNPACK switches, fx and shape-engine config,
-the builtins of :mod:`graphcap.trace.python_overrides`) for its duration. Two
-traces at once would push and pop each other's modes. Everything else (checking
-arguments, ``module()`` and running it, save, load) runs concurrently. Re-entrant:
-a forward that exports something itself does not deadlock.
-"""
+from .tracing_lock import TRACING_LOCK  # public here too: the README's "Threads" section names graphcap.api.TRACING_LOCK
 
 
 def export(
@@ -73,18 +60,10 @@ def export(
         >>> ep.module()(torch.randn(5, 4)).shape
         torch.Size([5, 2])
     """
-    from .torch_private.dispatch import disable_current_modes
-    if strict:
-        from .capture.strict import export_strict
-        with TRACING_LOCK, disable_current_modes():
-            return export_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                 preserve_module_call_signature=tuple(preserve_module_call_signature),
-                                 prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
-    from .capture.non_strict import export_non_strict
-    with TRACING_LOCK, disable_current_modes():
-        return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                 preserve_module_call_signature=tuple(preserve_module_call_signature),
-                                 prefer_deferred_asserts=bool(prefer_deferred_runtime_asserts_over_guards))
+    from .capture.front_ends import run_front_end
+    return run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+                       preserve_module_call_signature=preserve_module_call_signature,
+                       prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
 
 
 def draft_export(

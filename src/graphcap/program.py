@@ -7,6 +7,17 @@ graph signature that names each of them; the tensors themselves
 non-persistent buffers and lifted constants); the ranges of the symbolic
 sizes; and the call structure. It is a container: the work of building,
 checking, running and transforming programs lives in the modules that do it.
+
+Where it sits in the import order: the capture stages, the passes and the
+serializer build programs, so they come after this module; it imports only
+what is below it (the signature, the input checks, the tracing lock, and the
+verifier that checks it on construction). Its methods ``run_decompositions``, ``module()``
+and printing are the public face of later stages, so each imports its stage
+(:mod:`graphcap.passes`, :mod:`graphcap.runtime`, :mod:`graphcap.printing`)
+inside the method, one way: none of those imports this module back at run
+time (a pass builds its result with ``ep._new_program(...)``, and names
+``ExportedProgram`` only under ``TYPE_CHECKING``). tests/unit/test_import_layers.py
+checks that no import cycle comes back.
 """
 from __future__ import annotations
 
@@ -17,6 +28,8 @@ import torch
 from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
+from .tracing_lock import TRACING_LOCK
+from .verifier import verify
 
 
 class CallSpec(NamedTuple):
@@ -37,7 +50,6 @@ class Verifier:
     dialect = "TRAINING"
 
     def check(self, ep: "ExportedProgram") -> None:
-        from .verifier import verify
         verify(ep)
 
 
@@ -247,6 +259,17 @@ class ExportedProgram:
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         return new_ep
 
+    def _new_program(self, *args: Any, **kwargs: Any) -> "ExportedProgram":
+        """A new ``ExportedProgram`` built from the constructor's arguments.
+
+        How a pass builds its result: the passes sit above this module in the import
+        order (see the module docstring) and do not import it at run time, so they ask
+        the program they were given. The result is always this base class, whatever
+        the class of ``self`` (a ``StructureOnlyProgram`` passed through a pass gives a
+        plain program).
+        """
+        return ExportedProgram(*args, **kwargs)
+
     def buffers(self) -> Iterator[torch.Tensor]:
         for _, b in self.named_buffers():
             yield b
@@ -282,7 +305,6 @@ class ExportedProgram:
 
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
-        from .api import TRACING_LOCK  # one trace at a time per process (see there)
         from .passes import run_decompositions
         with TRACING_LOCK:
             new_ep = run_decompositions(self, decomp_table)

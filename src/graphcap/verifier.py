@@ -19,6 +19,7 @@ from .torch_private.fx import predispatch_functions
 from .torch_private.ops import HigherOrderOperator, OpOverload, legacy_sym_sqrt
 
 from .errors import VerificationError
+from .node_facts import aliased_input, subgraph_operands, writes_to_argument
 from .signature import ConstantArgument, InputKind, OutputKind
 
 if TYPE_CHECKING:
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 Violation = tuple[str, str]
 
 # Python callables allowed as call_function targets besides ATen/custom operator
-# overloads: tuple indexing, arithmetic on symbolic sizes, assertions.
-_ALLOWED_PY_TARGETS = {
+# overloads: tuple indexing, arithmetic on symbolic sizes, assertions. The
+# serializer names them from this table (graphcap.serialize.encode).
+ALLOWED_PY_TARGETS = {
     operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
     operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt, operator.le,
     operator.gt, operator.ge, operator.and_, operator.or_, operator.not_, operator.pos,
@@ -40,7 +42,7 @@ _ALLOWED_PY_TARGETS = {
     round,  # Python's round() on a symbolic size
 }
 if hasattr(torch, "sym_sum"):
-    _ALLOWED_PY_TARGETS.add(torch.sym_sum)
+    ALLOWED_PY_TARGETS.add(torch.sym_sum)
 
 
 def _predispatch_functions() -> set:
@@ -59,7 +61,7 @@ def _predispatch_functions() -> set:
     return found
 
 
-_ALLOWED_PY_TARGETS |= _predispatch_functions()
+ALLOWED_PY_TARGETS |= _predispatch_functions()
 
 
 def _placeholders(ep) -> list[torch.fx.Node]:
@@ -185,7 +187,6 @@ def rule_no_state_get_attr(ep) -> Iterator[Violation]:
 
 def rule_subgraph_signatures(ep) -> Iterator[Violation]:
     """Each control-flow subgraph takes what its operator passes and returns what it promises."""
-    from .trace.hops import subgraph_operands
     for gm in _graph_modules(ep):
         for node in gm.graph.nodes:
             for attr, operands in subgraph_operands(node):
@@ -227,7 +228,7 @@ def rule_known_targets(ep) -> Iterator[Violation]:
         if node.op != "call_function":
             continue
         t = node.target
-        if isinstance(t, (OpOverload, HigherOrderOperator)) or t in _ALLOWED_PY_TARGETS:
+        if isinstance(t, (OpOverload, HigherOrderOperator)) or t in ALLOWED_PY_TARGETS:
             continue
         yield (node.name, f"target {t!r} is neither an operator overload nor an allowed Python callable")
 
@@ -304,14 +305,12 @@ def rule_core_or_kept_ops(ep) -> Iterator[Violation]:
 
 
 def rule_no_mutation(ep) -> Iterator[Violation]:
-    from .trace.mutations import writes_to_argument
     for node in _all_nodes(ep):
         if node.op == "call_function" and writes_to_argument(node):
             yield (node.name, f"{node.target} writes to an argument; the inference IR is functional")
 
 
 def rule_outputs_not_aliasing_inputs(ep) -> Iterator[Violation]:
-    from .passes.unalias_outputs import aliased_input
     for value in _output_values(ep):
         base = aliased_input(value)
         if base is not None:

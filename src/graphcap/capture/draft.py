@@ -37,6 +37,7 @@ from ..torch_private.real_values import (cross_check_custom_operators_only, has_
                                          real_tensor_propagation, watch_real_value_decisions)
 from ..trace import fakify
 from . import draft_spec
+from .front_ends import run_front_end
 from .draft_conditions import Decision, record_decision
 from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
 
@@ -113,14 +114,13 @@ def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **optio
     """Export with real tensors propagated; a violated spec is refined from its suggested fixes
     and the export runs again. Returns the program, the successful attempt's session, the
     constraint problems met and the refined spec (None when the given one held)."""
-    from ..api import export
     problems: list[Problem] = []
     refined = None
     for attempt in range(_MAX_REFINEMENTS + 1):
         session = _Session()
         token = fakify.MODE_BUILDER.set(session.build_mode)
         try:
-            return export(mod, args, kwargs, dynamic_shapes=spec, **options), session, problems, refined
+            return run_front_end(mod, args, kwargs, dynamic_shapes=spec, **options), session, problems, refined
         except ConstraintViolationError as e:
             if attempt == _MAX_REFINEMENTS or spec is None:
                 raise

@@ -6,12 +6,14 @@ outputs), then drop dead code — the IR verified after each.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, TYPE_CHECKING
 
-from ..program import ExportedProgram
 from . import dce, decompose
 from .manager import Pass, run_passes
 from .move_to_device import move_to_device_pass
+
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
 
 
 def run_decompositions(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:

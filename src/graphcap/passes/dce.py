@@ -8,13 +8,17 @@ its effect (``torch._C._set_grad_enabled``) always stays.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.fx
 
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.ops import schema_of
 
-from ..program import ExportedProgram
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
+
 
 aten = torch.ops.aten
 

@@ -26,7 +26,7 @@ still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, TYPE_CHECKING
 
 import torch
 import torch.fx
@@ -44,7 +44,6 @@ from ..torch_private.symbolic import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
-from ..program import ExportedProgram
 from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
                          mutation_key)
 from ..trace import metadata
@@ -56,6 +55,9 @@ from .composites import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
+
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
 
 IR_META_KEY = "graphcap_ir"
 
@@ -283,7 +285,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
-    new_ep = ExportedProgram(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
+    new_ep = ep._new_program(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
                              carry.call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)
     return unalias_outputs_pass(new_ep)

@@ -8,12 +8,15 @@ a broken invariant is traced to the pass that broke it, not found later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TYPE_CHECKING
 
 from ..errors import VerificationError
-from ..program import ExportedProgram
+from ..verifier import violations
 
-PassFn = Callable[[ExportedProgram], ExportedProgram]
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
+
+PassFn = Callable[["ExportedProgram"], "ExportedProgram"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,6 @@ class Pass:
 
 
 def run_passes(ep: ExportedProgram, passes: Sequence[Pass]) -> ExportedProgram:
-    from ..verifier import violations
     done: list[str] = []
     for p in passes:
         ep = p.fn(ep)

@@ -10,7 +10,7 @@ the input checks of ``module()`` expect inputs on the new device.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, TYPE_CHECKING, Union
 
 import torch
 import torch.fx
@@ -18,9 +18,11 @@ from ..torch_private import pytree
 from ..torch_private.fake import FakeTensor
 
 from ..errors import ExportInputError
-from ..program import ExportedProgram
 from ..signature import ModuleCallEntry
 from .manager import Pass, run_passes
+
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
 
 Location = Union[str, torch.device, Mapping[Union[str, torch.device], Union[str, torch.device]]]
 
@@ -77,7 +79,7 @@ def _move(ep: ExportedProgram, move) -> ExportedProgram:
     _move_graph(gm, move)
     state = {k: _move_tensor(v, move) for k, v in ep.state_dict.items()}
     constants = {k: _move_tensor(v, move) if isinstance(v, torch.Tensor) else v for k, v in ep.constants.items()}
-    return ExportedProgram(gm, ep.graph_signature, state, dict(ep.range_constraints),
+    return ep._new_program(gm, ep.graph_signature, state, dict(ep.range_constraints),
                            [ModuleCallEntry(e.fqn, e.signature) for e in ep.module_call_graph],
                            ep.example_inputs, constants, verify=False)
 

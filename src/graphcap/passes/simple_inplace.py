@@ -20,8 +20,7 @@ import torch
 import torch.fx
 from ..torch_private.ops import OpOverload, overload_name, schema_of
 
-from ..trace.mutations import writes_to_argument
-from .unalias_outputs import is_view_op
+from ..node_facts import is_view_op, writes_to_argument
 
 
 @dataclass

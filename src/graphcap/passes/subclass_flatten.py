@@ -27,16 +27,18 @@ not tensors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, TYPE_CHECKING
 
 import torch
 import torch.fx
 
 from ..errors import SubclassDecompositionError
-from ..program import ExportedProgram
 from ..pytree import sanitize_name
 from ..signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
+
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
 
 _PREFIX = {InputKind.PARAMETER: "p_", InputKind.BUFFER: "b_", InputKind.CONSTANT_TENSOR: "c_"}
 
@@ -165,7 +167,7 @@ def flatten_subclass_state(ep: ExportedProgram) -> ExportedProgram:
     new_gm = torch.fx.GraphModule(gm, graph)
     new_gm.meta.update(gm.meta)
     new_sig = ExportGraphSignature(new_specs, list(ep.graph_signature.output_specs))
-    return ExportedProgram(new_gm, new_sig, state_dict, ep.range_constraints, ep.module_call_graph,
+    return ep._new_program(new_gm, new_sig, state_dict, ep.range_constraints, ep.module_call_graph,
                            ep.example_inputs, constants, verify=False)
 
 

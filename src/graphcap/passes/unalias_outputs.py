@@ -9,42 +9,15 @@ are replaced by an ``aten.clone`` of themselves.
 """
 from __future__ import annotations
 
-import operator
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
-from ..torch_private.ops import schema_of
+from ..node_facts import aliased_input
 
-from ..program import ExportedProgram
-
-
-def is_view_op(target: object) -> bool:
-    """Does the operator return a view of its first input (schema ``Tensor(a) -> Tensor(a)``)?"""
-    schema = schema_of(target)
-    if schema is None or not schema.returns:
-        return False
-    ret = schema.returns[0].alias_info
-    return ret is not None and not ret.is_write
-
-
-def aliased_input(value: object) -> Optional[torch.fx.Node]:
-    """The placeholder ``value`` is, or is a view of (through view operators); else None."""
-    node = value
-    while isinstance(node, torch.fx.Node):
-        if node.op == "placeholder":
-            return node
-        if node.op == "call_function" and is_view_op(node.target) and node.args:
-            node = node.args[0]
-            continue
-        if node.op == "call_function" and node.target is operator.getitem:
-            base = node.args[0]
-            if isinstance(base, torch.fx.Node) and is_view_op(base.target):
-                node = base.args[0]
-                continue
-        return None
-    return None
+if TYPE_CHECKING:
+    from ..program import ExportedProgram
 
 
 def unalias_outputs_pass(ep: ExportedProgram) -> ExportedProgram:

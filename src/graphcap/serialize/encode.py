@@ -30,8 +30,8 @@ from .values import Unencodable, encode_value
 
 def python_targets() -> dict[str, Any]:
     """The non-operator callables a graph may call, by stable name."""
-    from ..verifier import _ALLOWED_PY_TARGETS
-    return {callable_name(fn): fn for fn in _ALLOWED_PY_TARGETS}
+    from ..verifier import ALLOWED_PY_TARGETS
+    return {callable_name(fn): fn for fn in ALLOWED_PY_TARGETS}
 
 
 def callable_name(fn: Any) -> str:

@@ -22,38 +22,7 @@ import torch.fx
 from ..torch_private import pytree
 from ..torch_private.ops import schema_of
 
-aten = torch.ops.aten
-
-# Composite operators whose schema hides an in-place update: op → (flag index,
-# indices of the arguments updated when the flag argument is True).
-_HIDDEN_MUTATIONS = {
-    aten.batch_norm.default: (5, (3, 4)),
-    aten.instance_norm.default: (5, (3, 4)),
-    aten._batch_norm_impl_index.default: (5, (3, 4)),
-}
-
-
-def _written_args(node: torch.fx.Node) -> list[object]:
-    target = node.target
-    written: list[object] = []
-    schema = schema_of(target)
-    if schema is not None:
-        for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-                written.append(value)
-    hidden = _HIDDEN_MUTATIONS.get(target)
-    if hidden is not None:
-        flag, indices = hidden
-        if len(node.args) > flag and node.args[flag] is True:
-            written.extend(node.args[i] for i in indices if i < len(node.args))
-    return written
-
-
-def writes_to_argument(node: torch.fx.Node) -> bool:
-    """Whether an operator node updates one of its arguments (schema says so, or a hidden update)."""
-    schema = schema_of(node.target)
-    return (schema is not None and schema.is_mutable) or bool(_written_args(node))
+from ..node_facts import written_arguments
 
 
 def _base_placeholder(value: object) -> "torch.fx.Node | None":
@@ -107,7 +76,7 @@ def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        values = list(_written_args(node))
+        values = list(written_arguments(node))
         for sub, operands in _subgraph_operands(node):
             inner = [n for n in sub.nodes if n.op == "placeholder"]
             values.extend(operands[inner.index(p)] for p in written_placeholders(sub)
