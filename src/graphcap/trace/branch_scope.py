@@ -137,7 +137,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     An implication over one symbol becomes that symbol's range (the piece around
     its value). One over several symbols is kept as a guard: the constraint check
     tests it against a declared spec, and over ``Dim.AUTO`` dims it becomes a
-    runtime assert (``dynamic.constraints.defer_relations``).
+    runtime assert (``dynamic.ranges.defer_relations``).
     """
     expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
     if expr is sympy.true:

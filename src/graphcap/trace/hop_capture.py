@@ -30,7 +30,7 @@ What graphcap does instead, for the duration of one recording:
 The operator's recorder (make_fx, the engine graphcap drives for every
 operator) then writes one node with the branch graphs as submodules.
 Tensors a branch closes over are recorded as constants of the branch graph;
-:func:`graphcap.trace.hops.hoist_constants` turns them into operands.
+:func:`graphcap.trace.subgraph_constants.hoist_constants` turns them into operands.
 
 Both modes are thread-local (torch's mode stacks are), pushed for one
 recording and popped on every path: nothing of torch is changed.
