@@ -203,7 +203,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     subgraph_names.name_subgraph_inputs(gm)
     clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
-    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name,
+    range_constraints = dyn_constraints.run_guards_step(gm, fake_mode, dyn_inputs, target.name,
                                                prefer_deferred_asserts=prefer_deferred_asserts)
     assumptions = dyn_assumptions.record(fake_mode, dyn_inputs)  # what export assumed, for the report
     clock.lap("guards")

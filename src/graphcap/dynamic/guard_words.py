@@ -1,6 +1,6 @@
 """How guard problems are worded and recorded: ranges, source lines, Dim names, fixes.
 
-Shared by the guard check (``constraints``), the relation rules
+Shared by the guard check (``guard_checks``), the relation rules
 (``relations``) and the range step (``ranges``).
 """
 from __future__ import annotations
