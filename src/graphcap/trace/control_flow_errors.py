@@ -16,7 +16,8 @@ import torch
 from ..torch_private import pytree
 
 from ..torch_private.fake import same_storage
-from ..errors import GraphcapError, UnsupportedError, describe_frame, user_frame
+from ..errors import GraphcapError, UnsupportedError
+from ..user_frames import describe_frame, is_user_file, user_frame
 from .branch_checks import BranchRefused
 
 
@@ -166,7 +167,6 @@ def _operator_call_site(tb: Optional[types.TracebackType]):
 
 def user_frame_of(frames: list) -> Any:
     """The frame of ``frames`` that is the user's (not torch's or graphcap's), if any."""
-    from ..errors import is_user_file
     for frame in frames:
         if is_user_file(frame.filename):
             return frame

@@ -193,7 +193,8 @@ def _refuse_data_assignment(args: tuple) -> None:
     """``t.data = value`` swaps a tensor's contents where no recorder sees it: the program would
     keep computing with the old value. (While graphcap's dispatch mode is active, reading
     ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
-    from ..errors import FakeConstantError, describe_frame, is_user_file
+    from ..errors import FakeConstantError
+    from ..user_frames import describe_frame, is_user_file
     import traceback
     frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if is_user_file(f.filename)), None)
     raise FakeConstantError(  # what torch raises for it: a RuntimeError

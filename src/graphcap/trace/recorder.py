@@ -33,8 +33,8 @@ from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
-from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
-                      describe_frame, raised_internally, user_frame)
+from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..user_frames import describe_frame, raised_internally, user_frame
 from .. import module_inputs
 from ..pytree import auto_register
 from . import control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
