@@ -21,6 +21,7 @@ from .torch_private.symbolic import bound_sympy
 
 from . import auto_flatten, input_guards as guards, module_inputs
 from .input_guards import placeholder_leaves
+from .input_structure import drawn_structure, other_structure
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
@@ -103,7 +104,7 @@ class InputChecker:
     def check_structure(self, args: tuple, kwargs: dict) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
-        spec = _other_structure(args, kwargs, self._in_spec)
+        spec = other_structure(args, kwargs, self._in_spec)
         if spec is None:
             return
         module_difference = module_inputs.describe_difference(self._in_spec, spec)
@@ -113,7 +114,7 @@ class InputChecker:
                 f"{module_difference}.", where="ep.module()(*args, **kwargs)",
                 fix="Pass an instance of the same class, configured the same way (its parameters and "
                     "buffers may hold other values), or export again with this module.")
-        expected, got = _drawn(self._in_spec), _drawn(spec)
+        expected, got = drawn_structure(self._in_spec), drawn_structure(spec)
         raise InputStructureError(
             f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
             f"the structure the program was exported with: expected (args, kwargs) shaped like "
@@ -349,20 +350,6 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     return out
 
 
-def _same_structure(a: Any, b: Any) -> bool:
-    """Tree specs equal, except that a dict's keys may come in any order."""
-    if a.type is not b.type or a.num_children != b.num_children:
-        return False
-    if a.type is dict:
-        if set(a.context) != set(b.context):
-            return False
-        order = {k: i for i, k in enumerate(a.context)}
-        return all(_same_structure(a.child(order[k]), b.child(j)) for j, k in enumerate(b.context))
-    if a.context != b.context:
-        return False
-    return all(_same_structure(a.child(i), b.child(i)) for i in range(a.num_children))
-
-
 def _dtypes_named_in(gm: torch.fx.GraphModule) -> set:
     """Every dtype an operator of the program (its subgraphs included) takes as an argument."""
     named = set()
@@ -385,18 +372,6 @@ def _finite(bound: Any) -> bool:
     return bool(bound.is_number and bound.is_finite) and bound not in (int_oo, -int_oo)
 
 
-def _other_structure(args: Any, kwargs: Any, in_spec: Any) -> Any:
-    """The tree spec of ``(args, kwargs)`` when it is not the program's ``in_spec``, None when it
-    is (a dict's keys may come in any order: they are read by key)."""
-    spec = auto_flatten.structure(module_inputs.wrap((tuple(args), dict(kwargs))))
-    return None if spec == in_spec or _same_structure(spec, in_spec) else spec
-
-
-def _drawn(spec: Any) -> str:
-    """An input structure drawn as containers with one ``*`` a leaf."""
-    return repr(auto_flatten.unflatten(["*"] * spec.num_leaves, spec)).replace("'*'", "*")
-
-
 def check_example_inputs(value: Any, in_spec: Any) -> None:
     """Refuse example inputs that are not ``(args_tuple, kwargs_dict)`` with the program's input
     structure (keyword order aside): what ``ep.example_inputs = ...`` accepts."""
@@ -408,10 +383,10 @@ def check_example_inputs(value: Any, in_spec: Any) -> None:
             f"Example inputs must be a tuple (args, kwargs) of a tuple and a dict, but got "
             f"{type(value).__name__}.", where="ep.example_inputs = ...",
             fix="Assign ((x, y), {}) for positional inputs x and y, ((x,), {'flag': f}) with keywords.")
-    spec = _other_structure(*value, in_spec) if in_spec is not None else None
+    spec = other_structure(*value, in_spec) if in_spec is not None else None
     if spec is not None:
         raise ExportInputError(
             f"Trying to flatten user inputs with exported input tree spec: the example inputs are "
-            f"shaped like {_drawn(spec)}, but the program takes {_drawn(in_spec)}.",
+            f"shaped like {drawn_structure(spec)}, but the program takes {drawn_structure(in_spec)}.",
             where="ep.example_inputs = ...",
             fix="Give inputs with the same positional and keyword arguments and containers as the program.")

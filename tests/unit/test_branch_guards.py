@@ -25,7 +25,7 @@ from torch.utils._sympy.numbers import int_oo
 
 import graphcap
 from conftest import assert_same_outputs
-from graphcap.trace import branch_scope
+from graphcap.trace import symbol_intervals
 
 
 def _export(model, example, dim):
@@ -269,12 +269,12 @@ s, t = sympy.symbols("s t", integer=True)
     (sympy.Eq(s, sympy.Rational(7, 2)), []),
 ])
 def test_solve_for(cond, expected):
-    assert branch_scope.solve_for(cond, s, 2, 20) == expected
+    assert symbol_intervals.solve_for(cond, s, 2, 20) == expected
 
 
 def test_solve_for_refuses_what_is_not_about_one_symbol():
-    assert branch_scope.solve_for(s > t, s, 2, 20) is None
-    assert branch_scope.solve_for(sympy.Or(s > 4, t > 4), s, 2, 20) is None
+    assert symbol_intervals.solve_for(s > t, s, 2, 20) is None
+    assert symbol_intervals.solve_for(sympy.Or(s > 4, t > 4), s, 2, 20) is None
 
 
 # -- across shapes: random branch programs ------------------------------------

@@ -13,7 +13,7 @@ import torch.export as te
 
 import graphcap
 from graphcap import Dim, refine_dynamic_shapes_from_suggested_fixes as refine
-from graphcap.dynamic.constraints import parse_suggested_fixes
+from graphcap.dynamic.suggested_fixes import parse_suggested_fixes
 
 
 class Add(torch.nn.Module):

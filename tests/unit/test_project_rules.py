@@ -14,7 +14,7 @@ FORBIDDEN_NAMES = {"aot_export_module", "aot_export_joint_simple"}
 INTEROP = {"interop.py"}  # the one module allowed to build/read torch's ExportedProgram
 # Plain data types graphcap's own classes derive from, so that torch's utilities
 # (unflatten, passes) reading a graphcap program recognise its signature arguments.
-DATA_TYPES = {"signature.py": "torch.export.graph_signature"}
+DATA_TYPES = {"graph_arguments.py": "torch.export.graph_signature"}  # its data types, subclassed
 
 
 def _dotted(node: ast.AST) -> str:

@@ -19,7 +19,7 @@ import sympy
 import torch
 from sympy.printing.str import StrPrinter
 
-from ..errors import is_user_file
+from ..user_frames import is_user_file
 from .draft_report import SourceLine
 
 

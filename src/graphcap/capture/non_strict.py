@@ -23,7 +23,7 @@ from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..stage_clock import StageClock
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import fakify, hops, leaks, lifting, metadata, recorder
+from ..trace import before_lifting, fakify, leaks, lifting, metadata, recorder, subgraph_names
 from . import call_signatures
 from ..trace.conversion_asserts import insert_conversion_asserts
 
@@ -191,7 +191,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                                     fake_mode, target.name, buffer_names=list(buffers))
     gm = recording.graph_module
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
-    gm = hops.prepare(gm, fake_mode, torch.is_grad_enabled())
+    gm = before_lifting.hoist_constants_and_wrap_regions(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
@@ -200,10 +200,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
-    hops.name_subgraph_inputs(gm)
+    subgraph_names.name_subgraph_inputs(gm)
     clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts
-    range_constraints = dyn_constraints.finish(gm, fake_mode, dyn_inputs, target.name,
+    range_constraints = dyn_constraints.run_guards_step(gm, fake_mode, dyn_inputs, target.name,
                                                prefer_deferred_asserts=prefer_deferred_asserts)
     assumptions = dyn_assumptions.record(fake_mode, dyn_inputs)  # what export assumed, for the report
     clock.lap("guards")

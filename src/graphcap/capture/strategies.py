@@ -26,7 +26,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from ..errors import ExportInputError, GraphcapError, describe_frame, user_frame
+from ..errors import ExportInputError, GraphcapError
+from ..user_frames import describe_frame, user_frame
 from ..program import ExportedProgram
 from ..torch_private import pytree
 

@@ -4,7 +4,7 @@ import torch
 
 from graphcap import Dim
 
-from .catalogue import case
+from .registry import case
 
 
 class Pair:

@@ -4,7 +4,7 @@ from functorch.experimental.control_flow import map as map_over_rows
 
 from graphcap import Dim
 
-from .catalogue import case
+from .registry import case
 
 
 @case(args=lambda: (torch.randn(2, 3, 4),), tags={"python.control-flow"})

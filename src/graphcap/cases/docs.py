@@ -16,7 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-from .catalogue import SUPPORTED, Case, all_cases
+from .catalogue import all_cases
+from .registry import SUPPORTED, Case
 
 DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "cases.md"
 
@@ -71,7 +72,7 @@ def render() -> str:
     for topic, group in topics.items():
         module = sys.modules[group[0].model_class.__module__]
         imports = [line for line in inspect.getsource(module).splitlines()
-                   if line.startswith(("import ", "from ")) and "catalogue" not in line]
+                   if line.startswith(("import ", "from ")) and "registry" not in line]
         out += [f"## {topic.replace('_', ' ')}", "", (inspect.getdoc(module) or "").replace("\n", " "), "",
                 "The cases below import:", "", "```python", "import graphcap", *imports, "```", ""]
         for c in group:

@@ -4,7 +4,7 @@ import torch
 from graphcap import Dim
 from graphcap.errors import ConstraintViolationError, DataDependentError
 
-from .catalogue import case
+from .registry import case
 
 
 @case(args=lambda: (torch.randn(3, 2),), dynamic_shapes=lambda: {"x": {0: Dim("n")}},

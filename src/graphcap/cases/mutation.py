@@ -1,7 +1,7 @@
 """Cases: writes to inputs, buffers and module attributes during ``forward``."""
 import torch
 
-from .catalogue import case
+from .registry import case
 
 
 @case(args=lambda: (torch.randn(3),), tags={"torch.mutation"})

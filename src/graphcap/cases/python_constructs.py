@@ -7,7 +7,7 @@ import torch
 
 from graphcap.errors import DataDependentError
 
-from .catalogue import case
+from .registry import case
 
 
 def double_result(fn):

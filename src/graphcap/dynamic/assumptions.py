@@ -1,6 +1,6 @@
 """What export assumed about the input sizes, each with the user source line that made it.
 
-The guard check (``constraints``) raises when an assumption contradicts the
+The guard check (``guard_checks``) raises when an assumption contradicts the
 spec; when it does not, the assumptions still matter to whoever deploys the
 program: a ``Dim.AUTO`` dim fixed to 3 by ``if x.shape[1] == 3``, a range
 narrowed by a slice, two dims found equal by ``x + y``. The ``ShapeEnv``

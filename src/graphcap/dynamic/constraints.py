@@ -1,244 +1,29 @@
-"""Check the guards raised while tracing against the spec; ranges; runtime asserts.
+"""The pipeline's guards step: guards checked against the spec, runtime asserts, ranges.
 
-After the trace the ``ShapeEnv`` knows what the program needed of each
-symbol: a narrower range (``if x.shape[0] > 4``), a constant (a shape branch
-that only works for one size), an equality with another symbol (``x + y``)
-or some other relation. For a declared ``Dim`` these are constraint
-violations: the error lists each in plain words (torch.export's phrases
-included), with the user source line, and ends with ``Suggested fixes:``
-lines (``x = Dim('x', min=5, max=16)``, ``y = x``, ``x = 8``, ``_x = Dim('_x')``
-and ``x = 3*_x``) that ``refine_dynamic_shapes_from_suggested_fixes`` (ours or
-torch's) applies to the spec. Relations no Dim can state and that an
-operator (not the user's branch) needs are kept as runtime asserts instead
-(``relations``), as torch.export accepts them. ``Dim.AUTO`` findings are used
-as they are and logged; a ``Dim.DYNAMIC`` fixed to a constant is an error;
-hint bounds are met with the traced range (``hints``).
-
-Then every symbol of the graph gets a range (``range_constraints``), and the
-deferred asserts (relations, data-dependent values bounded by
-``torch._check``) are inserted into the graph as ``aten._assert_scalar``
-nodes, so the program refuses inputs and data that break them.
+:func:`run_guards_step` runs after lifting. It checks the guards raised while
+tracing against the ``dynamic_shapes`` spec (:mod:`.guard_checks`, which
+raises ``ConstraintViolationError`` with suggested fixes), meets hint bounds
+(:mod:`.hints`), keeps relations no Dim states as deferred asserts
+(:mod:`.ranges`), inserts the deferred runtime asserts into the graph
+(:mod:`.runtime_asserts`), and gives every symbol of the graph a range
+(``range_constraints``).
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Optional
 
-import sympy
 import torch
 from ..torch_private.symbolic import ValueRanges
 
-from ..errors import ConstraintViolationError
-from ..trace import metadata
-from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from . import hints as dyn_hints
-from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
-                          where_text)
+from .guard_checks import check_guards
 from .ranges import defer_relations, range_constraints
-from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
-                        new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
-                        tie_at_example)
-from .suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes  # noqa: F401
+from .runtime_asserts import insert_runtime_asserts
 from .symbols import SymbolicInputs
 
-log = logging.getLogger("graphcap.dynamic")
 
-
-def _is_zero_one_check(g: Any, sym: Any) -> bool:
-    """``Ne(s, 0)`` / ``Ne(s, 1)``: a size compared with 0 or 1 and nothing else."""
-    return isinstance(g, sympy.Ne) and {g.lhs, g.rhs} in ({sym, sympy.Integer(0)}, {sym, sympy.Integer(1)})
-
-
-def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
-    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
-
-    With ``prefer_deferred_asserts`` a relation between dims that the spec
-    does not guarantee is asserted in the graph instead (module() refuses
-    inputs that break it, before computing)."""
-    env = mode.shape_env
-    by_sym = inputs.by_symbol()
-    namer = DimNamer(inputs.roots)
-    problems: list[str] = []
-    range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
-    fixes: dict[str, str] = {}
-    related: dict[str, Any] = {}  # fix name -> the expression over other dims' symbols it is set to
-    new_roots: dict[Any, Any] = {}  # dim symbol -> step*_d - c, for dims restricted to a residue class
-    example = getattr(env, "backed_var_to_val", None) or env.var_to_val
-    declared = [r for r in inputs.roots if r.hint is None]
-    covered: set[Any] = set()
-
-    for r in inputs.roots:
-        expr = env.replace(r.symbol)
-        sloc = env.replacements_slocs.get(r.symbol)
-        if expr.is_number:
-            covered.add(r.symbol)
-            if dyn_hints.is_dynamic_hint(r):
-                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
-                continue
-            if r.hint is not None:
-                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
-                continue
-            problems.append(
-                f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
-                f"the spec gives the range {range_words(r.name, r.declared)}, but the program "
-                f"only works for {r.name} = {expr}{where_text(sloc)}. If you're using Dim.DYNAMIC, replace it "
-                f"with either Dim.STATIC or Dim.AUTO.")
-            fixes[r.name] = f"{r.name} = {int(expr)}"
-            continue
-        if expr != r.symbol:
-            covered.add(r.symbol)
-            others = [by_sym.get(s) for s in expr.free_symbols]
-            if r.hint is None and not any(o is None for o in others) and not is_affine_in_one(expr):
-                # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
-                # program keeps the relation (the input check computes z from x) and its range
-                # becomes a runtime assert where the other dims do not imply it
-                defer_range_asserts(env, r, expr, namer, sloc)
-                continue
-            if r.hint is not None or any(o is None for o in others):
-                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
-                continue
-            other = others[0]
-            same = (f"The values of {r.name} and {other.name} must always be equal: "
-                    if expr == other.symbol else "")
-            problems.append(
-                f"{same}The program needs {r.name} = {namer(expr)}{where_text(sloc)}, but the spec declares them as "
-                f"independent dims.")
-            if expr == other.symbol and other.hint is None:
-                fixes[r.name] = f"{r.name} = {other.name}"
-                related[r.name] = expr
-            elif len(others) == 1 and other.hint is None:
-                fixes[r.name] = f"{r.name} = {namer(expr)}"
-                related[r.name] = expr
-            continue
-        vr = env.var_to_range.get(r.symbol, r.declared)
-        if r.hint is not None:
-            continue
-        lo = max(vr.lower, r.declared.lower)
-        hi = min(vr.upper, r.declared.upper)
-        slocs = env.var_to_range_sloc.get(r.symbol)
-        if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
-            # A layout decision inside torch (memory format, kernel choice) assumed the size is
-            # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
-            # does, this assumption does not narrow the declared range.
-            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
-            lo = r.declared.lower
-        if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, inputs, r.symbol):
-            # torch._check(u < y.size(0)) on a value read from data: the check stays a runtime
-            # assert in the graph; no guard needs the narrower range of the input size
-            log.debug("graphcap: %s narrowed only by runtime asserts; keeping the declared range", r.name)
-            lo, hi = r.declared.lower, r.declared.upper
-        if (lo, hi) != (r.declared.lower, r.declared.upper):
-            covered.add(r.symbol)
-            sloc = None
-            if slocs is not None:
-                sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-            range_problems.append(
-                f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                f"{range_words(r.name, r.declared)} satisfy the generated guard "
-                f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
-                f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
-            fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
-
-    # other guards: relations that are not a replacement or a range of one symbol
-    ranges = {r.symbol: r.declared for r in declared}
-    for r in inputs.roots:
-        if r.hint is not None:
-            ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
-    reported: set[Any] = set()
-    for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
-        if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
-            continue  # copy_'s own self-overlap check: no requirement of the program (see there)
-        g = env.simplify(guard.expr)
-        syms = g.free_symbols
-        if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
-            continue
-        modulus = divisor_guard(g)
-        if modulus is not None and modulus[0] in by_sym and by_sym[modulus[0]].hint is None:
-            # e.g. a reshape to (-1, 3), or y.shape[0] % 3 == 0 with dy = dx + 1: (dx + 1) % 3 == 0
-            reported.add(g)
-            r, (sym, a, b, m) = by_sym[modulus[0]], modulus
-            if prefer_deferred_asserts:
-                defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
-                continue
-            problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
-                            f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
-                            f"{where_text(guard.sloc)}.")
-            covered.add(r.symbol)
-            step = new_root_step(a, b, m, finite_int(example.get(sym)) if example.get(sym) is not None else None)
-            if step is not None and sym not in new_roots:  # one residue class: d = step*_d - c
-                fixes.update(new_root_fixes(r, *step, env.var_to_range.get(r.symbol, r.declared), fixes))
-                new_roots[sym] = step[0] * sympy.Symbol(f"_{r.name}", integer=True) - step[1]
-            continue
-        if syms <= covered or any(s not in ranges for s in syms):
-            continue
-        if len(syms) == 1:
-            (sym,) = syms
-            if implied_by(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
-                continue  # a range guard: the range check above saw it
-            bound = dyn_hints.bound_of(g, sym)
-            r = by_sym[sym]
-            if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
-                reported.add(g)
-                covered.add(sym)
-                need = r.declared & bound if ranges_meet(r.declared, bound) else bound
-                problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                                f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
-                                f"the program needs "
-                                f"{range_words(r.name, need)}{where_text(guard.sloc)}.")
-                fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
-                continue
-            if in_framework(guard.sloc) and _is_zero_one_check(g, sym):
-                # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
-                # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
-                # sizes 0 and 1 in the declared range rather than assert them away
-                continue
-            value = only_solution(g, sym)
-            if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
-                reported.add(g)
-                covered.add(sym)
-                problems.append(specialization_problem(by_sym[sym], value, namer(g), where_text(guard.sloc)))
-                fixes[by_sym[sym].name] = f"{by_sym[sym].name} = {value}"
-                continue
-        if implied_by(g, ranges):
-            continue
-        reported.add(g)
-        tied = tie_at_example(g, example) if isinstance(g, sympy.Eq) else None
-        if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
-            target, expr = tied
-            problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
-                            f"side of {namer(g)}{where_text(guard.sloc)}, but the spec declares them as "
-                            f"independent dims.")
-            fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
-            related[by_sym[target].name] = expr
-            continue
-        framework_relation = in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
-        if prefer_deferred_asserts or framework_relation:
-            # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
-            # its input sizes (a slice assigned from another input): asserted and checked before
-            # computing, as torch.export accepts it
-            defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
-            continue
-        problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
-
-    problems += range_problems
-    root_names = {f"_{by_sym[s].name}" for s in new_roots}
-    if new_roots:
-        fixes = rebase_on_new_roots(fixes, related, new_roots, root_names, namer)
-    if problems:
-        names = sorted({*fixes} - root_names or {r.name for r in declared} or {r.name for r in inputs.roots})
-        listing = "\n".join(f"  - {p}" for p in problems)
-        suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
-        raise ConstraintViolationError(
-            f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
-            f"dynamic_shapes spec allows:\n{listing}",
-            where="export(..., dynamic_shapes=...)",
-            fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-                "dynamic_shapes) does it for you), or change the code at the line shown, or use Dim.AUTO to "
-                "let graphcap find the ranges." + suggested)
-
-
-def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,
-           prefer_deferred_asserts: bool = False) -> dict[Any, ValueRanges]:
+def run_guards_step(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,
+                    prefer_deferred_asserts: bool = False) -> dict[Any, ValueRanges]:
     """The pipeline's guards step: check, insert runtime asserts, return range_constraints."""
     env = mode.shape_env
     if inputs is not None:
@@ -249,44 +34,5 @@ def finish(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs]
         return {}
     has_symbols = inputs is not None and inputs.roots
     if has_symbols or env.deferred_runtime_asserts or env.unbacked_symfloat_counter or env.unbacked_symint_counter:
-        from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-        before = set(gm.graph.nodes)
-        insert_deferred_runtime_asserts(gm, env, f"exported program: {name}", export=True)
-        metadata.attribute_added_nodes(gm, before)
-        gm.recompile()
-        _assert_in_regions(gm, env, name)
+        insert_runtime_asserts(gm, env, name)
     return range_constraints(gm, mode, inputs)
-
-
-def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
-    """Runtime asserts on data-dependent values first computed inside a grad-mode or
-    autocast region (``x.item()`` under ``torch.no_grad()``): the region's submodule
-    is where the value exists, so its asserts go there, next to it. Without this the
-    top-level pass never sees the value defined and the user's ``torch._check`` on it
-    would vanish from the program."""
-    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-    from ..torch_private.higher_order import region_wrappers
-    wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in (wrap_with_set_grad_enabled, wrap_with_autocast):
-            continue
-        sub = next((getattr(gm, a.target) for a in node.args
-                    if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
-        if not isinstance(sub, torch.fx.GraphModule) or not _defines_unbacked(sub, env):
-            continue
-        before = set(sub.graph.nodes)
-        insert_deferred_runtime_asserts(sub, env, f"exported program: {name}", export=True)
-        metadata.attribute_added_nodes(sub, before)
-        sub.recompile()
-        _assert_in_regions(sub, env, name)
-
-
-def _defines_unbacked(gm: torch.fx.GraphModule, env: Any) -> bool:
-    """Whether an operator node of ``gm`` produces a value with an unbacked symbol."""
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        expr = getattr(getattr(val, "node", None), "expr", None)
-        if node.op == "call_function" and expr is not None \
-                and any(env.is_unbacked_symint(s) for s in expr.free_symbols):
-            return True
-    return False

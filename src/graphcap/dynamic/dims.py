@@ -20,6 +20,7 @@ import torch
 from ..torch_private import pytree
 
 from ..errors import ExportInputError
+from .named_inputs import combined_inputs
 
 INT_MAX = sys.maxsize - 1  # the "no upper bound" of a Dim, as torch's int_oo prints it
 
@@ -278,7 +279,6 @@ class ShapesCollection:
         return len(self._shapes)
 
     def dynamic_shapes(self, m: Any, args: tuple, kwargs: Optional[dict] = None) -> Any:
-        from .spec import combined_inputs
         used: set[int] = set()
 
         def pick(leaf: Any) -> Any:
@@ -329,7 +329,6 @@ class AdditionalInputs:
         self._examples.append((args, kwargs or {}))
 
     def dynamic_shapes(self, m: Any, args: tuple, kwargs: Optional[dict] = None) -> Any:
-        from .spec import combined_inputs
         trees = [combined_inputs(m, a, k) for a, k in [(args, kwargs or {}), *self._examples]]
         leaves0, spec0 = pytree.tree_flatten(trees[0])
         others = []

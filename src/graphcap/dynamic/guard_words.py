@@ -1,6 +1,6 @@
 """How guard problems are worded and recorded: ranges, source lines, Dim names, fixes.
 
-Shared by the guard check (``constraints``), the relation rules
+Shared by the guard check (``guard_checks``), the relation rules
 (``relations``) and the range step (``ranges``).
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ import sympy
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges, bound_sympy
 
-from ..errors import _ENGINE_PACKAGE_DIRS
+from ..user_frames import ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
 
-_TORCH_DIR = _ENGINE_PACKAGE_DIRS[0]
+_TORCH_DIR = ENGINE_PACKAGE_DIRS[0]
 
 
 def finite_int(v: Any) -> Optional[int]:

@@ -13,7 +13,7 @@ that input. Two outcomes are errors (``ValueError``s, torch's wording):
 
 A ``Dim.DYNAMIC`` that the program replaces by a constant outright is a
 constraint violation reported with the other guard problems
-(``graphcap.dynamic.constraints``).
+(``graphcap.dynamic.guard_checks``).
 """
 from __future__ import annotations
 

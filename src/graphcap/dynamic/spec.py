@@ -19,6 +19,7 @@ from ..torch_private import pytree
 
 from ..errors import DynamicSpecError, ExportInputError
 from .dims import DerivedDim, Dim, DimHint, as_dim
+from .named_inputs import combined_inputs
 
 
 # torch's own leaf test (registered types count as nodes); public from torch 2.14 on
@@ -33,23 +34,6 @@ class IntSpec:
 
 
 LeafSpec = Union[None, dict[int, Any], IntSpec]
-
-
-def combined_inputs(m: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The inputs as one dict ``{argument name: value}``, in signature order.
-
-    This is the structure a dict spec is keyed by; ``*args`` appears as one
-    tuple under its name and ``**kwargs`` as one dict.
-    """
-    fn = m.forward if isinstance(m, torch.nn.Module) else m
-    try:
-        sig = inspect.signature(fn)
-        bound = sig.bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        out = {f"args_{i}": a for i, a in enumerate(args)}
-        out.update(kwargs)
-        return out
-    return dict(bound.arguments)
 
 
 def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:

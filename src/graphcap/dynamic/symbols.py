@@ -28,7 +28,8 @@ from ..torch_private.symbolic import ValueRanges
 from ..torch_private import shapes
 from ..torch_private.dispatch import backend_kernel_switches
 
-from ..errors import DynamicSpecError, is_user_file
+from ..errors import DynamicSpecError
+from ..user_frames import is_user_file
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec
 

@@ -10,7 +10,7 @@ and every symbol — are the program's) under three engines at once:
   through views (``x[:, 0].add_(1)`` becomes a ``*_scatter`` of the base),
   into its functional form, and keeps for every input its latest value;
 * the Python dispatcher, with the table's composite decisions installed
-  (:mod:`graphcap.passes.composites`).
+  (:mod:`graphcap.composite_kernels`).
 
 Every replayed node is the "current node" of ``torch.fx.traceback`` while it
 runs, so the nodes it becomes inherit its ``stack_trace``, ``nn_module_stack``
@@ -51,7 +51,7 @@ from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
-from .composites import steer_composites
+from ..composite_kernels import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass

@@ -21,7 +21,7 @@ restored when the last one ends (a count under a lock, on every path, as
 Limits, said plainly: a ``cond`` bound to another name before the export
 (``from torch import cond``, ``functorch.experimental.control_flow.cond``) is
 torch's function itself and is not flattened: graphcap refuses nested operands
-there with an explanation (``hops.explain_failure``). While a recording runs, a
+there with an explanation (``control_flow_errors.explain_failure``). While a recording runs, a
 ``torch.compile``'d function calling ``torch.cond`` on *another* thread sees a
 different ``torch.cond`` object and may be recompiled once.
 """

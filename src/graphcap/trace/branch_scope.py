@@ -14,7 +14,8 @@ predicate's symbol gets the narrower range while the branch is traced (so
 (guards, replacements, narrowed ranges) is taken back at the end and raised
 again as the implication ``not predicate or guard`` (:func:`raise_guard`).
 An implication on one symbol becomes that symbol's range: the largest
-interval around the example's value on which it holds. One over several
+interval around the example's value on which it holds (solved by
+:mod:`.symbol_intervals`). One over several
 symbols stays a guard, checked against the spec or asserted at run time.
 
 What cannot be scoped (a tensor predicate, a predicate over several symbols
@@ -32,96 +33,8 @@ import sympy
 from torch.fx.experimental.symbolic_shapes import ShapeGuard
 
 from ..torch_private import shapes
-from ..torch_private.symbolic import ValueRanges, int_oo, solve_relation
-
-Interval = tuple[Any, Any]  # closed integer interval; bounds may be ±int_oo
-
-
-# -- the integer values of one symbol where a condition holds ----------------
-
-def _clip(pieces: list[Interval], lo: Any, hi: Any) -> list[Interval]:
-    out = []
-    for a, b in pieces:
-        a, b = max(a, lo), min(b, hi)
-        if a <= b:
-            out.append((a, b))
-    return out
-
-
-def _union(pieces: list[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    for a, b in sorted(pieces, key=lambda p: p[0]):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _complement(pieces: list[Interval], lo: Any, hi: Any) -> list[Interval]:
-    out, start = [], lo
-    for a, b in _union(pieces):
-        if a > start:
-            out.append((start, a - 1))
-        start = b + 1
-    if start <= hi:
-        out.append((start, hi))
-    return out
-
-
-def _relation(rel: Any, rhs: Any) -> Optional[list[Interval]]:
-    if not rhs.is_number:
-        return None
-    r = sympy.sympify(rhs)
-    if isinstance(rel, sympy.Gt):
-        return [(sympy.floor(r) + 1, int_oo)]
-    if isinstance(rel, sympy.Ge):
-        return [(sympy.ceiling(r), int_oo)]
-    if isinstance(rel, sympy.Lt):
-        return [(-int_oo, sympy.ceiling(r) - 1)]
-    if isinstance(rel, sympy.Le):
-        return [(-int_oo, sympy.floor(r))]
-    if isinstance(rel, (sympy.Eq, sympy.Ne)):
-        point = [(r, r)] if r.is_integer else []
-        return point if isinstance(rel, sympy.Eq) else _complement(point, -int_oo, int_oo)
-    return None
-
-
-def solve_for(cond: Any, sym: sympy.Symbol, lo: Any = -int_oo, hi: Any = int_oo) -> Optional[list[Interval]]:
-    """The values of ``sym`` in ``[lo, hi]`` where ``cond`` (over ``sym`` only) holds,
-    as sorted disjoint intervals; None if the condition cannot be solved."""
-    if cond is sympy.true:
-        return [(lo, hi)]
-    if cond is sympy.false:
-        return []
-    if isinstance(cond, sympy.Not):
-        inner = solve_for(cond.args[0], sym, lo, hi)
-        return None if inner is None else _complement(inner, lo, hi)
-    if isinstance(cond, (sympy.And, sympy.Or)):
-        parts = [solve_for(a, sym, lo, hi) for a in cond.args]
-        if any(p is None for p in parts):
-            return None
-        if isinstance(cond, sympy.Or):
-            return _union([piece for p in parts for piece in p])
-        acc = [(lo, hi)]
-        for p in parts:
-            acc = _union([q for a, b in p for q in _clip(acc, a, b)])
-        return acc
-    if not isinstance(cond, sympy.Rel) or cond.free_symbols != {sym}:
-        return None
-    solved = solve_relation(cond, sym)
-    if solved is None or solved[0].lhs != sym:
-        return None
-    pieces = _relation(solved[0], solved[1])
-    return None if pieces is None else _union(_clip(pieces, lo, hi))
-
-
-def _around(pieces: list[Interval], value: Any) -> Optional[Interval]:
-    """The piece holding ``value``, else the nearest one."""
-    if not pieces:
-        return None
-    return min(pieces, key=lambda p: 0 if p[0] <= value <= p[1] else min(abs(p[0] - value), abs(p[1] - value)))
-
+from ..torch_private.symbolic import ValueRanges, int_oo
+from .symbol_intervals import interval_around, solve_for
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 
@@ -137,7 +50,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
     An implication over one symbol becomes that symbol's range (the piece around
     its value). One over several symbols is kept as a guard: the constraint check
     tests it against a declared spec, and over ``Dim.AUTO`` dims it becomes a
-    runtime assert (``dynamic.constraints.defer_relations``).
+    runtime assert (``dynamic.ranges.defer_relations``).
     """
     expr = env.simplify(guard if unless is None else sympy.Or(unless, guard))
     if expr is sympy.true:
@@ -151,7 +64,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
         vr, example = env.var_to_range[sym], env.backed_var_to_val[sym]
         value = min(max(example, vr.lower), vr.upper)  # in a branch the example skips: the nearest value
         pieces = solve_for(expr, sym, vr.lower, vr.upper)
-        piece = _around(pieces, value) if pieces is not None else None
+        piece = interval_around(pieces, value) if pieces is not None else None
         if piece is not None and piece[0] <= value <= piece[1]:
             lo, hi = piece
             if lo == hi == example:  # a specialization (elsewhere a range of one value: the

@@ -10,7 +10,7 @@ graph would hold a value of another graph.
   branch graph's recorder then knows them as its own inputs.
 * Tensors are found after the call: the recorder keeps a tensor it does not
   know as a constant of the branch graph, and :func:`closure_source` says
-  which node of the enclosing graph made it (``hops.hoist_constants`` passes
+  which node of the enclosing graph made it (``subgraph_constants.hoist_constants`` passes
   that node in).
 """
 from __future__ import annotations

@@ -18,7 +18,8 @@ import sympy
 import torch
 from ..torch_private import pytree
 
-from ..errors import DataDependentError, user_traceback_entry
+from ..errors import DataDependentError
+from ..user_frames import user_traceback_entry
 
 _DD_EXPR = re.compile(r"data-dependent expression (.+?) \(unhinted")
 

@@ -30,7 +30,7 @@ What graphcap does instead, for the duration of one recording:
 The operator's recorder (make_fx, the engine graphcap drives for every
 operator) then writes one node with the branch graphs as submodules.
 Tensors a branch closes over are recorded as constants of the branch graph;
-:func:`graphcap.trace.hops.hoist_constants` turns them into operands.
+:func:`graphcap.trace.subgraph_constants.hoist_constants` turns them into operands.
 
 Both modes are thread-local (torch's mode stacks are), pushed for one
 recording and popped on every path: nothing of torch is changed.
@@ -193,7 +193,8 @@ def _refuse_data_assignment(args: tuple) -> None:
     """``t.data = value`` swaps a tensor's contents where no recorder sees it: the program would
     keep computing with the old value. (While graphcap's dispatch mode is active, reading
     ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
-    from ..errors import FakeConstantError, describe_frame, is_user_file
+    from ..errors import FakeConstantError
+    from ..user_frames import describe_frame, is_user_file
     import traceback
     frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if is_user_file(f.filename)), None)
     raise FakeConstantError(  # what torch raises for it: a RuntimeError

@@ -33,11 +33,11 @@ from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
-from ..errors import (GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError,
-                      describe_frame, raised_internally, user_frame)
+from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..user_frames import describe_frame, raised_internally, user_frame
 from .. import module_inputs
 from ..pytree import auto_register
-from . import hops, module_paths, python_overrides, subclass_access
+from . import control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 
 
@@ -221,7 +221,7 @@ def record(
     target = getattr(call, "__func__", call)
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hops.capture_context(root), python_overrides.installed(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 _torch_stack_traces_off() as saved_setting:
             box["torch_stack_traces_off"] = saved_setting
@@ -291,7 +291,7 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
                 f"        return torch.empty_like(x)\n"
                 f"  (for an operator made with @torch.library.custom_op, `@my_op.register_fake` "
                 f"does the same).")
-    control_flow = hops.explain_failure(e, program_name)
+    control_flow = control_flow_errors.explain_failure(e, program_name)
     if control_flow is not None:
         return control_flow
     if "DataDependent" in name or "data-dependent" in str(e).lower():

@@ -1,4 +1,7 @@
-"""Steer composite operators while the decomposition pass retraces.
+"""Swap composite operators' dispatcher kernels for one retrace: keep them whole or replace them.
+
+Not a pass: a context manager the decomposition pass (``passes.decompose``)
+enters while it retraces, steered by the decomposition table's choices.
 
 Composite operators (those with a ``CompositeImplicitAutograd`` kernel, such as
 ``aten.conv2d``) are broken down by the dispatcher at the autograd level, long
@@ -23,8 +26,8 @@ import contextlib
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
-from ..torch_private.dispatch import DispatchKey, auto_dispatch_below_autograd
-from ..torch_private.ops import OpOverload, clear_dispatch_cache, run_kernel_for_key
+from .torch_private.dispatch import DispatchKey, auto_dispatch_below_autograd
+from .torch_private.ops import OpOverload, clear_dispatch_cache, run_kernel_for_key
 
 _CIA = DispatchKey.CompositeImplicitAutograd
 _AUTOGRAD_KEYS = [getattr(DispatchKey, name) for name in (

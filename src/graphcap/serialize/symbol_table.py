@@ -1,0 +1,158 @@
+"""Rebuild a saved program's symbols: a fresh ShapeEnv holding them with their ranges, and fake values over it.
+
+The file's symbol table (name, sympy assumptions, range, example value) becomes
+sympy symbols registered in a new ``ShapeEnv``; sizes written as expressions
+are parsed by graphcap's own parser and made SymInts of that ShapeEnv, so
+``meta['val']`` is again a fake tensor of a ``FakeTensorMode`` over it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import sympy
+import torch
+from ..torch_private.fake import FakeTensorMode, fake_from_meta
+from ..torch_private.shapes import guard_location
+from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
+from ..torch_private.shapes import new_shape_env
+from ..torch_private.symbolic import int_oo
+from ..torch_private.symbolic import ValueRanges
+
+from .checked_fields import field, ident
+from .exprs import str_to_expr
+from .values import DTYPES, bad, decode_device, decode_value
+
+_ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
+                "zero", "nonzero", "rational", "extended_real", "commutative", "infinite", "even", "odd"}
+
+
+def range_bound(b: Any, where: str) -> Any:
+    """A saved range bound (an int, a float, ``"oo"`` or ``"-oo"``) as a sympy value."""
+    if b == "oo":
+        return int_oo
+    if b == "-oo":
+        return -int_oo
+    if type(b) is int:
+        return sympy.Integer(b)
+    if type(b) is float:
+        return sympy.Float(b)
+    raise bad(f"Malformed range bound {b!r:.40} at {where}.")
+
+
+class SymbolTable:
+    """The file's symbols, a ShapeEnv that knows them, and a fake mode over it."""
+
+    def __init__(self, table: Any):
+        if not isinstance(table, list):
+            raise bad("The symbol table is malformed.")
+        self.by_name: dict[str, sympy.Symbol] = {}
+        self._symints: dict[str, Any] = {}
+        self.shape_env = new_shape_env()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
+        for i, entry in enumerate(table):
+            where = f"symbols[{i}]"
+            name = ident(field(entry, "name", str, where), "symbol name")
+            assumptions = field(entry, "assumptions", dict, where)
+            if not all(k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
+                raise bad(f"Unknown symbol assumptions at {where}.")
+            try:
+                sym = sympy.Symbol(name, **assumptions)
+            except Exception as e:  # sympy rejects contradictory assumptions
+                raise bad(f"Contradictory assumptions for symbol {name}: {e}") from None
+            if name in self.by_name:
+                raise bad(f"Symbol {name} is listed twice.")
+            self.by_name[name] = sym
+            lo, hi = entry.get("min"), entry.get("max")
+            if lo is not None or hi is not None:
+                lower = range_bound(lo, where) if lo is not None else -int_oo
+                upper = range_bound(hi, where) if hi is not None else int_oo
+                if lower > upper:
+                    raise bad(f"Empty range for symbol {name}.")
+            else:
+                lower, upper = -int_oo, int_oo
+            sloc = guard_location(self.shape_env)
+            self.shape_env.var_to_range[sym] = ValueRanges(lower, upper)
+            self.shape_env.var_to_range_sloc[sym] = ValueRangesSLoc(sloc, sloc)
+            hint = entry.get("hint")
+            if hint is not None:
+                if type(hint) is not int or not (lower <= hint <= upper):
+                    raise bad(f"Malformed example value for symbol {name}.")
+                self.shape_env.backed_var_to_val[sym] = sympy.Integer(hint)
+
+    def expr(self, text: Any) -> Any:
+        if type(text) is int:
+            return sympy.Integer(text)
+        return str_to_expr(text, self.by_name)
+
+    def _hint(self, e: Any) -> Optional[Any]:
+        try:
+            value = e.xreplace(self.shape_env.backed_var_to_val)
+        except Exception:
+            return None
+        return value if getattr(value, "is_number", False) else None
+
+    def symint(self, text: Any) -> Any:
+        if type(text) is int:
+            return text
+        known = self._symints.get(text) if isinstance(text, str) else None
+        if known is not None:  # one SymInt per expression: a big model repeats a few hundred thousands times
+            return known
+        e = self.expr(text)
+        if e.is_Integer:
+            return int(e)
+        hint = self._hint(e)
+        made = self.shape_env.create_symintnode(e, hint=int(hint) if hint is not None and hint.is_Integer else None)
+        if isinstance(text, str):
+            self._symints[text] = made
+        return made
+
+    def symfloat(self, text: Any) -> Any:
+        e = self.expr(text)
+        if e.is_number:
+            return float(e)
+        hint = self._hint(e)
+        return self.shape_env.create_symfloatnode(e, hint=float(hint) if hint is not None else None)
+
+    def symbool(self, text: Any) -> Any:
+        e = self.expr(text)
+        if e in (sympy.true, sympy.false):
+            return bool(e)
+        return self.shape_env.create_symboolnode(e)
+
+    def fake_tensor(self, d: Any, where: str) -> torch.Tensor:
+        shape = [self.symint(x) for x in field(d, "shape", list, where)]
+        stride = [self.symint(x) for x in field(d, "stride", list, where)]
+        offset = self.symint(d.get("offset", 0))
+        if len(shape) != len(stride):
+            raise bad(f"Shape and strides differ in rank at {where}.")
+        dtype = DTYPES.get(field(d, "dtype", str, where))
+        if dtype is None:
+            raise bad(f"Unknown dtype at {where}.")
+        device = decode_device(field(d, "device", str, where))
+        for x in (*shape, *stride, offset):
+            if isinstance(x, int) and x < 0:
+                raise bad(f"Negative size or stride at {where}.")
+        # built on the meta device and wrapped, as the fake mode itself does, without its dispatch
+        if isinstance(offset, int) and offset == 0:
+            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        else:
+            extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+            meta = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+        t = fake_from_meta(self.fake_mode, meta, device)
+        if d.get("requires_grad") is True and (dtype.is_floating_point or dtype.is_complex):
+            with self.fake_mode:
+                t.requires_grad_(True)
+        return t
+
+    def val(self, j: Any, where: str) -> Any:
+        def extra(tag: str, payload: Any) -> Any:
+            if tag == "tensor":
+                return self.fake_tensor(payload, where)
+            if tag == "symint":
+                return self.symint(payload)
+            if tag == "symfloat":
+                return self.symfloat(payload)
+            if tag == "symbool":
+                return self.symbool(payload)
+            raise bad(f"Unknown tag {tag!r:.40} in the value of {where}.")
+        return decode_value(j, extra)

@@ -1,0 +1,64 @@
+"""Make node metadata of a recorded graph and its control-flow subgraphs read as the user's program.
+
+Stack traces lose the frames of code torch generated for a branch, subgraph
+nodes take the module stack and source line of the control-flow call that
+holds them, and torch's own annotations leave the subgraphs
+(:func:`clean_metadata`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import torch
+import torch.fx
+
+from .hops import subgraphs
+
+
+_FRAME = re.compile(r'^\s*File "', re.M)
+
+
+def _user_frames(stack_trace: Optional[str]) -> Optional[str]:
+    """``stack_trace`` without the frames of code torch generated for a branch."""
+    if not stack_trace:
+        return stack_trace
+    starts = [m.start() for m in _FRAME.finditer(stack_trace)] + [len(stack_trace)]
+    frames = [stack_trace[a:b].strip("\n") for a, b in zip(starts, starts[1:])]
+    kept = [f.strip() if i == 0 else f for i, f in enumerate(x for x in frames if "<eval_with_key>" not in x)]
+    return "\n".join(kept) if kept else None
+
+
+def _torch_internal_stack(stack: Any) -> bool:
+    """An nn_module_stack written by torch's branch capture (paths like ``L['args'][1]...``)."""
+    return not stack or any(str(path).startswith(("L[", "G[")) for path, _ in stack.values())
+
+
+def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] = None) -> None:
+    """Make node metadata read as the user's program, subgraphs included.
+
+    Stack traces lose frames of generated code; a subgraph node left with no
+    user frame gets the trace of the control-flow call that contains it (the
+    user's ``torch.cond(...)`` line). Subgraph nodes take the module stack of
+    that call (torch's capture names modules by its own access paths).
+    Annotations torch's own decorators leave in subgraphs (``_torchdynamo_disable``) go
+    (at the top level the recorder keeps those of the user's own disabled functions).
+    """
+    outer_trace = enclosing.meta.get("stack_trace") if enclosing is not None else None
+    for node in gm.graph.nodes:
+        if "stack_trace" in node.meta:
+            node.meta["stack_trace"] = _user_frames(node.meta["stack_trace"]) or outer_trace
+            if node.meta["stack_trace"] is None and node.op != "call_function":
+                del node.meta["stack_trace"]  # (an operator keeps its recorded "no user line")
+        custom = node.meta.get("custom")
+        # the recorder sorted out the annotations of the top level's operator nodes
+        if isinstance(custom, dict) and (enclosing is not None or node.op in ("placeholder", "output")):
+            for key in [k for k in custom if str(k).startswith("_torchdynamo")]:
+                del custom[key]
+            if not custom:
+                del node.meta["custom"]
+        if enclosing is not None and node.op not in ("placeholder", "output") \
+                and _torch_internal_stack(node.meta.get("nn_module_stack")):
+            node.meta["nn_module_stack"] = dict(enclosing.meta.get("nn_module_stack") or {})
+    for node, sub, _ in list(subgraphs(gm)):
+        clean_metadata(sub, node)
