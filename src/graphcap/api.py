@@ -34,7 +34,9 @@ def export(
             inputs holding ``Dim`` objects, ``Dim.AUTO``/``Dim.DYNAMIC``/``Dim.STATIC``
             or None (static), as for torch.export; or a :class:`ShapesCollection` /
             :class:`AdditionalInputs` turned into one.
-        strict: must be False (graphcap has no bytecode front end).
+        strict: True to read the bytecode with dynamo's full-graph capture (a graph break is
+            a :class:`graphcap.errors.StrictCaptureError` naming the line); the program then goes through the
+            same pipeline as the default non-strict capture.
         preserve_module_call_signature: fully-qualified names of submodules whose
             call signature is kept, so :func:`unflatten` can swap them.
         prefer_deferred_runtime_asserts_over_guards: keep the program general where

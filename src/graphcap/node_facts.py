@@ -23,7 +23,8 @@ aten = torch.ops.aten
 
 # -- control-flow calls ---------------------------------------------------------
 
-def _hop_name(node: torch.fx.Node) -> Optional[str]:
+def hop_name(node: torch.fx.Node) -> Optional[str]:
+    """The name of the control-flow operator ``node`` calls (``"cond"``, ``"map_impl"``, ...), else None."""
     if node.op == "call_function" and is_higher_order_operator(node.target):
         return node.target.name()
     return None
@@ -32,7 +33,7 @@ def _hop_name(node: torch.fx.Node) -> Optional[str]:
 def subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, list[Any]]]:
     """For a control-flow node: each subgraph (its ``get_attr`` node) with the
     values bound to that subgraph's placeholders, in order. Empty for other nodes."""
-    name, a = _hop_name(node), node.args
+    name, a = hop_name(node), node.args
     if name == "cond":
         return [(a[1], list(a[3])), (a[2], list(a[3]))]
     if name == "map_impl":

@@ -228,10 +228,11 @@ def capture(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, d
 
 
 def _run(strategy: str, mod: Any, args: tuple, kwargs: Any, dynamic_shapes: Any, options: dict) -> ExportedProgram:
-    from ..api import draft_export, export
     if strategy == "draft":
+        from .draft import draft_export
         return draft_export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, **options)
-    return export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strategy == "strict", **options)
+    from .front_ends import run_front_end
+    return run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strategy == "strict", **options)
 
 
 def _notes(strategy: str, ep: ExportedProgram) -> list[str]:

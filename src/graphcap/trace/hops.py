@@ -4,8 +4,9 @@ graphcap captures each call of a control-flow operator itself
 (:mod:`.hop_capture`): ``make_fx(pre_dispatch=True)`` records it as one node
 whose branches and bodies are ``get_attr`` submodules (``true_graph_0``,
 ``body_graph_0``, ...). This module answers, for such a node, which operator
-it is, which subgraphs it runs and which values are bound to each subgraph's
-placeholders. The steps that rewrite these nodes live beside it:
+it is and which values are bound to each subgraph's placeholders (both in
+:mod:`graphcap.node_facts`, which the verifier shares), and here which
+subgraph modules it runs. The steps that rewrite these nodes live beside it:
 :mod:`.subgraph_constants` (hoisting), :mod:`.subgraph_metadata`,
 :mod:`.subgraph_names`, :mod:`.before_lifting` (the capture step that runs them)
 and :mod:`.control_flow_errors` (why a branch could not be captured).
@@ -17,7 +18,7 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.fx
 
-from ..torch_private.ops import is_higher_order_operator
+from ..node_facts import subgraph_operands
 
 # operator → (index of the argument that carries extra operands, or None)
 EXTRA_OPERANDS_AT = {
@@ -28,32 +29,6 @@ EXTRA_OPERANDS_AT = {
     "wrap_with_set_grad_enabled": None,
     "wrap_with_autocast": None,
 }
-
-
-def hop_name(node: torch.fx.Node) -> Optional[str]:
-    """The name of the control-flow operator ``node`` calls (``"cond"``, ``"map_impl"``, ...), else None."""
-    if node.op == "call_function" and is_higher_order_operator(node.target):
-        return node.target.name()
-    return None
-
-
-def subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, list[Any]]]:
-    """For a control-flow node: each subgraph (its ``get_attr`` node) with the
-    values bound to that subgraph's placeholders, in order. Empty for other nodes."""
-    name, a = hop_name(node), node.args
-    if name == "cond":
-        return [(a[1], list(a[3])), (a[2], list(a[3]))]
-    if name == "map_impl":
-        return [(a[0], [*a[1], *a[2]])]
-    if name == "while_loop":
-        return [(a[0], [*a[2], *a[3]]), (a[1], [*a[2], *a[3]])]
-    if name == "scan":
-        return [(a[0], [*a[1], *a[2], *a[3]])]
-    if name == "wrap_with_set_grad_enabled":
-        return [(a[1], list(a[2:]))]
-    if name == "wrap_with_autocast":
-        return [(a[4], list(a[5:]))]
-    return []
 
 
 def subgraph_module(gm: torch.fx.GraphModule, attr: Any) -> Optional[torch.fx.GraphModule]:

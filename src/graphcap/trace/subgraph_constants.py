@@ -15,7 +15,8 @@ import torch.fx
 
 from ..errors import UnsupportedError
 from .closures import closure_source, forget_recording
-from .hops import EXTRA_OPERANDS_AT, hop_name, subgraph_module, subgraph_operands
+from ..node_facts import hop_name, subgraph_operands
+from .hops import EXTRA_OPERANDS_AT, subgraph_module
 
 
 def _tensor_constants(sub: torch.fx.GraphModule) -> list[torch.fx.Node]:
