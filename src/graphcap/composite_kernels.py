@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-import torch
 from .torch_private.dispatch import DispatchKey, auto_dispatch_below_autograd
 from .torch_private.ops import OpOverload, clear_dispatch_cache, run_kernel_for_key
 

@@ -7,7 +7,6 @@ breaks a ``torch._check`` before returning a result.
 """
 from __future__ import annotations
 
-import io
 import warnings
 
 import pytest
@@ -15,7 +14,7 @@ import torch
 
 import graphcap
 from graphcap import verifier
-from conftest import assert_same_outputs
+from conftest import assert_same_outputs, save_load
 
 ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg}
 
@@ -65,17 +64,10 @@ CASES = {
 }
 
 
-def _round_trip(ep):
-    buffer = io.BytesIO()
-    graphcap.save(ep, buffer)
-    buffer.seek(0)
-    return graphcap.load(buffer)
-
-
 def _stages(ep):
     decomposed = ep.run_decompositions()
-    return {"exported": ep, "decomposed": decomposed, "loaded": _round_trip(ep),
-            "decomposed then loaded": _round_trip(decomposed)}
+    return {"exported": ep, "decomposed": decomposed, "loaded": save_load(ep),
+            "decomposed then loaded": save_load(decomposed)}
 
 
 def _unbacked_symbols(ep) -> set[str]:

@@ -8,7 +8,6 @@ save/load and run_decompositions, and leave ``torch.cond`` as it found it.
 """
 from __future__ import annotations
 
-import io
 import threading
 import warnings
 
@@ -19,7 +18,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import graphcap
-from conftest import assert_same_outputs
+from conftest import assert_same_outputs, save_load
 
 hop = torch.ops.higher_order
 
@@ -84,16 +83,9 @@ def _export(model, args, **kw):
         return graphcap.export(model, args, **kw)
 
 
-def _round_trip(ep):
-    buffer = io.BytesIO()
-    graphcap.save(ep, buffer)
-    buffer.seek(0)
-    return graphcap.load(buffer)
-
-
 def _stages(ep):
-    return {"exported": ep, "decomposed": ep.run_decompositions(), "loaded": _round_trip(ep),
-            "decomposed and loaded": _round_trip(ep.run_decompositions())}
+    return {"exported": ep, "decomposed": ep.run_decompositions(), "loaded": save_load(ep),
+            "decomposed and loaded": save_load(ep.run_decompositions())}
 
 
 def _check_everywhere(model, ep, inputs_list):

@@ -10,6 +10,7 @@ import torch.nn as nn
 import graphcap
 from graphcap import Dim
 from graphcap.demo import example
+from cli_factories import Counter
 from graphcap.verification.compare import compare_tensors
 from graphcap.verification.generate import make_inputs, size_plans
 from graphcap.verification.signature_inputs import ProgramInputs
@@ -85,15 +86,6 @@ def test_zero_and_one_are_tried_where_the_range_allows_them():
 
 
 def test_counter_baked_in_at_export_is_reported_with_the_first_failing_input():
-    class Counter(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.calls = 0
-
-        def forward(self, x):
-            self.calls += 1
-            return x * self.calls
-
     model = Counter()
     ep = graphcap.export(model, (torch.randn(2, 3),))
     result = graphcap.verify(ep, model, samples=3)

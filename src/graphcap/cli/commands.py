@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import types
 from typing import Any
 
 from .errors import UsageError

@@ -47,7 +47,6 @@ from torch.overrides import TorchFunctionMode
 
 from ..torch_private.dispatch import dispatch_mode_base
 from ..torch_private.higher_order import run_graph_preserving_meta
-from ..torch_private.ops import is_higher_order_operator
 from . import branch_checks, branch_scope, closures, nested_cond_operands
 
 # operator name -> positions of its callable arguments

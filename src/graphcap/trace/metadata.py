@@ -217,15 +217,18 @@ def _share_whole_program_disable_mark(gm: torch.fx.GraphModule, unowned: list) -
     Only dynamo's keys are shared: the user's own ``fx.traceback.annotate`` blocks mark the
     lines inside them, and a size read at the top of the graph is not one of those lines.
     """
-    if not unowned:
-        return
-    owned = [n for n in gm.graph.nodes if n.op == "call_function" and n not in unowned]
-    marks = [{k: v for k, v in (n.meta.get("custom") or {}).items() if str(k).startswith(DYNAMO_META_KEY_PREFIX)}
-             for n in owned]
-    if not marks or not marks[0] or any(m != marks[0] for m in marks[1:]):
+    unowned_set, shared = set(unowned), None
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in unowned_set:
+            continue
+        mark = {k: v for k, v in (node.meta.get("custom") or {}).items() if str(k).startswith(DYNAMO_META_KEY_PREFIX)}
+        if not mark or (shared is not None and mark != shared):
+            return  # (most programs stop at their first operator: it has no mark)
+        shared = mark
+    if shared is None:
         return
     for node in unowned:
-        node.meta["custom"] = {**marks[0], **(node.meta.get("custom") or {})}
+        node.meta["custom"] = {**shared, **(node.meta.get("custom") or {})}
 
 
 def _finalize_graph(gm: torch.fx.GraphModule) -> None:

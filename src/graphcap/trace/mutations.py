@@ -14,7 +14,6 @@ Two sources of evidence, joined:
 from __future__ import annotations
 
 import operator
-from typing import Sequence
 
 import torch
 import torch.fx

@@ -21,7 +21,6 @@ from typing import Any, Callable, Optional
 
 import torch
 from ..torch_private import pytree
-from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from ..torch_private.engine_files import engine_files
 from ..torch_private.tensor_meta import tensor_metadata_cached

@@ -143,9 +143,6 @@ class ProgramInputs:
                 return leaf.name
         return str(sym)
 
-    def is_dynamic(self) -> bool:
-        return bool(self.symbols)
-
     def admits(self, bindings: dict[Any, int]) -> bool:
         """Every size is >= 0 and inside its range, every asserted relation holds."""
         subs = {s: sympy.Integer(v) for s, v in bindings.items()}
