@@ -29,6 +29,7 @@ from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 from .tracing_lock import TRACING_LOCK
+from .young_heap import trace_allocations_only
 from .verifier import verify
 
 
@@ -306,7 +307,7 @@ class ExportedProgram:
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
         from .passes import run_decompositions
-        with TRACING_LOCK:
+        with TRACING_LOCK, trace_allocations_only():
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions

@@ -14,7 +14,7 @@ import torch
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
 
-from .. import auto_flatten, module_inputs, pytree as gp_pytree
+from .. import auto_flatten, module_inputs, pytree as gp_pytree, young_heap
 from ..errors import ExportArgsError, ExportInputError
 from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
@@ -78,7 +78,8 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
 
 
 def _state(root: Optional[torch.nn.Module]):
-    """Parameters, buffers, non-persistent buffer names and tensor attributes of ``root``.
+    """Parameters, buffers, non-persistent buffer names, tensor attributes of ``root`` (id → FQNs)
+    and those attributes' tensors.
 
     Tensor attributes that are neither parameters nor buffers become lifted
     constants; each is listed under every FQN that reaches it (a parent may
@@ -88,11 +89,12 @@ def _state(root: Optional[torch.nn.Module]):
     under every FQN too, as ``named_buffers(remove_duplicate=False)`` names them.
     """
     if root is None:
-        return {}, {}, set(), {}
+        return {}, {}, set(), {}, []
     params = dict(root.named_parameters(remove_duplicate=False))
     buffers = dict(root.named_buffers(remove_duplicate=False))
     non_persistent = set()
     constant_attrs: dict[int, list[str]] = {}
+    constant_tensors: list[torch.Tensor] = []
     state_ids = {id(t) for t in (*params.values(), *buffers.values())}
 
     for fqn, module in call_signatures.module_tree(root):
@@ -101,8 +103,10 @@ def _state(root: Optional[torch.nn.Module]):
             non_persistent.add(prefix + name)
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in state_ids:
+                if id(value) not in constant_attrs:
+                    constant_tensors.append(value)
                 constant_attrs.setdefault(id(value), []).append(prefix + attr)
-    return params, buffers, non_persistent, constant_attrs
+    return params, buffers, non_persistent, constant_attrs, constant_tensors
 
 
 def _unique(names: Sequence[str]) -> list[str]:
@@ -127,7 +131,9 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     while the trace runs (``graphcap.auto_flatten``): the process keeps its
     pytree registry as it was, whichever way the export ends.
 
-    The check runs here, once the exporting frame and its fake inputs are gone.
+    The check runs here, once the exporting frame and its fake inputs are gone
+    and the heap is no longer frozen (``graphcap.young_heap``): the check asks
+    the garbage collector about every object, old ones included.
 
     ``front`` replaces the user's callable by another one to record (strict
     mode's replay of dynamo's graph, ``graphcap.capture.strict``): called as
@@ -135,7 +141,8 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     bound and fake, it returns what the recorder runs in place of
     ``target.call``; every other step is the same.
     """
-    with auto_flatten.registered_while_tracing():  # classes flattened by attributes: torch's only meanwhile
+    # classes flattened by attributes are torch's only meanwhile; the garbage collector skips the old heap
+    with auto_flatten.registered_while_tracing(), young_heap.trace_allocations_only():
         ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                        preserve_module_call_signature=preserve_module_call_signature,
                                        prefer_deferred_asserts=prefer_deferred_asserts, front=front)
@@ -164,16 +171,13 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     clock.lap("inputs")
 
     fake_mode = fakify.new_fake_mode()
-    params, buffers, non_persistent, constant_attrs = _state(target.root)
-    fakes: dict[int, torch.Tensor] = {}
-
-    def fake_of(t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in fakes:
-            fakes[id(t)] = fakify.fake_static(fake_mode, t)
-        return fakes[id(t)]
-
+    params, buffers, non_persistent, constant_attrs, constant_tensors = _state(target.root)
+    state_tensors = [*params.values(), *buffers.values()]
+    # tensor attributes and inputs count for storage sharing: a view of a weight keeps aliasing it
+    others = [*user_leaves, *constant_tensors]
+    fakes = fakify.fake_state(fake_mode, state_tensors, others)
     state_names = [*params, *buffers]
-    fake_state = [fake_of(t) for t in (*params.values(), *buffers.values())]
+    fake_state = [fakes[id(t)] for t in state_tensors]
     if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
         dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode, user_leaves,
                                          [gp_pytree.input_path_str(p) for p in paths])

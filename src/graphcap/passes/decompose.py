@@ -33,7 +33,7 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 from ..torch_private import pytree
 from ..torch_private.dispatch import enable_python_dispatcher
-from ..torch_private.fake import FakeTensor, FakeTensorMode
+from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
 from ..torch_private import functional
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
@@ -73,7 +73,7 @@ def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
                 if isinstance(v, FakeTensor):
                     return v.fake_mode
     from ..torch_private.shapes import new_shape_env
-    return FakeTensorMode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
+    return tracing_fake_mode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
 
 
 class _Replay(torch.fx.Interpreter):

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.fake import FakeTensorMode, fake_from_meta
+from ..torch_private.fake import tracing_fake_mode, fake_from_meta
 from ..torch_private.shapes import guard_location
 from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
 from ..torch_private.shapes import new_shape_env
@@ -48,7 +48,7 @@ class SymbolTable:
         self.by_name: dict[str, sympy.Symbol] = {}
         self._symints: dict[str, Any] = {}
         self.shape_env = new_shape_env()
-        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
+        self.fake_mode = tracing_fake_mode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         for i, entry in enumerate(table):
             where = f"symbols[{i}]"
             name = ident(field(entry, "name", str, where), "symbol name")

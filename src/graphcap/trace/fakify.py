@@ -6,11 +6,12 @@ dynamic-shape layer asks for symbols (it passes a per-tensor policy).
 """
 from __future__ import annotations
 
+from collections import Counter
 from contextvars import ContextVar
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
-from ..torch_private.fake import FakeTensor, FakeTensorMode
+from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode, fake_of_plain_leaf, storage_key
 from ..torch_private.shapes import new_shape_env
 
 
@@ -33,7 +34,7 @@ def new_fake_mode() -> FakeTensorMode:
 def _plain_fake_mode() -> FakeTensorMode:
     # trace_asserts: a Python `assert` on a value read from data becomes a runtime assert, as in torch.export
     shape_env = new_shape_env(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
-    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
+    return tracing_fake_mode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
 
 
 def fake_static(mode: FakeTensorMode, t: torch.Tensor) -> FakeTensor:
@@ -50,3 +51,25 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     if symbolic_context is None:
         return fake_static(mode, leaf)
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
+
+
+def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor], others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
+    """Static fake copies of a module's parameters and buffers, keyed by ``id`` of the real tensor.
+
+    A tensor held under two names (tied weights) gets one fake copy. Plain
+    leaves (the usual parameter or buffer: a dense strided tensor alone on its
+    storage) take :func:`fake_of_plain_leaf`'s short path; any other (a view, a
+    subclass, a tensor sharing its storage with another state tensor, a
+    tensor attribute or an input in ``others``) goes through ``from_tensor``,
+    which keeps views and shared storages aliased among the fake copies.
+    """
+    tensors = {id(t): t for t in state}
+    seen = {id(t): t for t in others if isinstance(t, torch.Tensor)}
+    seen.update(tensors)
+    shared = Counter(storage_key(t) for t in seen.values())
+    fakes: dict[int, FakeTensor] = {}
+    for key, t in tensors.items():
+        fake = fake_of_plain_leaf(mode, t) if shared[storage_key(t)] == 1 else None
+        fakes[key] = fake if fake is not None else fake_static(mode, t)
+    return fakes
+

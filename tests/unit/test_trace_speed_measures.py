@@ -1,0 +1,195 @@
+"""The speed measures of the trace keep programs and process state as they were.
+
+* ``graphcap.young_heap``: the heap that existed before an export is kept out
+  of garbage collections while it traces, and is given back whichever way the
+  export ends; a process that froze its heap itself keeps its freeze.
+* ``graphcap.trace.fakify.fake_state``: plain parameters and buffers take a
+  short path to their fake copies; the copies are what ``from_tensor`` gives,
+  tied weights share one, and tensors that share a storage stay aliased.
+* ``graphcap.torch_private.fake.tracing_fake_mode``: views of symbolically
+  sized tensors skip the fake-tensor cache; the results are the same.
+"""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+import graphcap
+from graphcap import young_heap
+from graphcap.torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
+from graphcap.trace import fakify
+
+
+class _Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("scale", torch.full((3,), 2.0))
+
+    def forward(self, x):
+        return self.lin(x).view(x.shape[0], 3) * self.scale
+
+
+# -- young_heap -----------------------------------------------------------------------------
+
+def test_the_old_heap_is_frozen_only_while_the_trace_runs():
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(gc.get_freeze_count())
+            return x + 1
+
+    assert gc.get_freeze_count() == 0
+    graphcap.export(Probe(), (torch.ones(2),))
+    assert seen and seen[0] > 0, "objects made before the export were not frozen while it traced"
+    assert gc.get_freeze_count() == 0, "the export left objects in the permanent generation"
+
+
+def test_the_heap_is_given_back_when_the_export_fails():
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("user error")
+
+    with pytest.raises(Exception):
+        graphcap.export(Fails(), (torch.ones(2),))
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_heap_keeps_its_freeze():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        graphcap.export(_Small(), (torch.ones(2, 4),))
+        # objects freed by reference counting leave the permanent generation; nothing else does
+        assert gc.get_freeze_count() > 0.9 * frozen, "graphcap unfroze the user's frozen heap"
+    finally:
+        gc.unfreeze()
+
+
+def test_nested_blocks_freeze_once_and_unfreeze_at_the_outermost():
+    with young_heap.trace_allocations_only():
+        outer = gc.get_freeze_count()
+        with young_heap.trace_allocations_only():
+            assert gc.get_freeze_count() == outer
+        assert gc.get_freeze_count() == outer, "the inner block unfroze the outer one's heap"
+    assert gc.get_freeze_count() == 0
+
+
+def test_garbage_cycles_made_while_tracing_are_still_collected():
+    with young_heap.trace_allocations_only():
+        cycle = []
+        cycle.append(cycle)
+        probe = torch.nn.Module()
+        probe.me = probe
+        import weakref
+        ref = weakref.ref(probe)
+        del cycle, probe
+        gc.collect()
+        assert ref() is None
+
+
+# -- fake_state -------------------------------------------------------------------------------
+
+def _fake_mode():
+    return fakify.new_fake_mode()
+
+
+def _same_metadata(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert type(a) is type(b) is FakeTensor
+    assert (a.shape, a.stride(), a.dtype, a.device, a.requires_grad, a.is_leaf) == \
+           (b.shape, b.stride(), b.dtype, b.device, b.requires_grad, b.is_leaf)
+    assert isinstance(a, torch.nn.Parameter) == isinstance(b, torch.nn.Parameter)
+    assert a.storage_offset() == b.storage_offset()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Parameter(torch.randn(3, 4)),
+    lambda: torch.nn.Parameter(torch.randn(3, 4), requires_grad=False),
+    lambda: torch.randn(2, 3).t().contiguous(),
+    lambda: torch.zeros(5, dtype=torch.int64),
+    lambda: torch.nn.Parameter(torch.empty(0, 4)),
+    lambda: torch.randn(4, 3).t(),  # a non-contiguous leaf: strides kept
+    lambda: torch.nn.Parameter(torch.randn(2, 2, device="meta")),
+], ids=["param", "frozen-param", "buffer", "int-buffer", "empty", "transposed", "meta-param"])
+def test_a_plain_leafs_fake_copy_is_what_from_tensor_gives(make):
+    t = make()
+    fast = fakify.fake_state(_fake_mode(), [t])[id(t)]
+    _same_metadata(fast, FakeTensorMode(allow_non_fake_inputs=True).from_tensor(t, static_shapes=True))
+
+
+def test_meeting_the_real_tensor_again_gives_the_same_fake_copy():
+    mode = _fake_mode()
+    p = torch.nn.Parameter(torch.randn(3))
+    fake = fakify.fake_state(mode, [p])[id(p)]
+    assert mode.from_tensor(p, static_shapes=True) is fake
+
+
+def test_tied_weights_share_one_fake_copy():
+    p = torch.nn.Parameter(torch.randn(3))
+    fakes = fakify.fake_state(_fake_mode(), [p, p])
+    assert len(fakes) == 1
+
+
+def test_tensors_sharing_a_storage_keep_aliasing_among_their_fake_copies():
+    base = torch.nn.Parameter(torch.randn(6))
+    view = base.detach()[2:]  # a buffer that views a weight's storage
+    fakes = fakify.fake_state(_fake_mode(), [base, view])
+    assert fakes[id(base)].untyped_storage()._cdata == fakes[id(view)].untyped_storage()._cdata
+    assert fakes[id(view)].storage_offset() == 2
+
+
+def test_a_state_tensor_an_input_aliases_keeps_aliasing_it():
+    weight = torch.randn(4)
+    user_input = weight[1:]
+    mode = _fake_mode()
+    fake_weight = fakify.fake_state(mode, [weight], others=[user_input])[id(weight)]
+    fake_input = mode.from_tensor(user_input, static_shapes=True)
+    assert fake_weight.untyped_storage()._cdata == fake_input.untyped_storage()._cdata
+
+
+def test_exports_with_shared_storage_state_match_eager():
+    class Shares(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(6))
+            self.register_buffer("tail", self.w.detach()[3:])
+
+        def forward(self, x):
+            return x * self.w[:3] + self.tail
+
+    m, x = Shares(), torch.randn(3)
+    ep = graphcap.export(m, (x,))
+    torch.testing.assert_close(ep.module()(x), m(x))
+
+
+# -- tracing_fake_mode ---------------------------------------------------------------------------
+
+def test_the_tracing_mode_is_torchs_class_so_control_flow_finds_its_fake_rules():
+    mode = tracing_fake_mode(allow_non_fake_inputs=True)
+    assert type(mode) is FakeTensorMode
+
+
+def test_symbolic_views_give_what_the_cached_path_gives():
+    from graphcap.torch_private.shapes import new_shape_env
+    results = []
+    for make in (tracing_fake_mode, FakeTensorMode):
+        mode = make(shape_env=new_shape_env(), allow_non_fake_inputs=True)
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+        with mode:
+            x = mode.from_tensor(torch.randn(5, 6), symbolic_context=ctx)
+            outs = [x.view(-1), x.view(-1), x.t(), x.t(), x[1:], x.unsqueeze(0), x.view(x.shape[0], 2, 3)]
+        results.append([(tuple(map(str, o.shape)), tuple(map(str, o.stride())), str(o.storage_offset()))
+                        for o in outs])
+    assert results[0] == results[1]
+
+
+def test_dynamic_export_with_views_matches_eager_across_sizes():
+    m = _Small()
+    ep = graphcap.export(m, (torch.randn(2, 4),), dynamic_shapes=({0: graphcap.Dim("batch")},))
+    for n in (2, 3, 7):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(ep.module()(x), m(x))
