@@ -46,3 +46,16 @@ def test_program_is_not_callable():
     ep = graphcap.export(torch.nn.ReLU(), (torch.ones(1),))
     with pytest.raises(RuntimeError, match=r"ep.module\(\)"):
         ep(torch.ones(1))
+
+
+def test_an_exact_type_check_on_a_tensor_is_explained():
+    class ChecksType(torch.nn.Module):
+        def forward(self, x):
+            assert type(x) is torch.Tensor
+            return x + 1
+
+    with pytest.raises(graphcap.TraceError) as info:
+        graphcap.export(ChecksType(), (torch.ones(2),))
+    text = str(info.value)
+    assert "assert type(x) is torch.Tensor" in text  # the user's line
+    assert "isinstance(x, torch.Tensor)" in text  # the fix

@@ -312,11 +312,14 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
             fix="Please report it with the traceback (the original exception is chained below). "
                 "If other threads were exporting at the same time, check that each exported its "
                 "own model instance.")
+    fix = ("Check that the example inputs are valid for the model (calling it eagerly with them "
+           "should work). If it does run eagerly, the line above does something that needs real "
+           "data — reading values with .item()/.tolist(), numpy, or printing tensors — move that "
+           "out of forward or guard it with `if not torch.compiler.is_compiling():`.")
+    if "type(" in (where or ""):
+        fix += (" While exporting, tensors are fake tensors, a subclass of torch.Tensor: "
+                "`type(x) is torch.Tensor` is False for them; test `isinstance(x, torch.Tensor)` instead.")
     return TraceError.like(
         e, f"{program_name} raised {name} while graphcap ran it on fake tensors: "
            f"{full_text if len(full_text) < 4000 else text}",
-        where=where,
-        fix="Check that the example inputs are valid for the model (calling it eagerly with them "
-            "should work). If it does run eagerly, the line above does something that needs real "
-            "data — reading values with .item()/.tolist(), numpy, or printing tensors — move that "
-            "out of forward or guard it with `if not torch.compiler.is_compiling():`.")
+        where=where, fix=fix)
