@@ -193,3 +193,25 @@ def test_dynamic_export_with_views_matches_eager_across_sizes():
     for n in (2, 3, 7):
         x = torch.randn(n, 4)
         torch.testing.assert_close(ep.module()(x), m(x))
+
+
+# -- code generated on first use ---------------------------------------------------------------
+
+def test_programs_hold_only_plain_graph_modules_with_their_code():
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    class Branches(torch.nn.Module):
+        def forward(self, x):
+            def inner(y):
+                return torch.cond(y.sum() > 1, lambda z: z.cos(), lambda z: z.sin(), (y,))
+            return torch.cond(x.sum() > 0, inner, lambda y: y - 1, (x,))
+
+    m, x = Branches(), torch.randn(3)
+    ep = graphcap.export(m, (x,))
+    modules = dict(ep.graph_module.named_modules())
+    assert len(modules) >= 3  # the program and its branches, nested ones included
+    for name, mod in modules.items():
+        assert isinstance(mod, torch.fx.GraphModule) and not isinstance(mod, _LazyGraphModule), name
+        assert "def forward" in mod.code, name
+    for sample in (x, -x, torch.full((3,), 5.0)):
+        torch.testing.assert_close(ep.module()(sample), m(sample))

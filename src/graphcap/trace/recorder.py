@@ -222,10 +222,11 @@ def record(
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
-                _torch_stack_traces_off() as saved_setting:
+                _torch_stack_traces_off() as saved_setting, fx_private.code_generated_on_first_use():
             box["torch_stack_traces_off"] = saved_setting
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
+        fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
     except GraphcapError:
         raise
     except Exception as e:  # the user's program (or an operator) failed while tracing
