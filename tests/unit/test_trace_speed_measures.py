@@ -18,7 +18,7 @@ import torch
 
 import graphcap
 from graphcap import young_heap
-from graphcap.torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
+from graphcap.torch_private.fake import FakeTensor, FakeTensorMode, fake_of_plain_leaf, tracing_fake_mode
 from graphcap.trace import fakify
 
 
@@ -78,17 +78,27 @@ def test_nested_blocks_freeze_once_and_unfreeze_at_the_outermost():
     assert gc.get_freeze_count() == 0
 
 
-def test_garbage_cycles_made_while_tracing_are_still_collected():
+def test_old_garbage_waits_for_the_end_of_the_block_and_is_collected_after():
+    import weakref
+
+    class Node:
+        pass
+
+    old = Node()
+    old.me = old  # a cycle made before the block: frozen inside it
+    ref = weakref.ref(old)
     with young_heap.trace_allocations_only():
-        cycle = []
-        cycle.append(cycle)
-        probe = torch.nn.Module()
-        probe.me = probe
-        import weakref
-        ref = weakref.ref(probe)
-        del cycle, probe
+        del old
         gc.collect()
-        assert ref() is None
+        assert ref() is not None, "the block did not keep the old heap out of collections"
+        young = Node()
+        young.me = young  # a cycle made inside: collected inside
+        young_ref = weakref.ref(young)
+        del young
+        gc.collect()
+        assert young_ref() is None
+    gc.collect()
+    assert ref() is None, "the old heap was not given back to the collector"
 
 
 # -- fake_state -------------------------------------------------------------------------------
@@ -111,11 +121,12 @@ def _same_metadata(a: torch.Tensor, b: torch.Tensor) -> None:
     lambda: torch.randn(2, 3).t().contiguous(),
     lambda: torch.zeros(5, dtype=torch.int64),
     lambda: torch.nn.Parameter(torch.empty(0, 4)),
-    lambda: torch.randn(4, 3).t(),  # a non-contiguous leaf: strides kept
+    lambda: torch.empty_strided((3, 4), (1, 3)).normal_(),  # a non-contiguous leaf: strides kept
     lambda: torch.nn.Parameter(torch.randn(2, 2, device="meta")),
 ], ids=["param", "frozen-param", "buffer", "int-buffer", "empty", "transposed", "meta-param"])
 def test_a_plain_leafs_fake_copy_is_what_from_tensor_gives(make):
     t = make()
+    assert fake_of_plain_leaf(_fake_mode(), t) is not None, "the short path was not taken"
     fast = fakify.fake_state(_fake_mode(), [t])[id(t)]
     _same_metadata(fast, FakeTensorMode(allow_non_fake_inputs=True).from_tensor(t, static_shapes=True))
 
@@ -174,17 +185,22 @@ def test_the_tracing_mode_is_torchs_class_so_control_flow_finds_its_fake_rules()
 
 def test_symbolic_views_give_what_the_cached_path_gives():
     from graphcap.torch_private.shapes import new_shape_env
-    results = []
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+    results, hits = [], []
     for make in (tracing_fake_mode, FakeTensorMode):
         mode = make(shape_env=new_shape_env(), allow_non_fake_inputs=True)
-        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
         ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+        x = mode.from_tensor(torch.randn(5, 6), symbolic_context=ctx)  # real tensor made outside the mode
+        assert isinstance(x.shape[0], torch.SymInt)
+        hits_before = FakeTensorMode.cache_hits
         with mode:
-            x = mode.from_tensor(torch.randn(5, 6), symbolic_context=ctx)
             outs = [x.view(-1), x.view(-1), x.t(), x.t(), x[1:], x.unsqueeze(0), x.view(x.shape[0], 2, 3)]
+        hits.append(FakeTensorMode.cache_hits - hits_before)
         results.append([(tuple(map(str, o.shape)), tuple(map(str, o.stride())), str(o.storage_offset()))
                         for o in outs])
     assert results[0] == results[1]
+    # the repeated views hit torch's cache in a plain mode and skip it in the tracing mode
+    assert hits[1] > 0 and hits[0] == 0
 
 
 def test_dynamic_export_with_views_matches_eager_across_sizes():

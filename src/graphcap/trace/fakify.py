@@ -64,12 +64,12 @@ def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor], others: Iter
     which keeps views and shared storages aliased among the fake copies.
     """
     tensors = {id(t): t for t in state}
-    seen = {id(t): t for t in others if isinstance(t, torch.Tensor)}
-    seen.update(tensors)
-    shared = Counter(storage_key(t) for t in seen.values())
+    storages = {id(t): storage_key(t) for t in others if isinstance(t, torch.Tensor)}
+    storages.update((key, storage_key(t)) for key, t in tensors.items())
+    shared = Counter(storages.values())
     fakes: dict[int, FakeTensor] = {}
     for key, t in tensors.items():
-        fake = fake_of_plain_leaf(mode, t) if shared[storage_key(t)] == 1 else None
+        fake = fake_of_plain_leaf(mode, t) if shared[storages[key]] == 1 else None
         fakes[key] = fake if fake is not None else fake_static(mode, t)
     return fakes
 
