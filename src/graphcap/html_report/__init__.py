@@ -19,6 +19,8 @@ from typing import Any, Optional, Union
 import torch
 
 from . import page, sections
+from ..signature import InputKind
+from .names import SymbolNames
 from .svg import view_svg
 from .views import ROOT, ModuleTree
 
@@ -39,49 +41,89 @@ def _count(n: int) -> str:
     return f"{n} node" if n == 1 else f"{n} nodes"
 
 
-def _crumbs(tree: ModuleTree, key: str, trail: list[tuple[str, str]]) -> str:
+def _crumbs(tree: ModuleTree, key: str, trail: list[tuple[str, str]], tools: str = "") -> str:
     """Links back up: the views that led to this subgraph (``trail``), then the module chain."""
     parts = [f'<a data-open="{escape(k)}">{escape(n)}</a>' for k, n in trail]
+    parent_path = ""
     for g in tree.breadcrumb(key):
         if g.key == ROOT and trail:
             continue
-        name = "program" if g.key == ROOT else g.label.rsplit(".", 1)[-1] if "." in g.label else g.label
+        name = "program" if g.key == ROOT else g.label[len(parent_path) + 1:] \
+            if parent_path and g.label.startswith(parent_path + ".") else g.label  # "h.5" in transformer
+        parent_path = g.path
         parts.append(f'<a data-open="{escape(tree.prefix + g.key)}">{escape(name)}</a>')
     group = tree.groups[key]
     what = f" — {escape(group.type_name)}, {_count(group.size)}" if key else f" — {_count(group.size)}"
-    return f'<div class="crumbs">{" › ".join(parts)}{what}</div>'
+    return f'<div class="crumbs">{" › ".join(parts)}{what}{tools}</div>'
 
 
-def _trees(gm: Any) -> list[tuple[ModuleTree, list[tuple[str, str]]]]:
+def _trees(ep: Any, names: SymbolNames) -> list[tuple[ModuleTree, list[tuple[str, str]]]]:
     """The program's module tree, then one per control-flow subgraph (branches, loop bodies),
     each with the breadcrumb trail that leads to it."""
     out: list[tuple[ModuleTree, list[tuple[str, str]]]] = []
+    state = frozenset(getattr(s.arg, "name", None) for s in ep.graph_signature.input_specs
+                      if s.kind is not InputKind.USER_INPUT)
 
-    def add(module: Any, prefix: str, trail: list[tuple[str, str]]) -> None:
+    def add(module: Any, prefix: str, trail: list[tuple[str, str]], state_names: frozenset) -> None:
         subs = {n.target: f"{prefix}{n.target}/" for n in module.graph.nodes
                 if n.op == "get_attr" and isinstance(getattr(module, n.target, None), torch.fx.GraphModule)}
-        out.append((ModuleTree(module.graph, prefix, subs), trail))
-        for target, sub_prefix in subs.items():
-            add(getattr(module, target), sub_prefix, (trail or [("", "program")]) + [(sub_prefix, target)])
+        out.append((ModuleTree(module.graph, prefix, subs, state_names, names), trail))
+        for target, sub_prefix in subs.items():  # a subgraph's inputs are operands: no state of its own
+            add(getattr(module, target), sub_prefix, (trail or [("", "program")]) + [(sub_prefix, target)],
+                frozenset())
 
-    add(gm, "", [])
+    add(ep.graph_module, "", [], state)
     return out
 
 
-def graph_section(ep: Any, open_depth: int = 1, max_views: int = 2000) -> str:
+def first_view(tree: ModuleTree, share: float = 0.8) -> str:
+    """The view the page opens on: the root, or down the chain of module calls that each hold most
+    of the program (``GPT2LMHeadModel`` -> ``transformer``), to the first one that shows structure."""
+    key = ROOT
+    while True:
+        group = tree.groups[key]
+        big = [c for c in group.children if tree.groups[c].size >= share * group.size]
+        if len(big) != 1:
+            return key
+        key = big[0]
+
+
+def _view_html(tree: ModuleTree, key: str, trail: list[tuple[str, str]], marker: str,
+               first: str = ROOT) -> tuple[str, int]:
+    """One view's markup and the number of boxes it first shows. A view with runs of repeated
+    calls holds two drawings: collapsed (shown) and expanded (shown on request)."""
+    full = tree.prefix + key
+    hidden = "" if full == first else " hidden"
+    view = tree.view(key)
+    svg, drawn = view_svg(view, marker)
+    body = svg
+    if view.runs:
+        expanded = tree.view(key, collapse=False)
+        members = {f"m:{k}" for run in view.runs for k in run.keys}
+        svg_all, _ = view_svg(expanded, marker + "x", searchable=members)
+        runs = ", ".join(f"{r.label} ({len(r.keys)} × {r.type_name})" for r in view.runs)
+        body = (f'<div class="variant collapsed">{svg}</div><div class="variant expanded" hidden>{svg_all}</div>')
+        toggle = (f'<button type="button" class="expand" data-expand="1" title="{escape(runs)}">expand repeated '
+                  f'blocks</button>')
+    else:
+        toggle = ""
+    return (f'<div class="view" data-key="{escape(full)}"{hidden}>{_crumbs(tree, key, trail, toggle)}'
+            f'<div class="canvas">{body}</div></div>', drawn)
+
+
+def graph_section(ep: Any, open_depth: int = 1, max_views: int = 2000, names: Optional[SymbolNames] = None) -> str:
     """The graph: one view per module call (the root shown first) and per control-flow subgraph,
-    and the module tree beside them."""
-    trees = _trees(ep.graph_module)
+    the module tree beside them, and the tools to move around a big one (search, zoom, the
+    size/mask edges toggle)."""
+    trees = _trees(ep, names or SymbolNames(ep))
+    first = first_view(trees[0][0])
     views, count, total = [], 0, 0
     for tree, trail in trees:
         for key in tree.keys():
             total += 1
             if count >= max_views:
                 continue
-            full = tree.prefix + key
-            hidden = "" if full == ROOT else " hidden"
-            views.append(f'<div class="view" data-key="{escape(full)}"{hidden}>{_crumbs(tree, key, trail)}'
-                         f'{view_svg(tree.view(key), f"arrow{count}")}</div>')
+            views.append(_view_html(tree, key, trail, f"arrow{count}", first)[0])
             count += 1
     note = "" if count == total else f"<p class=\"note\">Only the first {max_views} views are drawn.</p>"
     tree_html = _tree_html(trees[0][0], ROOT, 0, open_depth)
@@ -89,31 +131,34 @@ def graph_section(ep: Any, open_depth: int = 1, max_views: int = 2000) -> str:
             f'<small>subgraph {t.groups[ROOT].size}</small></div>' for t, _ in trees[1:]]
     if subs:
         tree_html += "<details open><summary>control-flow subgraphs</summary>" + "".join(subs) + "</details>"
-    return (f"<p>Each module call is a box: click it (or its name in the tree) to open it. Hover a box for its "
-            f"value and source line.</p>{page.LEGEND}{note}"
+    return (f"<p>Each module call is a box: click it (or its name in the tree) to open it; a stack of boxes is a "
+            f"run of repeated layers (click to expand). Hover a box for its value and source line; drag to pan, "
+            f"Ctrl+wheel or the buttons to zoom.</p>{page.LEGEND}{note}{page.TOOLBAR}"
             f"<div class=\"graphbox\"><div class=\"tree\">{tree_html}</div>"
-            f"<div class=\"views\">{''.join(views)}</div></div>")
+            f"<div class=\"views\" data-first=\"{escape(first)}\">{''.join(views)}</div></div>")
 
 
 def _facts(ep: Any) -> list[tuple[str, str]]:
     nodes = list(ep.graph.nodes)
     ops = sum(n.op == "call_function" for n in nodes)
-    weights = [*ep.state_dict.values(), *[c for c in ep.constants.values() if hasattr(c, "numel")]]
-    numel = sum(t.numel() for t in weights)
-    nbytes = sum(t.numel() * t.element_size() for t in weights)
+    weights = sections.unique_tensors(ep)  # a tied weight (one tensor, several names) counts once
+    numel = sum(t.numel() for t, _ in weights)
+    nbytes = sum(t.numel() * t.element_size() for t, _ in weights)
+    tied = sum(len(fqns) > 1 for _, fqns in weights)
     return [("nodes", str(len(nodes))), ("operators", str(ops)), ("weights", f"{numel:,} values, "
-            f"{nbytes / 2 ** 20:.1f} MiB"), ("dynamic symbols", str(len(ep.range_constraints))),
-            ("IR", getattr(ep, "dialect", "TRAINING"))]
+            f"{nbytes / 2 ** 20:.1f} MiB in {len(weights)} tensors" + (f" ({tied} tied)" if tied else "")),
+            ("dynamic symbols", str(len(ep.range_constraints))), ("IR", getattr(ep, "dialect", "TRAINING"))]
 
 
 def render(ep: Any, *, verification: Any = None, draft_report: Any = None, title: Optional[str] = None,
            open_depth: int = 1) -> str:
     """The report's HTML text (see :func:`report`)."""
     title = title or "graphcap report"
-    parts = [("graph", "Graph", graph_section(ep, open_depth)),
-             ("signature", "Signature", sections.signature(ep)),
-             ("ranges", "Range constraints", sections.ranges(ep)),
-             ("assumptions", "Specializations and guards", sections.assumptions(ep)),
+    names = SymbolNames(ep)
+    parts = [("graph", "Graph", graph_section(ep, open_depth, names=names)),
+             ("signature", "Signature", sections.signature(ep, names)),
+             ("ranges", "Range constraints", sections.ranges(ep, names)),
+             ("assumptions", "Specializations and guards", sections.assumptions(ep, names)),
              ("operators", "Operators", sections.histogram(ep)),
              ("timings", "Export stages", sections.timings(ep))]
     if verification is not None:

@@ -2,9 +2,12 @@
 
 Nothing is fetched: no fonts, no scripts, no images from anywhere, so the
 file opens offline and can be mailed or attached to a ticket. The script
-only switches between the graph's module views (``data-open`` on a module
-box or a tree entry shows that module's view); without it the root view and
-every table still show.
+(plain JavaScript, no library) moves around the graph: ``data-open`` on a
+module box or a tree entry shows that module's view, ``data-expand`` switches
+a view between its collapsed and expanded drawing, the toolbar zooms (also
+Ctrl+wheel), fits, searches every view's boxes by name, operator or module
+path, and shows the size/mask edges on request; dragging pans. Without the
+script the root view and every table still show.
 """
 from __future__ import annotations
 
@@ -44,10 +47,29 @@ pre.program{background:var(--panel);padding:10px;overflow:auto;max-height:600px;
 .tree a{color:var(--fg);text-decoration:none;cursor:pointer}.tree a.current{font-weight:700;color:var(--accent)}
 .tree .leaf{margin-left:22px;white-space:nowrap}
 .tree small{color:var(--muted)}
-.views{flex:1;overflow:auto;max-height:80vh;border:1px solid var(--line)}
-.crumbs{padding:6px 10px;border-bottom:1px solid var(--line);background:#fff;position:sticky;top:0;left:0}
+.views{flex:1;min-width:0;border:1px solid var(--line)}
+.crumbs{padding:6px 10px;border-bottom:1px solid var(--line);background:#fff}
 .crumbs a{color:var(--accent);cursor:pointer}
+.crumbs button{margin-left:12px;font-size:12px}
+.canvas{overflow:auto;height:72vh;cursor:grab;background:#fff}
+.canvas.dragging{cursor:grabbing}
+.toolbar{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin:6px 0;position:relative}
+.toolbar input[type=search]{width:320px;padding:3px 6px;font:inherit}
+.toolbar button{font:12px system-ui,sans-serif;padding:2px 8px;cursor:pointer}
+.toolbar label{font-size:12.5px;color:var(--muted);margin-left:10px}
+.toolbar .zoomlevel{font-size:12px;color:var(--muted);min-width:40px}
+.results{position:absolute;top:30px;left:0;z-index:5;background:#fff;border:1px solid var(--line);
+ max-height:320px;overflow:auto;width:520px;box-shadow:0 4px 12px rgba(0,0,0,.12);font-size:12.5px}
+.results a{display:block;padding:3px 8px;cursor:pointer;color:var(--fg);text-decoration:none}
+.results a:hover,.results a.sel{background:#eef4ff}
+.results small{color:var(--muted)}
 svg.graph{display:block;margin:6px}
+svg .edge.aux,svg .auxpart{display:none}
+svg .edge.aux{stroke:#f79009;stroke-width:0.9;stroke-dasharray:3 3}
+.show-aux svg .edge.aux,.show-aux svg .auxpart{display:inline}
+svg text.auxlabel{font-size:11px;fill:#b54708;text-anchor:start}
+svg .unit.hit rect{stroke:#f04438;stroke-width:3}
+svg .run rect.card{fill:#f5f8ff;stroke:#9db8ea}
 svg text{font:12px system-ui,sans-serif;text-anchor:middle;fill:#1d2433;pointer-events:none}
 svg text.sub{font-size:11px;fill:#667085}
 svg .edge{fill:none;stroke:#98a2b3;stroke-width:1.2}
@@ -74,7 +96,41 @@ svg .op-output rect{fill:#1d2433}svg .op-output text{fill:#fff}
 
 SCRIPT = """
 (function(){
+  var box=document.querySelector('.views'); if(!box){return;}
+  var zoom=document.querySelector('.zoomlevel');
+  function current(){return document.querySelector('.view:not([hidden])');}
+  function shown(view){  // the drawing of a view on screen (collapsed or expanded)
+    var vs=view.querySelectorAll('.variant');
+    for(var i=0;i<vs.length;i++){if(!vs[i].hidden){return vs[i].querySelector('svg');}}
+    return view.querySelector('svg');
+  }
+  function dims(svg){  // the drawing's size: with the size/mask computations when they are shown
+    var all=box.classList.contains('show-aux');
+    return [+svg.getAttribute(all?'data-wall':'data-w'),+svg.getAttribute(all?'data-hall':'data-h')];
+  }
+  function resize(svg,s){
+    var d=dims(svg);
+    svg.setAttribute('viewBox','0 0 '+d[0]+' '+d[1]);
+    svg.setAttribute('width',Math.round(d[0]*s)); svg.setAttribute('height',Math.round(d[1]*s));
+  }
+  function setScale(svg,s,cx,cy){
+    s=Math.max(0.1,Math.min(4,s));
+    var canvas=svg.closest('.canvas'), old=parseFloat(svg.getAttribute('data-scale')||'1');
+    if(cx===undefined){cx=canvas.clientWidth/2;cy=canvas.clientHeight/2;}
+    var gx=(canvas.scrollLeft+cx)/old, gy=(canvas.scrollTop+cy)/old;
+    resize(svg,s); svg.setAttribute('data-scale',s);
+    canvas.scrollLeft=gx*s-cx; canvas.scrollTop=gy*s-cy;
+    if(zoom){zoom.textContent=Math.round(s*100)+'%';}
+  }
+  function fit(svg,whole){  // the width (or the whole drawing) in the window, never above 100%
+    var canvas=svg.closest('.canvas'); if(!canvas){return;}
+    var d=dims(svg), w=d[0]+12, h=d[1]+12;
+    var s=Math.min(1,(canvas.clientWidth-4)/w);
+    if(whole){s=Math.min(s,(canvas.clientHeight-4)/h);}
+    setScale(svg,Math.max(whole?0.1:0.5,s),0,0); canvas.scrollLeft=0; canvas.scrollTop=0;
+  }
   function show(key){
+    if(!document.querySelector('.view[data-key="'+key.replace(/"/g,'')+'"]')){key='';}
     var views=document.querySelectorAll('.view');
     for(var i=0;i<views.length;i++){views[i].hidden=(views[i].getAttribute('data-key')!==key);}
     var links=document.querySelectorAll('.tree a[data-open]');
@@ -83,20 +139,111 @@ SCRIPT = """
       links[j].classList.toggle('current',here);
       for(var d=here?links[j].parentElement:null;d;d=d.parentElement){if(d.tagName==='DETAILS'){d.open=true;}}
     }
-    var box=document.querySelector('.views'); if(box){box.scrollTop=0;box.scrollLeft=0;}
+    var v=current(); if(v){var svg=shown(v); if(svg&&!svg.getAttribute('data-scale')){fit(svg,false);}}
+  }
+  function expand(view,on){
+    var vs=view.querySelectorAll('.variant'); if(vs.length<2){return;}
+    if(on===undefined){on=vs[1].hidden;}
+    vs[0].hidden=on; vs[1].hidden=!on;
+    var b=view.querySelector('button.expand'); if(b){b.textContent=on?'collapse repeated blocks':'expand repeated blocks';}
+    var svg=shown(view); if(svg&&!svg.getAttribute('data-scale')){fit(svg,false);}
+  }
+  function reveal(el){  // open the view holding a box, scroll it to the middle and mark it
+    var view=el.closest('.view'); show(view.getAttribute('data-key'));
+    var variant=el.closest('.variant'); if(variant&&variant.hidden){expand(view,variant.classList.contains('expanded'));}
+    if(el.closest('.auxpart')&&aux&&!aux.checked){showAux(true);}
+    var old=document.querySelectorAll('.unit.hit'); for(var i=0;i<old.length;i++){old[i].classList.remove('hit');}
+    el.classList.add('hit');
+    var canvas=el.closest('.canvas'), r=el.getBoundingClientRect(), c=canvas.getBoundingClientRect();
+    canvas.scrollLeft+=r.left-c.left-c.width/2+r.width/2; canvas.scrollTop+=r.top-c.top-c.height/2+r.height/2;
   }
   document.addEventListener('click',function(e){
-    var t=e.target.closest?e.target.closest('[data-open]'):null;
-    if(t){e.preventDefault();show(t.getAttribute('data-open'));}
+    if(!e.target.closest){return;}
+    var t=e.target.closest('[data-open]');
+    if(t){e.preventDefault();show(t.getAttribute('data-open'));return;}
+    var x=e.target.closest('[data-expand]');
+    if(x){e.preventDefault();expand(x.closest('.view'));return;}
+    var z=e.target.closest('[data-zoom]');
+    if(z){var svg=shown(current()); if(!svg){return;} var k=z.getAttribute('data-zoom');
+      if(k==='fit'){fit(svg,true);}else if(k==='1'){setScale(svg,1);}
+      else{setScale(svg,parseFloat(svg.getAttribute('data-scale')||'1')*(k==='in'?1.25:0.8));}}
   });
   document.addEventListener('keydown',function(e){
-    if(e.key==='Enter'&&document.activeElement&&document.activeElement.hasAttribute('data-open')){
-      show(document.activeElement.getAttribute('data-open'));}
+    var a=document.activeElement;
+    if(e.key==='Enter'&&a&&a.hasAttribute('data-open')){show(a.getAttribute('data-open'));}
+    else if(e.key==='Enter'&&a&&a.hasAttribute('data-expand')){expand(a.closest('.view'));}
   });
-  var m=/^#view=(.*)$/.exec(window.location.hash||'');
-  show(m?decodeURIComponent(m[1]):'');
+  box.addEventListener('wheel',function(e){
+    if(!(e.ctrlKey||e.metaKey)){return;}
+    var svg=shown(current()); if(!svg){return;} e.preventDefault();
+    var c=svg.closest('.canvas').getBoundingClientRect();
+    setScale(svg,parseFloat(svg.getAttribute('data-scale')||'1')*(e.deltaY<0?1.15:0.87),e.clientX-c.left,e.clientY-c.top);
+  },{passive:false});
+  var drag=null;
+  box.addEventListener('mousedown',function(e){
+    var canvas=e.target.closest&&e.target.closest('.canvas');
+    if(!canvas||e.button!==0||e.target.closest('.unit')){return;}
+    drag={c:canvas,x:e.clientX,y:e.clientY,l:canvas.scrollLeft,t:canvas.scrollTop}; canvas.classList.add('dragging');
+    e.preventDefault();
+  });
+  window.addEventListener('mousemove',function(e){
+    if(drag){drag.c.scrollLeft=drag.l-(e.clientX-drag.x); drag.c.scrollTop=drag.t-(e.clientY-drag.y);}
+  });
+  window.addEventListener('mouseup',function(){if(drag){drag.c.classList.remove('dragging'); drag=null;}});
+  var aux=document.getElementById('show-aux');
+  function showAux(on){
+    aux.checked=on; box.classList.toggle('show-aux',on);
+    var svgs=box.querySelectorAll('svg.graph');
+    for(var i=0;i<svgs.length;i++){resize(svgs[i],parseFloat(svgs[i].getAttribute('data-scale')||'1'));}
+  }
+  if(aux){aux.addEventListener('change',function(){showAux(aux.checked);});}
+  var input=document.getElementById('graph-search'), results=document.querySelector('.results');
+  var timer=null;
+  function search(){
+    var q=input.value.trim().toLowerCase(); results.innerHTML='';
+    if(!q){results.hidden=true;return;}
+    var hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
+    for(var i=0;i<hits.length;i++){
+      if(hits[i].getAttribute('data-s').indexOf(q)<0){continue;}
+      total++; if(n>=200){continue;} n++;
+      var el=hits[i], view=el.closest('.view'), a=document.createElement('a');
+      var label=el.querySelector('text'), title=el.querySelector('title');
+      a.textContent=(label?label.textContent:'')+'  ';
+      var where=document.createElement('small');
+      where.textContent=(title?title.textContent.split('\\n')[0]:'')+' — in '+(view.getAttribute('data-key')||'program');
+      a.appendChild(where); a._el=el; results.appendChild(a);
+    }
+    if(total>n){var more=document.createElement('small'); more.textContent=' '+(total-n)+' more: type more of the name';
+      results.appendChild(more);}
+    if(!total){results.textContent='no box matches';}
+    results.hidden=false;
+  }
+  if(input){
+    input.addEventListener('input',function(){clearTimeout(timer); timer=setTimeout(search,120);});
+    input.addEventListener('keydown',function(e){
+      if(e.key==='Enter'){var f=results.querySelector('a'); if(f){reveal(f._el); results.hidden=true;}}
+      if(e.key==='Escape'){results.hidden=true;}
+    });
+    results.addEventListener('click',function(e){var a=e.target.closest('a'); if(a&&a._el){reveal(a._el); results.hidden=true;}});
+  }
+  var m=/[#&]view=([^&]*)/.exec(window.location.hash||'');
+  show(m?decodeURIComponent(m[1]):box.getAttribute('data-first')||'');
+  if(/[#&]expand=1/.test(window.location.hash||'')){expand(current(),true);}
+  if(/[#&]aux=1/.test(window.location.hash||'')&&aux){showAux(true);}
+  var q=/[#&]find=([^&]*)/.exec(window.location.hash||'');
+  if(q&&input){input.value=decodeURIComponent(q[1]); search();}
 })();
 """
+
+TOOLBAR = ('<div class="toolbar"><input type="search" id="graph-search" placeholder="search nodes, operators, '
+           'modules (e.g. h.11.attn, softmax)" aria-label="search the graph"/>'
+           '<div class="results" hidden></div>'
+           '<button type="button" data-zoom="out" title="zoom out (Ctrl+wheel)">−</button>'
+           '<span class="zoomlevel">100%</span>'
+           '<button type="button" data-zoom="in" title="zoom in (Ctrl+wheel)">+</button>'
+           '<button type="button" data-zoom="fit" title="the whole view in the window">fit</button>'
+           '<button type="button" data-zoom="1" title="actual size">1:1</button>'
+           '<label><input type="checkbox" id="show-aux"/> show size/mask edges</label></div>')
 
 LEGEND = ("<div class=\"legend\">" + "".join(
     f'<span><i style="background:{bg};border-color:{fg}"></i>{escape(name)}</span>' for name, bg, fg in (

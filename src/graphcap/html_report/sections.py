@@ -7,6 +7,7 @@ and the draft report are read by duck typing (see :func:`verification` and
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from html import escape
 from typing import Any, Iterable, Optional
@@ -14,6 +15,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from ..signature import InputKind
+from .names import NoNames, SymbolNames
 
 
 def table(headers: list[str], rows: Iterable[list[Any]], css: str = "") -> str:
@@ -71,61 +73,90 @@ def histogram(ep: Any) -> str:
         table(["operator", "count"], rows, "hist")
 
 
-def _value_text(val: Any) -> str:
+def _value_text(val: Any, names: SymbolNames) -> str:
     if isinstance(val, torch.Tensor):
-        return f"{str(val.dtype).replace('torch.', '')}[{', '.join(str(s) for s in val.shape)}]"
+        return names.shape(val)
     if val is None:
         return ""
-    return f"{type(val).__name__} {val}"
+    return f"{type(val).__name__} {names(val)}"
 
 
-def signature(ep: Any) -> str:
+def _storage_key(t: Any) -> Any:
+    """What makes two state entries one tensor: the same memory (same place, shape, strides and dtype);
+    a tensor with no memory of its own (meta, fake) is only itself."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 (a tensor subclass without a storage)
+        ptr = 0
+    if not ptr:
+        return ("object", id(t))
+    return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def unique_tensors(ep: Any) -> list[tuple[torch.Tensor, list[str]]]:
+    """The program's weights (state dict and tensor constants) once each, with every name they go by:
+    a tied weight (``lm_head.weight`` is ``transformer.wte.weight``) is one tensor with two names."""
+    groups: dict[Any, tuple[torch.Tensor, list[str]]] = {}
+    entries = [*ep.state_dict.items(), *[(k, c) for k, c in ep.constants.items() if isinstance(c, torch.Tensor)]]
+    for fqn, t in entries:
+        if not isinstance(t, torch.Tensor):
+            continue
+        groups.setdefault(_storage_key(t), (t, []))[1].append(fqn)
+    return list(groups.values())
+
+
+def signature(ep: Any, names: SymbolNames = NoNames()) -> str:
+    """Inputs and outputs by the signature's kinds (user input, parameter, buffer, constant...), sizes
+    by the user's Dim names; a tied weight's second name says which tensor it shares."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     out_node = next((n for n in ep.graph.nodes if n.op == "output"), None)
-    in_rows = []
+    tied_to = {}
+    for _, fqns in unique_tensors(ep):
+        for other in fqns[1:]:
+            tied_to[other] = fqns[0]
+    user, state = [], []
     for spec in ep.graph_signature.input_specs:
         name = getattr(spec.arg, "name", "")
         node = placeholders.get(name)
-        in_rows.append([Raw(f"<code>{escape(name)}</code>"), spec.kind.name, spec.target or "",
-                        _value_text(node.meta.get("val") if node is not None else None)])
+        target = spec.target or ""
+        kind = spec.kind.name + (f" (tied to {tied_to[target]})" if target in tied_to else "")
+        row = [Raw(f"<code>{escape(name)}</code>"), kind, target,
+               _value_text(node.meta.get("val") if node is not None else None, names)]
+        (user if spec.kind is InputKind.USER_INPUT else state).append(row)
     outs = list(out_node.args[0]) if out_node is not None and out_node.args else []
     out_rows = []
     for i, spec in enumerate(ep.graph_signature.output_specs):
         arg_name = getattr(spec.arg, "name", str(getattr(spec.arg, "value", "")))
         val = outs[i].meta.get("val") if i < len(outs) and isinstance(outs[i], torch.fx.Node) else None
-        out_rows.append([Raw(f"<code>{escape(arg_name)}</code>"), spec.kind.name, spec.target or "", _value_text(val)])
-    user = [r for r, s in zip(in_rows, ep.graph_signature.input_specs) if s.kind is InputKind.USER_INPUT]
-    state = [r for r, s in zip(in_rows, ep.graph_signature.input_specs) if s.kind is not InputKind.USER_INPUT]
+        out_rows.append([Raw(f"<code>{escape(arg_name)}</code>"), spec.kind.name, spec.target or "",
+                         _value_text(val, names)])
     parts = ["<h3>User inputs</h3>", table(["placeholder", "kind", "target", "value"], user) if user
              else "<p>None.</p>", "<h3>Outputs</h3>", table(["output", "kind", "target", "value"], out_rows)]
     if state:
-        parts += [f"<details><summary>Parameters, buffers and constants ({len(state)})</summary>",
+        kinds = Counter(spec.kind.name.lower().replace("_", " ") for spec in ep.graph_signature.input_specs
+                        if spec.kind is not InputKind.USER_INPUT)
+        counted = ", ".join(f"{n} {k}" for k, n in kinds.items())
+        tied = f"; {len(tied_to)} of them tied to another (one tensor)" if tied_to else ""
+        parts += [f"<details><summary>Parameters, buffers and constants ({counted}{tied})</summary>",
                   table(["placeholder", "kind", "target", "value"], state), "</details>"]
     return "".join(parts)
 
 
-def _symbol_uses(ep: Any) -> dict[str, list[str]]:
-    uses: dict[str, list[str]] = {}
-    for node in ep.graph.nodes:
-        val = node.meta.get("val")
-        if node.op != "placeholder" or not isinstance(val, torch.Tensor):
-            continue
-        for d, size in enumerate(val.shape):
-            if isinstance(size, torch.SymInt):
-                uses.setdefault(str(size), []).append(f"{node.name}.shape[{d}]")
-    return uses
-
-
-def ranges(ep: Any) -> str:
+def ranges(ep: Any, names: SymbolNames = NoNames()) -> str:
+    """Each symbol by the user's name (and the engine's, which the printed program uses), its range and
+    the input sizes that are it."""
     if not ep.range_constraints:
         return "<p>All sizes are static.</p>"
-    uses = _symbol_uses(ep)
     rows = []
     for sym, vr in ep.range_constraints.items():
         hi = "∞" if str(vr.upper) in ("int_oo", "oo") else str(vr.upper)
-        used = ", ".join(uses.get(str(sym), [])) or ("a value read from data" if str(sym).startswith("u") else "")
-        rows.append([Raw(f"<code>{escape(str(sym))}</code>"), str(vr.lower), hi, used])
-    return table(["symbol", "min", "max", "input sizes"], rows)
+        used = ", ".join(names.uses.get(str(sym), [])) or \
+            ("a value read from data" if str(sym).startswith("u") else "")
+        shown = names.name(sym)
+        label = f"<code>{escape(shown)}</code>" + (f" <small>({escape(str(sym))} in the printed program)</small>"
+                                                   if shown != str(sym) else "")
+        rows.append([Raw(label), names(vr.lower), names(hi), used])
+    return table(["dim", "min", "max", "input sizes"], rows)
 
 
 def _user_line(stack_trace: str) -> str:
@@ -133,27 +164,91 @@ def _user_line(stack_trace: str) -> str:
     return " · ".join(lines[-2:]) if len(lines) >= 2 else (lines[0] if lines else "")
 
 
-def runtime_asserts(ep: Any) -> list[list[Any]]:
+_DEFAULTS = {"layout": torch.strided}
+
+
+def _metadata_condition(node: torch.fx.Node, names: SymbolNames) -> str:
+    """``_assert_tensor_metadata(x, dtype=..., device=...)`` as the condition it checks."""
+    subject = node.args[0].name if node.args and isinstance(node.args[0], torch.fx.Node) else "the tensor"
+    fields = dict(zip(("size", "stride", "dtype", "device", "layout"), node.args[1:]))
+    fields.update(node.kwargs)
+    said = [f"{k} {names(str(v).replace('torch.', ''))}" for k, v in fields.items()
+            if v is not None and _DEFAULTS.get(k) != v]
+    return f"{subject} has " + (", ".join(said) if said else "the metadata it was traced with")
+
+
+def _scalar_condition(node: torch.fx.Node, names: SymbolNames) -> str:
+    """An ``_assert_scalar`` / ``_assert_async`` condition: its message, else the expression it checks."""
+    msg = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else node.kwargs.get("msg")
+    if isinstance(msg, str) and msg:
+        return names(msg)
+    cond = node.args[0] if node.args else None
+    if isinstance(cond, torch.fx.Node):
+        val = cond.meta.get("val")
+        return names(val) if val is not None else cond.name
+    return names(cond)
+
+
+def _range_condition(node: torch.fx.Node, names: SymbolNames) -> str:
+    """``sym_constrain_range(u0, min=0, max=10)`` as ``0 <= u0 <= 10`` (by name)."""
+    value = node.args[0] if node.args else None
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+    subject = names(val) if val is not None else getattr(value, "name", "the value")
+    lo = node.kwargs.get("min", node.args[1] if len(node.args) > 1 else None)
+    hi = node.kwargs.get("max", node.args[2] if len(node.args) > 2 else None)
+    if "for_size" in str(node.target):
+        lo = 0 if lo is None else lo
+    text = subject
+    if lo is not None:
+        text = f"{lo} <= {text}"
+    if hi is not None:
+        text = f"{text} <= {hi}"
+    return text
+
+
+def runtime_asserts(ep: Any, names: SymbolNames = NoNames()) -> list[list[Any]]:
+    """The checks the program makes when it runs, each with the condition it checks: size asserts
+    (``_assert_scalar``), value ranges (``sym_constrain_range``) and the dtype/device checks that keep
+    a traced ``x.to(...)`` meaning what it meant (``_assert_tensor_metadata``)."""
     rows = []
     for graph in _all_graphs(ep.graph_module):
         for node in graph.nodes:
+            if node.op != "call_function":
+                continue
             name = str(node.target)
-            if node.op == "call_function" and ("_assert" in name or "sym_constrain_range" in name):
-                msg = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else name
-                rows.append(["runtime assert", "", msg, _user_line(node.meta.get("stack_trace", ""))])
+            if "_assert_tensor_metadata" in name:
+                kind, cond = "tensor check", _metadata_condition(node, names)
+            elif "sym_constrain_range" in name:
+                kind, cond = "runtime assert", _range_condition(node, names)
+            elif "_assert_scalar" in name or "_assert_async" in name:
+                kind, cond = "runtime assert", _scalar_condition(node, names)
+            else:
+                continue
+            if not cond.strip():
+                cond = f"{node.name} ({_op_name(node.target)})"  # never an empty condition cell
+            dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} |
+                                    {n for n in names.names.values() if re.search(rf"\b{re.escape(n)}\b", cond)}))
+            rows.append([kind, dims, Raw(f"<code>{escape(cond)}</code>"),
+                         _user_line(node.meta.get("stack_trace", ""))])
     return rows
 
 
-def assumptions(ep: Any) -> str:
+def assumptions(ep: Any, names: SymbolNames = NoNames()) -> str:
+    """What export assumed (``ep.export_assumptions``: specializations, relations, narrowed ranges,
+    guards, each with the user's line) and the checks the program makes when it runs. Every row has
+    its condition."""
     recorded = getattr(ep, "export_assumptions", None)
     rows = []
     for a in recorded or []:
         where = a.where or ("(inside torch)" if a.framework else "")
-        rows.append([a.kind, a.dim, Raw(f"<code>{escape(a.text)}</code>"), where])
-    rows += runtime_asserts(ep)
+        text = names(a.text)
+        if not text.strip():
+            continue
+        rows.append([a.kind, names(a.dim), Raw(f"<code>{escape(text)}</code>"), where])
+    rows += runtime_asserts(ep, names)
     note = "" if recorded is not None else \
         "<p class=\"note\">This program does not carry its export's assumptions (it was loaded from a file or " \
-        "rebuilt by a pass); runtime asserts are read from the graph.</p>"
+        "rebuilt by a pass); the checks it makes at run time are read from the graph.</p>"
     if not rows:
         return note + ("<p>No runtime asserts in the graph.</p>" if recorded is None else
                        "<p>None: no size was specialized and no guard was needed beyond the signature.</p>")
