@@ -107,7 +107,9 @@ def _view_html(tree: ModuleTree, key: str, trail: list[tuple[str, str]], marker:
                   f'blocks</button>')
     else:
         toggle = ""
-    return (f'<div class="view" data-key="{escape(full)}"{hidden}>{_crumbs(tree, key, trail, toggle)}'
+    label = (trail[-1][1] + "/" if trail else "") + (tree.groups[key].label if key else "program")
+    return (f'<div class="view" data-key="{escape(full)}" data-label="{escape(label)}"{hidden}>'
+            f'{_crumbs(tree, key, trail, toggle)}'
             f'<div class="canvas">{body}</div></div>', drawn)
 
 

@@ -7,9 +7,8 @@ user's name, and keeps the engine's symbol only where the printed program
 
 Where a name comes from, first found wins:
 
-1. the Dim names the program records for its symbols (:func:`recorded_dim_names`,
-   the one place to change when the program's own symbol -> Dim name mapping
-   is available);
+1. the Dim names the program records for its symbols (``ep.export_dim_names``,
+   read by :func:`recorded_dim_names`, the one place that knows where they are);
 2. the first user input whose size the symbol is: ``input_ids.shape[1]``
    (read from the signature's placeholders, so it works for a loaded program too);
 3. the symbol itself (a value read from data, ``u0``, that no input size is).
@@ -27,44 +26,13 @@ _SYMBOL = re.compile(r"\b([su]\d+)\b")
 
 
 def recorded_dim_names(ep: Any) -> dict[str, str]:
-    """``str(symbol) -> Dim name`` as far as the program records them.
-
-    Read from ``ep.dim_names`` when the program carries such a mapping, else from the
-    shape engine's ``source_name_to_debug_name`` (source -> the spec's name) joined with
-    each symbol's sources, for a program whose fake inputs still hold their ShapeEnv.
-    """
-    names: dict[str, str] = {}
-    mapping = getattr(ep, "dim_names", None)
-    if isinstance(mapping, dict):
-        names.update({str(k): str(v) for k, v in mapping.items() if v})
-    env = _shape_env(ep)
-    debug = getattr(env, "source_name_to_debug_name", None) or {}
-    sources = getattr(env, "var_to_sources", None) or {}
-    for sym, srcs in sources.items():
-        for src in srcs:
-            name = debug.get(_source_name(src))
-            if name and str(sym) not in names:
-                names[str(sym)] = name
-    return names
-
-
-def _source_name(src: Any) -> str:
-    try:
-        return src.name() if callable(getattr(src, "name", None)) else str(src.name)
-    except Exception:  # noqa: BLE001 (a source kind without a name: no name from it)
-        return ""
-
-
-def _shape_env(ep: Any) -> Any:
-    for node in ep.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
-        for s in sizes:
-            if isinstance(s, torch.SymInt):
-                return s.node.shape_env
-    return None
+    """``str(symbol) -> Dim name`` as the program records them (``ep.export_dim_names``, plain data
+    written at export: the spec's Dims by name); empty for a program without the record (a hint, an
+    older file)."""
+    mapping = getattr(ep, "export_dim_names", None)
+    if not isinstance(mapping, dict):
+        return {}
+    return {str(k): str(v) for k, v in mapping.items() if v}
 
 
 def input_paths(ep: Any) -> dict[str, list[str]]:

@@ -51,7 +51,7 @@ pre.program{background:var(--panel);padding:10px;overflow:auto;max-height:600px;
 .crumbs{padding:6px 10px;border-bottom:1px solid var(--line);background:#fff}
 .crumbs a{color:var(--accent);cursor:pointer}
 .crumbs button{margin-left:12px;font-size:12px}
-.canvas{overflow:auto;height:72vh;cursor:grab;background:#fff}
+.canvas{overflow:auto;max-height:72vh;cursor:grab;background:#fff}
 .canvas.dragging{cursor:grabbing}
 .toolbar{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin:6px 0;position:relative}
 .toolbar input[type=search]{width:320px;padding:3px 6px;font:inherit}
@@ -126,7 +126,7 @@ SCRIPT = """
     var canvas=svg.closest('.canvas'); if(!canvas){return;}
     var d=dims(svg), w=d[0]+12, h=d[1]+12;
     var s=Math.min(1,(canvas.clientWidth-4)/w);
-    if(whole){s=Math.min(s,(canvas.clientHeight-4)/h);}
+    if(whole){s=Math.min(s,(window.innerHeight*0.72-4)/h);}
     setScale(svg,Math.max(whole?0.1:0.5,s),0,0); canvas.scrollLeft=0; canvas.scrollTop=0;
   }
   function show(key){
@@ -202,15 +202,17 @@ SCRIPT = """
   function search(){
     var q=input.value.trim().toLowerCase(); results.innerHTML='';
     if(!q){results.hidden=true;return;}
-    var hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
+    var words=q.split(/\s+/), hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
     for(var i=0;i<hits.length;i++){
-      if(hits[i].getAttribute('data-s').indexOf(q)<0){continue;}
+      var text=hits[i].getAttribute('data-s'), all=true;
+      for(var w=0;w<words.length;w++){if(text.indexOf(words[w])<0){all=false;break;}}
+      if(!all){continue;}
       total++; if(n>=200){continue;} n++;
       var el=hits[i], view=el.closest('.view'), a=document.createElement('a');
       var label=el.querySelector('text'), title=el.querySelector('title');
       a.textContent=(label?label.textContent:'')+'  ';
       var where=document.createElement('small');
-      where.textContent=(title?title.textContent.split('\\n')[0]:'')+' — in '+(view.getAttribute('data-key')||'program');
+      where.textContent=(title?title.textContent.split('\\n')[0]:'')+' — in '+(view.getAttribute('data-label')||'program');
       a.appendChild(where); a._el=el; results.appendChild(a);
     }
     if(total>n){var more=document.createElement('small'); more.textContent=' '+(total-n)+' more: type more of the name';
@@ -231,7 +233,8 @@ SCRIPT = """
   if(/[#&]expand=1/.test(window.location.hash||'')){expand(current(),true);}
   if(/[#&]aux=1/.test(window.location.hash||'')&&aux){showAux(true);}
   var q=/[#&]find=([^&]*)/.exec(window.location.hash||'');
-  if(q&&input){input.value=decodeURIComponent(q[1]); search();}
+  if(q&&input){input.value=decodeURIComponent(q[1]); search();
+    if(/[#&]go=1/.test(window.location.hash)){var f=results.querySelector('a'); if(f){reveal(f._el); results.hidden=true;}}}
 })();
 """
 

@@ -240,11 +240,12 @@ def assumptions(ep: Any, names: SymbolNames = NoNames()) -> str:
     recorded = getattr(ep, "export_assumptions", None)
     rows = []
     for a in recorded or []:
-        where = a.where or ("(inside torch)" if a.framework else "")
-        text = names(a.text)
+        field = a.get if isinstance(a, dict) else lambda k, d=None: getattr(a, k, d)  # records or their data
+        where = field("where") or ("(inside torch)" if field("framework") else "")
+        text = names(field("text") or "")
         if not text.strip():
-            continue
-        rows.append([a.kind, names(a.dim), Raw(f"<code>{escape(text)}</code>"), where])
+            continue  # a record without its condition says nothing: no empty row
+        rows.append([field("kind") or "", names(field("dim") or ""), Raw(f"<code>{escape(text)}</code>"), where])
     rows += runtime_asserts(ep, names)
     note = "" if recorded is not None else \
         "<p class=\"note\">This program does not carry its export's assumptions (it was loaded from a file or " \
