@@ -186,3 +186,236 @@ def test_control_flow_subgraphs_get_views_opened_from_their_boxes(tmp_path):
     for sub in ("true_graph_0/", "false_graph_0/"):
         assert f'data-key="{sub}"' in text and f'data-open="{sub}"' in text
     assert "aten.tanh.default" in text and "aten.sin.default" in text  # the histogram counts subgraphs
+
+
+# --- a report that scales (issue 24): tools, collapsed runs, hidden size/mask edges, conditions,
+# --- Dim names, tied weights, state kinds from the signature
+
+class Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        return torch.relu(self.lin(x)).masked_fill(mask, 0.0) + x
+
+
+class Stack(torch.nn.Module):
+    """A mask made once and fed to every layer, as a transformer's causal mask is."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 8)
+        self.layers = torch.nn.ModuleList(Layer() for _ in range(n))
+        self.head = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        mask = x.sum(-1, keepdim=True) > 100.0
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(x)
+
+
+def _stack_report(tmp_path, n, **kw):
+    ep = graphcap.export(Stack(n), (torch.randn(3, 8),), **kw)
+    return ep, graphcap.report(ep, tmp_path / f"stack{n}.html").read_text()
+
+
+def _views(text):
+    """{view key: its markup} for every module view of the page."""
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r'<div class="view" data-key="([^"]*)"', text)]
+    ends = [s for s, _ in starts[1:]] + [len(text)]
+    return {key: text[s:e] for (s, key), e in zip(starts, ends)}
+
+
+def _shown_view(text):
+    """The markup of the view the page opens on (the one not hidden), its first drawing only."""
+    for key, html in _views(text).items():
+        head = html[:html.index(">") + 1]
+        if " hidden" not in head:
+            variant = re.search(r'<div class="variant collapsed">(.*?)</div><div class="variant expanded"', html, re.S)
+            return key, (variant.group(1) if variant else html)
+    raise AssertionError("no view is shown")
+
+
+def test_the_page_has_search_zoom_pan_and_the_size_mask_toggle_inline(tmp_path):
+    _, text = _stack_report(tmp_path, 4)
+    assert '<input type="search" id="graph-search"' in text
+    for zoom in ("in", "out", "fit", "1"):
+        assert f'data-zoom="{zoom}"' in text
+    assert 'id="show-aux"' in text and "show size/mask edges" in text
+    assert "addEventListener('wheel'" in text and "mousedown" in text  # Ctrl+wheel zoom, drag to pan
+    parser = Balance()
+    parser.feed(text)
+    assert parser.errors == [] and parser.stack == [] and parser.urls == []
+    assert "<script src" not in text  # works offline: nothing fetched
+
+
+def test_a_run_of_repeated_layers_is_one_box_that_expands(tmp_path):
+    ep, text = _stack_report(tmp_path, 6)
+    key, shown = _shown_view(text)
+    assert key == ""
+    assert shown.count('class="unit module run"') == 1 and 'data-expand="1"' in shown
+    assert "layers.0 … layers.5" in shown and "6 × Layer" in shown
+    assert 'data-open="L__self__layers.3"' not in shown  # members are not drawn one by one
+    root = _views(text)[""]
+    assert 'class="variant expanded" hidden' in root and 'class="expand" data-expand="1"' in root
+    expanded = root[root.index('class="variant expanded"'):]
+    for i in range(6):
+        assert f'data-open="L__self__layers.{i}"' in expanded
+    # each layer's own view is still there (the tree and search open them)
+    assert sum(k.startswith("L__self__layers.") and k.count(".") == 1 for k in _views(text)) == 6
+
+
+def test_two_repeated_layers_are_drawn_as_they_are(tmp_path):
+    _, text = _stack_report(tmp_path, 2)
+    assert 'class="unit module run"' not in text and 'class="variant' not in text
+    assert 'data-open="L__self__layers.0"' in text and 'data-open="L__self__layers.1"' in text
+
+
+def test_a_run_is_not_collapsed_over_its_parents_own_operators(tmp_path):
+    class Interleaved(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x).sin()  # the parent's own operator between the layers
+            return x
+
+    ep = graphcap.export(Interleaved(), (torch.randn(2, 4),))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    assert 'class="unit module run"' not in text
+
+
+def test_a_mask_fanning_out_to_every_layer_is_drawn_only_on_request(tmp_path):
+    _, text = _stack_report(tmp_path, 6)
+    root = _views(text)[""]
+    expanded = root[root.index('class="variant expanded"'):]
+    assert expanded.count('class="edge aux"') >= 6  # the mask to each of the 6 layers
+    assert '<g class="auxpart">' in root  # the mask's computation, drawn apart
+    assert "svg .edge.aux,svg .auxpart{display:none}" in text  # hidden until the toggle shows them
+    assert ".show-aux svg .edge.aux" in text
+
+
+def test_a_48_layer_model_opens_on_a_small_picture(tmp_path):
+    ep, text = _stack_report(tmp_path, 48)
+    assert len(ep.graph.nodes) > 250
+    _, shown = _shown_view(text)
+    drawn = shown.count('<g class="unit')
+    assert drawn <= 20, drawn  # a box per top-level call and the few operators around them
+    size = re.search(r'<svg class="graph" width="(\d+)" height="(\d+)"', shown)
+    assert int(size.group(1)) < 1600 and int(size.group(2)) < 1200, size.groups()
+    assert "layers.0 … layers.47" in shown and "48 × Layer" in shown
+
+
+def test_runtime_checks_are_listed_with_their_conditions_no_empty_rows(tmp_path):
+    class Convert(torch.nn.Module):
+        def forward(self, x, n):
+            k = n.item()
+            torch._check(k >= 2)
+            torch._check(k <= 10)
+            return x.to(torch.float64) * k
+
+    ep = graphcap.export(Convert(), (torch.randn(3), torch.tensor(4)))
+    assert any("_assert_tensor_metadata" in str(n.target) for n in ep.graph.nodes)
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    section = text[text.index('<section id="assumptions">'):text.index('<section id="operators">')]
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>[^<]*</td><td>(.*?)</td>", section)
+    assert rows
+    for kind, condition in rows:
+        assert re.sub(r"<[^>]+>", "", condition).strip(), (kind, condition)
+        assert "aten._assert_tensor_metadata" not in condition
+    assert any(kind == "tensor check" and "dtype float32" in cond for kind, cond in rows)
+    assert any(kind == "runtime assert" for kind, _ in rows)
+
+
+def test_a_record_without_a_condition_makes_no_row(tmp_path):
+    ep = _export()
+    recorded = list(ep.export_assumptions)
+    ep.export_assumptions = recorded + [{"kind": "guard", "dim": "", "text": "", "where": ""}]
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    section = text[text.index('<section id="assumptions">'):text.index('<section id="operators">')]
+    assert "<td><code></code></td>" not in section
+    assert section.count("<tr><td>") == len([a for a in recorded if a.text]) + section.count("runtime assert")
+
+
+def test_tied_weights_are_counted_once(tmp_path):
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 16)
+            self.head = torch.nn.Linear(16, 50, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids):
+            return self.head(self.embed(ids))
+
+    ep = graphcap.export(Tied(), (torch.randint(0, 50, (2, 5)),))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    assert "weights: <b>800 values" in text and "in 1 tensor (1 tied)" in text
+    assert "tied to embed.weight" in text or "tied to head.weight" in text
+
+
+def test_sizes_read_as_dim_names_not_engine_symbols(tmp_path):
+    ep = graphcap.export(Net(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: Dim("batch", min=3)}})
+    sym = str(next(iter(ep.range_constraints)))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    sig = text[text.index('<section id="signature">'):text.index('<section id="ranges">')]
+    ranges = text[text.index('<section id="ranges">'):text.index('<section id="assumptions">')]
+    graph = text[text.index('<section id="graph">'):text.index('<section id="signature">')]
+    for part in (sig, graph):
+        assert not re.search(rf"\b{sym}\b", part), part[:300]
+    assert f"({sym} in the printed program)" in ranges  # the engine's symbol only beside the name
+    name = "batch" if getattr(ep, "export_dim_names", None) else "x.shape[0]"
+    assert f"float32[{name}, 4]" in sig
+
+
+def test_dim_names_are_the_users_when_the_program_records_them(tmp_path):
+    ep = graphcap.export(Net(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: Dim("batch", min=3)}})
+    if getattr(ep, "export_dim_names", None) is None:  # recorded at export once symbol names land
+        sym = str(next(iter(ep.range_constraints)))
+        ep.export_dim_names = {sym: "batch"}
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    assert "float32[batch, 4]" in text and "float32[batch, 2]" in text
+    assert "<code>batch</code>" in text  # the range table's dim column
+
+
+def test_state_is_told_by_the_signatures_kinds_not_by_name_prefixes(tmp_path):
+    class Inner(torch.nn.Module):
+        def forward(self, x, p_scale):
+            return x * p_scale
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+            self.register_buffer("offset", torch.ones(3))
+
+        def forward(self, x, p_scale):  # a user input named like a lifted parameter
+            return self.inner(x, p_scale) + self.offset
+
+    ep = graphcap.export(Outer(), (torch.randn(3), torch.randn(3)))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    views = _views(text)
+    drawn_as_input = r'<g class="unit node op-input"[^>]*><title>p_scale \(input\)'
+    assert re.search(drawn_as_input, views[""])  # a user input: drawn where the program starts
+    assert not re.search(drawn_as_input, views["L__self__inner"])  # not moved in like a weight
+    sig = text[text.index('<section id="signature">'):text.index('<section id="ranges">')]
+    user = sig[:sig.index("<h3>Outputs</h3>")]
+    assert "<code>p_scale</code></td><td>USER_INPUT" in user and "b_offset" not in user
+    assert "1 buffer" in sig
+
+
+def test_a_loaded_program_with_its_assumptions_lists_them(tmp_path):
+    ep = _export()
+    assert ep.export_assumptions
+    graphcap.save(ep, tmp_path / "p.pt2")
+    loaded = graphcap.load(tmp_path / "p.pt2")
+    if loaded.export_assumptions is None:  # until the file keeps them: what a loader restores
+        loaded.export_assumptions = [a.to_dict() for a in ep.export_assumptions]
+    text = graphcap.report(loaded, tmp_path / "r.html").read_text()
+    assert "does not carry" not in text
+    assert "if x.shape[0] &gt; 2" in text
