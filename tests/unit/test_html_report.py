@@ -419,3 +419,27 @@ def test_a_loaded_program_with_its_assumptions_lists_them(tmp_path):
     text = graphcap.report(loaded, tmp_path / "r.html").read_text()
     assert "does not carry" not in text
     assert "if x.shape[0] &gt; 2" in text
+
+
+def test_stages_that_differ_are_not_a_run(tmp_path):
+    class Stage(torch.nn.Module):
+        def __init__(self, depth):
+            super().__init__()
+            self.body = torch.nn.Sequential(*(torch.nn.Linear(4, 4) for _ in range(depth)))
+
+        def forward(self, x):
+            return self.body(x)
+
+    class Net4(torch.nn.Module):  # ResNet's layer1 .. layer4: same class, not the same layer
+        def __init__(self):
+            super().__init__()
+            self.layer1, self.layer2, self.layer3, self.layer4 = (Stage(d) for d in (1, 2, 2, 2))
+            self.stages = torch.nn.Sequential(Stage(1), Stage(2), Stage(3))
+
+        def forward(self, x):
+            return self.stages(self.layer4(self.layer3(self.layer2(self.layer1(x)))))
+
+    ep = graphcap.export(Net4(), (torch.randn(2, 4),))
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    runs = re.findall(r'<g class="unit module run"[^>]*><title>[^<]*</title>(?:<rect[^>]*/>)*<text[^>]*>([^<]*)<', text)
+    assert runs == ["body.0 … body.2"]  # only Stage(3)'s three identical Linears

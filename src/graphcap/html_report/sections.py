@@ -227,7 +227,7 @@ def runtime_asserts(ep: Any, names: SymbolNames = NoNames()) -> list[list[Any]]:
             if not cond.strip():
                 cond = f"{node.name} ({_op_name(node.target)})"  # never an empty condition cell
             dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} |
-                                    {n for n in names.names.values() if re.search(rf"\b{re.escape(n)}\b", cond)}))
+                                    {n for n in names.names.values() if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", cond)}))
             rows.append([kind, dims, Raw(f"<code>{escape(cond)}</code>"),
                          _user_line(node.meta.get("stack_trace", ""))])
     return rows

@@ -251,25 +251,27 @@ class ModuleTree:
         return out
 
     def runs(self, key: str) -> list[Run]:
-        """Runs of repeated child calls of ``key``: at least ``MIN_RUN`` consecutive children of one
-        class named ``P.0``, ``P.1``, ... (a ``ModuleList``/``Sequential`` of layers) with none of
+        """Runs of repeated child calls of ``key``: at least ``MIN_RUN`` consecutive entries ``P.0``,
+        ``P.1``, ... of a ``ModuleList``/``Sequential``, of one class and as many nodes each (the same
+        layer repeated; ResNet's ``layer1`` .. ``layer4`` differ and are not a run), with none of
         ``key``'s own operators between them (so that one box stands for all of them soundly)."""
         group = self.groups[key]
         own = sorted(self.index[n] for n in group.nodes if n.op not in ("placeholder", "get_attr"))
         out: list[Run] = []
         current: list[str] = []
 
-        def numbered(child_key: str) -> Optional[tuple[str, int, str]]:
+        def numbered(child_key: str) -> Optional[tuple[str, int, str, int]]:
+            """(container path, index, class, node count) of an entry of a ModuleList/Sequential."""
             child = self.groups[child_key]
-            m = re.fullmatch(r"(.*?)(\d+)", child.path)
+            m = re.fullmatch(r"(.*\.)(\d+)", child.path)
             if "@" in child_key or not m:
                 return None
-            return m.group(1), int(m.group(2)), child.type_name
+            return m.group(1), int(m.group(2)), child.type_name, child.size
 
         def close() -> None:
             if len(current) >= MIN_RUN:
                 first, last = self.groups[current[0]], self.groups[current[-1]]
-                out.append(Run(list(current), f"{self._short(group, first)} … {self._short(group, last)}",
+                out.append(Run(list(current), f"{self._entry(group, first)} … {self._entry(group, last)}",
                                first.type_name, sum(self.groups[k].size for k in current)))
             current.clear()
 
@@ -279,7 +281,7 @@ class ModuleTree:
                 prev = numbered(current[-1])
                 span = self._span(current[-1])[1], self._span(child_key)[0]
                 between = any(span[0] < i < span[1] for i in own)
-                if prev is not None and (prev[0], prev[1] + 1, prev[2]) == info and not between:
+                if prev is not None and (prev[0], prev[1] + 1, prev[2], prev[3]) == info and not between:
                     current.append(child_key)
                     continue
             close()
@@ -298,6 +300,13 @@ class ModuleTree:
         """``layer1.0.conv1`` is ``conv1`` in ``layer1.0``'s view."""
         return child.label[len(parent.path) + 1:] if parent.path and child.label.startswith(parent.path + ".") \
             else child.label
+
+    @classmethod
+    def _entry(cls, parent: Group, child: Group) -> str:
+        """A container entry's name in its parent's view, with the container's name when the entry's
+        own is a bare index (``body.0`` in the view of ``body``, not ``0``)."""
+        short = cls._short(parent, child)
+        return f"{child.path.split('.')[-2]}.{short}" if short.isdigit() and "." in child.path else short
 
     def view(self, key: str, collapse: bool = True) -> View:
         """``key``'s view; with ``collapse`` its runs of repeated children are one box each."""
