@@ -40,7 +40,7 @@ pre.program{background:var(--panel);padding:10px;overflow:auto;max-height:600px;
 .badge.ok{background:#d1fadf;color:#05603a}.badge.bad{background:#fee4e2;color:#b42318}
 .note{color:var(--muted)}
 .graphbox{display:flex;gap:16px;align-items:flex-start}
-.tree{min-width:230px;max-width:300px;max-height:80vh;overflow:auto;font-size:12.5px;border:1px solid var(--line);
+.tree{position:relative;min-width:230px;max-width:300px;max-height:calc(72vh + 40px);overflow:auto;font-size:12.5px;border:1px solid var(--line);
  padding:6px;background:var(--panel)}
 .tree details{margin-left:10px}.tree>details{margin-left:0}
 .tree summary{cursor:pointer;white-space:nowrap}
@@ -138,6 +138,8 @@ SCRIPT = """
       var here=links[j].getAttribute('data-open')===key;
       links[j].classList.toggle('current',here);
       for(var d=here?links[j].parentElement:null;d;d=d.parentElement){if(d.tagName==='DETAILS'){d.open=true;}}
+      if(here){var tree=links[j].closest('.tree');  // the entry in sight in the module tree
+        if(tree){tree.scrollTop=links[j].offsetTop-tree.clientHeight/2;}}
     }
     var v=current(); if(v){var svg=shown(v); if(svg&&!svg.getAttribute('data-scale')){fit(svg,false);}}
   }

@@ -135,8 +135,8 @@ def signature(ep: Any, names: SymbolNames = NoNames()) -> str:
     if state:
         kinds = Counter(spec.kind.name.lower().replace("_", " ") for spec in ep.graph_signature.input_specs
                         if spec.kind is not InputKind.USER_INPUT)
-        counted = ", ".join(f"{n} {k}" for k, n in kinds.items())
-        tied = f"; {len(tied_to)} of them tied to another (one tensor)" if tied_to else ""
+        counted = ", ".join(f"{n} {k}" + ("" if n == 1 else "s") for k, n in kinds.items())
+        tied = f"; {len(tied_to)} tied to another: one tensor, two names" if tied_to else ""
         parts += [f"<details><summary>Parameters, buffers and constants ({counted}{tied})</summary>",
                   table(["placeholder", "kind", "target", "value"], state), "</details>"]
     return "".join(parts)
