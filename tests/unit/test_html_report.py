@@ -4,6 +4,7 @@ source lines, stage timings, and the verification / draft tables when given."""
 import re
 from html.parser import HTMLParser
 
+import pytest
 import torch
 
 import graphcap
@@ -443,3 +444,26 @@ def test_stages_that_differ_are_not_a_run(tmp_path):
     text = graphcap.report(ep, tmp_path / "r.html").read_text()
     runs = re.findall(r'<g class="unit module run"[^>]*><title>[^<]*</title>(?:<rect[^>]*/>)*<text[^>]*>([^<]*)<', text)
     assert runs == ["body.0 … body.2"]  # only Stage(3)'s three identical Linears
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layers", [12, 48])
+def test_a_deep_gpt2_opens_on_its_blocks(tmp_path, layers):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=layers, n_head=2, n_positions=128,
+                                  use_cache=False)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    batch, seq = Dim("batch", max=64), Dim("seq", min=2, max=128)
+    ep = graphcap.export(model, (), {"input_ids": torch.randint(0, 256, (2, 16)),
+                                     "attention_mask": torch.ones(2, 16, dtype=torch.long)},
+                         dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    text = graphcap.report(ep, tmp_path / "r.html").read_text()
+    key, shown = _shown_view(text)
+    assert key == "L__self__transformer"  # GPT2LMHeadModel -> transformer: where the blocks are
+    assert f"h.0 … h.{layers - 1}" in shown and f"{layers} × GPT2Block" in shown
+    main = shown.split('<g class="auxpart">')[0]  # the size/mask computations are drawn only on request
+    assert main.count('<g class="unit') <= 25, main.count('<g class="unit')
+    guards = text[text.index('<section id="assumptions">'):text.index('<section id="operators">')]
+    assert "_assert_tensor_metadata" not in guards and "has dtype bool, device cpu" in guards
+    assert "(1 tied)" in text
