@@ -265,6 +265,8 @@ def test_a_run_of_repeated_layers_is_one_box_that_expands(tmp_path):
     expanded = root[root.index('class="variant expanded"'):]
     for i in range(6):
         assert f'data-open="L__self__layers.{i}"' in expanded
+    tree = text[text.index('<div class="tree">'):text.index('<div class="views"')]
+    assert '<details class="run"><summary>layers.0 … layers.5 <small>6 × Layer' in tree  # folded in the tree
     # each layer's own view is still there (the tree and search open them)
     assert sum(k.startswith("L__self__layers.") and k.count(".") == 1 for k in _views(text)) == 6
 

@@ -33,7 +33,18 @@ def _tree_html(tree: ModuleTree, key: str, depth: int, open_depth: int, label: s
             f'</a> <small>{escape(group.type_name)} {group.size}</small>')
     if not group.children:
         return f'<div class="leaf">{link}</div>'
-    inner = "".join(_tree_html(tree, c, depth + 1, open_depth) for c in group.children)
+    runs = {run.keys[0]: run for run in tree.runs(key)}  # repeated layers: one folded entry
+    members = {k for run in runs.values() for k in run.keys}
+    parts = []
+    for c in group.children:
+        if c in runs:
+            run = runs[c]
+            inner_run = "".join(_tree_html(tree, k, depth + 2, open_depth) for k in run.keys)
+            parts.append(f'<details class="run"><summary>{escape(run.label)} <small>{len(run.keys)} × '
+                         f'{escape(run.type_name)}</small></summary>{inner_run}</details>')
+        elif c not in members:
+            parts.append(_tree_html(tree, c, depth + 1, open_depth))
+    inner = "".join(parts)
     return f'<details{" open" if depth < open_depth else ""}><summary>{link}</summary>{inner}</details>'
 
 
