@@ -206,7 +206,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             return EXIT_USAGE
         if args.handler == "completion_command":  # no torch, no graphcap modules
             from .completion import completion_script
-            print(completion_script(parser, args.shell), end="")
+            script = completion_script(parser, args.shell)
+            if args.json:
+                print(json.dumps({"ok": True, "command": "completion", "exit_status": EXIT_OK, "shell": args.shell,
+                                  "script": script}, indent=1))
+            else:
+                print(script, end="")
             return EXIT_OK
         from . import commands
         return int(getattr(commands, args.handler)(args))

@@ -116,17 +116,22 @@ def _check_arguments(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     unknown = [k for k in kwargs if k not in accepts
                and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())]
+    whats, fixes = [], []
+    if unknown:
+        whats.append(f"{spec} takes no argument named {', '.join(unknown)}.")
+        fixes.append(f"Its parameters are: {', '.join(accepts)}." if accepts else
+                     "It takes no arguments: drop the --arg options.")
     if missing:
-        what = (f"{spec} needs the argument{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
-                f"which the command line did not give.")
-        fix = "Pass them with --arg: " + " ".join(f"--arg {m}=VALUE" for m in missing) + \
-              " (VALUE is a Python literal such as 4, 0.5, 'text', (1, 2)), or give them defaults in the factory."
-    elif unknown:
-        what = f"{spec} takes no argument named {', '.join(unknown)}."
-        fix = (f"Its parameters are: {', '.join(accepts)}." if accepts else
-               "It takes no arguments: drop the --arg options.")
-    else:
-        what, fix = f"{spec} cannot take these arguments: {problem}.", "Check the --arg options against it."
+        whats.append(f"{spec} needs the argument{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+                     f"which the command line did not give.")
+        fixes.append("Pass " + ("them" if len(missing) > 1 else "it") + " with --arg: "
+                     + " ".join(f"--arg {m}=VALUE" for m in missing)
+                     + " (VALUE is a Python literal such as 4, 0.5, 'text', (1, 2)), or give "
+                     + ("them defaults" if len(missing) > 1 else "it a default") + " in the factory.")
+    if not whats:
+        whats.append(f"{spec} cannot take these arguments: {problem}.")
+        fixes.append("Check the --arg options against its parameters.")
+    what, fix = " ".join(whats), " ".join(fixes)
     raise UsageError(what, where=_definition_line(factory), fix=fix)
 
 
