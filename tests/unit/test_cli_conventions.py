@@ -180,10 +180,15 @@ def test_completion_scripts_name_every_command_and_option(tmp_path):
     zsh_script = graphcap_m("completion", "zsh", cwd=tmp_path).stdout
     assert zsh_script.startswith("#compdef graphcap") and "compdef _graphcap graphcap" in zsh_script
     assert all(f"'{c}:" in zsh_script for c in COMMANDS)
+    assert "'export:export FILE.py\\:FACTORY to a .pt2 file'" in zsh_script  # a colon in help is escaped
     zsh = shutil.which("zsh")
     if zsh:
         (tmp_path / "c.zsh").write_text(zsh_script)
-        assert subprocess.run([zsh, "-n", "c.zsh"], capture_output=True, timeout=60).returncode == 0
+        assert subprocess.run([zsh, "-n", "c.zsh"], cwd=tmp_path, capture_output=True, timeout=60).returncode == 0
+        loaded = subprocess.run([zsh, "-c", "autoload -U compinit; compinit -u; source ./c.zsh; "
+                                           "echo ${_comps[graphcap]}"], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=60)
+        assert loaded.stdout.strip() == "_graphcap", loaded.stderr
     assert parser.prog == "graphcap"
 
 

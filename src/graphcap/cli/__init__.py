@@ -56,7 +56,19 @@ class CommandLineUsage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its usage errors raised (exit status 2 and graphcap's wording)."""
+    """argparse, with its usage errors raised (exit status 2 and graphcap's wording). It keeps the
+    arguments declared on it (``declared``) and its commands (``commands``: name -> (parser, help)),
+    which the completion scripts are written from."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.declared: list[argparse.Action] = []
+        self.commands: dict[str, tuple[argparse.ArgumentParser, str]] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.declared.append(action)
+        return action
 
     def error(self, message: str):
         raise CommandLineUsage(f"{message}.", self.prog, f"See '{self.prog} --help'.")
@@ -94,51 +106,65 @@ def _exit_status_epilog() -> str:
     return "exit status:\n" + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_STATUSES.items())
 
 
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document on stdout instead of tables (errors too: "
+                        "{\"ok\": false, \"error\": ...})")
+
+
+def _add_factory_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", dest="factory_args",
+                   help="an argument for FACTORY (repeatable); VALUE is a Python literal "
+                        "(4, 0.5, True, None, 'text', (1, 2)) read with ast.literal_eval, "
+                        "anything else is a string")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-    common.add_argument("--json", action="store_true",
-                        help="print one JSON document on stdout instead of tables (errors too: "
-                             "{\"ok\": false, \"error\": ...})")
-    factory_args = argparse.ArgumentParser(add_help=False)
-    factory_args.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", dest="factory_args",
-                              help="an argument for FACTORY (repeatable); VALUE is a Python literal "
-                                   "(4, 0.5, True, None, 'text', (1, 2)) read with ast.literal_eval, "
-                                   "anything else is a string")
-    parser = _Parser(prog="graphcap", parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = _Parser(prog="graphcap", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Export PyTorch programs, inspect, run, verify, compare and report them.",
                      epilog=_exit_status_epilog() + "\n\nSee docs/cli.md for the whole reference.")
+    _add_common(parser)
     parser.add_argument("--version", action=_Version, help="print graphcap's version (and torch's) and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("export", parents=[common, factory_args], help="export FILE.py:FACTORY to a .pt2 file",
-                       description="Export the model FACTORY returns (model, args[, kwargs[, dynamic_shapes]]) "
-                                   "and save the program.")
+    def command(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help, **kwargs)
+        _add_common(p)
+        parser.commands[name] = (p, help)
+        return p
+
+    p = command("export", help="export FILE.py:FACTORY to a .pt2 file",
+                description="Export the model FACTORY returns (model, args[, kwargs[, dynamic_shapes]]) "
+                            "and save the program.")
     p.add_argument("factory", metavar="FILE.py:FACTORY")
+    _add_factory_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.pt2", help="where to write the program")
     way = p.add_mutually_exclusive_group()
-    way.add_argument("--strict", action="store_true", help="export with strict=True")
-    way.add_argument("--draft", action="store_true",
-                     help="draft export (graphcap.draft_export): export anyway, and print what it assumed")
-    way.add_argument("--chain", action="store_true",
-                     help="the capture chain (graphcap.capture): try --strategies in order, keep the first "
-                          "verified program")
+    p.declared += [
+        way.add_argument("--strict", action="store_true", help="export with strict=True"),
+        way.add_argument("--draft", action="store_true",
+                         help="draft export (graphcap.draft_export): export anyway, and print what it assumed"),
+        way.add_argument("--chain", action="store_true",
+                         help="the capture chain (graphcap.capture): try --strategies in order, keep the first "
+                              "verified program"),
+    ]
     p.add_argument("--strategies", default="non_strict,strict,draft", metavar="A,B,...",
                    help="with --chain: the strategies to try, in order (default non_strict,strict,draft)")
     p.add_argument("--report", metavar="OUT.html", help="also write the HTML report")
     p.set_defaults(handler="export_command")
 
-    p = sub.add_parser("inspect", parents=[common], help="show a saved program's signature, ranges, operators, weights",
-                       description="Show a saved program: signature, range constraints, operator histogram, "
-                                   "weight sizes and format version.")
+    p = command("inspect", help="show a saved program's signature, ranges, operators, weights",
+                description="Show a saved program: signature, range constraints, operator histogram, "
+                            "weight sizes and format version.")
     p.add_argument("program", metavar="OUT.pt2")
     p.add_argument("--graph", action="store_true", help="also print the program's graph")
     p.set_defaults(handler="inspect_command")
 
-    p = sub.add_parser("run", parents=[common], help="run a saved program on generated or given inputs",
-                       description="Run a saved program and print the output shapes: on inputs generated "
-                                   "inside its ranges, or with the sizes (--input) or the tensors (--inputs) "
-                                   "you give.")
+    p = command("run", help="run a saved program on generated or given inputs",
+                description="Run a saved program and print the output shapes: on inputs generated "
+                            "inside its ranges, or with the sizes (--input) or the tensors (--inputs) "
+                            "you give.")
     p.add_argument("program", metavar="OUT.pt2")
     p.add_argument("--samples", type=int, default=2, metavar="N",
                    help="random input sets after the example's sizes (default 2; 0 or more)")
@@ -152,11 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "inspect' names them; inputs not in it are generated)")
     p.set_defaults(handler="run_command")
 
-    p = sub.add_parser("verify", parents=[common, factory_args], help="check a program against its eager model",
-                       description="Check the program against the eager model across its dynamic range "
-                                   "(exporting FILE.py:FACTORY first when no .pt2 is given). Exit 0 when "
-                                   "everything matches, 1 when something differs.")
+    p = command("verify", help="check a program against its eager model",
+                description="Check the program against the eager model across its dynamic range "
+                            "(exporting FILE.py:FACTORY first when no .pt2 is given). Exit 0 when "
+                            "everything matches, 1 when something differs.")
     p.add_argument("targets", nargs="+", metavar="[OUT.pt2] FILE.py:FACTORY")
+    _add_factory_args(p)
     p.add_argument("--samples", type=int, default=5, metavar="N", help="random input sets (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per dtype)")
@@ -167,26 +194,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="OUT.html", help="also write the HTML report with the verification")
     p.set_defaults(handler="verify_command")
 
-    p = sub.add_parser("diff", parents=[common], help="what changed between two saved programs",
-                       description="Compare two saved programs: signature, ranges, operators, weights. "
-                                   "Exit 0 when they are the same, 1 when they differ.")
+    p = command("diff", help="what changed between two saved programs",
+                description="Compare two saved programs: signature, ranges, operators, weights. "
+                            "Exit 0 when they are the same, 1 when they differ.")
     p.add_argument("a", metavar="A.pt2")
     p.add_argument("b", metavar="B.pt2")
     p.set_defaults(handler="diff_command")
 
-    p = sub.add_parser("report", parents=[common], help="write the HTML report of a saved program",
-                       description="Write the self-contained HTML report of a saved program "
-                                   "(graphcap.report).")
+    p = command("report", help="write the HTML report of a saved program",
+                description="Write the self-contained HTML report of a saved program "
+                            "(graphcap.report).")
     p.add_argument("program", metavar="OUT.pt2")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="where to write the page")
     p.add_argument("--title", default=None, help="the page's title (default: the program's name)")
     p.set_defaults(handler="report_command")
 
-    p = sub.add_parser("completion", parents=[common], help="print a shell completion script",
-                       description="Print the completion script for bash or zsh. Load it with\n"
-                                   "  eval \"$(graphcap completion bash)\"    (in ~/.bashrc)\n"
-                                   "  eval \"$(graphcap completion zsh)\"     (in ~/.zshrc)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command("completion", help="print a shell completion script",
+                description="Print the completion script for bash or zsh. Load it with\n"
+                            "  eval \"$(graphcap completion bash)\"    (in ~/.bashrc)\n"
+                            "  eval \"$(graphcap completion zsh)\"     (in ~/.zshrc)",
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(handler="completion_command")
     return parser
@@ -199,6 +226,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         _json_given_a_file(argv)
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.json, args.debug = as_json, debug  # before or after the command: a subcommand's defaults would reset them
         if getattr(args, "handler", None) is None:
             if as_json:
                 raise CommandLineUsage("No command given.", "graphcap", "Name a command: " + ", ".join(COMMANDS) + ".")

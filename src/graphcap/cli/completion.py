@@ -7,27 +7,24 @@ while completing.
 """
 from __future__ import annotations
 
-import argparse
+from typing import Any
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:  # noqa: SLF001 (argparse keeps its actions there)
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            return dict(action.choices)
-    return {}
+def _subcommands(parser: Any) -> dict[str, Any]:
+    return {name: sub for name, (sub, _) in parser.commands.items()}
 
 
-def _options(parser: argparse.ArgumentParser) -> list[str]:
-    return sorted(s for a in parser._actions for s in a.option_strings)  # noqa: SLF001
+def _options(parser: Any) -> list[str]:
+    return sorted(s for a in parser.declared for s in a.option_strings)
 
 
-def _choices(parser: argparse.ArgumentParser) -> list[str]:
+def _choices(parser: Any) -> list[str]:
     """The values of a positional with fixed choices (``completion``'s shells)."""
-    return [str(c) for a in parser._actions if not a.option_strings and a.choices  # noqa: SLF001
-            for c in a.choices]
+    return [str(c) for a in parser.declared if not a.option_strings and a.choices for c in a.choices]
 
 
-def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+def completion_script(parser: Any, shell: str) -> str:
+    """The script for ``shell``, from graphcap's parser (its ``commands`` and each one's ``declared`` arguments)."""
     if shell == "bash":
         return _bash(parser)
     if shell == "zsh":
@@ -35,7 +32,7 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
     raise ValueError(f"no completion for the shell {shell!r}")
 
 
-def _bash(parser: argparse.ArgumentParser) -> str:
+def _bash(parser: Any) -> str:
     subs = _subcommands(parser)
     cases = []
     for name, sub in subs.items():
@@ -73,17 +70,13 @@ complete -o filenames -o bashdefault -F _graphcap_complete graphcap
 """
 
 
-def _zsh(parser: argparse.ArgumentParser) -> str:
+def _zsh(parser: Any) -> str:
     subs = _subcommands(parser)
-    described = []
-    for action in parser._actions:  # noqa: SLF001
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            for choice in action._choices_actions:  # noqa: SLF001
-                described.append(f"        '{choice.dest}:{_quote(choice.help or '')}'")
+    described = [f"        '{name}:{_quote(help_text)}'" for name, (_, help_text) in parser.commands.items()]
     cases = []
     for name, sub in subs.items():
         specs = []
-        for a in sub._actions:  # noqa: SLF001
+        for a in sub.declared:
             if not a.option_strings:
                 continue
             takes_value = a.nargs != 0
@@ -114,7 +107,8 @@ compdef _graphcap graphcap
 
 
 def _quote(text: str) -> str:
-    """Help text inside a zsh single-quoted spec: no quotes, no brackets, no colons."""
-    for bad, good in (("'", ""), ("[", "("), ("]", ")"), (":", " -"), ("\n", " ")):
+    """Help text inside a zsh single-quoted spec: quotes closed and reopened, brackets and colons escaped."""
+    for bad, good in (("\\", "\\\\"), ("'", "'\\''"), ("[", "\\["), ("]", "\\]"), (":", "\\:"),
+                      ("\n", " ")):
         text = text.replace(bad, good)
     return text
