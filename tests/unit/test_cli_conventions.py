@@ -316,3 +316,13 @@ def test_report_command_writes_graphcaps_report(tmp_path, capsys, monkeypatch):
     assert status == 2 and "a.html" in err
     status, _, err = run_main(capsys, "report", "a.pt2", "-o", "no/such/folder/a.html")
     assert status == 2 and "does not exist" in err
+
+
+def test_no_command_prints_help_or_a_json_error(capsys):
+    status, out, _ = run_main(capsys)
+    assert status == 2 and out.startswith("usage: graphcap") and "exit status:" in out
+    status, out, err = run_main(capsys, "--json")
+    doc = json.loads(out)
+    assert status == 2 and doc["ok"] is False and doc["error"]["what"] == "No command given."
+    status, out, err = run_main(capsys, "--json", "inspect")  # --json before the command counts as well
+    assert status == 2 and json.loads(out)["error"]["type"] == "CommandLineUsage"
