@@ -104,3 +104,13 @@ def gpt2(layers=2, logits_only=True, seed=0):
     input_ids = torch.randint(0, 128, (2, 8))
     # transformers' mask code asks batch != 1, so the batch range starts at 2
     return model, (input_ids,), {}, ({0: Dim("batch", min=2, max=8), 1: Dim("seq", min=2, max=64)},)
+
+
+class Repeat(nn.Module):
+    def forward(self, x, n):
+        return x * n
+
+
+def int_input():
+    """A dynamic int input ``n`` in [1, 10] (``graphcap run --input n=7``)."""
+    return Repeat(), (torch.randn(3), 4), {}, (None, Dim("n", min=1, max=10))

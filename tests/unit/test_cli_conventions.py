@@ -326,3 +326,17 @@ def test_no_command_prints_help_or_a_json_error(capsys):
     assert status == 2 and doc["ok"] is False and doc["error"]["what"] == "No command given."
     status, out, err = run_main(capsys, "--json", "inspect")  # --json before the command counts as well
     assert status == 2 and json.loads(out)["error"]["type"] == "CommandLineUsage"
+
+
+def test_run_int_input_is_given_by_value(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_main(capsys, "export", f"{FACTORIES}:int_input", "-o", "i.pt2")[0] == 0
+    status, doc = run_json(capsys, "run", "i.pt2", "--samples", "1")
+    assert status == 0 and [r["inputs"]["x"] for r in doc["runs"]] == [[3], [3]]
+    assert all(1 <= r["inputs"]["n"] <= 10 for r in doc["runs"])  # generated inside its range
+    status, doc = run_json(capsys, "run", "i.pt2", "--input", "n=7")
+    assert status == 0 and doc["runs"][0]["inputs"] == {"x": [3], "n": 7}
+    status, _, err = run_main(capsys, "run", "i.pt2", "--input", "n=70")
+    assert status == 3 and "<= 10" in err  # outside its range: the program refuses it
+    status, _, err = run_main(capsys, "run", "i.pt2", "--input", "n=2x3")
+    assert status == 2 and "is an int input" in err

@@ -223,7 +223,7 @@ def _render_inspect(args, ep, facts) -> None:
 def run_command(args) -> int:
     from .. import auto_flatten
     from ..verification.generate import make_inputs, size_plans
-    from ..verification.signature_inputs import ProgramInputs, TensorInput
+    from ..verification.signature_inputs import IntInput, ProgramInputs, TensorInput
     from .inputs import given_inputs
     if args.samples < 0:
         raise UsageError(f"--samples {args.samples}: the number of random input sets cannot be negative.",
@@ -240,8 +240,9 @@ def run_command(args) -> int:
         calls = []
         for k, plan in enumerate(plans):
             call_args, call_kwargs = make_inputs(inputs, plan.bindings, args.seed * 10007 + k)
-            shapes = {leaf.name: list(s) for leaf, s in zip(inputs.leaves, inputs.shapes(plan.bindings))
-                      if isinstance(leaf, TensorInput)}
+            shapes = {leaf.name: list(s) if isinstance(leaf, TensorInput) else value
+                      for leaf, s, value in zip(inputs.leaves, inputs.shapes(plan.bindings), _leaf_values(inputs, plan))
+                      if isinstance(leaf, (TensorInput, IntInput))}
             calls.append((plan.label, call_args, call_kwargs, shapes))
     import torch
     runs = []
@@ -264,11 +265,19 @@ def run_command(args) -> int:
         for col in ("input set", "input shapes", "output shapes", "time"):
             t.add_column(col)
         for run in runs:
-            shapes = "  ".join(f"{k} {v}" for k, v in run["inputs"].items())
+            shapes = "  ".join(f"{k} {v}" if isinstance(v, list) else f"{k}={v}" for k, v in run["inputs"].items())
             outs = "  ".join(f"{k} {v}" if isinstance(v, list) else f"{k}={v!r}" for k, v in run["outputs"].items())
             t.add_row(escape(run["input_set"]), escape(shapes), escape(outs), f"{run['ms']:.1f} ms")
         console().print(t)
     return emit(args, "run", {"program": args.program, "runs": runs}, 0, render)
+
+
+def _leaf_values(inputs, plan) -> list:
+    """The value of each int input under a size plan (None for the other inputs)."""
+    import sympy
+    from ..verification.signature_inputs import IntInput, evaluate
+    subs = {s: sympy.Integer(v) for s, v in plan.bindings.items()}
+    return [evaluate(leaf.expr, subs) if isinstance(leaf, IntInput) else None for leaf in inputs.leaves]
 
 
 def _out_name(path) -> str:

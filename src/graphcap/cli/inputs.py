@@ -28,7 +28,7 @@ class GivenCall(NamedTuple):
     label: str
     args: tuple
     kwargs: dict
-    shapes: dict[str, list[int]]
+    shapes: dict[str, Any]  # tensor input -> its shape, int input -> its value
 
 
 def _describe(leaf: Any) -> str:
@@ -121,6 +121,7 @@ def given_inputs(inputs: ProgramInputs, specs: list[str], tensor_file: Optional[
             shapes[leaf.name] = list(tensor.shape)
         elif isinstance(leaf, IntInput):
             leaves.append(value if value is not None else evaluate(leaf.expr, subs))
+            shapes[leaf.name] = leaves[-1]
         else:
             assert isinstance(leaf, ConstantInput)
             leaves.append(value if value is not None else leaf.value)
