@@ -1,22 +1,48 @@
 """graphcap: export PyTorch programs into flat, ahead-of-time ATen graphs.
 
 A drop-in for ``torch.export``: ``from graphcap import export``.
-"""
-from .api import draft_export, export, load, save
-# eager: the name `capture` would otherwise be shadowed by the subpackage graphcap.capture once an export imports it
-from .capture.draft_report import DraftReport
-from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
-from .decomp_table import CustomDecompTable, default_decompositions
-from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
-from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
-                     RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
-from .program import ExportedProgram
-from .pytree import register_dataclass
-from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
-                        ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
-# Imported on first use (PEP 562): a plain export needs none of them, and importing them
-# up front cost a cold export's import of graphcap a fifth of its time. Each is a static
+Importing the package imports no torch: every public name is loaded on first
+use (PEP 562), so the ``graphcap`` command answers ``--help``, ``--version``
+and ``completion`` without the seconds torch takes to import.
+"""
+import sys as _sys
+import types as _types
+
+
+def _import_core():
+    """The names every export needs: they load together, on the first use of any of them."""
+    from .api import draft_export, export, load, save
+    from .capture.draft_report import DraftReport
+    from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
+    from .decomp_table import CustomDecompTable, default_decompositions
+    from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
+    from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
+                         RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError,
+                         VerificationError)
+    from .program import ExportedProgram
+    from .pytree import register_dataclass
+    from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
+                            ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
+    values = dict(locals())
+    return values
+
+
+class _Package(_types.ModuleType):
+    """The package's module type: importing the subpackage ``graphcap.capture`` does not rebind
+    the public function ``graphcap.capture`` to it (the import system sets a loaded subpackage
+    as an attribute of its parent; the function keeps the name)."""
+
+    def __setattr__(self, name, value):
+        if name == "capture" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+
+# Loaded apart from the core (PEP 562): a plain export needs none of them, and importing them
+# with it cost a cold export's import of graphcap a fifth of its time. Each is a static
 # import (graphcap imports nothing by a computed name).
 def _import_unflatten():
     from .hierarchy import unflatten
@@ -48,7 +74,17 @@ def _import_verification():
     return {"verify": verify, "VerificationResult": VerificationResult}
 
 
+_CORE_NAMES = (
+    "draft_export", "export", "load", "save", "DraftReport", "Attempt", "CaptureError", "CaptureResult", "capture",
+    "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
+    "refine_dynamic_shapes_from_suggested_fixes", "ConstraintViolationError", "ExportInputError", "GraphcapError",
+    "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
+    "UnsupportedError", "VerificationError", "ExportedProgram", "register_dataclass", "ConstantArgument",
+    "ExportGraphSignature", "InputKind", "InputSpec", "ModuleCallEntry", "ModuleCallSignature", "OutputKind",
+    "OutputSpec", "SymIntArgument", "TensorArgument",
+)
 _LAZY = {
+    **{name: _import_core for name in _CORE_NAMES},
     "unflatten": _import_unflatten, "from_torch": _import_interop, "to_torch": _import_interop,
     "move_to_device_pass": _import_move_to_device, "FORMAT_VERSION": _import_format_version,
     "report": _import_report, "verify": _import_verification, "VerificationResult": _import_verification,

@@ -1,14 +1,51 @@
-"""The ``graphcap`` subcommands. Each takes the parsed arguments and returns an exit status."""
+"""The ``graphcap`` subcommands. Each takes the parsed arguments and returns an exit status.
+
+With ``--json`` a command prints one JSON document on stdout (``{"ok": true,
+"command": ..., "exit_status": ...}`` and the command's facts) instead of its
+tables; what else it has to say goes to stderr.
+"""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UsageError
 from .factory import Factory, is_factory_spec, load_factory
-from .summary import diff_facts, format_version_of, human_bytes, program_facts
+from .summary import diff_facts, facts_as_data, format_version_of, human_bytes, program_facts
+
+STRATEGY_NAMES = ("non_strict", "strict", "draft")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: tuples and sizes as lists, infinite or NaN floats as strings
+    (strict JSON has neither), anything else unknown by its ``str``."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if hasattr(value, "__index__"):
+        try:
+            return int(value)
+        except Exception:  # a symbolic size: its text
+            return str(value)
+    return str(value)
+
+
+def emit(args, command: str, data: dict[str, Any], status: int, render: Callable[[], None]) -> int:
+    """Print the command's result: its JSON document with ``--json``, else its tables."""
+    if getattr(args, "json", False):
+        doc = {"ok": status == 0, "command": command, "exit_status": status, **data}
+        print(json.dumps(jsonable(doc), indent=1))
+    else:
+        render()
+    return status
 
 
 def console():
@@ -29,39 +66,86 @@ def _export(built: Factory, strict: bool):
                            strict=strict)
 
 
+def _strategies(args) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in args.strategies.split(",") if n.strip())
+    if args.strategies != "non_strict,strict,draft" and not args.chain:
+        raise UsageError("--strategies only applies to the capture chain.", where="--strategies",
+                         fix="Add --chain: graphcap export ... --chain --strategies " + args.strategies)
+    unknown = [n for n in names if n not in STRATEGY_NAMES]
+    if unknown or not names:
+        raise UsageError(f"--strategies {args.strategies!r}: unknown strategy {', '.join(unknown) or '(none given)'}.",
+                         where="--strategies", fix=f"Name some of {', '.join(STRATEGY_NAMES)}, comma-separated, "
+                                                   "e.g. --strategies non_strict,draft")
+    return names
+
+
 def export_command(args) -> int:
     import graphcap
+    strategies = _strategies(args)
     if args.report:
         _report_function()  # refuse before the (long) export when the report cannot be written
-    built = load_factory(args.factory)
-    start = time.perf_counter()
-    ep = _export(built, args.strict)
-    seconds = time.perf_counter() - start
+        _writable(args.report, "--report")
     _writable(args.output)
+    built = load_factory(args.factory, args.factory_args)
+    start = time.perf_counter()
+    data: dict[str, Any] = {"factory": built.where, "output": args.output}
+    draft_report, capture_result = None, None
+    if args.draft:
+        ep = graphcap.draft_export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
+        draft_report = ep.report
+        data["way"] = "draft"
+        data["draft_report"] = draft_report.as_data()
+    elif args.chain:
+        capture_result = graphcap.capture(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes,
+                                          strategies=strategies, progress=None if not args.json else False)
+        ep = capture_result.program
+        data["way"] = "chain"
+        data["capture"] = capture_result.as_data()
+    else:
+        ep = _export(built, args.strict)
+        data["way"] = "strict" if args.strict else "non_strict"
+    seconds = time.perf_counter() - start
     graphcap.save(ep, args.output)
-    facts = program_facts(ep)
-    out = console()
-    out.print(f"Exported {built.where} in {seconds:.2f} s: {len(facts.inputs)} inputs, "
-              f"{sum(facts.operators.values())} operator calls, {len(facts.ranges)} range constraints")
-    out.print(f"Wrote {args.output} ({human_bytes(os.path.getsize(args.output))})")
+    facts = program_facts(ep, format_version_of(args.output))
+    size = os.path.getsize(args.output)
+    data.update(seconds=round(seconds, 3), bytes=size, program=facts_as_data(facts, ep))
     if args.report:
-        write_report(ep, args.report)
-        out.print(f"Wrote {args.report}")
-    return 0
+        write_report(ep, args.report, draft_report=draft_report)
+        data["report"] = args.report
+
+    def render() -> None:
+        out = console()
+        from rich.markup import escape
+        if capture_result is not None:
+            out.print(escape(str(capture_result)))
+        how = {"draft": " (draft)", "chain": f" (capture chain: {capture_result.strategy})" if capture_result else ""
+               }.get(data["way"], " (strict)" if args.strict else "")
+        out.print(f"Exported {escape(built.where)}{how} in {seconds:.2f} s: {len(facts.inputs)} inputs, "
+                  f"{sum(facts.operators.values())} operator calls, {len(facts.ranges)} range constraints")
+        if draft_report is not None:
+            problems = draft_report.problems
+            out.print(escape(str(draft_report)) if problems else "Draft export: no problems (an export would "
+                                                                  "have succeeded as well)")
+        out.print(f"Wrote {escape(args.output)} ({human_bytes(size)})")
+        if args.report:
+            out.print(f"Wrote {escape(args.report)}")
+    return emit(args, "export", data, 0, render)
 
 
-def _writable(path: str) -> None:
+def _writable(path: str, option: str = "-o/--output") -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise UsageError(f"Cannot write {path}: the folder {folder} does not exist.", where="-o/--output",
+        raise UsageError(f"Cannot write {path}: the folder {folder} does not exist.", where=option,
                          fix="Create the folder or choose another path.")
 
 
-def write_report(ep, path: str, verification: Any = None) -> None:
+def write_report(ep, path: str, verification: Any = None, draft_report: Any = None, **options: Any) -> None:
     """``graphcap.report(ep, path, verification=...)``: the HTML report (graphcap.report)."""
     _writable(path)
     report_fn = _report_function()
-    report_fn(ep, path, verification=verification)
+    if draft_report is not None:
+        options["draft_report"] = draft_report
+    report_fn(ep, path, verification=verification, **options)
 
 
 def _report_function():
@@ -80,10 +164,18 @@ def load_program(path: str, *, weights: bool = True):
 
 
 def inspect_command(args) -> int:
-    from rich.table import Table
-    from rich.markup import escape
     ep = load_program(args.program)
     facts = program_facts(ep, format_version_of(args.program))
+    data = {"program": args.program, **facts_as_data(facts, ep)}
+    if args.graph:
+        from ..printing import graph_to_str
+        data["graph"] = graph_to_str(ep.graph_module)
+    return emit(args, "inspect", data, 0, lambda: _render_inspect(args, ep, facts))
+
+
+def _render_inspect(args, ep, facts) -> None:
+    from rich.table import Table
+    from rich.markup import escape
     out = console()
     out.print(f"[bold]{escape(args.program)}[/bold]: graphcap format version {facts.format_version}, "
               f"{facts.dialect or 'TRAINING'} IR")
@@ -124,40 +216,68 @@ def inspect_command(args) -> int:
     if args.graph:
         from ..printing import graph_to_str
         out.print(escape(graph_to_str(ep.graph_module)))
-    return 0
 
 
 # -- run -----------------------------------------------------------------------------
 
 def run_command(args) -> int:
-    from rich.markup import escape
-    from rich.table import Table
     from .. import auto_flatten
     from ..verification.generate import make_inputs, size_plans
-    from ..verification.signature_inputs import ProgramInputs, TensorInput
+    from ..verification.signature_inputs import IntInput, ProgramInputs, TensorInput
+    from .inputs import given_inputs
+    if args.samples < 0:
+        raise UsageError(f"--samples {args.samples}: the number of random input sets cannot be negative.",
+                         where="--samples", fix="Give 0 or more, e.g. --samples 2 (0: the example's sizes only).")
     ep = load_program(args.program)
     inputs = ProgramInputs(ep)
     runnable = ep.module()
-    plans = size_plans(inputs, max(args.samples, 0), args.seed)
-    plans = plans[:1] + [p for p in plans if p.label.startswith("random")]
-    t = Table(title=f"{args.program} on generated inputs", title_justify="left")
-    for col in ("input set", "input shapes", "output shapes", "time"):
-        t.add_column(col)
+    if args.input_shapes or args.inputs:
+        given = given_inputs(inputs, args.input_shapes, args.inputs, args.seed)
+        calls = [(given.label, given.args, given.kwargs, given.shapes)]
+    else:
+        plans = size_plans(inputs, args.samples, args.seed)
+        plans = plans[:1] + [p for p in plans if p.label.startswith("random")]
+        calls = []
+        for k, plan in enumerate(plans):
+            call_args, call_kwargs = make_inputs(inputs, plan.bindings, args.seed * 10007 + k)
+            shapes = {leaf.name: list(s) if isinstance(leaf, TensorInput) else value
+                      for leaf, s, value in zip(inputs.leaves, inputs.shapes(plan.bindings), _leaf_values(inputs, plan))
+                      if isinstance(leaf, (TensorInput, IntInput))}
+            calls.append((plan.label, call_args, call_kwargs, shapes))
     import torch
-    for k, plan in enumerate(plans):
-        call = make_inputs(inputs, plan.bindings, args.seed * 10007 + k)
-        shapes = "  ".join(f"{leaf.name} {list(s)}" for leaf, s in zip(inputs.leaves, inputs.shapes(plan.bindings))
-                           if isinstance(leaf, TensorInput))
+    runs = []
+    for label, call_args, call_kwargs, shapes in calls:
         start = time.perf_counter()
         with torch.no_grad():
-            result = runnable(*call[0], **call[1])
+            result = runnable(*call_args, **call_kwargs)
         ms = (time.perf_counter() - start) * 1000
         leaves, _ = auto_flatten.flatten_with_path(result)
-        outs = "  ".join(f"{_out_name(p)} {list(v.shape)}" if isinstance(v, torch.Tensor) else f"{_out_name(p)}={v!r}"
-                         for p, v in leaves)
-        t.add_row(escape(plan.label), escape(shapes), escape(outs), f"{ms:.1f} ms")
-    console().print(t)
-    return 0
+        outputs = {_out_name(p): (list(v.shape) if isinstance(v, torch.Tensor) else v) for p, v in leaves}
+        dtypes = {_out_name(p): str(v.dtype).replace("torch.", "") for p, v in leaves if isinstance(v, torch.Tensor)}
+        runs.append({"input_set": label, "inputs": shapes, "outputs": outputs, "output_dtypes": dtypes,
+                     "ms": round(ms, 3)})
+
+    def render() -> None:
+        from rich.markup import escape
+        from rich.table import Table
+        t = Table(title=f"{args.program} on {'given' if args.input_shapes or args.inputs else 'generated'} inputs",
+                  title_justify="left")
+        for col in ("input set", "input shapes", "output shapes", "time"):
+            t.add_column(col)
+        for run in runs:
+            shapes = "  ".join(f"{k} {v}" if isinstance(v, list) else f"{k}={v}" for k, v in run["inputs"].items())
+            outs = "  ".join(f"{k} {v}" if isinstance(v, list) else f"{k}={v!r}" for k, v in run["outputs"].items())
+            t.add_row(escape(run["input_set"]), escape(shapes), escape(outs), f"{run['ms']:.1f} ms")
+        console().print(t)
+    return emit(args, "run", {"program": args.program, "runs": runs}, 0, render)
+
+
+def _leaf_values(inputs, plan) -> list:
+    """The value of each int input under a size plan (None for the other inputs)."""
+    import sympy
+    from ..verification.signature_inputs import IntInput, evaluate
+    subs = {s: sympy.Integer(v) for s, v in plan.bindings.items()}
+    return [evaluate(leaf.expr, subs) if isinstance(leaf, IntInput) else None for leaf in inputs.leaves]
 
 
 def _out_name(path) -> str:
@@ -170,36 +290,42 @@ def _out_name(path) -> str:
 def verify_command(args) -> int:
     import graphcap
     targets = list(args.targets)
+    if args.samples < 0:
+        raise UsageError(f"--samples {args.samples}: the number of random input sets cannot be negative.",
+                         where="--samples", fix="Give 0 or more, e.g. --samples 5")
     if len(targets) == 1 and is_factory_spec(targets[0]):
-        built = load_factory(targets[0])
+        built = load_factory(targets[0], args.factory_args)
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
         ep = load_program(targets[0])
-        built = load_factory(targets[1])
+        built = load_factory(targets[1], args.factory_args)
     else:
         raise UsageError(f"verify takes FILE.py:FACTORY or OUT.pt2 FILE.py:FACTORY, got {' '.join(targets)}.",
                          where="graphcap verify", fix="e.g. graphcap verify model.py:make or graphcap verify "
                                                       "model.pt2 model.py:make")
     if args.report:
         _report_function()
-    if args.samples < 0:
-        raise UsageError("--samples must be 0 or more.", where="--samples", fix="e.g. --samples 5")
+        _writable(args.report, "--report")
     result = graphcap.verify(ep, built.model, samples=args.samples, rtol=args.rtol, atol=args.atol, seed=args.seed,
                              example_inputs=(built.args, built.kwargs), check_refusals=not args.no_refusals)
-    out = console()
-    out.print(result.table(per_output=args.per_output))
-    if result.refusals:
-        out.print(result.refusal_table())
-    from rich.markup import escape
-    style = "green" if result.passed else "bold red"
-    out.print(f"[{style}]{escape(result.summary())}[/{style}]")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.as_dict(), f, indent=1)
     if args.report:
         write_report(ep, args.report, verification=result)
-        out.print(f"Wrote {args.report}")
-    return 0 if result.passed else 1
+    status = 0 if result.passed else 1
+
+    def render() -> None:
+        out = console()
+        out.print(result.table(per_output=args.per_output))
+        if result.refusals:
+            out.print(result.refusal_table())
+        from rich.markup import escape
+        style = "green" if result.passed else "bold red"
+        out.print(f"[{style}]{escape(result.summary())}[/{style}]")
+        if args.report:
+            out.print(f"Wrote {escape(args.report)}")
+    data = {"factory": built.where, "summary": result.summary(), **result.as_dict()}
+    if args.report:
+        data["report"] = args.report
+    return emit(args, "verify", data, status, render)
 
 
 # -- diff --------------------------------------------------------------------------------
@@ -209,14 +335,35 @@ def diff_command(args) -> int:
     from rich.table import Table
     a, b = load_program(args.a), load_program(args.b)
     changes = diff_facts(program_facts(a, format_version_of(args.a)), program_facts(b, format_version_of(args.b)))
-    out = console()
-    if not changes:
-        out.print(f"{escape(args.a)} and {escape(args.b)}: same signature, ranges, operators and weights")
-        return 0
-    t = Table(title=f"{args.a} -> {args.b}: {len(changes)} difference{'s' if len(changes) != 1 else ''}", title_justify="left")
-    for col in ("section", "item", args.a, args.b):
-        t.add_column(escape(col))
-    for c in changes:
-        t.add_row(c.section, escape(c.item), escape(c.before), escape(c.after))
-    out.print(t)
-    return 1
+    data = {"a": args.a, "b": args.b, "same": not changes,
+            "changes": [{"section": c.section, "item": c.item, "a": c.before, "b": c.after} for c in changes]}
+
+    def render() -> None:
+        out = console()
+        if not changes:
+            out.print(f"{escape(args.a)} and {escape(args.b)}: same signature, ranges, operators and weights")
+            return
+        t = Table(title=f"{args.a} -> {args.b}: {len(changes)} difference{'s' if len(changes) != 1 else ''}",
+                  title_justify="left")
+        for col in ("section", "item", args.a, args.b):
+            t.add_column(escape(col))
+        for c in changes:
+            t.add_row(c.section, escape(c.item), escape(c.before), escape(c.after))
+        out.print(t)
+    return emit(args, "diff", data, 0 if not changes else 1, render)
+
+
+# -- report ------------------------------------------------------------------------------
+
+def report_command(args) -> int:
+    if not args.output.endswith((".html", ".htm")):
+        raise UsageError(f"-o {args.output}: the report is an HTML page.", where="-o/--output",
+                         fix=f"Name it .html, e.g. -o {os.path.splitext(args.output)[0]}.html")
+    _report_function()
+    _writable(args.output)
+    ep = load_program(args.program)
+    options = {"title": args.title} if args.title else {}
+    write_report(ep, args.output, **options)
+    size = os.path.getsize(args.output)
+    data = {"program": args.program, "output": args.output, "bytes": size}
+    return emit(args, "report", data, 0, lambda: console().print(f"Wrote {args.output} ({human_bytes(size)})"))

@@ -1,16 +1,20 @@
 """``FILE.py:FACTORY`` (or ``package.module:FACTORY``): the model and example inputs a command line names.
 
 FACTORY is a function in FILE.py (or in an importable module, such as
-``graphcap.demo:example``) taking no arguments and returning
-``(model, args)``, ``(model, args, kwargs)`` or ``(model, args, kwargs,
-dynamic_shapes)``. The file is run as a module of its own (its folder first on
-``sys.path``, so it can import its neighbours); an error in it is reported
+``graphcap.demo:example``) returning ``(model, args)``, ``(model, args,
+kwargs)`` or ``(model, args, kwargs, dynamic_shapes)``. Its arguments come
+from ``--arg NAME=VALUE`` (VALUE a Python literal read with
+``ast.literal_eval``, anything else a string), checked against its signature
+before it is called. The file is run as a module of its own (its folder first
+on ``sys.path``, so it can import its neighbours); an error in it is reported
 with the file's line, not as a traceback.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
@@ -37,7 +41,25 @@ def is_factory_spec(text: str) -> bool:
     return bool(sep) and name.isidentifier() and (file.endswith(".py") or _is_module_name(file))
 
 
-def load_factory(spec: str) -> Factory:
+def parse_factory_args(items: list[str]) -> dict[str, Any]:
+    """``["depth=4", "name=gpt2"]`` -> ``{"depth": 4, "name": "gpt2"}`` (literals by ast.literal_eval, never eval)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--arg {item!r} is not NAME=VALUE.", where="--arg",
+                             fix="Write the factory's parameter name, '=', and the value: --arg depth=4")
+        if name in out:
+            raise UsageError(f"--arg {name} is given twice.", where="--arg", fix=f"Give --arg {name}=... once.")
+        try:
+            out[name] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[name] = text  # not a Python literal: the text itself
+    return out
+
+
+def load_factory(spec: str, factory_args: Optional[list[str]] = None) -> Factory:
     file, sep, name = spec.rpartition(":")
     if not is_factory_spec(spec):
         raise UsageError(f"'{spec}' does not name a factory function.", where="FILE.py:FACTORY argument",
@@ -57,8 +79,60 @@ def load_factory(spec: str) -> Factory:
                          if callable(v) and getattr(v, "__module__", None) == module.__name__ and not k.startswith("_"))
         raise UsageError(f"{file} has no function named '{name}'.", where=spec,
                          fix=f"Use one of the functions it defines: {', '.join(defined) or '(none)'}.")
-    built = _user_call(factory, spec, path)
+    kwargs = parse_factory_args(list(factory_args or []))
+    _check_arguments(factory, kwargs, spec)
+    built = _user_call(factory, spec, path, kwargs)
     return _unpack(built, spec)
+
+
+def _definition_line(factory: Any) -> str:
+    """``FILE:LINE (def make(depth, width=8))``: where the user's factory is defined."""
+    try:
+        file, line = inspect.getsourcefile(factory), inspect.getsourcelines(factory)[1]
+    except (TypeError, OSError):
+        return getattr(factory, "__qualname__", str(factory))
+    try:
+        signature = str(inspect.signature(factory))
+    except (TypeError, ValueError):
+        signature = "(...)"
+    return f"{file}:{line} (def {getattr(factory, '__name__', 'factory')}{signature})"
+
+
+def _check_arguments(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
+    """The factory's signature accepts ``kwargs`` (else the user's factory is named, and how to pass them)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C function: it will say itself
+        return
+    try:
+        signature.bind(**kwargs)
+        return
+    except TypeError as e:
+        problem = str(e)
+    missing = [p.name for p in signature.parameters.values()
+               if p.default is inspect.Parameter.empty and p.name not in kwargs
+               and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    accepts = [p.name for p in signature.parameters.values()
+               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = [k for k in kwargs if k not in accepts
+               and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())]
+    whats, fixes = [], []
+    if unknown:
+        whats.append(f"{spec} takes no argument named {', '.join(unknown)}.")
+        fixes.append(f"Its parameters are: {', '.join(accepts)}." if accepts else
+                     "It takes no arguments: drop the --arg options.")
+    if missing:
+        whats.append(f"{spec} needs the argument{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+                     f"which the command line did not give.")
+        fixes.append("Pass " + ("them" if len(missing) > 1 else "it") + " with --arg: "
+                     + " ".join(f"--arg {m}=VALUE" for m in missing)
+                     + " (VALUE is a Python literal such as 4, 0.5, 'text', (1, 2)), or give "
+                     + ("them defaults" if len(missing) > 1 else "it a default") + " in the factory.")
+    if not whats:
+        whats.append(f"{spec} cannot take these arguments: {problem}.")
+        fixes.append("Check the --arg options against its parameters.")
+    what, fix = " ".join(whats), " ".join(fixes)
+    raise UsageError(what, where=_definition_line(factory), fix=fix)
 
 
 def _import_module(name: str, spec: str) -> Any:
@@ -95,9 +169,9 @@ def _run_file(path: Path) -> Any:
     return module
 
 
-def _user_call(factory: Any, spec: str, path: Path) -> Any:
+def _user_call(factory: Any, spec: str, path: Path, kwargs: dict[str, Any]) -> Any:
     try:
-        return factory()
+        return factory(**kwargs)
     except Exception as e:
         raise UsageError(f"{spec} raised {type(e).__name__}: {e}", where=_user_line(e, path),
                          fix="Fix the factory (run with --debug for the whole traceback).") from e
@@ -108,7 +182,8 @@ def _user_line(e: BaseException, path: Path) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     if isinstance(e, SyntaxError) and e.filename:
         return f"{e.filename}:{e.lineno}"
-    mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or frames[-1:]
+    mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or \
+        [f for f in frames if Path(f.filename).resolve() != Path(__file__).resolve()][-1:] or frames[-1:]
     if not mine:
         return str(path)
     f = mine[-1]

@@ -177,3 +177,32 @@ def _keyed(section: str, a: dict[str, str], b: dict[str, str], absent: str = "-"
         if before != after:
             out.append(Change(section, key, before, after))
     return out
+
+
+# -- as JSON data (``--json``) ------------------------------------------------------
+
+def _bound(value: Any) -> Optional[int]:
+    """A range end as a JSON number, None when unbounded (strict JSON has no infinity)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if abs(number) < 2 ** 62 else None
+
+
+def facts_as_data(facts: ProgramFacts, ep: Any) -> dict[str, Any]:
+    """The facts ``inspect`` shows, as plain data: every list keyed by field name."""
+    return {
+        "format_version": facts.format_version,
+        "dialect": facts.dialect or "TRAINING",
+        "inputs": [dict(name=n, kind=k, target=t, type=ty) for n, k, t, ty in facts.inputs],
+        "outputs": [dict(name=n, kind=k, target=t, type=ty) for n, k, t, ty in facts.outputs],
+        "ranges": [dict(symbol=str(sym), input_dimension=facts.by_labels(str(sym)),
+                        lower=_bound(rng.lower), upper=_bound(rng.upper))
+                   for sym, rng in ep.range_constraints.items()],
+        "operators": dict(facts.operators.most_common()),
+        "operator_calls": sum(facts.operators.values()),
+        "weights": [dict(name=name, kind=w.kind, dtype=w.dtype, shape=w.shape, bytes=w.nbytes)
+                    for name, w in facts.weights.items()],
+        "weight_bytes": sum(w.nbytes for w in facts.weights.values()),
+    }
