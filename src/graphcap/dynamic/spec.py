@@ -5,8 +5,9 @@ by position, nested like the pytree inputs, with ``None`` for static parts
 and, per tensor, a dict ``{dim: Dim}`` or a list/tuple over its dims. The
 result is one entry per flat input leaf (in ``(args, kwargs)`` flatten order):
 ``None`` or ``{dim index: Dim | DerivedDim | DimHint | int}``, or for a
-Python int marked dynamic an :class:`IntSpec`. Every mistake is an
-``ExportInputError`` naming the input path and what to change.
+Python int marked dynamic an :class:`IntSpec`. Every mistake is
+a ``DynamicSpecError`` (an ``ExportInputError`` and torch's ``UserError``) naming the
+input path and what to change.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Optional, Union
 import torch
 from ..torch_private import pytree
 
-from ..errors import DynamicSpecError, ExportInputError
+from ..errors import DynamicSpecError
 from .dims import DerivedDim, Dim, DimHint, as_dim
 from .named_inputs import combined_inputs
 
@@ -74,7 +75,7 @@ class _Walker:
                     self.leaf_specs.append(self._int_spec(value, as_dim(spec), path))
                     self.leaf_paths.append(path)
                     return
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} gives {spec!r} for a {type(value).__name__} input, which has no "
                     f"shape.", where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
             self.leaf_specs.append(None)
@@ -92,18 +93,18 @@ class _Walker:
     def _spec_children(self, value: Any, spec: Any, children: list[Any], path: str) -> list[Any]:
         if isinstance(value, dict):
             if not isinstance(spec, dict):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a dict with "
                     f"keys {list(value)}.", where=f"dynamic_shapes{path}", fix=_fix_hint())
             if set(spec) != set(value):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} has keys {sorted(map(str, spec))}, but the input there has keys "
                     f"{sorted(map(str, value))}.", where=f"dynamic_shapes{path}",
                     fix="Use exactly the keys of the input dict (None for the static entries).")
             return [spec[k] for k in value]
         if isinstance(spec, (list, tuple)):
             if len(spec) != len(children):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} has {len(spec)} entries, but the input there has {len(children)}.",
                     where=f"dynamic_shapes{path}", fix=_fix_hint())
             return list(spec)
@@ -111,7 +112,7 @@ class _Walker:
             spec_kids = _children(spec)
             if spec_kids is not None and len(spec_kids[0]) == len(children):
                 return spec_kids[0]
-        raise ExportInputError(
+        raise DynamicSpecError(
             f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a "
             f"{type(value).__name__} with {len(children)} entries.", where=f"dynamic_shapes{path}",
             fix=_fix_hint())
@@ -123,7 +124,7 @@ class _Walker:
             items = list(spec.items())
         elif isinstance(spec, (list, tuple)):
             if len(spec) != t.dim():
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} lists {len(spec)} dims, but the tensor there has {t.dim()} "
                     f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}",
                     fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
@@ -133,16 +134,16 @@ class _Walker:
             if isinstance(hint, DimHint):  # one hint for the whole tensor
                 items = [(i, hint) for i in range(t.dim())]
             else:
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} is {spec!r}; a tensor's spec is a dict {{dim: Dim}}, a list over "
                     f"its dims, or None.", where=f"dynamic_shapes{path}", fix=_fix_hint())
         out: dict[int, Any] = {}
         for dim, entry in items:
             if not isinstance(dim, int) or isinstance(dim, bool):
-                raise ExportInputError(f"dynamic_shapes{path} has key {dim!r}; dims are ints.",
+                raise DynamicSpecError(f"dynamic_shapes{path} has key {dim!r}; dims are ints.",
                                        where=f"dynamic_shapes{path}", fix="Key the dict by dimension index.")
             if not -t.dim() <= dim < t.dim():
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} names dim {dim}, but the tensor there has {t.dim()} dims "
                     f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}[{dim}]",
                     fix=f"Use a dim index in 0..{t.dim() - 1}.")
@@ -153,13 +154,13 @@ class _Walker:
                 continue
             if isinstance(d, int):
                 if d != t.shape[dim]:
-                    raise ExportInputError(
+                    raise DynamicSpecError(
                         f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
                         f"{t.shape[dim]} there.", where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
             if not isinstance(d, (Dim, DimHint)):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
                     f"an int or None.", where=where, fix=_fix_hint())
             if isinstance(d, Dim):
@@ -175,7 +176,7 @@ class _Walker:
                     where=f"dynamic_shapes{path}", fix=f"Use {value}, or change the example input.")
             return None
         if isinstance(d, DerivedDim) or not isinstance(d, (Dim, DimHint)):
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"dynamic_shapes{path} is {d!r} for the int input {value!r}; an int input takes a Dim, "
                 f"Dim.AUTO / Dim.DYNAMIC / Dim.STATIC, or None.", where=f"dynamic_shapes{path}",
                 fix="Mark the int with Dim.DYNAMIC (or a named Dim), or None to bake it in.")
@@ -241,7 +242,7 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         if set(dynamic_shapes) != set(combined):
             missing = [k for k in combined if k not in dynamic_shapes]
             extra = [k for k in dynamic_shapes if k not in combined]
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"The keys of dynamic_shapes do not match the inputs: expected {list(combined)}"
                 + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + ".",
                 where="export(..., dynamic_shapes={...})",
@@ -250,20 +251,20 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         specs = [dynamic_shapes[k] for k in combined]
     elif isinstance(dynamic_shapes, (tuple, list)):
         if len(dynamic_shapes) != len(values):
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"dynamic_shapes has {len(dynamic_shapes)} entries, but there are {len(values)} inputs "
                 f"({list(combined)}).", where="export(..., dynamic_shapes=(...))",
                 fix="Give one entry per input, in the order of forward's arguments (None for static ones).")
         specs = list(dynamic_shapes)
     else:
-        raise ExportInputError(
+        raise DynamicSpecError(
             f"dynamic_shapes must be a dict, tuple or list, got {type(dynamic_shapes).__name__}.",
             where="export(..., dynamic_shapes=...)", fix=_fix_hint())
     for (name, value), spec in zip(combined.items(), specs):
         walker.walk(value, spec, f"['{name}']")
     n_leaves = len(pytree.tree_leaves((args, kwargs)))
     if len(walker.leaf_specs) != n_leaves:
-        raise ExportInputError(
+        raise DynamicSpecError(
             "graphcap could not line up the dynamic_shapes spec with the flattened inputs "
             f"({len(walker.leaf_specs)} spec leaves for {n_leaves} inputs).",
             where="export(..., dynamic_shapes=...)",
