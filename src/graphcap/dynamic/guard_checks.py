@@ -88,6 +88,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             if r.hint is not None or any(o is None for o in others):
                 log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
                 continue
+            if all(o.hint is not None for o in others):
+                # a Dim the program equates with Dim.AUTO / Dim.DYNAMIC dims: the hints take the
+                # Dim's range (they are traced over every size), whichever operand came first
+                problem = dyn_hints.equate_with_hints(env, r, expr, namer, sloc)
+                if problem is not None:
+                    problems.append(problem)
+                continue
             other = others[0]
             same = (f"The values of {r.name} and {other.name} must always be equal: "
                     if expr == other.symbol else "")

@@ -57,6 +57,31 @@ def _fix_hint() -> str:
             "position), None for a static input, and per tensor a dict {dim: Dim} or a list over its dims.")
 
 
+def _is_static(d: Any) -> bool:
+    """``Dim.STATIC``, with or without bounds (``Dim.STATIC(min=6, max=8)``): the example size."""
+    return isinstance(d, DimHint) and d.kind is DimHint.Kind.STATIC
+
+
+def _check_example_in_hint(d: DimHint, size: int, where: str) -> None:
+    """A hint's bounds must admit the example: the program could not run on its own example.
+
+    ``Dim.DYNAMIC(max=5)`` with an example of size 8 (or ``Dim.STATIC(min=6, max=8)`` with 4)
+    would give a program that refuses the very input it was exported with."""
+    lo = d.min if d.min is not None else (0 if ".shape[" in where else None)
+    hi = d.max
+    if (lo is None or size >= lo) and (hi is None or size <= hi):
+        return
+    bounds = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+    widened = ", ".join(f"{k}={v}" for k, v in (("min", None if lo is None else min(lo, size)),
+                                                ("max", None if hi is None else max(hi, size))) if v is not None)
+    raise DynamicSpecError(
+        f"The example input has size {size} at {where}, outside the bounds {bounds} of its spec {d!r}: "
+        f"the exported program would refuse the input it was exported with.",
+        where=f"dynamic_shapes{where}",
+        fix=f"Change the example input to a size in {bounds}, or widen the bounds, e.g. "
+            f"Dim.{d.kind.name}({widened}).")
+
+
 class _Walker:
     def __init__(self):
         self.leaf_specs: list[LeafSpec] = []
@@ -70,7 +95,7 @@ class _Walker:
             return
         kids = _children(value)
         if kids is None:
-            if spec is not None and as_dim(spec) not in (None, Dim.STATIC):
+            if spec is not None and as_dim(spec) is not None and not _is_static(as_dim(spec)):
                 if isinstance(value, int) and not isinstance(value, bool):
                     self.leaf_specs.append(self._int_spec(value, as_dim(spec), path))
                     self.leaf_paths.append(path)
@@ -150,7 +175,9 @@ class _Walker:
             dim = dim % t.dim()
             d = as_dim(entry)
             where = f"{path}.shape[{dim}]"
-            if d is None or d == Dim.STATIC:
+            if isinstance(d, DimHint):
+                _check_example_in_hint(d, int(t.shape[dim]), where)
+            if d is None or _is_static(d):
                 continue
             if isinstance(d, int):
                 if d != t.shape[dim]:
@@ -182,6 +209,10 @@ class _Walker:
                 fix="Mark the int with Dim.DYNAMIC (or a named Dim), or None to bake it in.")
         if isinstance(d, Dim):
             self._check_name(d, path)
+        if isinstance(d, DimHint):
+            _check_example_in_hint(d, value, path)
+            if _is_static(d):
+                return None
         return IntSpec(d)
 
     def _check_name(self, d: Dim, where: str) -> None:

@@ -100,6 +100,9 @@ class SymbolicInputs:
     derived: dict[sympy.Expr, ValueRanges]  # derived size expression -> its declared range
     shape_env: Any = None
     first_program_guard: int = 0  # guards before this index came from making the fake inputs
+    # a declared Dim's range narrowed by the bounds of a hint the program equates it with
+    # (Dim.AUTO(max=6) on a size the program finds equal to Dim('b', max=10))
+    narrowed_by_hints: dict = field(default_factory=dict)
 
     def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
         return {r.symbol: r for r in self.roots}
