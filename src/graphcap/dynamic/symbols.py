@@ -103,6 +103,8 @@ class SymbolicInputs:
     # a declared Dim's range narrowed by the bounds of a hint the program equates it with
     # (Dim.AUTO(max=6) on a size the program finds equal to Dim('b', max=10))
     narrowed_by_hints: dict = field(default_factory=dict)
+    # user guards excluding size 0 or 1 of a Dim, confirmed on the built program (size_one_checks)
+    pending_size_checks: list = field(default_factory=list)
 
     def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
         return {r.symbol: r for r in self.roots}
