@@ -22,11 +22,12 @@ import sympy
 import torch
 from ..torch_private.shapes import GuardSource, Source
 from ..torch_private.fake import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
+from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint,
+                                                   SubclassSymbolicContext)
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges
 from ..torch_private import shapes
-from ..torch_private.dispatch import backend_kernel_switches
+from ..torch_private.dispatch import backend_kernel_switches, is_traceable_wrapper_subclass
 
 from ..errors import DynamicSpecError
 from ..user_frames import is_user_file
@@ -246,13 +247,32 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             fakes.append(mode.from_tensor(leaf, static_shapes=True))
             continue
         source = InputSource(source_names[i])
-        cache = {_size_name(source_names[i], d): e for (li, d), e in exprs.items() if li == i}
-        ctx = StatefulSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC if d in specs[i] else DimDynamic.STATIC for d in range(leaf.dim())],
-            constraint_sizes=[None] * leaf.dim(), tensor_source=source,
-            shape_env_to_source_to_symbol_cache={id(env): cache})
+        ctx = _symbolic_context(leaf, source_names[i], {d: e for (li, d), e in exprs.items() if li == i}, env)
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
     return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
+
+
+def _symbolic_context(t: torch.Tensor, name: str, dim_exprs: dict[int, Any], env: Any) -> Any:
+    """The engine's symbolic context for one input tensor: its dynamic dims get our symbols.
+
+    A traceable wrapper subclass (``__tensor_flatten__``, e.g. a tensor holding two tensors)
+    needs a subclass context with one context per inner tensor: an inner tensor of the outer
+    shape shares the outer dims' symbols (its sizes are the same sizes); others stay static."""
+    source = InputSource(name)
+    common = dict(
+        dynamic_sizes=[DimDynamic.DYNAMIC if d in dim_exprs else DimDynamic.STATIC for d in range(t.dim())],
+        constraint_sizes=[None] * t.dim(), tensor_source=source,
+        shape_env_to_source_to_symbol_cache={id(env): {_size_name(name, d): e for d, e in dim_exprs.items()}})
+    if not is_traceable_wrapper_subclass(t):
+        return StatefulSymbolicContext(**common)
+    attrs, _ = type(t).__tensor_flatten__(t)
+    inner = {}
+    for attr in attrs:
+        value = getattr(t, attr)
+        if isinstance(value, torch.Tensor):
+            shared = dim_exprs if tuple(value.shape) == tuple(t.shape) else {}
+            inner[attr] = _symbolic_context(value, f"{name}.{attr}", shared, env)
+    return SubclassSymbolicContext(**common, inner_contexts=inner)
 
 
 def _dim_src(root: Dim, use: DimUse, value: int) -> str:
