@@ -106,6 +106,7 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
     ep.report.seconds = time.perf_counter() - started
+    ep._report = ep.report  # where torch's draft_export users read it
     return ep
 
 
@@ -209,7 +210,7 @@ def _mismatched_kernel_problems(ops: list[Any]) -> list[Problem]:
                     None,
                     f"Fix the fake kernel registered for {name} (torch.library.register_fake(\"{name}\")) so "
                     f"its outputs match the real kernel's.",
-                    occurrences=n, details={"operator": name})
+                    occurrences=n, details={"operator": name, "mismatched_fake_kernel": True})
             for name, n in counts.items()]
 
 
