@@ -21,6 +21,7 @@ from ..torch_private import pytree
 from ..errors import DynamicSpecError
 from .dims import DerivedDim, Dim, DimHint, as_dim
 from .named_inputs import combined_inputs
+from .shape_var_specs import SpecSize
 
 
 # torch's own leaf test (registered types count as nodes); public from torch 2.14 on
@@ -186,6 +187,9 @@ class _Walker:
                         f"{t.shape[dim]} there.", where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
+            if isinstance(d, SpecSize):
+                out[dim] = d
+                continue
             if not isinstance(d, (Dim, DimHint)):
                 raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
@@ -202,6 +206,8 @@ class _Walker:
                     f"dynamic_shapes{path} fixes the int input to {d}, but the example input is {value}.",
                     where=f"dynamic_shapes{path}", fix=f"Use {value}, or change the example input.")
             return None
+        if isinstance(d, SpecSize):
+            return IntSpec(d)
         if isinstance(d, DerivedDim) or not isinstance(d, (Dim, DimHint)):
             raise DynamicSpecError(
                 f"dynamic_shapes{path} is {d!r} for the int input {value!r}; an int input takes a Dim, "
@@ -264,9 +270,12 @@ def _signature_ordered(m: Any, kwargs: dict) -> dict:
 def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                               dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
     from .spec_objects import is_spec_builder
+    from .shape_var_specs import is_shape_var_spec, translate
     combined = combined_inputs(m, args, kwargs)
     if is_spec_builder(dynamic_shapes):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)
+    elif is_shape_var_spec(dynamic_shapes):  # torch's ShapesSpec / ParamsSpec: unbacked sizes
+        dynamic_shapes = translate(m, args, kwargs, dynamic_shapes)
     walker = _Walker()
     values = list(combined.values())
     if isinstance(dynamic_shapes, dict):

@@ -234,10 +234,14 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             roots.append(RootSymbol(sym, u.path, _vr(user_lo, user_hi), [u], hint=u.spec, value=u.size))
             exprs[(u.leaf, u.dim)] = sym
 
+    unbacked = _unbacked_sizes(env, uses)
+    exprs.update(unbacked)
+
     fakes = []
     for i, leaf in enumerate(leaves):
         if isinstance(specs[i], IntSpec):  # a dynamic Python int: a SymInt input
-            fakes.append(env.create_symintnode(exprs[(i, None)], hint=int(leaf),
+            expr = exprs[(i, None)]
+            fakes.append(env.create_symintnode(expr, hint=None if (i, None) in unbacked else int(leaf),
                                                source=InputSource(source_names[i])))
             continue
         if not isinstance(leaf, torch.Tensor):
@@ -250,6 +254,45 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
         ctx = _symbolic_context(leaf, source_names[i], {d: e for (li, d), e in exprs.items() if li == i}, env)
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
     return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
+
+
+def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[int]], Any]:
+    """Sizes a ShapesSpec / ParamsSpec gives (``shape_var_specs.SpecSize``): unbacked symbols.
+
+    One unbacked symbol per ``ShapeVar`` / ``IntVar``, its range asserted in the graph
+    (``u0 >= 0`` for a ShapeVar, and its min / max); a size given by an expression of them
+    (``B * 2``) gets its own unbacked symbol and the equality as a runtime assert, so
+    ``module()`` refuses inputs that break it before computing."""
+    from .shape_var_specs import SpecSize, variable_range
+    out: dict[tuple[int, Optional[int]], Any] = {}
+    made: dict[int, Any] = {}  # id(IntVar) -> unbacked SymInt
+
+    def symint_of(var: Any) -> Any:
+        if id(var) not in made:
+            u = env.create_unbacked_symint()
+            lo, hi = variable_range(var)
+            if lo is not None:
+                torch._check(u >= lo)
+            if hi is not None:
+                torch._check(u <= hi)
+            made[id(var)] = u
+        return made[id(var)]
+
+    for u in uses:
+        if not isinstance(u.spec, SpecSize):
+            continue
+        subs = {sym: symint_of(var).node.expr for sym, var in u.spec.variables}
+        expr = u.spec.expr.xreplace(subs)
+        if isinstance(expr, sympy.Symbol):
+            out[(u.leaf, u.dim)] = expr
+            continue
+        own = env.create_unbacked_symint()
+        if not u.is_int:
+            torch._check(own >= 0)
+        from .guard_words import defer_assert
+        defer_assert(env, sympy.Eq(own.node.expr, expr), f"{u.arg_path} must equal {u.spec.text}")
+        out[(u.leaf, u.dim)] = own.node.expr
+    return out
 
 
 def _symbolic_context(t: torch.Tensor, name: str, dim_exprs: dict[int, Any], env: Any) -> Any:
