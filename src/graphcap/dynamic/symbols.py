@@ -241,8 +241,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
     for i, leaf in enumerate(leaves):
         if isinstance(specs[i], IntSpec):  # a dynamic Python int: a SymInt input
             expr = exprs[(i, None)]
-            fakes.append(env.create_symintnode(expr, hint=None if (i, None) in unbacked else int(leaf),
-                                               source=InputSource(source_names[i])))
+            fakes.append(env.create_symintnode(expr, hint=int(leaf), source=InputSource(source_names[i])))
             continue
         if not isinstance(leaf, torch.Tensor):
             fakes.append(leaf)
@@ -261,8 +260,7 @@ def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[in
 
     One unbacked symbol per ``ShapeVar`` / ``IntVar``, its range asserted in the graph
     (``u0 >= 0`` for a ShapeVar, and its min / max); a size given by an expression of them
-    (``B * 2``) gets its own unbacked symbol and the equality as a runtime assert, so
-    ``module()`` refuses inputs that break it before computing."""
+    (``B * 2``) is that expression, which ``module()`` checks before computing."""
     from .shape_var_specs import SpecSize, variable_range
     out: dict[tuple[int, Optional[int]], Any] = {}
     made: dict[int, Any] = {}  # id(IntVar) -> unbacked SymInt
@@ -282,16 +280,9 @@ def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[in
         if not isinstance(u.spec, SpecSize):
             continue
         subs = {sym: symint_of(var).node.expr for sym, var in u.spec.variables}
-        expr = u.spec.expr.xreplace(subs)
-        if isinstance(expr, sympy.Symbol):
-            out[(u.leaf, u.dim)] = expr
-            continue
-        own = env.create_unbacked_symint()
-        if not u.is_int:
-            torch._check(own >= 0)
-        from .guard_words import defer_assert
-        defer_assert(env, sympy.Eq(own.node.expr, expr), f"{u.arg_path} must equal {u.spec.text}")
-        out[(u.leaf, u.dim)] = own.node.expr
+        # a derived size is the expression itself (y: f32[2*u0]): the trace knows the relation,
+        # and module() checks the input's size against it before computing
+        out[(u.leaf, u.dim)] = sympy.expand(u.spec.expr.xreplace(subs))
     return out
 
 
