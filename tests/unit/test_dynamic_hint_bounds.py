@@ -77,15 +77,35 @@ def test_three_unified_hints_keep_every_bound():
     (Dim.DYNAMIC(max=5), 8),
     (Dim.AUTO(min=6), 4),
     (Dim.AUTO(min=2, max=3), 1),
-    (Dim.STATIC(min=6, max=8), 4),
-    (Dim.STATIC(max=2), 3),
 ])
 def test_example_outside_the_hint_bounds_is_refused_at_export(spec, size):
     with pytest.raises(UserError) as info:
         graphcap.export(Twice(), (torch.randn(size),), dynamic_shapes=({0: spec},))
     assert isinstance(info.value, graphcap.ExportInputError)
     text = str(info.value)
-    assert f"size {size}" in text and "['x'].shape[0]" in text and "How to fix" in text
+    assert f"size {size}" in text and "inputs['x'].shape[0]" in text and "would refuse" in text
+
+
+@pytest.mark.parametrize("spec, size, bounds", [(Dim.STATIC(min=6, max=8), 4, "[6, 8]"),
+                                                 (Dim.STATIC(max=2), 3, "[None, 2]")])
+def test_static_hint_whose_bounds_exclude_the_example_is_refused(spec, size, bounds):
+    with pytest.raises(UserError) as info:
+        graphcap.export(Twice(), (torch.randn(size),), dynamic_shapes=({0: spec},))
+    assert isinstance(info.value, graphcap.ExportInputError)
+    assert f"{bounds}, conflicting with the inferred min/max range of [{size}, {size}]" in str(info.value)
+
+
+def test_trace_conflict_and_example_outside_are_both_listed():
+    class Small(torch.nn.Module):
+        def forward(self, x):
+            assert x.shape[0] <= 32
+            return x + 2
+
+    with pytest.raises(UserError) as info:
+        graphcap.export(Small(), (torch.randn(16),), dynamic_shapes=({0: Dim.DYNAMIC(min=33)},))
+    text = str(info.value)
+    assert "conflicting with the inferred min/max range of [0, 32]" in text
+    assert "example input has size 16" in text
 
 
 def test_static_hint_with_bounds_admitting_the_example_stays_static():

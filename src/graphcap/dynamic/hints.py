@@ -199,6 +199,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
     """Narrow each hint symbol's traced range to the user's bounds; raise on conflicts."""
     narrow_from_guards(env, inputs, inputs.first_program_guard)
     conflicts: list[str] = []
+    outside = [_example_outside(r) for r in inputs.roots if r.hint is not None]
     for r in inputs.roots:
         if r.hint is None:
             continue
@@ -224,6 +225,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             conflicts.append(
                 f"- Received user-specified dim hint Dim.DYNAMIC(min={r.hint.min}, max={r.hint.max}), but "
                 f"tracing inferred a static shape of {narrowed.lower} for dimension {_spec_path(r)}.")
+    conflicts += [line for line in outside if line]
     if conflicts:
         raise DynamicSpecError(
             "Found the following conflicts between user-specified ranges and inferred ranges from model "
@@ -231,6 +233,20 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             where="export(..., dynamic_shapes=...)",
             fix="Widen the hint's bounds to meet the range the program needs (or drop them), or use "
                 "Dim.AUTO / Dim.STATIC where the program only works for one size.")
+
+
+def _example_outside(r: RootSymbol) -> Optional[str]:
+    """The conflict line when the example lies outside the hint's own bounds: the program would
+    refuse the very input it was exported with (``Dim.DYNAMIC(max=5)`` with size 8)."""
+    lo, hi = r.declared.lower, r.declared.upper
+    if lo <= r.value <= hi:
+        return None
+    return (f"- The example input has size {r.value} at {_spec_path(r)}, outside the bounds {_user_range(r.hint)} "
+            f"of its spec {r.hint!r}: the exported program would refuse the input it was exported with. "
+            f"Change the example, or widen the bounds, e.g. Dim.{r.hint.kind.name}("
+            + ", ".join(f"{k}={v}" for k, v in (("min", None if r.hint.min is None else min(r.hint.min, r.value)),
+                                                ("max", None if r.hint.max is None else max(r.hint.max, r.value)))
+                        if v is not None) + ").")
 
 
 def _check_number(r: RootSymbol, value: int, conflicts: list[str]) -> None:

@@ -64,23 +64,22 @@ def _is_static(d: Any) -> bool:
 
 
 def _check_example_in_hint(d: DimHint, size: int, where: str) -> None:
-    """A hint's bounds must admit the example: the program could not run on its own example.
+    """``Dim.STATIC(min=, max=)`` must admit the example, its only size: else no input fits.
 
-    ``Dim.DYNAMIC(max=5)`` with an example of size 8 (or ``Dim.STATIC(min=6, max=8)`` with 4)
-    would give a program that refuses the very input it was exported with."""
-    lo = d.min if d.min is not None else (0 if ".shape[" in where else None)
-    hi = d.max
+    (``Dim.AUTO`` / ``Dim.DYNAMIC`` bounds are checked against the example after the trace,
+    with what the trace found: ``hints.apply_bounds``.)"""
+    if d.kind is not DimHint.Kind.STATIC:
+        return
+    lo, hi = d.min, d.max
     if (lo is None or size >= lo) and (hi is None or size <= hi):
         return
-    bounds = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
-    widened = ", ".join(f"{k}={v}" for k, v in (("min", None if lo is None else min(lo, size)),
-                                                ("max", None if hi is None else max(hi, size))) if v is not None)
     raise DynamicSpecError(
-        f"The example input has size {size} at {where}, outside the bounds {bounds} of its spec {d!r}: "
-        f"the exported program would refuse the input it was exported with.",
+        f"Found the following conflicts between user-specified ranges and inferred ranges from model "
+        f"tracing:\n- Received user-specified min/max range of [{lo}, {hi}], conflicting with the inferred "
+        f"min/max range of [{size}, {size}], for inputs{where}.",
         where=f"dynamic_shapes{where}",
-        fix=f"Change the example input to a size in {bounds}, or widen the bounds, e.g. "
-            f"Dim.{d.kind.name}({widened}).")
+        fix=f"Dim.STATIC takes the example's size ({size}): change the example input to a size in "
+            f"[{lo}, {hi}], or drop the bounds.")
 
 
 class _Walker:
