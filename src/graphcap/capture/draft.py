@@ -39,6 +39,7 @@ from ..trace import fakify
 from . import draft_spec
 from .front_ends import run_front_end
 from .draft_conditions import Decision, record_decision
+from ..torch_private.user_specs import draft_report_where_torch_reads_it
 from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
 
 # A spec refined this many times and still violated is reported as the export's error.
@@ -106,7 +107,7 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
     ep.report.seconds = time.perf_counter() - started
-    ep._report = ep.report  # where torch's draft_export users read it
+    draft_report_where_torch_reads_it(ep, ep.report)
     return ep
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import DynamicSpecError
+from ..torch_private.user_specs import params_spec_parts, shapes_spec_params, spec_entries
 
 _MODULE = "torch.fx.experimental.dynamic_spec"
 
@@ -81,7 +82,7 @@ def _collect_variables(value: Any) -> None:
     if _is(value, "IntVar"):
         _VARIABLES[value.sympy_sym] = value
     elif _is(value, "TensorSpec") or _is(value, "SeqSpec"):
-        for v in (value._specs if _is(value, "TensorSpec") else value._entries):  # noqa: SLF001
+        for v in spec_entries(value):
             _collect_variables(v)
     elif _is(value, "DictSpec") or _is(value, "ObjectSpec"):
         for _, v in value.items():
@@ -111,7 +112,7 @@ def _tree(value: Any, example: Any, where: str) -> Any:
                 f"{example.dim()}.", where=f"ParamsSpec[{where}]", fix="List one entry per dimension.")
         return [_size(v) for v in value]
     if _is(value, "SeqSpec"):
-        entries = list(value._entries)  # noqa: SLF001
+        entries = spec_entries(value)
         items = list(example) if isinstance(example, (list, tuple)) else []
         return type(example)(_tree(entries[i] if i < len(entries) else None, x, f"{where}[{i}]")
                              for i, x in enumerate(items))
@@ -130,7 +131,7 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
 
     import torch
     from .named_inputs import combined_inputs
-    params = spec._params if _is(spec, "ShapesSpec") else spec  # noqa: SLF001
+    params = shapes_spec_params(spec) if _is(spec, "ShapesSpec") else spec
     if _is(spec, "ShapesSpec") and spec.assumptions:
         raise DynamicSpecError(
             "ShapesSpec(assumptions=[...]) is not supported by graphcap.export yet.",
@@ -140,8 +141,7 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
     out: dict[str, Any] = {name: None for name in combined}
     if params is None:
         return out
-    named = dict(params._named_args)  # noqa: SLF001
-    varargs, varkw = params._varargs, params._varkw  # noqa: SLF001
+    named, varargs, varkw = params_spec_parts(params)
     _VARIABLES.clear()
     _collect_variables([list(named.values()), varargs or [], varkw or {}])
     fn = m.forward if isinstance(m, torch.nn.Module) else m

@@ -261,6 +261,7 @@ def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[in
     One unbacked symbol per ``ShapeVar`` / ``IntVar``, its range asserted in the graph
     (``u0 >= 0`` for a ShapeVar, and its min / max); a size given by an expression of them
     (``B * 2``) is that expression, which ``module()`` checks before computing."""
+    from ..torch_private.user_specs import check as check_condition
     from .shape_var_specs import SpecSize, variable_range
     out: dict[tuple[int, Optional[int]], Any] = {}
     made: dict[int, Any] = {}  # id(IntVar) -> unbacked SymInt
@@ -270,9 +271,9 @@ def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[in
             u = env.create_unbacked_symint()
             lo, hi = variable_range(var)
             if lo is not None:
-                torch._check(u >= lo)
+                check_condition(u >= lo)
             if hi is not None:
-                torch._check(u <= hi)
+                check_condition(u <= hi)
             made[id(var)] = u
         return made[id(var)]
 
