@@ -32,7 +32,6 @@ import torch
 from ..errors import ConstraintViolationError
 from ..torch_private import pytree
 from .dims import DerivedDim
-from .spec import IntSpec
 from .symbols import RootSymbol, SymbolicInputs
 
 log = logging.getLogger("graphcap.dynamic")
@@ -83,8 +82,7 @@ def _sizes_at(inputs: SymbolicInputs, check: PendingSizeCheck) -> Optional[dict[
     return sizes
 
 
-def _cut(leaves: list[Any], sizes: dict[tuple[int, Optional[int]], int],
-         specs_int: set[int]) -> Optional[list[Any]]:
+def _cut(leaves: list[Any], sizes: dict[tuple[int, Optional[int]], int]) -> Optional[list[Any]]:
     """The example leaves with each dynamic dimension cut to its size (None if one would grow)."""
     out = list(leaves)
     for (i, dim), size in sorted(sizes.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
@@ -163,13 +161,15 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
     if inputs is None or not inputs.pending_size_checks:
         return
     problems, fixes = [], []
+    verdicts: dict[tuple[str, int], Optional[str]] = {}  # one run per (Dim, size), however many guards
     for check in inputs.pending_size_checks:
-        sizes = _sizes_at(inputs, check)
-        cut = _cut(leaves, sizes, set()) if sizes is not None else None
-        if cut is None:
-            reason = "graphcap could not build an input of that size from the example to check it"
-        else:
-            reason = _agree(mod, ep, call_of, cut)
+        key = (check.root.name, check.value)
+        if key not in verdicts:
+            sizes = _sizes_at(inputs, check)
+            cut = _cut(leaves, sizes) if sizes is not None else None
+            verdicts[key] = ("graphcap could not build an input of that size from the example to check it"
+                             if cut is None else _agree(mod, ep, call_of, cut))
+        reason = verdicts[key]
         if reason is None:
             log.info("graphcap: %s = %d takes the general branch: the program matches eager there",
                      check.root.name, check.value)
