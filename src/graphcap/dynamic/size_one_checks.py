@@ -167,8 +167,13 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
         if key not in verdicts:
             sizes = _sizes_at(inputs, check)
             cut = _cut(leaves, sizes) if sizes is not None else None
-            verdicts[key] = ("graphcap could not build an input of that size from the example to check it"
-                             if cut is None else _agree(mod, ep, call_of, cut))
+            if cut is None:
+                verdicts[key] = "graphcap could not build an input of that size from the example to check it"
+            else:
+                try:
+                    verdicts[key] = _agree(mod, ep, call_of, cut)
+                except Exception as e:  # noqa: BLE001 (weights on meta, outputs that do not compare, ...)
+                    verdicts[key] = f"graphcap could not run the check ({type(e).__name__}: {e})"
         reason = verdicts[key]
         if reason is None:
             log.info("graphcap: %s = %d takes the general branch: the program matches eager there",
