@@ -39,6 +39,7 @@ from ..trace import fakify
 from . import draft_spec
 from .front_ends import run_front_end
 from .draft_conditions import Decision, record_decision
+from ..torch_private.user_specs import draft_report_where_torch_reads_it
 from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
 
 # A spec refined this many times and still violated is reported as the export's error.
@@ -106,6 +107,7 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
     ep.report.seconds = time.perf_counter() - started
+    draft_report_where_torch_reads_it(ep, ep.report)
     return ep
 
 
@@ -209,7 +211,7 @@ def _mismatched_kernel_problems(ops: list[Any]) -> list[Problem]:
                     None,
                     f"Fix the fake kernel registered for {name} (torch.library.register_fake(\"{name}\")) so "
                     f"its outputs match the real kernel's.",
-                    occurrences=n, details={"operator": name})
+                    occurrences=n, details={"operator": name, "mismatched_fake_kernel": True})
             for name, n in counts.items()]
 
 

@@ -15,6 +15,7 @@ itself (``print(ep.report)``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -22,6 +23,27 @@ DATA_DEPENDENT = "data_dependent"
 CONSTRAINT_VIOLATION = "constraint_violation"
 MISSING_FAKE_KERNEL = "missing_fake_kernel"
 ASSUMPTION = "assumption"
+
+class FailureType(enum.IntEnum):
+    """A problem's kind under torch's draft-export names and numbers, for code written against
+    torch (``report.failures[0].failure_type == FailureType.DATA_DEPENDENT_ERROR``); an
+    ``IntEnum``, so it equals torch's member of the same name."""
+
+    MISSING_FAKE_KERNEL = 1
+    DATA_DEPENDENT_ERROR = 2
+    GUARD_ADDED = 3
+    MISMATCHED_FAKE_KERNEL = 4
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_FAILURE_TYPES = {
+    MISSING_FAKE_KERNEL: FailureType.MISSING_FAKE_KERNEL,
+    DATA_DEPENDENT: FailureType.DATA_DEPENDENT_ERROR,
+    CONSTRAINT_VIOLATION: FailureType.GUARD_ADDED,
+    ASSUMPTION: FailureType.GUARD_ADDED,
+}
 
 _TITLES = {
     DATA_DEPENDENT: "Data-dependent guard decided with the example's values",
@@ -63,6 +85,26 @@ class Problem:
     fix: str
     occurrences: int = 1
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failure_type(self) -> FailureType:
+        """The kind under torch's draft-export name (``FailureType.DATA_DEPENDENT_ERROR``, ...)."""
+        if self.details.get("mismatched_fake_kernel"):
+            return FailureType.MISMATCHED_FAKE_KERNEL
+        return _FAILURE_TYPES.get(self.kind, FailureType.GUARD_ADDED)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The details under the keys torch's report uses (``op``, ``reason``, ``expr``), with graphcap's."""
+        out = dict(self.details)
+        if "operator" in out:
+            out.setdefault("op", out["operator"])
+        if "condition" in out:
+            out.setdefault("expr", out["condition"])
+        out.setdefault("reason", self.message)
+        return out
+
+    xfail = False  # torch's report marks expected failures; graphcap reports none as expected
 
     def as_data(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -115,6 +157,17 @@ class DraftReport:
 
     def successful(self) -> bool:
         return not self.problems
+
+    @property
+    def op_profiles(self) -> dict[str, list[Any]]:
+        """Custom operator name -> the output metadata seen for it (torch's report field), from the
+        problems about operators without (or with wrong) fake kernels."""
+        out: dict[str, list[Any]] = {}
+        for p in self.problems:
+            name = p.details.get("operator")
+            if name and (p.kind == MISSING_FAKE_KERNEL or p.details.get("mismatched_fake_kernel")):
+                out.setdefault(name, []).extend(p.details.get("profiles", []))
+        return out
 
     def of_kind(self, kind: str) -> list[Problem]:
         return [p for p in self.problems if p.kind == kind]

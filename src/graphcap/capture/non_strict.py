@@ -19,6 +19,7 @@ from ..errors import ExportArgsError, ExportInputError
 from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
+from ..dynamic import size_one_checks as dyn_size_one
 from ..dynamic import symbols as dyn_symbols
 from ..program import ExportedProgram
 from ..stage_clock import StageClock
@@ -233,6 +234,9 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     ep.export_timings, ep.export_assumptions = clock.seconds, assumptions
     if verify_examples is not None:
         verify_examples(ep)
+    if dyn_inputs is not None and dyn_inputs.pending_size_checks:  # Ne(batch, 1): checked on the program
+        dyn_size_one.confirm(ep, mod, lambda leaves: module_inputs.unwrap(pytree.tree_unflatten(leaves, in_spec)),
+                             user_leaves, dyn_inputs)
     probe = None
     if recording.tracked is not None:
         kept = frozenset(id(t) for t in flat_inputs) if dyn_inputs is not None else frozenset()

@@ -33,6 +33,14 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
         if isinstance(leaf, torch.SymInt):
             # an int input the spec makes dynamic: dynamo specializes ints, so the program holds
             # only the example's value; graphcap's spec check says so as non-strict would
+            if leaf.node.hint is None:  # an IntVar (unbacked): no value to specialize it to
+                from ..errors import UnsupportedError
+                raise UnsupportedError(
+                    "strict=True reads Python int inputs as constants, so an int input marked with IntVar "
+                    "(a size that must not be specialized) cannot be captured in strict mode.",
+                    where="export(..., dynamic_shapes=ParamsSpec({...: IntVar(...)}), strict=True)",
+                    fix="Export with strict=False (the int becomes a SymInt input), or pass the value as a "
+                        "tensor.")
             dynamo_private.add_guard(leaf.node.shape_env, sympy.Eq(leaf.node.expr, int(leaf.node.hint)),
                                      dynamo_private.note_sloc("strict=True reads Python ints as constants"))
             continue

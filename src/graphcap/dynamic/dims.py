@@ -47,10 +47,9 @@ class DimHint:
         self.max = max
 
     def __call__(self, min: Optional[int] = None, max: Optional[int] = None) -> "DimHint":
-        if self.kind is DimHint.Kind.STATIC:
-            raise ExportInputError("Dim.STATIC takes no bounds.", fix="Write Dim.STATIC without a call.")
+        # Dim.STATIC(min=, max=) (as torch allows): static, and the example must lie in the bounds
         _check_bounds(f"Dim.{self.kind.name}", min if min is not None else 0,
-                      max if max is not None else INT_MAX)
+                      max if max is not None else INT_MAX, one_value_ok=self.kind is DimHint.Kind.STATIC)
         return DimHint(self.kind, min, max)
 
     def __eq__(self, other: Any) -> bool:
@@ -64,7 +63,7 @@ class DimHint:
         return f"Dim.{self.kind.name}{bounds}"
 
 
-def _check_bounds(name: str, lo: Any, hi: Any) -> None:
+def _check_bounds(name: str, lo: Any, hi: Any, one_value_ok: bool = False) -> None:
     for label, v in (("min", lo), ("max", hi)):
         if not isinstance(v, int) or isinstance(v, bool):
             raise ExportInputError(f"{name}: {label}={v!r} is not an int.",
@@ -73,7 +72,7 @@ def _check_bounds(name: str, lo: Any, hi: Any) -> None:
     if lo < 0:
         raise ExportInputError(f"{name}: min={lo} is negative; sizes are never below 0.",
                                where=f"Dim({name!r}, min={lo}, ...)", fix="Use min >= 0.")
-    if hi <= lo:
+    if hi < lo or (hi == lo and not one_value_ok):
         raise ExportInputError(
             f"{name}: max={hi} must be greater than min={lo} (a dynamic dim takes more than one value).",
             where=f"Dim({name!r}, min={lo}, max={hi})",

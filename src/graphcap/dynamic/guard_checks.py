@@ -30,6 +30,7 @@ from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_b
 from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
                         new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
                         tie_at_example)
+from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import SymbolicInputs
 
 log = logging.getLogger("graphcap.dynamic")
@@ -87,6 +88,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 continue
             if r.hint is not None or any(o is None for o in others):
                 log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
+                continue
+            if all(o.hint is not None for o in others):
+                # a Dim the program equates with Dim.AUTO / Dim.DYNAMIC dims: the hints take the
+                # Dim's range (they are traced over every size), whichever operand came first
+                problem = dyn_hints.equate_with_hints(env, r, expr, namer, sloc)
+                if problem is not None:
+                    problems.append(problem)
                 continue
             other = others[0]
             same = (f"The values of {r.name} and {other.name} must always be equal: "
@@ -183,6 +191,14 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
                 # sizes 0 and 1 in the declared range rather than assert them away
                 continue
+            k = is_size_special_case(g, sym, r.declared) if r.hint is None and not prefer_deferred_asserts else None
+            if k is not None:  # Ne(batch, 1) from user code: confirmed on the program (size_one_checks)
+                reported.add(g)
+                lo = k + 1 if k == finite_int(r.declared.lower) else finite_int(r.declared.lower)
+                inputs.pending_size_checks.append(PendingSizeCheck(
+                    r, k, f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not "
+                          f"guarantee.", dim_fix(r.name, lo, finite_int(r.declared.upper))))
+                continue
             value = only_solution(g, sym)
             if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
                 reported.add(g)
@@ -212,6 +228,11 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
 
     problems += range_problems
+    if problems and inputs.pending_size_checks:  # no program to check them on: report them too
+        for check in inputs.pending_size_checks:
+            problems.append(check.problem)
+            fixes.setdefault(check.root.name, check.fix)
+        inputs.pending_size_checks.clear()
     root_names = {f"_{by_sym[s].name}" for s in new_roots}
     if new_roots:
         fixes = rebase_on_new_roots(fixes, related, new_roots, root_names, namer)

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import sympy
 from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges, bound_sympy
+from ..torch_private.symbolic import ValueRanges
 
 from ..user_frames import ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
@@ -71,11 +71,10 @@ class DimNamer:
 
 
 def implied_by(guard: Any, ranges: dict) -> bool:
-    try:
-        implied = bound_sympy(guard, ranges)
-    except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
-        return False
-    return bool(implied.lower and implied.upper)
+    """Whether ``guard`` holds for every value of ``ranges`` (decided over the range, see
+    ``range_decide``: floor division, modulo and Min/Max included, not only what simplifies)."""
+    from .range_decide import holds_over_ranges
+    return holds_over_ranges(guard, ranges)
 
 
 def defer_assert(env: Any, cond: Any, message: str) -> None:

@@ -115,10 +115,91 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
         env.num_deferred_runtime_asserts += 1
 
 
+def _assert_range(env: Any, expr: Any, vr: ValueRanges, ranges: dict, message: str) -> None:
+    """Assert ``vr.lower <= expr <= vr.upper`` in the graph where the symbols' ranges do not imply it."""
+    from .guard_words import defer_assert, implied_by
+    for cond in (sympy.Ge(expr, vr.lower) if vr.lower not in (-int_oo,) else None,
+                 sympy.Le(expr, vr.upper) if vr.upper not in (int_oo,) else None):
+        if cond is None or cond is sympy.true or implied_by(cond, ranges):
+            continue
+        defer_assert(env, cond, message)
+
+
+def equate_with_hints(env: Any, r: RootSymbol, expr: Any, namer: Any, sloc: Any) -> Optional[str]:
+    """A declared Dim ``r`` that the program found equal to ``expr`` over hint symbols only.
+
+    The hints were traced over every size, so the Dim's declared range is what limits them:
+    a hint symbol ``expr`` itself takes the range (met with what the trace needs of it);
+    any other expression gets the range as runtime asserts. Returns a problem line when the
+    ranges do not meet (the program cannot run on any size the Dim allows)."""
+    from .guard_words import where_text
+    if isinstance(expr, sympy.Symbol):
+        traced = env.var_to_range.get(expr, ValueRanges(-int_oo, int_oo))
+        try:
+            met = traced & r.declared
+        except ValueRangeError:
+            met = None
+        if met is None or met.is_bool or _empty(met):
+            return (f"The program needs {r.name} = {namer(expr)}{where_text(sloc)}, which only takes "
+                    f"{_vr_str(traced)}, outside the range {_vr_str(r.declared)} the spec declares for {r.name}.")
+        env.var_to_range[expr] = met
+        log_equal(r, namer(expr), sloc)
+        return None
+    ranges = {s: env.var_to_range.get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
+    _assert_range(env, expr, r.declared, ranges,
+                  f"{r.name} = {namer(expr)} must be in {_vr_str(r.declared)}{where_text(sloc)}")
+    log_equal(r, namer(expr), sloc)
+    return None
+
+
+def log_equal(r: RootSymbol, other: str, sloc: Any) -> None:
+    import logging
+    from .guard_words import where_text
+    logging.getLogger("graphcap.dynamic").info(
+        "graphcap: dimension %s was found to equal %s%s", r.name, other, where_text(sloc))
+
+
+def _unify_hint(env: Any, inputs: SymbolicInputs, r: RootSymbol, expr: Any, conflicts: list[str]) -> None:
+    """Keep a hint's bounds when the program found its size equal to another dim (``expr``).
+
+    Two hints (or a hint and a Dim) made one by ``x + y``: the survivor's range is met with this
+    hint's bounds, so ``module()`` refuses the sizes the user excluded; a non-symbol ``expr``
+    gets the bounds as runtime asserts."""
+    if r.hint.min is None and r.hint.max is None:
+        return
+    by_sym = inputs.by_symbol()
+    if isinstance(expr, sympy.Symbol):
+        target = by_sym.get(expr)
+        if target is not None and target.hint is None:
+            current = inputs.narrowed_by_hints.get(expr, target.declared)
+        else:
+            current = env.var_to_range.get(expr, ValueRanges(-int_oo, int_oo))
+        try:
+            met = current & r.declared
+        except ValueRangeError:
+            met = None
+        if met is None or met.is_bool or _empty(met):
+            conflicts.append(
+                f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
+                f"inferred min/max range of {_vr_str(current)}, for {_spec_path(r)}.")
+            return
+        env.var_to_range[expr] = met
+        if target is not None and target.hint is None:
+            inputs.narrowed_by_hints[expr] = met
+        return
+    ranges = {s: env.var_to_range.get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
+    for s in expr.free_symbols:
+        t = by_sym.get(s)
+        if t is not None and t.hint is None:
+            ranges[s] = inputs.narrowed_by_hints.get(s, t.declared)
+    _assert_range(env, expr, r.declared, ranges, f"{_spec_path(r)} must be in {_user_range(r.hint)}")
+
+
 def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
     """Narrow each hint symbol's traced range to the user's bounds; raise on conflicts."""
     narrow_from_guards(env, inputs, inputs.first_program_guard)
     conflicts: list[str] = []
+    outside = [_example_outside(r) for r in inputs.roots if r.hint is not None]
     for r in inputs.roots:
         if r.hint is None:
             continue
@@ -126,6 +207,8 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
         if expr != r.symbol:
             if expr.is_number:
                 _check_number(r, int(expr), conflicts)
+            else:
+                _unify_hint(env, inputs, r, expr, conflicts)
             continue
         traced = env.var_to_range.get(r.symbol, ValueRanges(-int_oo, int_oo))
         try:
@@ -142,6 +225,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             conflicts.append(
                 f"- Received user-specified dim hint Dim.DYNAMIC(min={r.hint.min}, max={r.hint.max}), but "
                 f"tracing inferred a static shape of {narrowed.lower} for dimension {_spec_path(r)}.")
+    conflicts += [line for line in outside if line]
     if conflicts:
         raise DynamicSpecError(
             "Found the following conflicts between user-specified ranges and inferred ranges from model "
@@ -149,6 +233,20 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             where="export(..., dynamic_shapes=...)",
             fix="Widen the hint's bounds to meet the range the program needs (or drop them), or use "
                 "Dim.AUTO / Dim.STATIC where the program only works for one size.")
+
+
+def _example_outside(r: RootSymbol) -> Optional[str]:
+    """The conflict line when the example lies outside the hint's own bounds: the program would
+    refuse the very input it was exported with (``Dim.DYNAMIC(max=5)`` with size 8)."""
+    lo, hi = r.declared.lower, r.declared.upper
+    if lo <= r.value <= hi:
+        return None
+    return (f"- The example input has size {r.value} at {_spec_path(r)}, outside the bounds {_user_range(r.hint)} "
+            f"of its spec {r.hint!r}: the exported program would refuse the input it was exported with. "
+            f"Change the example, or widen the bounds, e.g. Dim.{r.hint.kind.name}("
+            + ", ".join(f"{k}={v}" for k, v in (("min", None if r.hint.min is None else min(r.hint.min, r.value)),
+                                                ("max", None if r.hint.max is None else max(r.hint.max, r.value)))
+                        if v is not None) + ").")
 
 
 def _check_number(r: RootSymbol, value: int, conflicts: list[str]) -> None:

@@ -30,7 +30,7 @@ def range_constraints(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[Symb
         vr = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
         root = inputs.by_symbol().get(sym) if inputs is not None else None
         if root is not None and root.hint is None:  # the check passed: the declared range holds
-            vr = root.declared
+            vr = inputs.narrowed_by_hints.get(sym, root.declared)
         return vr
 
     def add(expr: Any) -> None:

@@ -5,8 +5,9 @@ by position, nested like the pytree inputs, with ``None`` for static parts
 and, per tensor, a dict ``{dim: Dim}`` or a list/tuple over its dims. The
 result is one entry per flat input leaf (in ``(args, kwargs)`` flatten order):
 ``None`` or ``{dim index: Dim | DerivedDim | DimHint | int}``, or for a
-Python int marked dynamic an :class:`IntSpec`. Every mistake is an
-``ExportInputError`` naming the input path and what to change.
+Python int marked dynamic an :class:`IntSpec`. Every mistake is
+a ``DynamicSpecError`` (an ``ExportInputError`` and torch's ``UserError``) naming the
+input path and what to change.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from typing import Any, Optional, Union
 import torch
 from ..torch_private import pytree
 
-from ..errors import DynamicSpecError, ExportInputError
+from ..errors import DynamicSpecError
 from .dims import DerivedDim, Dim, DimHint, as_dim
 from .named_inputs import combined_inputs
+from .shape_var_specs import SpecSize
 
 
 # torch's own leaf test (registered types count as nodes); public from torch 2.14 on
@@ -56,6 +58,30 @@ def _fix_hint() -> str:
             "position), None for a static input, and per tensor a dict {dim: Dim} or a list over its dims.")
 
 
+def _is_static(d: Any) -> bool:
+    """``Dim.STATIC``, with or without bounds (``Dim.STATIC(min=6, max=8)``): the example size."""
+    return isinstance(d, DimHint) and d.kind is DimHint.Kind.STATIC
+
+
+def _check_example_in_hint(d: DimHint, size: int, where: str) -> None:
+    """``Dim.STATIC(min=, max=)`` must admit the example, its only size: else no input fits.
+
+    (``Dim.AUTO`` / ``Dim.DYNAMIC`` bounds are checked against the example after the trace,
+    with what the trace found: ``hints.apply_bounds``.)"""
+    if d.kind is not DimHint.Kind.STATIC:
+        return
+    lo, hi = d.min, d.max
+    if (lo is None or size >= lo) and (hi is None or size <= hi):
+        return
+    raise DynamicSpecError(
+        f"Found the following conflicts between user-specified ranges and inferred ranges from model "
+        f"tracing:\n- Received user-specified min/max range of [{lo}, {hi}], conflicting with the inferred "
+        f"min/max range of [{size}, {size}], for inputs{where}.",
+        where=f"dynamic_shapes{where}",
+        fix=f"Dim.STATIC takes the example's size ({size}): change the example input to a size in "
+            f"[{lo}, {hi}], or drop the bounds.")
+
+
 class _Walker:
     def __init__(self):
         self.leaf_specs: list[LeafSpec] = []
@@ -69,12 +95,12 @@ class _Walker:
             return
         kids = _children(value)
         if kids is None:
-            if spec is not None and as_dim(spec) not in (None, Dim.STATIC):
+            if spec is not None and as_dim(spec) is not None and not _is_static(as_dim(spec)):
                 if isinstance(value, int) and not isinstance(value, bool):
                     self.leaf_specs.append(self._int_spec(value, as_dim(spec), path))
                     self.leaf_paths.append(path)
                     return
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} gives {spec!r} for a {type(value).__name__} input, which has no "
                     f"shape.", where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
             self.leaf_specs.append(None)
@@ -92,18 +118,18 @@ class _Walker:
     def _spec_children(self, value: Any, spec: Any, children: list[Any], path: str) -> list[Any]:
         if isinstance(value, dict):
             if not isinstance(spec, dict):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a dict with "
                     f"keys {list(value)}.", where=f"dynamic_shapes{path}", fix=_fix_hint())
             if set(spec) != set(value):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} has keys {sorted(map(str, spec))}, but the input there has keys "
                     f"{sorted(map(str, value))}.", where=f"dynamic_shapes{path}",
                     fix="Use exactly the keys of the input dict (None for the static entries).")
             return [spec[k] for k in value]
         if isinstance(spec, (list, tuple)):
             if len(spec) != len(children):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} has {len(spec)} entries, but the input there has {len(children)}.",
                     where=f"dynamic_shapes{path}", fix=_fix_hint())
             return list(spec)
@@ -111,7 +137,7 @@ class _Walker:
             spec_kids = _children(spec)
             if spec_kids is not None and len(spec_kids[0]) == len(children):
                 return spec_kids[0]
-        raise ExportInputError(
+        raise DynamicSpecError(
             f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a "
             f"{type(value).__name__} with {len(children)} entries.", where=f"dynamic_shapes{path}",
             fix=_fix_hint())
@@ -123,7 +149,7 @@ class _Walker:
             items = list(spec.items())
         elif isinstance(spec, (list, tuple)):
             if len(spec) != t.dim():
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} lists {len(spec)} dims, but the tensor there has {t.dim()} "
                     f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}",
                     fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
@@ -133,33 +159,38 @@ class _Walker:
             if isinstance(hint, DimHint):  # one hint for the whole tensor
                 items = [(i, hint) for i in range(t.dim())]
             else:
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} is {spec!r}; a tensor's spec is a dict {{dim: Dim}}, a list over "
                     f"its dims, or None.", where=f"dynamic_shapes{path}", fix=_fix_hint())
         out: dict[int, Any] = {}
         for dim, entry in items:
             if not isinstance(dim, int) or isinstance(dim, bool):
-                raise ExportInputError(f"dynamic_shapes{path} has key {dim!r}; dims are ints.",
+                raise DynamicSpecError(f"dynamic_shapes{path} has key {dim!r}; dims are ints.",
                                        where=f"dynamic_shapes{path}", fix="Key the dict by dimension index.")
             if not -t.dim() <= dim < t.dim():
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path} names dim {dim}, but the tensor there has {t.dim()} dims "
                     f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}[{dim}]",
                     fix=f"Use a dim index in 0..{t.dim() - 1}.")
             dim = dim % t.dim()
             d = as_dim(entry)
             where = f"{path}.shape[{dim}]"
-            if d is None or d == Dim.STATIC:
+            if isinstance(d, DimHint):
+                _check_example_in_hint(d, int(t.shape[dim]), where)
+            if d is None or _is_static(d):
                 continue
             if isinstance(d, int):
                 if d != t.shape[dim]:
-                    raise ExportInputError(
+                    raise DynamicSpecError(
                         f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
                         f"{t.shape[dim]} there.", where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
+            if isinstance(d, SpecSize):
+                out[dim] = d
+                continue
             if not isinstance(d, (Dim, DimHint)):
-                raise ExportInputError(
+                raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
                     f"an int or None.", where=where, fix=_fix_hint())
             if isinstance(d, Dim):
@@ -174,13 +205,19 @@ class _Walker:
                     f"dynamic_shapes{path} fixes the int input to {d}, but the example input is {value}.",
                     where=f"dynamic_shapes{path}", fix=f"Use {value}, or change the example input.")
             return None
+        if isinstance(d, SpecSize):
+            return IntSpec(d)
         if isinstance(d, DerivedDim) or not isinstance(d, (Dim, DimHint)):
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"dynamic_shapes{path} is {d!r} for the int input {value!r}; an int input takes a Dim, "
                 f"Dim.AUTO / Dim.DYNAMIC / Dim.STATIC, or None.", where=f"dynamic_shapes{path}",
                 fix="Mark the int with Dim.DYNAMIC (or a named Dim), or None to bake it in.")
         if isinstance(d, Dim):
             self._check_name(d, path)
+        if isinstance(d, DimHint):
+            _check_example_in_hint(d, value, path)
+            if _is_static(d):
+                return None
         return IntSpec(d)
 
     def _check_name(self, d: Dim, where: str) -> None:
@@ -232,16 +269,19 @@ def _signature_ordered(m: Any, kwargs: dict) -> dict:
 def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                               dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
     from .spec_objects import is_spec_builder
+    from .shape_var_specs import is_shape_var_spec, translate
     combined = combined_inputs(m, args, kwargs)
     if is_spec_builder(dynamic_shapes):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)
+    elif is_shape_var_spec(dynamic_shapes):  # torch's ShapesSpec / ParamsSpec: unbacked sizes
+        dynamic_shapes = translate(m, args, kwargs, dynamic_shapes)
     walker = _Walker()
     values = list(combined.values())
     if isinstance(dynamic_shapes, dict):
         if set(dynamic_shapes) != set(combined):
             missing = [k for k in combined if k not in dynamic_shapes]
             extra = [k for k in dynamic_shapes if k not in combined]
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"The keys of dynamic_shapes do not match the inputs: expected {list(combined)}"
                 + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + ".",
                 where="export(..., dynamic_shapes={...})",
@@ -250,20 +290,20 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         specs = [dynamic_shapes[k] for k in combined]
     elif isinstance(dynamic_shapes, (tuple, list)):
         if len(dynamic_shapes) != len(values):
-            raise ExportInputError(
+            raise DynamicSpecError(
                 f"dynamic_shapes has {len(dynamic_shapes)} entries, but there are {len(values)} inputs "
                 f"({list(combined)}).", where="export(..., dynamic_shapes=(...))",
                 fix="Give one entry per input, in the order of forward's arguments (None for static ones).")
         specs = list(dynamic_shapes)
     else:
-        raise ExportInputError(
+        raise DynamicSpecError(
             f"dynamic_shapes must be a dict, tuple or list, got {type(dynamic_shapes).__name__}.",
             where="export(..., dynamic_shapes=...)", fix=_fix_hint())
     for (name, value), spec in zip(combined.items(), specs):
         walker.walk(value, spec, f"['{name}']")
     n_leaves = len(pytree.tree_leaves((args, kwargs)))
     if len(walker.leaf_specs) != n_leaves:
-        raise ExportInputError(
+        raise DynamicSpecError(
             "graphcap could not line up the dynamic_shapes spec with the flattened inputs "
             f"({len(walker.leaf_specs)} spec leaves for {n_leaves} inputs).",
             where="export(..., dynamic_shapes=...)",

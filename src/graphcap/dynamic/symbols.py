@@ -22,11 +22,12 @@ import sympy
 import torch
 from ..torch_private.shapes import GuardSource, Source
 from ..torch_private.fake import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
+from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint,
+                                                   SubclassSymbolicContext)
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges
 from ..torch_private import shapes
-from ..torch_private.dispatch import backend_kernel_switches
+from ..torch_private.dispatch import backend_kernel_switches, is_traceable_wrapper_subclass
 
 from ..errors import DynamicSpecError
 from ..user_frames import is_user_file
@@ -100,6 +101,11 @@ class SymbolicInputs:
     derived: dict[sympy.Expr, ValueRanges]  # derived size expression -> its declared range
     shape_env: Any = None
     first_program_guard: int = 0  # guards before this index came from making the fake inputs
+    # a declared Dim's range narrowed by the bounds of a hint the program equates it with
+    # (Dim.AUTO(max=6) on a size the program finds equal to Dim('b', max=10))
+    narrowed_by_hints: dict = field(default_factory=dict)
+    # user guards excluding size 0 or 1 of a Dim, confirmed on the built program (size_one_checks)
+    pending_size_checks: list = field(default_factory=list)
 
     def by_symbol(self) -> dict[sympy.Symbol, RootSymbol]:
         return {r.symbol: r for r in self.roots}
@@ -228,11 +234,14 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             roots.append(RootSymbol(sym, u.path, _vr(user_lo, user_hi), [u], hint=u.spec, value=u.size))
             exprs[(u.leaf, u.dim)] = sym
 
+    unbacked = _unbacked_sizes(env, uses)
+    exprs.update(unbacked)
+
     fakes = []
     for i, leaf in enumerate(leaves):
         if isinstance(specs[i], IntSpec):  # a dynamic Python int: a SymInt input
-            fakes.append(env.create_symintnode(exprs[(i, None)], hint=int(leaf),
-                                               source=InputSource(source_names[i])))
+            expr = exprs[(i, None)]
+            fakes.append(env.create_symintnode(expr, hint=int(leaf), source=InputSource(source_names[i])))
             continue
         if not isinstance(leaf, torch.Tensor):
             fakes.append(leaf)
@@ -241,13 +250,64 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             fakes.append(mode.from_tensor(leaf, static_shapes=True))
             continue
         source = InputSource(source_names[i])
-        cache = {_size_name(source_names[i], d): e for (li, d), e in exprs.items() if li == i}
-        ctx = StatefulSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC if d in specs[i] else DimDynamic.STATIC for d in range(leaf.dim())],
-            constraint_sizes=[None] * leaf.dim(), tensor_source=source,
-            shape_env_to_source_to_symbol_cache={id(env): cache})
+        ctx = _symbolic_context(leaf, source_names[i], {d: e for (li, d), e in exprs.items() if li == i}, env)
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
     return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
+
+
+def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[int]], Any]:
+    """Sizes a ShapesSpec / ParamsSpec gives (``shape_var_specs.SpecSize``): unbacked symbols.
+
+    One unbacked symbol per ``ShapeVar`` / ``IntVar``, its range asserted in the graph
+    (``u0 >= 0`` for a ShapeVar, and its min / max); a size given by an expression of them
+    (``B * 2``) is that expression, which ``module()`` checks before computing."""
+    from ..torch_private.user_specs import check as check_condition
+    from .shape_var_specs import SpecSize, variable_range
+    out: dict[tuple[int, Optional[int]], Any] = {}
+    made: dict[int, Any] = {}  # id(IntVar) -> unbacked SymInt
+
+    def symint_of(var: Any) -> Any:
+        if id(var) not in made:
+            u = env.create_unbacked_symint()
+            lo, hi = variable_range(var)
+            if lo is not None:
+                check_condition(u >= lo)
+            if hi is not None:
+                check_condition(u <= hi)
+            made[id(var)] = u
+        return made[id(var)]
+
+    for u in uses:
+        if not isinstance(u.spec, SpecSize):
+            continue
+        subs = {sym: symint_of(var).node.expr for sym, var in u.spec.variables}
+        # a derived size is the expression itself (y: f32[2*u0]): the trace knows the relation,
+        # and module() checks the input's size against it before computing
+        out[(u.leaf, u.dim)] = sympy.expand(u.spec.expr.xreplace(subs))
+    return out
+
+
+def _symbolic_context(t: torch.Tensor, name: str, dim_exprs: dict[int, Any], env: Any) -> Any:
+    """The engine's symbolic context for one input tensor: its dynamic dims get our symbols.
+
+    A traceable wrapper subclass (``__tensor_flatten__``, e.g. a tensor holding two tensors)
+    needs a subclass context with one context per inner tensor: an inner tensor of the outer
+    shape shares the outer dims' symbols (its sizes are the same sizes); others stay static."""
+    source = InputSource(name)
+    common = dict(
+        dynamic_sizes=[DimDynamic.DYNAMIC if d in dim_exprs else DimDynamic.STATIC for d in range(t.dim())],
+        constraint_sizes=[None] * t.dim(), tensor_source=source,
+        shape_env_to_source_to_symbol_cache={id(env): {_size_name(name, d): e for d, e in dim_exprs.items()}})
+    if not is_traceable_wrapper_subclass(t):
+        return StatefulSymbolicContext(**common)
+    attrs, _ = type(t).__tensor_flatten__(t)
+    inner = {}
+    for attr in attrs:
+        value = getattr(t, attr)
+        if isinstance(value, torch.Tensor):
+            shared = dim_exprs if tuple(value.shape) == tuple(t.shape) else {}
+            inner[attr] = _symbolic_context(value, f"{name}.{attr}", shared, env)
+    return SubclassSymbolicContext(**common, inner_contexts=inner)
 
 
 def _dim_src(root: Dim, use: DimUse, value: int) -> str:

@@ -11,6 +11,41 @@ from typing import Any
 
 RELIES_ON = {
     "torch.export.dynamic_shapes.AdditionalInputs#_examples": None,
+    "torch.fx.experimental.dynamic_spec.ShapesSpec#_params": None,
+    "torch.fx.experimental.dynamic_spec.ParamsSpec#_named_args": None,
+    "torch.fx.experimental.dynamic_spec.ParamsSpec#_varargs": None,
+    "torch.fx.experimental.dynamic_spec.ParamsSpec#_varkw": None,
+    "torch.fx.experimental.dynamic_spec.TensorSpec#_specs": None,
+    "torch.fx.experimental.dynamic_spec.SeqSpec#_entries": None,
+    "torch._check": ("cond", "message"),
+}
+
+
+def _sample_tensor_spec():
+    from torch.fx.experimental.dynamic_spec import TensorSpec
+    return TensorSpec([None])
+
+
+def _sample_seq_spec():
+    from torch.fx.experimental.dynamic_spec import SeqSpec
+    return SeqSpec([None])
+
+
+def _sample_params_spec():
+    from torch.fx.experimental.dynamic_spec import ParamsSpec
+    return ParamsSpec({"x": None, "*args": [None], "**kwargs": {}})
+
+
+def _sample_shapes_spec():
+    from torch.fx.experimental.dynamic_spec import ShapesSpec
+    return ShapesSpec({"x": None})
+
+
+SAMPLES = {
+    "torch.fx.experimental.dynamic_spec.TensorSpec": _sample_tensor_spec,
+    "torch.fx.experimental.dynamic_spec.SeqSpec": _sample_seq_spec,
+    "torch.fx.experimental.dynamic_spec.ParamsSpec": _sample_params_spec,
+    "torch.fx.experimental.dynamic_spec.ShapesSpec": _sample_shapes_spec,
 }
 
 # (The surface test builds the AdditionalInputs instance itself: graphcap does not import torch.export.)
@@ -22,3 +57,33 @@ def additional_inputs_examples(builder: Any) -> Any:
     Relies on the field ``AdditionalInputs._examples`` (a list of ``(args, kwargs)``).
     """
     return getattr(builder, "_examples", None)
+
+
+def shapes_spec_params(spec: Any) -> Any:
+    """The ``ParamsSpec`` a ``ShapesSpec`` holds (or None). Relies on ``ShapesSpec._params``."""
+    return getattr(spec, "_params", None)
+
+
+def params_spec_parts(params: Any) -> tuple[dict, Any, Any]:
+    """A ``ParamsSpec``'s named entries, its ``"*args"`` list and ``"**kwargs"`` dict (None when
+    absent). Relies on ``ParamsSpec._named_args`` / ``_varargs`` / ``_varkw``."""
+    return dict(params._named_args), params._varargs, params._varkw
+
+
+def spec_entries(value: Any) -> list[Any]:
+    """The per-dim entries of a ``TensorSpec`` or the per-position entries of a ``SeqSpec``.
+    Relies on ``TensorSpec._specs`` and ``SeqSpec._entries``."""
+    return list(value._specs if hasattr(value, "_specs") else value._entries)
+
+
+def check(condition: Any) -> None:
+    """Record ``condition`` (a SymBool over a ShapeEnv's symbols) as known and asserted at runtime,
+    as user code's ``torch._check`` does. Relies on ``torch._check(cond, message)``."""
+    import torch
+    torch._check(condition)
+
+
+def draft_report_where_torch_reads_it(ep: Any, report: Any) -> None:
+    """Put a draft report where code written against torch's draft_export reads it: the program's
+    ``_report`` attribute (torch sets it on the programs its draft_export returns)."""
+    ep._report = report

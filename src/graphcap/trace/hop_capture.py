@@ -204,6 +204,31 @@ def _refuse_data_assignment(args: tuple) -> None:
             "(a buffer update becomes an output of the program), or register the new value as a buffer.")
 
 
+_METHOD_DESCRIPTOR = type(torch.Tensor.item)
+# reading a value out of a tensor: the read must be recorded where the value is used
+_DATA_READS = frozenset({torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__, torch.Tensor.__float__,
+                         torch.Tensor.__bool__, torch.Tensor.__index__})
+
+
+def _recorded_here(t: Any) -> Any:
+    """``t``, made known to the recording running now if it is a fake tensor of an enclosing one.
+
+    A branch that reads ``y.item()`` of a tensor it closes over (not an operand): the branch's
+    recorder does not know ``y``, and torch's recorder treats a data read of an unknown tensor
+    as a constant to fold, so the value's symbol is not in the branch graph and the next
+    operator using it fails ("not tracked with proxy"). An ``alias`` of ``y`` is recorded
+    first: ``y`` becomes a constant of the branch graph (which ``subgraph_constants`` turns
+    into an operand, as for any closed-over tensor) and the read is recorded on the alias."""
+    from ..torch_private.fake import FakeTensor
+    from ..torch_private.fx import current_recording, recorded_node
+    if not isinstance(t, FakeTensor):
+        return t
+    recording = current_recording()
+    if recording is None or recorded_node(recording[1], t) is not None:
+        return t
+    return torch.ops.aten.alias.default(t)
+
+
 class _ControlFlowCalls(TorchFunctionMode):
     """Calls a control-flow operator with graphcap's branches instead of the user's callables
     (and refuses ``t.data = value``, which no recorder sees)."""
@@ -222,6 +247,8 @@ class _ControlFlowCalls(TorchFunctionMode):
                 return self._call_with_branches(func, name, args, kwargs or {})
         elif func_type is _METHOD_WRAPPER and _is_data_assignment(func):
             _refuse_data_assignment(args)
+        elif func_type is _METHOD_DESCRIPTOR and func in _DATA_READS and args:
+            args = (_recorded_here(args[0]), *args[1:])
         return func(*args, **kwargs) if kwargs else func(*args)
 
     def _call_with_branches(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:

@@ -189,6 +189,25 @@ def attribute_added_nodes(gm: torch.fx.GraphModule, before: set) -> None:
                 for key in _SOURCE_KEYS:
                     if key in donor.meta and not node.meta.get(key):
                         node.meta[key] = donor.meta[key]
+    for node in added:  # a check the spec alone asks for (an input size's range): no user line
+        if "stack_trace" not in node.meta and _checks_inputs_only(node):
+            node.meta["stack_trace"] = ""
+
+
+def _checks_inputs_only(node: torch.fx.Node) -> bool:
+    """Whether ``node`` computes only from input placeholders (a size read, a comparison, an assert)."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            continue
+        if n.op != "call_function":
+            return False
+        todo.extend(n.all_input_nodes)
+    return True
 
 
 def _place_unowned_nodes_in_root(gm: torch.fx.GraphModule) -> None:

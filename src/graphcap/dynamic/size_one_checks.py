@@ -1,0 +1,194 @@
+"""Size 0/1 special cases the general program also handles.
+
+Code often asks "is this size 1?" only to treat 1 specially where the general
+path would do the same: ``if batch != position_ids.shape[0]:
+position_ids = position_ids.expand(batch, -1)`` (transformers' masking code)
+expands a size-1 dim, a no-op at batch 1. The trace takes the general branch
+at the example (batch 2) and records the guard ``Ne(batch, 1)``; refusing it
+would cost the user a program that is right at batch 1 too (torch.export
+exports such code by assuming the general case holds at 0 and 1).
+
+graphcap does not assume it, it checks it: the guard check
+(``guard_checks``) keeps a user guard ``Ne(d, 0)`` / ``Ne(d, 1)`` on a
+declared Dim whose range includes that value as a :class:`PendingSizeCheck`
+instead of a violation. Once the program is built, :func:`confirm` runs it
+and the eager model on the example inputs cut down to that size (the first
+row(s) along every dimension that uses the Dim, derived dims at their
+value), with the random generator seeded alike; the program keeps the size
+only when both agree on every output and on what they write. Otherwise, or
+when the check cannot be run (an input that cannot be cut, eager raising),
+export raises the constraint violation the guard would have raised, with
+the reason added.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import sympy
+import torch
+
+from ..errors import ConstraintViolationError
+from ..torch_private import pytree
+from .dims import DerivedDim
+from .symbols import RootSymbol, SymbolicInputs
+
+log = logging.getLogger("graphcap.dynamic")
+
+
+@dataclass
+class PendingSizeCheck:
+    """A user guard that excludes one size of a Dim (``Ne(batch, 1)``), to confirm on the program."""
+
+    root: RootSymbol
+    value: int  # the size the guard excludes (0 or 1)
+    problem: str  # the constraint-violation line if the check fails
+    fix: str  # the suggested fix if the check fails
+
+
+def is_size_special_case(guard: Any, sym: Any, declared: Any) -> Optional[int]:
+    """The value ``k`` when ``guard`` is ``Ne(sym, k)`` with ``k`` 0 or 1 inside ``declared``."""
+    if not isinstance(guard, sympy.Ne):
+        return None
+    sides = {guard.lhs, guard.rhs}
+    for k in (0, 1):
+        if sides == {sym, sympy.Integer(k)} and declared.lower <= k <= declared.upper:
+            return k
+    return None
+
+
+def _sizes_at(inputs: SymbolicInputs, check: PendingSizeCheck) -> Optional[dict[tuple[int, Optional[int]], int]]:
+    """Every dynamic input size (leaf, dim) with the checked Dim at its value, the others at the example."""
+    env = inputs.shape_env
+    values: dict[Any, int] = {}
+    for r in inputs.roots:
+        values[r.symbol] = r.value
+        canon = env.replace(r.symbol)
+        if isinstance(canon, sympy.Symbol):
+            values.setdefault(canon, r.value)
+    canon = env.replace(check.root.symbol)
+    if not isinstance(canon, sympy.Symbol):
+        return None
+    values[canon] = values[check.root.symbol] = check.value
+    sizes = {}
+    for r in inputs.roots:
+        for u in r.uses:
+            expr = u.spec.fn(r.symbol) if isinstance(u.spec, DerivedDim) else r.symbol
+            size = env.replace(sympy.sympify(expr)).xreplace({s: sympy.Integer(v) for s, v in values.items()})
+            if not size.is_Integer:
+                return None
+            sizes[(u.leaf, u.dim)] = int(size)
+    return sizes
+
+
+def _cut(leaves: list[Any], sizes: dict[tuple[int, Optional[int]], int]) -> Optional[list[Any]]:
+    """The example leaves with each dynamic dimension cut to its size (None if one would grow)."""
+    out = list(leaves)
+    for (i, dim), size in sorted(sizes.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        if dim is None:
+            out[i] = size
+            continue
+        t = out[i]
+        if not isinstance(t, torch.Tensor) or type(t) is not torch.Tensor or size > t.shape[dim]:
+            return None
+        out[i] = t.narrow(dim, 0, size)
+    for i, t in enumerate(out):
+        if isinstance(t, torch.Tensor):
+            out[i] = t.clone()  # each run gets its own copy (the call may write its inputs)
+    return out
+
+
+def _state_snapshot(mod: Any) -> dict[str, torch.Tensor]:
+    if not isinstance(mod, torch.nn.Module):
+        return {}
+    return {name: b.detach().clone() for name, b in mod.named_buffers()}
+
+
+def _restore(mod: Any, saved: dict[str, torch.Tensor]) -> None:
+    if not saved:
+        return
+    current = dict(mod.named_buffers())
+    with torch.no_grad():
+        for name, value in saved.items():
+            if name in current and current[name].shape == value.shape:
+                current[name].copy_(value)
+
+
+def _run(fn: Callable, call: tuple, seed: int = 0) -> tuple[Any, Optional[BaseException]]:
+    args, kwargs = call
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as e:  # noqa: BLE001 (reported as why the size is refused)
+            return None, e
+
+
+def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: list[Any]) -> Optional[str]:
+    """None when eager and the program agree on ``leaves``, else why not."""
+    from ..verification.compare import compare_outputs
+    saved = _state_snapshot(mod)
+    try:
+        eager_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
+        expected, err = _run(mod, eager_call)
+        eager_state = _state_snapshot(mod)
+        if err is not None:
+            return f"eager raised {type(err).__name__} there"
+        _restore(mod, saved)
+        program_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
+        got, err = _run(ep.module(), program_call)
+        if err is not None:
+            return f"the program raised {type(err).__name__} there"
+        bad = [c for c in compare_outputs(expected, got, None, None) if not c.ok]
+        if bad:
+            return f"the program's {bad[0].name} differs from eager's there"
+        eager_leaves, program_leaves = pytree.tree_leaves(eager_call), pytree.tree_leaves(program_call)
+        for e, p in zip(eager_leaves, program_leaves):
+            if isinstance(e, torch.Tensor) and isinstance(p, torch.Tensor) and e.shape == p.shape \
+                    and not torch.equal(e, p):
+                return "the program writes an input differently from eager there"
+        return None
+    finally:
+        _restore(mod, saved)
+
+
+def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: list[Any],
+            inputs: Optional[SymbolicInputs]) -> None:
+    """Keep each pending size when the program agrees with eager at it; else raise the violation.
+
+    ``call_of`` turns flat input leaves into ``(args, kwargs)`` for ``mod`` and ``ep.module()``."""
+    if inputs is None or not inputs.pending_size_checks:
+        return
+    problems, fixes = [], []
+    verdicts: dict[tuple[str, int], Optional[str]] = {}  # one run per (Dim, size), however many guards
+    for check in inputs.pending_size_checks:
+        key = (check.root.name, check.value)
+        if key not in verdicts:
+            sizes = _sizes_at(inputs, check)
+            cut = _cut(leaves, sizes) if sizes is not None else None
+            if cut is None:
+                verdicts[key] = "graphcap could not build an input of that size from the example to check it"
+            else:
+                try:
+                    verdicts[key] = _agree(mod, ep, call_of, cut)
+                except Exception as e:  # noqa: BLE001 (weights on meta, outputs that do not compare, ...)
+                    verdicts[key] = f"graphcap could not run the check ({type(e).__name__}: {e})"
+        reason = verdicts[key]
+        if reason is None:
+            log.info("graphcap: %s = %d takes the general branch: the program matches eager there",
+                     check.root.name, check.value)
+            continue
+        problems.append(f"{check.problem} At {check.root.name} = {check.value} the general branch the program "
+                        f"took was checked and is not the same: {reason}.")
+        fixes.append(check.fix)
+    if problems:
+        names = sorted({c.root.name for c in inputs.pending_size_checks})
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise ConstraintViolationError(
+            f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
+            f"dynamic_shapes spec allows:\n{listing}",
+            where="export(..., dynamic_shapes=...)",
+            fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
+                "dynamic_shapes) does it for you), or change the code at the line shown."
+                + "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes))

@@ -1,0 +1,129 @@
+"""torch's ShapesSpec / ParamsSpec as dynamic_shapes: sizes become unbacked symbols (never
+specialized), derived sizes are checked, ranges come from ShapeVar min/max; non-strict too."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.dynamic_spec import IntVar, ParamsSpec, SeqSpec, ShapesSpec, ShapeVar, STATIC, TensorSpec
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+import graphcap
+
+
+class Sum0(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(0)
+
+
+class Pair(torch.nn.Module):
+    def forward(self, x, y):
+        return x.sum(0) + y.sum(0)
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x, n):
+        return x.sum(0) * n
+
+
+class ListIn(torch.nn.Module):
+    def forward(self, xs):
+        return xs[0].sum(0) + xs[1].sum(0)
+
+
+def _placeholder_sizes(ep, name):
+    (node,) = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name == name]
+    return node.meta["val"].shape
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("wrap", [lambda p: p, ShapesSpec])
+def test_shape_var_is_an_unbacked_size(strict, wrap):
+    spec = wrap(ParamsSpec({"x": TensorSpec([ShapeVar("batch"), STATIC])}))
+    ep = graphcap.export(Sum0(), (torch.randn(8, 3),), dynamic_shapes=spec, strict=strict)
+    size = _placeholder_sizes(ep, "x")[0]
+    assert isinstance(size, torch.SymInt) and free_unbacked_symbols(size)
+    for n in (0, 1, 50):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(ep.module()(x), x.sum(0))
+
+
+def test_min_max_become_the_range_and_are_checked():
+    spec = ParamsSpec({"x": TensorSpec([ShapeVar("b", min=10, max=100), STATIC])})
+    ep = graphcap.export(Sum0(), (torch.randn(20, 3),), dynamic_shapes=spec)
+    ((lo, hi),) = [(int(v.lower), int(v.upper)) for v in ep.range_constraints.values()]
+    assert (lo, hi) == (10, 100)
+    for bad in (9, 101):
+        with pytest.raises(graphcap.RuntimeInputError):
+            ep.module()(torch.randn(bad, 3))
+
+
+def test_derived_size_is_the_expression_and_checked_before_computing():
+    b = ShapeVar("b", min=1, max=64)
+    spec = ParamsSpec({"x": TensorSpec([b, STATIC]), "y": TensorSpec([b * 2 + 1, STATIC])})
+    ep = graphcap.export(Pair(), (torch.randn(4, 3), torch.randn(9, 3)), dynamic_shapes=spec)
+    assert "2*u0 + 1" in str(_placeholder_sizes(ep, "y")[0])
+    x, y = torch.randn(6, 3), torch.randn(13, 3)
+    torch.testing.assert_close(ep.module()(x, y), Pair()(x, y))
+    with pytest.raises(graphcap.RuntimeInputError):
+        ep.module()(torch.randn(6, 3), torch.randn(12, 3))
+
+
+def test_a_branch_on_an_unbacked_size_is_a_data_dependent_error():
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 5:
+                return x + 1
+            return x - 1
+
+    from graphcap.errors import DataDependentError
+    with pytest.raises(DataDependentError):
+        graphcap.export(Branch(), (torch.randn(8, 3),),
+                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("b"), STATIC])}))
+    # bounds that decide the branch make it exportable
+    ep = graphcap.export(Branch(), (torch.randn(8, 3),),
+                         dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("b", min=6, max=64), STATIC])}))
+    x = torch.randn(30, 3)
+    torch.testing.assert_close(ep.module()(x), x + 1)
+
+
+def test_int_var_makes_an_int_input_a_symint_non_strict():
+    ep = graphcap.export(Scale(), (torch.randn(8, 3), 5),
+                         dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+    x = torch.randn(20, 3)
+    torch.testing.assert_close(ep.module()(x, 42), x.sum(0) * 42)
+
+
+def test_int_var_in_strict_mode_is_a_clear_refusal():
+    with pytest.raises(graphcap.UnsupportedError, match="strict=False"):
+        graphcap.export(Scale(), (torch.randn(8, 3), 5), strict=True,
+                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+
+
+def test_seq_spec_and_unlisted_parameters_stay_static():
+    spec = ParamsSpec({"xs": SeqSpec([TensorSpec([ShapeVar("A"), STATIC])])})
+    ep = graphcap.export(ListIn(), ([torch.randn(8, 3), torch.randn(5, 3)],), dynamic_shapes=spec)
+    out = ep.module()([torch.randn(11, 3), torch.randn(5, 3)])
+    assert out.shape == (3,)
+    with pytest.raises(graphcap.RuntimeInputError):
+        ep.module()([torch.randn(11, 3), torch.randn(6, 3)])
+
+
+def test_tensor_spec_on_a_list_input_is_a_user_error():
+    from torch._dynamo.exc import UserError
+    with pytest.raises(UserError, match="not a Tensor"):
+        graphcap.export(ListIn(), ([torch.randn(8, 3), torch.randn(8, 3)],),
+                        dynamic_shapes=ParamsSpec({"xs": TensorSpec([ShapeVar("B"), STATIC])}))
+
+
+def test_static_entry_that_differs_from_the_example_is_a_user_error():
+    from torch._dynamo.exc import UserError
+    with pytest.raises(UserError):
+        graphcap.export(Sum0(), (torch.randn(4, 5),),
+                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("batch"), 3])}))
+
+
+def test_assumptions_are_refused_with_the_torch_check_fix():
+    b = ShapeVar("b", min=2, max=64)
+    with pytest.raises(graphcap.ExportInputError, match="torch._check"):
+        graphcap.export(Sum0(), (torch.randn(8, 3),),
+                        dynamic_shapes=ShapesSpec(ParamsSpec({"x": TensorSpec([b, STATIC])}), assumptions=[b % 2 == 0]))
