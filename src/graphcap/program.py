@@ -29,6 +29,7 @@ from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 from .tracing_lock import TRACING_LOCK
+from .torch_logs import quiet_torch_logs
 from .young_heap import trace_allocations_only
 from .verifier import verify
 
@@ -307,7 +308,7 @@ class ExportedProgram:
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
         from .passes import run_decompositions
-        with TRACING_LOCK, trace_allocations_only():
+        with TRACING_LOCK, quiet_torch_logs(), trace_allocations_only():
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
