@@ -148,6 +148,8 @@ class ExportedProgram:
         # (None: not known, e.g. a program loaded from a file)
         self.export_timings: dict[str, float] = {}
         self.export_assumptions: Optional[list[Any]] = None
+        # symbol text -> the spec's Dim name (graphcap.dynamic.symbol_names.dim_names reads it)
+        self.export_dim_names: dict[str, str] = {}
         if verify:
             self.validate()
 
@@ -259,6 +261,7 @@ class ExportedProgram:
             constants=constants if constants is not None else self._constants,
             verifiers=verifiers if verifiers is not None else self._verifiers)
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
+        new_ep.export_dim_names = dict(self.export_dim_names)
         return new_ep
 
     def _new_program(self, *args: Any, **kwargs: Any) -> "ExportedProgram":
@@ -312,6 +315,7 @@ class ExportedProgram:
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
+        new_ep.export_dim_names = dict(self.export_dim_names)
         return new_ep
 
     def validate(self) -> None:

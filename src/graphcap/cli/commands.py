@@ -99,7 +99,7 @@ def inspect_command(args) -> int:
         rt = Table(title="Range constraints", title_justify="left")
         rt.add_column("symbol")
         rt.add_column("range")
-        rt.add_column("input dimension")
+        rt.add_column("name (Dim or input dimension)")
         for k, v in facts.ranges.items():
             rt.add_row(escape(k), escape(v), escape(facts.by_labels(k)) if facts.by_labels(k) != k else "")
         out.print(rt)
