@@ -35,6 +35,7 @@ from .torch_private.fx import set_pytree_codegen
 from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 
 from . import auto_flatten
+from .dynamic.assert_messages import explain_runtime_asserts
 from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
@@ -117,6 +118,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     shared = {id(v): v for g in ep.graph_module.modules() if isinstance(g, torch.fx.GraphModule)
               for v in g.meta.values() if isinstance(v, torch.nn.Module)}
     source = copy.deepcopy(ep.graph_module, shared)
+    explain_runtime_asserts(source, ep)  # input, line and range in the user's terms
     graph = source.graph
     checker = InputChecker(ep)
 

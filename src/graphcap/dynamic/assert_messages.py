@@ -1,0 +1,197 @@
+"""Runtime-assert messages that say which input, which source line and which range.
+
+torch's pass writes each runtime assert as ``Runtime assertion failed for
+expression u0 <= 10 on node 'le_1'``: an internal symbol and a graph node.
+For ``ep.module()`` (the graph that runs), every such message keeps torch's
+words first (code that matches them still does) and then says, in the
+user's terms, what failed:
+
+- a value read from data (``u0``) is told by the code that read it: the
+  user's line (``n = y.item()``; ``if x.sum() > 0:``), the user inputs it is
+  computed from (``y``), the condition in the user's names (``n <= 10``, or
+  ``x.sum() > 0`` must be true) and the range the program was exported for;
+- a size symbol (``s77``) is told by its Dim name (``batch``).
+
+The program's own graph (what ``print(ep)`` shows) keeps torch's message.
+"""
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import sympy
+import torch
+
+_TORCH_MESSAGE = re.compile(r"^Runtime assertion failed for expression (.+) on node '([^']+)'$")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+@dataclass
+class DataValue:
+    """Where a value read from data comes from, in the user's terms."""
+
+    words: str  # "n" / "y.item()" / "x.sum() > 0"
+    is_truth: bool  # a tensor used as a condition: the value is its truth (0 or 1)
+    inputs: list[str]  # user inputs it is computed from
+    where: str  # 'File "m.py", line 4, in forward (`n = y.item()`)'
+
+
+def _user_frame(stack_trace: Optional[str]) -> Optional[tuple[str, int, str]]:
+    """The innermost frame of a node's stack trace (file, line, function)."""
+    frames = _FRAME.findall(stack_trace or "")
+    if not frames:
+        return None
+    file, line, fn = frames[-1]
+    return file, int(line), fn
+
+
+def _describe(stack_trace: Optional[str]) -> Optional[tuple[str, bool, str]]:
+    """(words, is_truth, where) for the value read at the node's user line."""
+    from ..trace.data_checks import _data_reads, _statement
+    frame = _user_frame(stack_trace)
+    if frame is None:
+        return None
+    file, lineno, fn = frame
+    code = linecache.getline(file, lineno).strip()
+    where = f'File "{file}", line {lineno}, in {fn}' + (f" (`{code}`)" if code else "")
+    stmt, source = _statement(file, lineno)
+    if stmt is None:
+        return (f"the value read from data on line {lineno}", False, where)
+    exprs = [stmt.test] if isinstance(stmt, (ast.If, ast.While, ast.Assert)) else \
+        [stmt.value] if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) and stmt.value else []
+    reads = [r for e in exprs for r in _data_reads(e)]
+    if len(reads) == 1:
+        text = ast.get_source_segment(source, reads[0]) or code
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.value is reads[0]:
+            text = stmt.targets[0].id  # n = y.item(): the user calls it n
+        return text, False, where
+    if not reads and isinstance(stmt, (ast.If, ast.While, ast.Assert)):
+        return ast.get_source_segment(source, stmt.test) or code, True, where
+    return f"the value read from data on line {lineno}", False, where
+
+
+def _user_inputs_of(node: torch.fx.Node, user_inputs: set[str]) -> list[str]:
+    seen: set[torch.fx.Node] = set()
+    found: list[str] = []
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            if n.name in user_inputs and n.name not in found:
+                found.append(n.name)
+            continue
+        todo.extend(n.all_input_nodes)
+    return sorted(found)
+
+
+def data_values(ep: Any) -> dict[sympy.Symbol, DataValue]:
+    """Each value read from data in ``ep`` (``u0``) -> the code that read it, and its inputs."""
+    from ..signature import InputKind
+    user_inputs = {getattr(s.arg, "name", None) for s in ep.graph_signature.input_specs
+                   if s.kind is InputKind.USER_INPUT}
+    out: dict[sympy.Symbol, DataValue] = {}
+    for mod in ep.graph_module.modules():
+        if not isinstance(mod, torch.fx.GraphModule):
+            continue
+        for node in mod.graph.nodes:
+            for sym in (node.meta.get("unbacked_bindings") or {}):
+                if sym in out:
+                    continue
+                described = _describe(node.meta.get("stack_trace"))
+                if described is None:
+                    continue
+                words, truth, where = described
+                out[sym] = DataValue(words, truth, _user_inputs_of(node, user_inputs), where)
+    return out
+
+
+def _truth(expr: Any, sym: Any) -> Optional[bool]:
+    """Whether ``expr`` says the truth value ``sym`` is true (True), false (False), or neither (None)."""
+    if expr in (sympy.Eq(sym, 1), sympy.Ne(sym, 0), sympy.Ge(sym, 1), sympy.Gt(sym, 0)):
+        return True
+    if expr in (sympy.Eq(sym, 0), sympy.Ne(sym, 1), sympy.Le(sym, 0), sympy.Lt(sym, 1)):
+        return False
+    return None
+
+
+def _parse(text: str, symbols: dict[str, sympy.Symbol]) -> Optional[Any]:
+    try:
+        return sympy.sympify(text, locals={k: v for k, v in symbols.items()})
+    except Exception:  # noqa: BLE001 (an expression sympy cannot read back: keep torch's message)
+        return None
+
+
+def _range_words(vr: Any) -> str:
+    lo, hi = getattr(vr, "lower", None), getattr(vr, "upper", None)
+    hi_text = "no upper bound" if hi is None or str(hi) in ("oo", "int_oo") else str(hi)
+    return f"[{lo}, {hi_text}]"
+
+
+def explain(message: str, values: dict[sympy.Symbol, DataValue], dim_names: dict[Any, str],
+            ranges: dict[Any, Any]) -> Optional[str]:
+    """torch's message followed by what failed in the user's terms; None when there is nothing to add."""
+    from ..trace.data_checks import python_condition
+    m = _TORCH_MESSAGE.match(message)
+    if m is None:
+        return None
+    symbols = {str(s): s for s in [*values, *dim_names]}
+    expr = _parse(m.group(1), symbols)
+    if expr is None or not getattr(expr, "free_symbols", None):
+        return None
+    data = [s for s in expr.free_symbols if s in values]
+    parts: list[str] = []
+    if len(data) == 1 and values[data[0]].is_truth:
+        sym = data[0]
+        v = values[sym]
+        truth = _truth(expr, sym)
+        if truth is None:
+            return None
+        parts.append(f"the program needs `{v.words}` to be {'true' if truth else 'false'}, as it was for the "
+                     f"example it was exported with, and these inputs make it {'false' if truth else 'true'}")
+    elif data:
+        names = {**{s: values[s].words for s in data}, **{s: n for s, n in dim_names.items()}}
+        parts.append(f"the program needs {python_condition(expr, names)}, and these inputs break it")
+    else:
+        named = {s: dim_names[s] for s in expr.free_symbols if s in dim_names}
+        if not named:
+            return None
+        return f"{message}: the program needs {python_condition(expr, named)} (" + ", ".join(
+            f"{n} is {s}" for s, n in named.items()) + ")"
+    for sym in sorted(data, key=str):
+        v = values[sym]
+        inputs = (" from input " + ", ".join(v.inputs)) if v.inputs else ""
+        told = f"`{v.words}` is read{inputs} at {v.where}"
+        vr = ranges.get(sym)
+        if vr is not None and not v.is_truth:
+            told += f"; the program was exported for it in {_range_words(vr)}"
+        parts.append(told)
+    return f"{message}: " + ". ".join(parts) + "."
+
+
+def explain_runtime_asserts(gm: torch.fx.GraphModule, ep: Any) -> None:
+    """Rewrite, in ``gm`` (a copy of ``ep``'s graph that will run) and its subgraphs, every runtime
+    assert message of torch's form to also say input, line and range in the user's terms."""
+    from .symbol_names import dim_names as names_of
+    asserts = [(mod, node) for mod in gm.modules() if isinstance(mod, torch.fx.GraphModule)
+               for node in mod.graph.nodes
+               if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
+               and len(node.args) > 1 and isinstance(node.args[1], str) and _TORCH_MESSAGE.match(node.args[1])]
+    if not asserts:
+        return
+    values, names, ranges = data_values(ep), names_of(ep), dict(ep.range_constraints)
+    changed = set()
+    for mod, node in asserts:
+        text = explain(node.args[1], values, names, ranges)
+        if text is not None:
+            node.args = (node.args[0], text, *node.args[2:])
+            changed.add(mod)
+    for mod in changed:
+        if mod is not gm:
+            mod.recompile()
