@@ -145,7 +145,7 @@ def run_command(args) -> int:
         t.add_column(col)
     import torch
     for k, plan in enumerate(plans):
-        call = make_inputs(inputs, plan.bindings, args.seed * 10007 + k)
+        call = make_inputs(inputs, plan.bindings, args.seed * 10007 + k, plan.values)
         shapes = "  ".join(f"{leaf.name} {list(s)}" for leaf, s in zip(inputs.leaves, inputs.shapes(plan.bindings))
                            if isinstance(leaf, TensorInput))
         start = time.perf_counter()

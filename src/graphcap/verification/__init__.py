@@ -92,7 +92,7 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
                 except Exception as e:  # the wrong input cannot even be built (a negative size)
                     result.skipped.append(f"refusal check {case.label}: {type(e).__name__}: {e}")
                     continue
-                result.refusals.append(_check_refused(case.label, runnable, args, kwargs))
+                result.refusals.append(_check_refused(case.label, runnable, args, kwargs, case.by_runtime_assert))
                 state.restore()
     finally:
         state.restore()
@@ -104,7 +104,7 @@ def _check_set(inputs: ProgramInputs, plan, model, runnable, state: "_StateGuard
     shapes = {leaf.name: shape for leaf, shape in zip(inputs.leaves, inputs.shapes(plan.bindings))
               if isinstance(leaf, TensorInput)}
     out = InputSetResult(plan.label, {str(s): v for s, v in plan.bindings.items()}, shapes)
-    eager_in, program_in = make_inputs(inputs, plan.bindings, seed), make_inputs(inputs, plan.bindings, seed)
+    eager_in, program_in = make_inputs(inputs, plan.bindings, seed, plan.values), make_inputs(inputs, plan.bindings, seed, plan.values)
     expected, eager_error = _call(model, eager_in, seed)
     eager_state = state.changed_in(model)
     state.restore()
@@ -159,11 +159,16 @@ def _compare_written(eager_in, program_in, eager_state, program_state, inputs, r
     return checks
 
 
-def _check_refused(label: str, runnable, args: tuple, kwargs: dict) -> RefusalResult:
+def _check_refused(label: str, runnable, args: tuple, kwargs: dict, by_runtime_assert: bool = False) -> RefusalResult:
     try:
         runnable(*args, **kwargs)
     except RuntimeInputError as e:
         return RefusalResult(label, True, _first_line(e))
+    except RuntimeError as e:
+        if by_runtime_assert and str(e).startswith("Runtime assertion failed"):
+            return RefusalResult(label, True, _first_line(e))
+        return RefusalResult(label, False, f"not refused by the input checks: computing raised "
+                                           f"{type(e).__name__}: {_first_line(e)}")
     except Exception as e:
         return RefusalResult(label, False, f"not refused by the input checks: computing raised "
                                            f"{type(e).__name__}: {_first_line(e)}")
