@@ -25,6 +25,7 @@ from ..errors import RuntimeInputError
 from .compare import OutputCheck, compare_outputs, compare_tensors
 from .generate import DEFAULT_MAX_ELEMENTS, element_count, make_inputs, size_plans
 from .refusals import refusal_cases
+from ..capture.progress import StepProgress
 from .result import InputSetResult, RefusalResult, VerificationResult
 from .signature_inputs import ProgramInputs, TensorInput
 
@@ -79,22 +80,26 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     result = VerificationResult([], [], samples=samples, seed=seed)
     result.notes.extend(_state_differences(ep, model))
     plans = size_plans(inputs, samples, seed)
+    cases = refusal_cases(inputs, plans[0].bindings) if check_refusals and plans else []
+    bar = StepProgress("graphcap.verify", len(plans) + len(cases))  # on a terminal, once it runs 2 s
     try:
         for k, plan in enumerate(plans):
+            bar.step(f"inputs: {plan.label}")
             if element_count(inputs, plan.bindings) > max_elements:
                 result.skipped.append(f"{plan.label}: more than {max_elements} input elements")
                 continue
             result.input_sets.append(_check_set(inputs, plan, model, runnable, state, seed * 10007 + k, rtol, atol))
-        if check_refusals and plans:
-            for case in refusal_cases(inputs, plans[0].bindings):
-                try:
-                    args, kwargs = case.build()
-                except Exception as e:  # the wrong input cannot even be built (a negative size)
-                    result.skipped.append(f"refusal check {case.label}: {type(e).__name__}: {e}")
-                    continue
-                result.refusals.append(_check_refused(case.label, runnable, args, kwargs, case.by_runtime_assert))
-                state.restore()
+        for case in cases:
+            bar.step(f"refusal: {case.label}")
+            try:
+                args, kwargs = case.build()
+            except Exception as e:  # the wrong input cannot even be built (a negative size)
+                result.skipped.append(f"refusal check {case.label}: {type(e).__name__}: {e}")
+                continue
+            result.refusals.append(_check_refused(case.label, runnable, args, kwargs, case.by_runtime_assert))
+            state.restore()
     finally:
+        bar.close()
         state.restore()
     return result
 
