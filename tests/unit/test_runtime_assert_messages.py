@@ -69,3 +69,23 @@ def test_printed_program_keeps_torchs_message():
     printed = str(ep)
     assert re.search(r"\"Runtime assertion failed for expression u\d+ <= 10 on node 'le_1'\"", printed), printed
     assert "from input" not in printed
+
+
+def test_module_graph_keeps_torchs_message_and_copies_explain_too():
+    import copy
+    ep = graphcap.export(Bounded(), (torch.tensor(3),))
+    m = ep.module()
+    code = m.print_readable(print_output=False)
+    assert re.search(r"\"Runtime assertion failed for expression u\d+ <= 10 on node 'le_1'\"", code)
+    assert "from input" not in code
+    with pytest.raises(RuntimeError, match="from input y"):
+        copy.deepcopy(m)(torch.tensor(11))
+
+
+def test_size_only_asserts_keep_torchs_message_to_its_end():
+    # torch's own tests match these to the end of the message ($)
+    from graphcap.dynamic.assert_messages import explain
+    import sympy
+    s = sympy.Symbol("s77", integer=True, positive=True)
+    msg = "Runtime assertion failed for expression Eq(Mod(s77, 4), 0) on node 'eq'"
+    assert explain(msg, {}, {s: "batch"}, {}) is None

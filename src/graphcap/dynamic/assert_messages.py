@@ -2,17 +2,19 @@
 
 torch's pass writes each runtime assert as ``Runtime assertion failed for
 expression u0 <= 10 on node 'le_1'``: an internal symbol and a graph node.
-For ``ep.module()`` (the graph that runs), every such message keeps torch's
-words first (code that matches them still does) and then says, in the
-user's terms, what failed:
+When one fails in ``ep.module()``, the error keeps torch's words first (code
+that matches them still does) and then says, in the user's terms, what
+failed:
 
 - a value read from data (``u0``) is told by the code that read it: the
   user's line (``n = y.item()``; ``if x.sum() > 0:``), the user inputs it is
   computed from (``y``), the condition in the user's names (``n <= 10``, or
   ``x.sum() > 0`` must be true) and the range the program was exported for;
-- a size symbol (``s77``) is told by its Dim name (``batch``).
+- dims in the condition are told by their Dim names (``batch``).
 
-The program's own graph (what ``print(ep)`` shows) keeps torch's message.
+The graphs keep torch's message (``print(ep)``, ``ep.module().print_readable()``
+read as torch.export's); the longer message is given to the exception as it
+passes ``module()``'s call.
 """
 from __future__ import annotations
 
@@ -158,12 +160,8 @@ def explain(message: str, values: dict[sympy.Symbol, DataValue], dim_names: dict
     elif data:
         names = {**{s: values[s].words for s in data}, **{s: n for s, n in dim_names.items()}}
         parts.append(f"the program needs {python_condition(expr, names)}, and these inputs break it")
-    else:
-        named = {s: dim_names[s] for s in expr.free_symbols if s in dim_names}
-        if not named:
-            return None
-        return f"{message}: the program needs {python_condition(expr, named)} (" + ", ".join(
-            f"{n} is {s}" for s, n in named.items()) + ")"
+    else:  # sizes only: the input checks refuse those first, and torch's message is matched to its end
+        return None
     for sym in sorted(data, key=str):
         v = values[sym]
         inputs = (" from input " + ", ".join(v.inputs)) if v.inputs else ""
@@ -175,23 +173,33 @@ def explain(message: str, values: dict[sympy.Symbol, DataValue], dim_names: dict
     return f"{message}: " + ". ".join(parts) + "."
 
 
-def explain_runtime_asserts(gm: torch.fx.GraphModule, ep: Any) -> None:
-    """Rewrite, in ``gm`` (a copy of ``ep``'s graph that will run) and its subgraphs, every runtime
-    assert message of torch's form to also say input, line and range in the user's terms."""
+def explanations(ep: Any) -> dict[str, str]:
+    """torch's message of each runtime assert in ``ep`` (its subgraphs included) -> the message that
+    also says input, line and range in the user's terms; asserts with nothing to add are left out.
+
+    ``ep.module()`` raises with the longer message when one fails; the graphs keep torch's text,
+    so printed programs and modules read as torch.export's."""
     from .symbol_names import dim_names as names_of
-    asserts = [(mod, node) for mod in gm.modules() if isinstance(mod, torch.fx.GraphModule)
-               for node in mod.graph.nodes
-               if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
-               and len(node.args) > 1 and isinstance(node.args[1], str) and _TORCH_MESSAGE.match(node.args[1])]
-    if not asserts:
-        return
-    values, names, ranges = data_values(ep), names_of(ep), dict(ep.range_constraints)
-    changed = set()
-    for mod, node in asserts:
-        text = explain(node.args[1], values, names, ranges)
+    messages = [node.args[1] for mod in ep.graph_module.modules() if isinstance(mod, torch.fx.GraphModule)
+                for node in mod.graph.nodes
+                if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
+                and len(node.args) > 1 and isinstance(node.args[1], str) and _TORCH_MESSAGE.match(node.args[1])]
+    if not messages:
+        return {}
+    values = data_values(ep)
+    if not values:
+        return {}
+    names, ranges = names_of(ep), dict(ep.range_constraints)
+    out = {}
+    for message in messages:
+        text = explain(message, values, names, ranges)
         if text is not None:
-            node.args = (node.args[0], text, *node.args[2:])
-            changed.add(mod)
-    for mod in changed:
-        if mod is not gm:
-            mod.recompile()
+            out[message] = text
+    return out
+
+
+def explain_failure(e: BaseException, known: dict[str, str]) -> None:
+    """Give a failed runtime assert (torch's ``RuntimeError``, raised by ``_assert_scalar``) the
+    message of :func:`explanations`, in place: same exception, same traceback."""
+    if type(e) is RuntimeError and e.args and isinstance(e.args[0], str) and e.args[0] in known:
+        e.args = (known[e.args[0]], *e.args[1:])
