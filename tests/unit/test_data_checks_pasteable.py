@@ -112,3 +112,19 @@ def test_draft_report_fix_pastes_and_exports(tmp_path: Path, case: str):
     assert not re.search(r"\bu\d+\b", problem.fix + problem.details["check"]), problem.fix
     fixed = graphcap.export(_load(_paste(path, problem.where.lineno, problem.fix)), example)
     torch.testing.assert_close(fixed.module()(*example), _load(path)(*example))
+
+
+def test_elif_gets_no_rewrite_that_would_not_parse(tmp_path: Path):
+    path = _write(tmp_path, "elif_case", """
+        class M(torch.nn.Module):
+            def forward(self, x):
+                if x.shape[0] > 10:
+                    return x
+                elif x.sum() > 0:
+                    return x + 1
+                return x - 1
+        """)
+    with pytest.raises(graphcap.errors.DataDependentError) as info:
+        graphcap.export(_load(path), (torch.ones(3),))
+    fix = info.value.fix
+    assert "replace this line" not in fix and not re.search(r"\bu\d+\b", fix), fix

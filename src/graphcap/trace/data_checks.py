@@ -200,6 +200,8 @@ def write_check(cond: Any, names: dict[Any, str], filename: Optional[str], linen
     if stmt is None:
         return None
     line = linecache.getline(filename, lineno).rstrip("\n")
+    if line.lstrip().startswith("elif"):  # nothing can go between an if's body and its elif
+        return None
     indent = line[:len(line) - len(line.lstrip())]
     taken = set(taken or ()) | {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
     exprs = _header_exprs(stmt)
