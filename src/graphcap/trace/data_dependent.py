@@ -3,10 +3,10 @@
 ``if y.item() > 2:`` or ``if x.nonzero().shape[0] > 2:`` asks for a value
 export does not have: ``.item()``, ``.tolist()``, ``nonzero()`` give unbacked
 symbols (``u0``, ``u1``, ...), and a Python branch on them cannot be recorded.
-The error names the condition, the user's line, and the ``torch._check`` calls
-that would let tracing go on, written with the user's own variable names where
-a local of that frame holds the symbol (``torch._check(n > 2)`` rather than
-``torch._check(u0 > 2)``).
+The error names the condition, the user's line, and the code that would let
+tracing go on, written with the user's own names (``graphcap.trace.data_checks``):
+``torch._check(n > 2)`` where a local holds the value, else the line rewritten
+to read the value once into a name and check it; never ``u0``.
 """
 from __future__ import annotations
 
@@ -44,13 +44,6 @@ def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
                 if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                     names.setdefault(size.node.expr, text)
     return names
-
-
-def _spelled(cond: Any, names: dict[sympy.Symbol, str]) -> Optional[str]:
-    """``cond`` written over the user's names, or None when a symbol has no name."""
-    if not isinstance(cond, sympy.Basic) or not cond.free_symbols <= set(names):
-        return None
-    return str(cond.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
 
 
 def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]) -> DataDependentError:
@@ -96,7 +89,6 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
             f"the check becomes a runtime assert in the program. For a value used as a size, "
             f"torch._check(value >= 0). If both outcomes can happen, write the branch with "
             f"torch.cond(pred, true_fn, false_fn, operands) or torch.where.")
-
 
 
 def _condition_words(cond: Any, names: dict[sympy.Symbol, str], written: Any) -> str:
