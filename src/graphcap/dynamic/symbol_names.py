@@ -115,15 +115,24 @@ def _readable_path(arg_path: Optional[str]) -> str:
 
 
 def name_symbols_in_error(e: BaseException, names: Mapping[str, str]) -> None:
-    """Rewrite a graphcap error's "what" and "fix" in place so the symbols torch's text quotes
-    (``shape '[s77, 2, 3]' is invalid``) read as the user's Dim names. The "where" (the user's
-    own source line) is left as the user wrote it."""
+    """Add to a graphcap error whose "what" quotes torch's text with symbols (``shape '[s77, 2, 3]'
+    is invalid``) the same text in the user's Dim names, on a line of its own; the quoted text stays
+    as torch wrote it (code matches it). The fix, graphcap's own text, reads in Dim names. The
+    "where" (the user's own source line) is left as the user wrote it."""
     from ..errors import GraphcapError, _compose
     if not names or not isinstance(e, GraphcapError):
         return
-    what, fix = with_dim_names(e.what, names), with_dim_names(e.fix, names) if e.fix else e.fix
-    if what == e.what and fix == e.fix:
+    renamed = []
+    for line in (e.what or "").splitlines():
+        named = with_dim_names(line, names)
+        if named != line:
+            first = next(i for i, (a, b) in enumerate(zip(line, named)) if a != b)
+            start = line.rfind(": ", 0, first)
+            renamed.append(named[start + 2 if start >= 0 else 0:])
+    fix = with_dim_names(e.fix, names) if e.fix else e.fix
+    if not renamed and fix == e.fix:
         return
+    what = e.what + ("\nIn your Dim names: " + " ".join(renamed) if renamed else "")
     e.what, e.fix = what, fix
     message = _compose(what, e.where, fix)
     e.args = (message,)
