@@ -92,7 +92,7 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         try:
             return super().__call__(*args, **kwargs)
         except RuntimeError as e:  # a runtime assert failed: say input, line and range (same exception)
-            explain_failure(e, getattr(self, "graphcap_assert_messages", {}))
+            explain_failure(e, getattr(self, "graphcap_assert_messages", None))
             raise
 
     def __deepcopy__(self, memo):
@@ -101,7 +101,7 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         new._checker = new._guards_fn.checker if isinstance(getattr(new, "_guards_fn", None), InputGuards) \
             else copy.deepcopy(self._checker, memo)
         new._leaf_checks_in_hook = self._leaf_checks_in_hook
-        new.graphcap_assert_messages = dict(getattr(self, "graphcap_assert_messages", {}))
+        new.graphcap_assert_messages = getattr(self, "graphcap_assert_messages", None)
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
         return new
 

@@ -93,25 +93,42 @@ def _user_inputs_of(node: torch.fx.Node, user_inputs: set[str]) -> list[str]:
     return sorted(found)
 
 
-def data_values(ep: Any) -> dict[sympy.Symbol, DataValue]:
-    """Each value read from data in ``ep`` (``u0``) -> the code that read it, and its inputs."""
+@dataclass
+class _Origin:
+    stack_trace: Optional[str]
+    inputs: list[str]
+
+
+def _origins(ep: Any) -> dict[sympy.Symbol, _Origin]:
+    """Each value read from data in ``ep`` (``u0``) -> the stack trace of the node that read it and the
+    user inputs it is computed from (cheap: no source is read)."""
     from ..signature import InputKind
     user_inputs = {getattr(s.arg, "name", None) for s in ep.graph_signature.input_specs
                    if s.kind is InputKind.USER_INPUT}
-    out: dict[sympy.Symbol, DataValue] = {}
+    out: dict[sympy.Symbol, _Origin] = {}
     for mod in ep.graph_module.modules():
         if not isinstance(mod, torch.fx.GraphModule):
             continue
         for node in mod.graph.nodes:
             for sym in (node.meta.get("unbacked_bindings") or {}):
-                if sym in out:
-                    continue
-                described = _describe(node.meta.get("stack_trace"))
-                if described is None:
-                    continue
-                words, truth, where = described
-                out[sym] = DataValue(words, truth, _user_inputs_of(node, user_inputs), where)
+                if sym not in out and node.meta.get("stack_trace"):
+                    out[sym] = _Origin(node.meta.get("stack_trace"), _user_inputs_of(node, user_inputs))
     return out
+
+
+def _described(origins: dict[sympy.Symbol, _Origin]) -> dict[sympy.Symbol, DataValue]:
+    out = {}
+    for sym, origin in origins.items():
+        described = _describe(origin.stack_trace)
+        if described is not None:
+            words, truth, where = described
+            out[sym] = DataValue(words, truth, origin.inputs, where)
+    return out
+
+
+def data_values(ep: Any) -> dict[sympy.Symbol, DataValue]:
+    """Each value read from data in ``ep`` (``u0``) -> the code that read it, and its inputs."""
+    return _described(_origins(ep))
 
 
 def _truth(expr: Any, sym: Any) -> Optional[bool]:
@@ -173,33 +190,51 @@ def explain(message: str, values: dict[sympy.Symbol, DataValue], dim_names: dict
     return f"{message}: " + ". ".join(parts) + "."
 
 
-def explanations(ep: Any) -> dict[str, str]:
-    """torch's message of each runtime assert in ``ep`` (its subgraphs included) -> the message that
-    also says input, line and range in the user's terms; asserts with nothing to add are left out.
+@dataclass
+class AssertExplainer:
+    """What ``module()`` keeps to explain a failed runtime assert: torch's messages, where each
+    value read from data comes from, the Dim names and ranges. The user's source is read only
+    when an assert fails."""
+
+    messages: frozenset
+    origins: dict
+    names: dict
+    ranges: dict
+
+    def explain(self, message: str) -> Optional[str]:
+        if message not in self.messages:
+            return None
+        return explain(message, _described(self.origins), self.names, self.ranges)
+
+
+def explanations(ep: Any) -> Optional[AssertExplainer]:
+    """The explainer of ``ep``'s runtime asserts (its subgraphs included), or None when none of them
+    checks a value read from data.
 
     ``ep.module()`` raises with the longer message when one fails; the graphs keep torch's text,
     so printed programs and modules read as torch.export's."""
     from .symbol_names import dim_names as names_of
-    messages = [node.args[1] for mod in ep.graph_module.modules() if isinstance(mod, torch.fx.GraphModule)
-                for node in mod.graph.nodes
-                if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
-                and len(node.args) > 1 and isinstance(node.args[1], str) and _TORCH_MESSAGE.match(node.args[1])]
+    messages = frozenset(
+        node.args[1] for mod in ep.graph_module.modules() if isinstance(mod, torch.fx.GraphModule)
+        for node in mod.graph.nodes
+        if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
+        and len(node.args) > 1 and isinstance(node.args[1], str) and _TORCH_MESSAGE.match(node.args[1]))
     if not messages:
-        return {}
-    values = data_values(ep)
-    if not values:
-        return {}
-    names, ranges = names_of(ep), dict(ep.range_constraints)
-    out = {}
-    for message in messages:
-        text = explain(message, values, names, ranges)
-        if text is not None:
-            out[message] = text
-    return out
+        return None
+    origins = _origins(ep)
+    if not origins:
+        return None
+    return AssertExplainer(messages, origins, names_of(ep), dict(ep.range_constraints))
 
 
-def explain_failure(e: BaseException, known: dict[str, str]) -> None:
+def explain_failure(e: BaseException, explainer: Optional[AssertExplainer]) -> None:
     """Give a failed runtime assert (torch's ``RuntimeError``, raised by ``_assert_scalar``) the
-    message of :func:`explanations`, in place: same exception, same traceback."""
-    if type(e) is RuntimeError and e.args and isinstance(e.args[0], str) and e.args[0] in known:
-        e.args = (known[e.args[0]], *e.args[1:])
+    message of :class:`AssertExplainer`, in place: same exception, same traceback."""
+    if explainer is None or type(e) is not RuntimeError or not e.args or not isinstance(e.args[0], str):
+        return
+    try:
+        text = explainer.explain(e.args[0])
+    except Exception:  # noqa: BLE001 (explaining must never hide the failure itself)
+        text = None
+    if text is not None:
+        e.args = (text, *e.args[1:])

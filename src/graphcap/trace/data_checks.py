@@ -20,7 +20,9 @@ the user's own text.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import warnings
 import linecache
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -98,14 +100,25 @@ class WrittenCheck:
                 f"(or {self.negated} if it never holds)")
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(source: str) -> Optional[ast.Module]:
+    """``source`` parsed (once per text: a message may ask for several lines of one big file),
+    without the warnings the compiler gives about the file's own code (invalid escapes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
+
+
 def _statement(filename: str, lineno: int) -> tuple[Optional[ast.stmt], str]:
     """The innermost statement that starts at ``lineno`` of ``filename``, and the file's source."""
     source = "".join(linecache.getlines(filename))
     if not source:
         return None, ""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parsed(source)
+    if tree is None:
         return None, source
     found: Optional[ast.stmt] = None
     for node in ast.walk(tree):
