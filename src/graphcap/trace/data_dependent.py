@@ -65,6 +65,14 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
             f"branched on a value read from tensor data "
             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}).")
     entry = user_traceback_entry(e.__traceback__)
+    if isinstance(cond, sympy.Symbol):  # the number itself is needed (float(t.max())), not a condition on it
+        return DataDependentError(
+            f"Could not guard on data-dependent expression {cond_text or cond}: while tracing {program_name}, "
+            f"the program turns a value read from tensor data into a Python number (float(), int(), .item() "
+            f"used as a plain number); export records shapes, not data, so that number is unknown.",
+            where=where, cond=cond,
+            fix="Keep the value a tensor (x + t.max() rather than x + float(t.max())), or compute the number "
+                "once outside forward and keep it as a plain attribute.")
     frame = entry.tb_frame if entry is not None else None
     names = names_of_symbols(frame)
     written = None
