@@ -128,3 +128,18 @@ def test_elif_gets_no_rewrite_that_would_not_parse(tmp_path: Path):
         graphcap.export(_load(path), (torch.ones(3),))
     fix = info.value.fix
     assert "replace this line" not in fix and not re.search(r"\bu\d+\b", fix), fix
+
+
+def test_number_read_from_data_used_as_a_number_says_keep_it_a_tensor():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.arange(4.0))
+
+        def forward(self, x):
+            return x + float(self.table.max())
+
+    with pytest.raises(graphcap.errors.DataDependentError) as info:
+        graphcap.export(M(), (torch.randn(3),))
+    assert "Keep the value a tensor" in info.value.fix
+    assert not re.search(r"\bz?u[f]?\d+\b", info.value.fix), info.value.fix
