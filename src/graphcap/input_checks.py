@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import sympy
 import torch
@@ -27,8 +27,21 @@ from .pytree import input_path_str
 from .signature import InputKind
 from .trace.naming import builtins_called_by_name
 
-_STATIC_FIX = ("The program was exported with this dimension static. To accept other sizes, export "
-               "with dynamic_shapes marking it dynamic (e.g. {0: Dim('batch')}).")
+def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
+    """How to make dimension ``dim`` of the input at ``source`` (``x``, ``L['x']``) dynamic, written as the
+    spec entry for that input: its dynamic dims so far (``others``: dim -> the Dim's name) and this one."""
+    import re
+    top = re.fullmatch(r"([A-Za-z_][A-Za-z_0-9]*)", source) or re.fullmatch(r"L\['([A-Za-z_][A-Za-z_0-9]*)'\]", source)
+    name = f"{top.group(1)}_dim{dim}" if top else f"dim{dim}"
+    # the input's dynamic dims so far, by the variable holding the Dim (a hint's has no name: Dim.AUTO)
+    dims = {d: (n if n.isidentifier() else "Dim.AUTO") for d, n in (others or {}).items()}
+    dims[dim] = f"Dim({name!r})"
+    entry = "{" + ", ".join(f"{d}: {dims[d]}" for d in sorted(dims)) + "}"
+    spec = (f"dynamic_shapes={{{top.group(1)!r}: {entry}}}" if top
+            else f"{entry} as the dynamic_shapes entry of the input at {path}")
+    return (f"The program was exported with this dimension static. To accept other sizes, export "
+            f"with {spec} (give the Dim a name of your choice; pass the same Dim wherever a dimension "
+            f"must have the same size).")
 
 
 @dataclass
@@ -69,6 +82,14 @@ def _same_device(expected: torch.device, got: torch.device) -> bool:
     return expected.index is None or got.index is None or expected.index == got.index
 
 
+def _user_names(ep) -> dict[Any, str]:
+    from .dynamic.symbol_names import dim_names
+    try:
+        return dim_names(ep)
+    except Exception:  # noqa: BLE001 (names only serve messages: without them, symbols print as they are)
+        return {}
+
+
 class InputChecker:
     """The checks of one program's inputs; ``check_structure`` then ``check_leaves`` (or call it)."""
 
@@ -96,6 +117,7 @@ class InputChecker:
             else:
                 self._leaves.append(_ConstantLeaf(path, source, getattr(spec.arg, "value", val)))
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
+        self._names = _user_names(ep)  # symbol -> Dim name, for messages
         self._relations = _input_relations(ep.graph, self._leaves)
         self._named_dtypes = _dtypes_named_in(ep.graph_module)
         self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
@@ -196,9 +218,13 @@ class InputChecker:
             raise InputGuardError(
                 guards.with_guard(f"Expected input at {leaf.path} to be equal to {bindings[leaf.expr]}, "
                                   f"but got {value}", f"{leaf.source} == {sources[leaf.expr]}"),
-                fix=f"This int shares the symbol {leaf.expr} with an earlier input of that value.")
+                fix=f"This int shares the Dim {self._name_of(leaf.expr)} with an earlier input of that value.")
         bindings[leaf.expr] = int(value)
         sources[leaf.expr] = leaf.source
+
+    def _name_of(self, sym: Any) -> str:
+        """A symbol as the user named it (graphcap.dynamic.symbol_names), for messages."""
+        return self._names.get(sym, str(sym))
 
     def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred, exprs) -> None:
         if not isinstance(value, torch.Tensor):
@@ -226,7 +252,8 @@ class InputChecker:
                 if got != expected:
                     raise InputGuardError(
                         guards.with_guard(f"Expected input at {path} to be equal to {expected}, but got {got}",
-                                          f"{source} == {expected}"), fix=_STATIC_FIX)
+                                          f"{source} == {expected}"), fix=_static_fix(leaf.source, leaf.path, i, {
+                            j: self._name_of(e) for j, e in enumerate(leaf.dims) if isinstance(e, sympy.Symbol)}))
             elif isinstance(expected, sympy.Symbol):
                 self._check_range(path, source, expected, got)
                 if expected in bindings:
@@ -235,7 +262,7 @@ class InputChecker:
                             guards.with_guard(
                                 f"Expected input at {path} to be equal to {bindings[expected]}, but got {got}",
                                 f"{source} == {sources[expected]}"),
-                            fix=f"This dimension shares the symbol {expected} with an earlier input "
+                            fix=f"This dimension shares the Dim {self._name_of(expected)} with an earlier input "
                                 f"dimension of size {bindings[expected]}; the sizes must agree.")
                 else:
                     bindings[expected] = got if isinstance(got, torch.SymInt) else int(got)

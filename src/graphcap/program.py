@@ -29,6 +29,7 @@ from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 from .tracing_lock import TRACING_LOCK
+from .torch_logs import quiet_torch_logs
 from .young_heap import trace_allocations_only
 from .verifier import verify
 
@@ -147,6 +148,8 @@ class ExportedProgram:
         # (None: not known, e.g. a program loaded from a file)
         self.export_timings: dict[str, float] = {}
         self.export_assumptions: Optional[list[Any]] = None
+        # symbol text -> the spec's Dim name (graphcap.dynamic.symbol_names.dim_names reads it)
+        self.export_dim_names: dict[str, str] = {}
         if verify:
             self.validate()
 
@@ -258,6 +261,7 @@ class ExportedProgram:
             constants=constants if constants is not None else self._constants,
             verifiers=verifiers if verifiers is not None else self._verifiers)
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
+        new_ep.export_dim_names = dict(self.export_dim_names)
         return new_ep
 
     def _new_program(self, *args: Any, **kwargs: Any) -> "ExportedProgram":
@@ -307,10 +311,11 @@ class ExportedProgram:
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
         from .passes import run_decompositions
-        with TRACING_LOCK, trace_allocations_only():
+        with TRACING_LOCK, quiet_torch_logs(), trace_allocations_only():
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = [InferenceVerifier]
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
+        new_ep.export_dim_names = dict(self.export_dim_names)
         return new_ep
 
     def validate(self) -> None:

@@ -35,6 +35,7 @@ from .torch_private.fx import set_pytree_codegen
 from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 
 from . import auto_flatten
+from .dynamic.assert_messages import explain_failure, explanations
 from .errors import UnsupportedError
 from .input_checks import InputChecker
 from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
@@ -87,12 +88,20 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
             if isinstance(value, torch.Tensor):
                 owner.__dict__[field] = fn(value)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except RuntimeError as e:  # a runtime assert failed: say input, line and range (same exception)
+            explain_failure(e, getattr(self, "graphcap_assert_messages", None))
+            raise
+
     def __deepcopy__(self, memo):
         new = super().__deepcopy__(memo)  # a GraphModule copy: constants come back as buffers, hooks go
         _settle_constants(new, self._constant_fqns)
         new._checker = new._guards_fn.checker if isinstance(getattr(new, "_guards_fn", None), InputGuards) \
             else copy.deepcopy(self._checker, memo)
         new._leaf_checks_in_hook = self._leaf_checks_in_hook
+        new.graphcap_assert_messages = getattr(self, "graphcap_assert_messages", None)
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
         return new
 
@@ -192,6 +201,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     _settle_constants(module, [s.target for s in sig.input_specs
                                if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)])
     module._checker = checker
+    module.graphcap_assert_messages = explanations(ep)  # a failed runtime assert in the user's terms
     module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
     module.register_forward_pre_hook(_check_structure, with_kwargs=True)
     return module

@@ -138,15 +138,19 @@ def test_undecidable_branch_names_the_line_and_the_check_in_the_users_names():
     assert err.cond is not None
 
 
-def test_condition_without_a_local_name_suggests_the_symbolic_check():
+def test_condition_without_a_local_name_names_the_value_it_reads():
+    # the value is read on the line itself: the fix names it (reading it again would give a new value)
     class M(torch.nn.Module):
         def forward(self, y):
             if y.item() < 0:
                 return y - 1
             return y + 1
 
-    with pytest.raises(GuardOnDataDependentSymNode, match=re.escape("torch._check(u0 < 0)")):
+    with pytest.raises(GuardOnDataDependentSymNode) as info:
         graphcap.export(M(), (torch.tensor(2),))
+    fix = info.value.fix
+    assert "value = y.item()" in fix and "torch._check(value < 0)" in fix and "if value < 0:" in fix
+    assert not re.search(r"\bu\d+\b", fix)
 
 
 def test_real_tensor_propagation_mismatch_keeps_torchs_error_type():

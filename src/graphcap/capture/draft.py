@@ -40,6 +40,7 @@ from . import draft_spec
 from .front_ends import run_front_end
 from .draft_conditions import Decision, record_decision
 from ..torch_private.user_specs import draft_report_where_torch_reads_it
+from ..trace.data_checks import unnamed_check, write_check
 from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
 
 # A spec refined this many times and still violated is reported as the export's error.
@@ -141,25 +142,38 @@ def spelled_symbols(d: Decision) -> set[str]:
 
 
 def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
-    """One problem per (line, condition as the user would write it); a loop counts occurrences."""
+    """One problem per (line, condition as the user would write it); a loop counts occurrences.
+    The fix is code the user pastes at the line (graphcap.trace.data_checks): a check over the
+    user's names, or the line rewritten to name the value it reads from data."""
     grouped: dict[tuple, Problem] = {}
     for d in decisions:
-        spelled = d.spelled
-        key = (d.where.filename, d.where.lineno, spelled) if d.where is not None else (None, None, spelled)
+        where = d.where
+        written = write_check(d.condition, d.names, where.filename if where else None,
+                              where.lineno if where else None, set(d.taken))
+        if written is None:
+            check, _ = unnamed_check(d.condition, d.names) if isinstance(d.condition, sympy.Basic) \
+                else (f"torch._check({d.spelled})", "")
+            words = check[len("torch._check("):-1]
+            note = (" (value: the number read from tensor data that the condition depends on; name it "
+                    "where it is read, value = t.item(), and write the check right after that line)"
+                    if check != f"torch._check({d.spelled})" else "")
+            fix = f"{check}  # before this line, if it always holds for your data; if both outcomes happen, use torch.cond"
+        else:
+            check, words, note = written.check, written.condition, ""
+            fix = (f"{check}  # before this line, if it always holds for your data; if both outcomes happen, "
+                   f"use torch.cond" if not written.replaces_line else
+                   "replace this line with\n" + "\n".join(written.lines) +
+                   "\n# if it always holds for your data; if both outcomes happen, use torch.cond")
+        key = (where.filename, where.lineno, words) if where is not None else (None, None, words)
         if key in grouped:
             grouped[key].occurrences += 1
             continue
-        unnamed = sorted(spelled_symbols(d))
-        note = (f" ({', '.join(unnamed)}: value(s) read from tensor data that have no name at this line; "
-                f"write the check where they are computed)" if unnamed else "")
         grouped[key] = Problem(
             DATA_DEPENDENT,
-            f"the program branched on {spelled}, which depends on tensor data; it held on the example, so the "
+            f"the program branched on {words}, which depends on tensor data; it held on the example, so the "
             f"program takes that path and asserts it at runtime{note}.",
-            d.where,
-            f"torch._check({spelled})  # before this line, if it always holds for your data; if both outcomes "
-            f"happen, use torch.cond",
-            details={"condition": str(d.condition), "check": f"torch._check({spelled})"})
+            where, fix,
+            details={"condition": str(d.condition), "check": check})
     return list(grouped.values())
 
 

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from sympy.printing.str import StrPrinter
 
+from ..trace.data_checks import python_condition  # noqa: F401  (its home is below, in trace)
 from ..user_frames import is_user_file
 from .draft_report import SourceLine
 
@@ -30,61 +30,12 @@ class Decision:
     condition: Any  # sympy boolean that held on the example
     where: Optional[SourceLine]
     names: dict[Any, str] = field(default_factory=dict)  # symbol -> the user's expression for it
+    taken: frozenset = frozenset()  # the names of the frame's locals (a new name avoids them)
 
     @property
     def spelled(self) -> str:
         """The condition in Python over the user's names (unnamed symbols keep their u-names)."""
         return python_condition(self.condition, self.names)
-
-
-class _PythonPrinter(StrPrinter):
-    """sympy → Python source: relations with Python operators, min/max, //, %."""
-
-    _OPS = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
-    def _print_Relational(self, expr: Any) -> str:
-        op = self._OPS.get(expr.rel_op, expr.rel_op)
-        return f"{self._print(expr.lhs)} {op} {self._print(expr.rhs)}"
-
-    def _print_Not(self, expr: Any) -> str:
-        return f"not ({self._print(expr.args[0])})"
-
-    def _print_And(self, expr: Any) -> str:
-        return " and ".join(f"({self._print(a)})" for a in expr.args)
-
-    def _print_Or(self, expr: Any) -> str:
-        return " or ".join(f"({self._print(a)})" for a in expr.args)
-
-    def _print_Function(self, expr: Any) -> str:
-        name = type(expr).__name__
-        args = [self._print(a) for a in expr.args]
-        if name in ("FloorDiv", "IntTrueDiv") and len(args) == 2:
-            return f"({args[0]} // {args[1]})"
-        if name in ("Mod", "PythonMod") and len(args) == 2:
-            return f"({args[0]} % {args[1]})"
-        return super()._print_Function(expr)
-
-    def _print_Min(self, expr: Any) -> str:
-        return f"min({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_Max(self, expr: Any) -> str:
-        return f"max({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_Mod(self, expr: Any) -> str:
-        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
-
-
-def python_condition(cond: Any, names: dict[Any, str]) -> str:
-    """``cond`` as Python source, each named symbol replaced by the user's expression for it."""
-    if isinstance(cond, sympy.Basic):
-        compound = {e: sympy.Symbol(n) for e, n in names.items() if not isinstance(e, sympy.Symbol)}
-        if compound:  # whole expressions first (a relation's side that is a local's size)
-            cond = cond.xreplace(compound)
-        named = {s: sympy.Symbol(names[s]) for s in cond.free_symbols if s in names}
-        if named:
-            cond = cond.xreplace(named)
-        return _PythonPrinter().doprint(cond)
-    return str(cond)
 
 
 def _expr_of(value: Any) -> Optional[Any]:
@@ -146,4 +97,5 @@ def record_decision(condition: Any) -> Decision:
     """The decision just made, located at the user's line that asked the question."""
     frame = innermost_user_frame(2)
     symbols = condition.free_symbols if isinstance(condition, sympy.Basic) else set()
-    return Decision(condition, source_line(frame), user_names(frame, set(symbols)))
+    return Decision(condition, source_line(frame), user_names(frame, set(symbols)),
+                    frozenset(frame.f_locals) if frame is not None else frozenset())

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
 from ..tracing_lock import TRACING_LOCK
+from ..torch_logs import quiet_torch_logs
 
 
 def run_front_end(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
@@ -24,10 +25,10 @@ def run_front_end(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None
     prefer_deferred = bool(prefer_deferred_runtime_asserts_over_guards)
     if strict:
         from .strict import export_strict
-        with TRACING_LOCK, disable_current_modes():
+        with TRACING_LOCK, quiet_torch_logs(), disable_current_modes():
             return export_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=preserved, prefer_deferred_asserts=prefer_deferred)
     from .non_strict import export_non_strict
-    with TRACING_LOCK, disable_current_modes():
+    with TRACING_LOCK, quiet_torch_logs(), disable_current_modes():
         return export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                  preserve_module_call_signature=preserved, prefer_deferred_asserts=prefer_deferred)

@@ -21,6 +21,7 @@ from ..dynamic import constraints as dyn_constraints
 from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import size_one_checks as dyn_size_one
 from ..dynamic import symbols as dyn_symbols
+from ..dynamic.symbol_names import name_symbols_in_error, names_of_roots, recorded_dim_names
 from ..program import ExportedProgram
 from ..stage_clock import StageClock
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
@@ -191,9 +192,13 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
 
     call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
-    with call_recorder, dyn_symbols.tracing(dyn_inputs):
-        recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
-                                    fake_mode, target.name, buffer_names=list(buffers))
+    try:
+        with call_recorder, dyn_symbols.tracing(dyn_inputs):
+            recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
+                                        fake_mode, target.name, buffer_names=list(buffers))
+    except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
+        name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
+        raise
     gm = recording.graph_module
     # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
     gm = before_lifting.hoist_constants_and_wrap_regions(gm, fake_mode, torch.is_grad_enabled())
@@ -232,6 +237,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                          example_inputs=(args, kwargs), constants=constants)
     clock.lap("verify")
     ep.export_timings, ep.export_assumptions = clock.seconds, assumptions
+    ep.export_dim_names = recorded_dim_names(dyn_inputs.roots if dyn_inputs is not None else ())
     if verify_examples is not None:
         verify_examples(ep)
     if dyn_inputs is not None and dyn_inputs.pending_size_checks:  # Ne(batch, 1): checked on the program

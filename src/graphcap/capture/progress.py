@@ -1,11 +1,14 @@
-"""Progress of a long export on the terminal: modules entered, of modules in the model.
+"""Progress of long operations on the terminal: an export's modules entered, verify's checks done.
 
 Exporting a big model (80 decoder layers, thousands of operators) takes
 seconds to minutes with nothing to see. While the trace runs, a forward
 pre-hook notes each module of the exported model the first time it is called;
 once the trace has run for ``DELAY_S`` seconds a rich progress bar appears on
 stderr (``LlamaForCausalLM ━━━━━━━╸━━━ 412/723 modules 0:00:09``) and it
-disappears when the trace ends. Quick exports show nothing.
+disappears when the trace ends. Quick exports show nothing. The elapsed time
+counts from the start of the trace, not from when the bar appears.
+``graphcap.verify`` shows a bar of the same kind over its input sets and
+refusal checks (:class:`StepProgress`).
 
 Shown only when stderr is a terminal, and switched by the environment:
 ``GRAPHCAP_PROGRESS=0`` turns it off, ``GRAPHCAP_PROGRESS=1`` shows it even
@@ -24,6 +27,12 @@ import torch
 ENV_VAR = "GRAPHCAP_PROGRESS"
 DELAY_S = 2.0
 _REFRESH_S = 0.1
+
+
+def elapsed_text(seconds: float) -> str:
+    """``0:01:07``: the elapsed time as rich's elapsed column writes it."""
+    whole = int(max(seconds, 0))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 def wanted() -> bool:
@@ -79,19 +88,20 @@ class ModuleProgress:
             self._show()
         if self._bar is not None:
             self._last_draw = now
-            self._bar.update(self._task, completed=self.entered)
+            self._bar.update(self._task, completed=self.entered, elapsed=elapsed_text(now - self._started))
             self._bar.refresh()
 
     def _show(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         # asked for by GRAPHCAP_PROGRESS=1 on a non-terminal: draw as on one (rich would otherwise wait)
         console = self._console or Console(file=sys.stderr, force_terminal=True)
         self._bar = Progress(TextColumn("graphcap.export [bold]{task.description}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("modules"), TimeElapsedColumn(),
+                             MofNCompleteColumn(), TextColumn("modules"), TextColumn("{task.fields[elapsed]}"),
                              console=console, auto_refresh=False, transient=True)
         self._bar.start()
-        self._task = self._bar.add_task(self._label, total=self.total, completed=self.entered)
+        self._task = self._bar.add_task(self._label, total=self.total, completed=self.entered,
+                                        elapsed=elapsed_text(time.monotonic() - self._started))
 
     def close(self) -> None:
         self._handle.remove()
@@ -111,3 +121,49 @@ def start(modules: Iterable[torch.nn.Module], label: str) -> Optional[ModuleProg
 def stop(progress: Optional[ModuleProgress]) -> None:
     if progress is not None:
         progress.close()
+
+
+class StepProgress:
+    """A bar over the known steps of a long call (``graphcap.verify``'s input sets and refusal
+    checks): ``step(what)`` before each; shown once the call has run ``delay`` seconds, with
+    the step being done and the time since the call started; gone when closed."""
+
+    def __init__(self, title: str, total: int, *, delay: float = DELAY_S, console: Any = None,
+                 shown: Optional[bool] = None):
+        self._title, self._total, self._delay, self._console = title, total, delay, console
+        self._shown = wanted() if shown is None else shown
+        self._started = time.monotonic()
+        self.done = 0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def step(self, what: str) -> None:
+        """The next step starts (``what``: shown beside the bar)."""
+        self._draw(what)
+        self.done += 1
+
+    def _draw(self, what: str) -> None:
+        if not self._shown:
+            return
+        now = time.monotonic()
+        if self._bar is None:
+            if now - self._started < self._delay:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            console = self._console or Console(file=sys.stderr, force_terminal=True)
+            self._bar = Progress(TextColumn(f"{self._title} " + "[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[elapsed]}"),
+                                 console=console, auto_refresh=False, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("", total=self._total, completed=self.done,
+                                            elapsed=elapsed_text(now - self._started))
+        from rich.markup import escape
+        self._bar.update(self._task, description=escape(what), completed=self.done,
+                         elapsed=elapsed_text(now - self._started))
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, as_json = "--debug" in argv, "--json" in argv
+    if debug:  # torch's own log records (kernel tracebacks, shape-engine notes) are shown too
+        from ..torch_logs import show_torch_logs
+        show_torch_logs(True)
     try:
         _json_given_a_file(argv)
         parser = build_parser()

@@ -191,7 +191,7 @@ def _render_inspect(args, ep, facts) -> None:
         rt = Table(title="Range constraints", title_justify="left")
         rt.add_column("symbol")
         rt.add_column("range")
-        rt.add_column("input dimension")
+        rt.add_column("name (Dim or input dimension)")
         for k, v in facts.ranges.items():
             rt.add_row(escape(k), escape(v), escape(facts.by_labels(k)) if facts.by_labels(k) != k else "")
         out.print(rt)
@@ -239,7 +239,7 @@ def run_command(args) -> int:
         plans = plans[:1] + [p for p in plans if p.label.startswith("random")]
         calls = []
         for k, plan in enumerate(plans):
-            call_args, call_kwargs = make_inputs(inputs, plan.bindings, args.seed * 10007 + k)
+            call_args, call_kwargs = make_inputs(inputs, plan.bindings, args.seed * 10007 + k, plan.values)
             shapes = {leaf.name: list(s) if isinstance(leaf, TensorInput) else value
                       for leaf, s, value in zip(inputs.leaves, inputs.shapes(plan.bindings), _leaf_values(inputs, plan))
                       if isinstance(leaf, (TensorInput, IntInput))}

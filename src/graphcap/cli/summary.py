@@ -102,13 +102,14 @@ def program_facts(ep, format_version: Optional[int] = None) -> ProgramFacts:
 
 
 def _symbol_labels(ep) -> dict[str, str]:
-    from ..verification.signature_inputs import ProgramInputs
+    """Symbol text -> the name the user knows it by: the spec's Dim name, else the input
+    dimension it is (graphcap.dynamic.symbol_names.dim_names)."""
+    from ..dynamic.symbol_names import dim_names
     try:
-        inputs = ProgramInputs(ep)
+        names = dim_names(ep)
     except Exception:  # no input structure: symbols keep their names
         return {}
-    labels = {str(sym): inputs.symbol_label(sym) for sym in inputs.symbols}
-    return {k: v for k, v in labels.items() if k != v}
+    return {str(k): v for k, v in names.items() if str(k) != v}
 
 
 def human_bytes(n: int) -> str:

@@ -425,3 +425,6 @@ def _with_user_line(summary: Any) -> Any:
         return sloc, extra
 
     return wrapped
+
+
+from .symbol_names import dim_names  # noqa: E402,F401  (the name the report and inspect call: symbol -> the user's Dim name)

@@ -3,10 +3,10 @@
 ``if y.item() > 2:`` or ``if x.nonzero().shape[0] > 2:`` asks for a value
 export does not have: ``.item()``, ``.tolist()``, ``nonzero()`` give unbacked
 symbols (``u0``, ``u1``, ...), and a Python branch on them cannot be recorded.
-The error names the condition, the user's line, and the ``torch._check`` calls
-that would let tracing go on, written with the user's own variable names where
-a local of that frame holds the symbol (``torch._check(n > 2)`` rather than
-``torch._check(u0 > 2)``).
+The error names the condition, the user's line, and the code that would let
+tracing go on, written with the user's own names (``graphcap.trace.data_checks``):
+``torch._check(n > 2)`` where a local holds the value, else the line rewritten
+to read the value once into a name and check it; never ``u0``.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ..torch_private import pytree
 
 from ..errors import DataDependentError
 from ..user_frames import user_traceback_entry
+from .data_checks import unnamed_check, write_check
 
 _DD_EXPR = re.compile(r"data-dependent expression (.+?) \(unhinted")
 
@@ -45,13 +46,6 @@ def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     return names
 
 
-def _spelled(cond: Any, names: dict[sympy.Symbol, str]) -> Optional[str]:
-    """``cond`` written over the user's names, or None when a symbol has no name."""
-    if not isinstance(cond, sympy.Basic) or not cond.free_symbols <= set(names):
-        return None
-    return str(cond.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
-
-
 def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]) -> DataDependentError:
     """The error for a branch on a value read from tensor data that tracing cannot decide.
 
@@ -63,7 +57,7 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
     cond_text = m.group(1) if m else None
     cond = getattr(e, "cond", None)
     what = (f"Could not guard on data-dependent expression {cond_text}: while tracing {program_name}, the "
-            f"program needs to know whether {cond_text} to go on, where u0, u1, ... are values read from "
+            f"program needs to know whether {cond_text} to go on, where the condition depends on values read from "
             f"tensor data (.item(), .tolist(), nonzero(), sizes made from data); export records shapes, "
             f"not data, so it cannot decide this."
             if cond_text else
@@ -71,16 +65,44 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
             f"branched on a value read from tensor data "
             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}).")
     entry = user_traceback_entry(e.__traceback__)
-    names = names_of_symbols(entry.tb_frame if entry is not None else None)
-    holds = _spelled(cond, names) if isinstance(cond, sympy.logic.boolalg.Boolean) else None
-    fails = _spelled(sympy.Not(cond), names) if holds is not None else None
-    if holds is not None:
-        check = f"torch._check({holds}) (or torch._check({fails}) if it never holds)"
+    if isinstance(cond, sympy.Symbol):  # the number itself is needed (float(t.max())), not a condition on it
+        return DataDependentError(
+            f"Could not guard on data-dependent expression {cond_text or cond}: while tracing {program_name}, "
+            f"the program turns a value read from tensor data into a Python number (float(), int(), .item() "
+            f"used as a plain number); export records shapes, not data, so that number is unknown.",
+            where=where, cond=cond,
+            fix="Keep the value a tensor (x + t.max() rather than x + float(t.max())), or compute the number "
+                "once outside forward and keep it as a plain attribute.")
+    frame = entry.tb_frame if entry is not None else None
+    names = names_of_symbols(frame)
+    written = None
+    if isinstance(cond, sympy.logic.boolalg.Boolean):
+        written = write_check(cond, names, frame.f_code.co_filename if frame is not None else None,
+                              entry.tb_lineno if entry is not None else None,
+                              set(frame.f_locals) if frame is not None else set())
+    if written is not None:
+        check = written.as_fix("this line")
+    elif isinstance(cond, sympy.logic.boolalg.Boolean):
+        holds, fails = unnamed_check(cond, names)
+        check = (f"name the value it reads from tensor data where it is read (value = t.item()), and "
+                 f"state it right after with {holds} (or {fails} if it never holds)")
     else:
-        check = f"torch._check({cond_text})" if cond_text else "torch._check(<condition>)"
+        check = "state it before this line with torch._check(<the condition>)"
+    if cond_text is not None:  # the opening keeps torch's phrase; the rest reads in the user's terms
+        spelled = _condition_words(cond, names, written)
+        what = what.replace(f"whether {cond_text} to go on", f"whether {spelled} to go on")
     return DataDependentError(
         what, where=where, cond=cond if cond is not None else cond_text,
-        fix=f"If the condition always holds for your data, state it before this line with {check}; "
-            f"it becomes a runtime assert in the program. For a value used as a size, "
-            f"torch._check(v >= 0). If both outcomes can happen, write the branch with "
+        fix=f"If the condition always holds for your data, {check}; "
+            f"the check becomes a runtime assert in the program. For a value used as a size, "
+            f"torch._check(value >= 0). If both outcomes can happen, write the branch with "
             f"torch.cond(pred, true_fn, false_fn, operands) or torch.where.")
+
+
+def _condition_words(cond: Any, names: dict[sympy.Symbol, str], written: Any) -> str:
+    """The undecided condition as the user's code states it (``x.sum() > 0``, ``n > 2``)."""
+    if written is not None:
+        return written.condition
+    if isinstance(cond, sympy.Basic):
+        return unnamed_check(cond, names)[0][len("torch._check("):-1]
+    return str(cond)

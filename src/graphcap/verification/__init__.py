@@ -25,6 +25,7 @@ from ..errors import RuntimeInputError
 from .compare import OutputCheck, compare_outputs, compare_tensors
 from .generate import DEFAULT_MAX_ELEMENTS, element_count, make_inputs, size_plans
 from .refusals import refusal_cases
+from ..capture.progress import StepProgress
 from .result import InputSetResult, RefusalResult, VerificationResult
 from .signature_inputs import ProgramInputs, TensorInput
 
@@ -79,22 +80,26 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     result = VerificationResult([], [], samples=samples, seed=seed)
     result.notes.extend(_state_differences(ep, model))
     plans = size_plans(inputs, samples, seed)
+    cases = refusal_cases(inputs, plans[0].bindings) if check_refusals and plans else []
+    bar = StepProgress("graphcap.verify", len(plans) + len(cases))  # on a terminal, once it runs 2 s
     try:
         for k, plan in enumerate(plans):
+            bar.step(f"inputs: {plan.label}")
             if element_count(inputs, plan.bindings) > max_elements:
                 result.skipped.append(f"{plan.label}: more than {max_elements} input elements")
                 continue
             result.input_sets.append(_check_set(inputs, plan, model, runnable, state, seed * 10007 + k, rtol, atol))
-        if check_refusals and plans:
-            for case in refusal_cases(inputs, plans[0].bindings):
-                try:
-                    args, kwargs = case.build()
-                except Exception as e:  # the wrong input cannot even be built (a negative size)
-                    result.skipped.append(f"refusal check {case.label}: {type(e).__name__}: {e}")
-                    continue
-                result.refusals.append(_check_refused(case.label, runnable, args, kwargs))
-                state.restore()
+        for case in cases:
+            bar.step(f"refusal: {case.label}")
+            try:
+                args, kwargs = case.build()
+            except Exception as e:  # the wrong input cannot even be built (a negative size)
+                result.skipped.append(f"refusal check {case.label}: {type(e).__name__}: {e}")
+                continue
+            result.refusals.append(_check_refused(case.label, runnable, args, kwargs, case.by_runtime_assert))
+            state.restore()
     finally:
+        bar.close()
         state.restore()
     return result
 
@@ -104,7 +109,7 @@ def _check_set(inputs: ProgramInputs, plan, model, runnable, state: "_StateGuard
     shapes = {leaf.name: shape for leaf, shape in zip(inputs.leaves, inputs.shapes(plan.bindings))
               if isinstance(leaf, TensorInput)}
     out = InputSetResult(plan.label, {str(s): v for s, v in plan.bindings.items()}, shapes)
-    eager_in, program_in = make_inputs(inputs, plan.bindings, seed), make_inputs(inputs, plan.bindings, seed)
+    eager_in, program_in = make_inputs(inputs, plan.bindings, seed, plan.values), make_inputs(inputs, plan.bindings, seed, plan.values)
     expected, eager_error = _call(model, eager_in, seed)
     eager_state = state.changed_in(model)
     state.restore()
@@ -159,11 +164,16 @@ def _compare_written(eager_in, program_in, eager_state, program_state, inputs, r
     return checks
 
 
-def _check_refused(label: str, runnable, args: tuple, kwargs: dict) -> RefusalResult:
+def _check_refused(label: str, runnable, args: tuple, kwargs: dict, by_runtime_assert: bool = False) -> RefusalResult:
     try:
         runnable(*args, **kwargs)
     except RuntimeInputError as e:
         return RefusalResult(label, True, _first_line(e))
+    except RuntimeError as e:
+        if by_runtime_assert and str(e).startswith("Runtime assertion failed"):
+            return RefusalResult(label, True, _first_line(e))
+        return RefusalResult(label, False, f"not refused by the input checks: computing raised "
+                                           f"{type(e).__name__}: {_first_line(e)}")
     except Exception as e:
         return RefusalResult(label, False, f"not refused by the input checks: computing raised "
                                            f"{type(e).__name__}: {_first_line(e)}")

@@ -12,7 +12,11 @@ come second (:func:`make_inputs`), per dtype:
 - integers: drawn from the example's own values (ids stay valid ids, class labels
   stay labels), kept below every size the input indexes into in the graph
   (an embedding's rows, a gathered dimension); ``[0, 8)`` without an example;
-- bools: random masks, half true.
+- bools: random masks, half true;
+- a one-element integer input whose value the program reads (``n.item()``,
+  checked with ``torch._check`` to a range): the range's ends and middle as
+  edge cases, random values across the range otherwise (the refusal checks
+  try just outside it).
 
 An unbounded range is probed up to twice its example size (at least 8): a
 program is checked where it will run, not at sizes no machine holds.
@@ -20,7 +24,7 @@ program is checked where it will run, not at sizes no machine holds.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import sympy
@@ -36,6 +40,9 @@ DEFAULT_MAX_ELEMENTS = 1 << 24  # per input set; larger sets are skipped, and sa
 class SizePlan:
     label: str  # why these sizes: "example", "lower end", "s0 = 0", "random"
     bindings: dict[Any, int]
+    # leaf index -> the value of a one-element input the program reads with .item() (its range's
+    # ends and middle); leaves not listed draw their value across that range (or from the example)
+    values: dict[int, int] = field(default_factory=dict)
 
 
 def probe_upper(rng) -> int:
@@ -65,7 +72,10 @@ def size_plans(inputs: ProgramInputs, samples: int, seed: int = 0) -> list[SizeP
     """
     base = _example_binding(inputs)
     syms = list(inputs.symbols)
-    edges: list[SizePlan] = [SizePlan("example sizes" if syms else "static sizes", base)]
+    example_values = {i: v for i, leaf in enumerate(inputs.leaves)
+                      if isinstance(leaf, TensorInput) and leaf.value_range is not None
+                      and (v := _example_value(leaf)) is not None}
+    edges: list[SizePlan] = [SizePlan("example sizes" if syms else "static sizes", base, example_values)]
     if syms:
         edges.append(SizePlan("lower ends", {s: inputs.symbols[s].lower for s in syms}))
         edges.append(SizePlan("upper ends", {s: probe_upper(inputs.symbols[s]) for s in syms}))
@@ -75,9 +85,10 @@ def size_plans(inputs: ProgramInputs, samples: int, seed: int = 0) -> list[SizeP
                 name = inputs.symbol_label(s)
                 edges.append(SizePlan(f"{name} = {value} ({why})" if why[0] not in "01" else f"{name} = {value}",
                                       {**base, s: value}))
+    edges += _value_plans(inputs, base)
     plans, seen = [], set()
     for plan in edges:
-        key = tuple(sorted((str(k), v) for k, v in plan.bindings.items()))
+        key = (tuple(sorted((str(k), v) for k, v in plan.bindings.items())), tuple(sorted(plan.values.items())))
         if key in seen or not inputs.admits(plan.bindings):
             continue
         seen.add(key)
@@ -92,13 +103,52 @@ def size_plans(inputs: ProgramInputs, samples: int, seed: int = 0) -> list[SizeP
     return plans
 
 
-def make_inputs(inputs: ProgramInputs, bindings: dict[Any, int], seed: int) -> tuple[tuple, dict]:
-    """Fresh (args, kwargs) with the program's structure, the sizes of ``bindings`` and random values."""
+def probe_value_upper(value_range: tuple[int, Optional[int]], example: Optional[int]) -> int:
+    """The largest value tried for a value read from data: its range's upper end, or past the
+    example (at least 8 above the lower end) when unbounded."""
+    lower, upper = value_range
+    if upper is not None:
+        return upper
+    return max(lower + 8, 2 * (example or 0))
+
+
+def _example_value(leaf: TensorInput) -> Optional[int]:
+    ex = leaf.example
+    if ex is None or ex.numel() != 1 or ex.dtype.is_floating_point or ex.dtype.is_complex:
+        return None
+    return int(ex.reshape(-1)[0])
+
+
+def _value_plans(inputs: ProgramInputs, base: dict[Any, int]) -> list[SizePlan]:
+    """For each input whose value the program reads (``n.item()`` checked to a range): the
+    example sizes with that value at its range's lower end, upper end and middle."""
+    plans = []
+    for i, leaf in enumerate(inputs.leaves):
+        if not isinstance(leaf, TensorInput) or leaf.value_range is None:
+            continue
+        lower, upper = leaf.value_range[0], probe_value_upper(leaf.value_range, _example_value(leaf))
+        for value, why in ((lower, "lower end"), (upper, "upper end"), ((lower + upper) // 2, "inside")):
+            plans.append(SizePlan(f"{leaf.name} holding {value} ({why} of the range its value is checked to)",
+                                  dict(base), {i: value}))
+    return plans
+
+
+def make_inputs(inputs: ProgramInputs, bindings: dict[Any, int], seed: int,
+                values: Optional[dict[int, int]] = None) -> tuple[tuple, dict]:
+    """Fresh (args, kwargs) with the program's structure, the sizes of ``bindings`` and random values
+    (``values``: leaf index -> the value of a one-element input read with .item())."""
     gen = torch.Generator().manual_seed(seed)
     subs = {s: sympy.Integer(v) for s, v in bindings.items()}
     leaves = []
-    for leaf, shape in zip(inputs.leaves, inputs.shapes(bindings)):
-        if isinstance(leaf, TensorInput):
+    for i, (leaf, shape) in enumerate(zip(inputs.leaves, inputs.shapes(bindings))):
+        if isinstance(leaf, TensorInput) and values and i in values:
+            leaves.append(torch.full(shape, values[i], dtype=leaf.dtype).to(leaf.device))
+        elif isinstance(leaf, TensorInput) and leaf.value_range is not None:
+            lower = leaf.value_range[0]
+            upper = probe_value_upper(leaf.value_range, _example_value(leaf))
+            leaves.append(torch.randint(lower, upper + 1, shape, generator=gen, dtype=torch.int64)
+                          .to(leaf.dtype).to(leaf.device))
+        elif isinstance(leaf, TensorInput):
             leaves.append(_tensor(leaf, shape, subs, gen))
         elif isinstance(leaf, IntInput):
             leaves.append(evaluate(leaf.expr, subs))

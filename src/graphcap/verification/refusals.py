@@ -24,6 +24,9 @@ from .signature_inputs import ConstantInput, IntInput, ProgramInputs, TensorInpu
 class RefusalCase:
     label: str  # what is wrong with the input, in words
     build: Callable[[], tuple[tuple, dict]]
+    # refused by a runtime assert in the graph (a value read from data, out of its checked range)
+    # rather than by the input checks
+    by_runtime_assert: bool = False
 
 
 def _shaped_like(inputs: ProgramInputs, bindings: dict, changes: dict[tuple[int, int], int]) -> list[Any]:
@@ -54,14 +57,16 @@ def refusal_cases(inputs: ProgramInputs, base: dict[Any, int]) -> list[RefusalCa
     cases += _static_dim_case(inputs, base)
     cases += _dtype_and_rank_cases(inputs, base)
     cases += _value_cases(inputs, base)
+    cases += _read_value_cases(inputs, base)
     cases += _structure_cases(inputs, base)
     return cases
 
 
 def _range_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
     out = []
+    ints = inputs.int_symbols()  # an int input below its range is a value to refuse, even below 0
     for sym, rng in inputs.symbols.items():
-        if rng.lower >= 1:
+        if rng.lower >= 1 or sym in ints:
             out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.lower - 1}, below its range [{rng.lower}, {_upper(rng)}]",
                                    _at(inputs, {**base, sym: rng.lower - 1})))
         if rng.upper is not None:
@@ -188,6 +193,29 @@ def _value_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
             return [RefusalCase(f"{leaf.name} = {other!r} (the program was specialized on {leaf.value!r})",
                                 wrong_value)]
     return []
+
+
+def _read_value_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
+    """A value the program reads from an input (``n.item()``) just outside the range it checks it
+    to: the program's runtime assert must refuse it."""
+    out = []
+    for i, leaf in enumerate(inputs.leaves):
+        if not isinstance(leaf, TensorInput) or leaf.value_range is None:
+            continue
+        lower, upper = leaf.value_range
+        info = torch.iinfo(leaf.dtype)
+        outside = [(lower - 1, f"below the range [{lower}, {_upper_text(upper)}] its value is checked to")]
+        if upper is not None:
+            outside.append((upper + 1, f"above the range [{lower}, {upper}] its value is checked to"))
+        for value, why in outside:
+            if info.min <= value <= info.max:
+                out.append(RefusalCase(f"{leaf.name} holding {value}, {why}",
+                                       (lambda v=value, k=i: make_inputs(inputs, base, 0, {k: v})), True))
+    return out
+
+
+def _upper_text(upper: Optional[int]) -> str:
+    return "inf" if upper is None else str(upper)
 
 
 def _structure_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:

@@ -32,6 +32,9 @@ class TensorInput:
     dims: list[Any]  # int or sympy expression over the program's symbols
     example: Optional[torch.Tensor] = None
     index_bounds: list[Any] = field(default_factory=list)  # size expressions it indexes into
+    # a one-element tensor whose value the program reads (``n.item()``): the range the program
+    # checks that value to (``torch._check``), as (lower, upper or None); None when not read
+    value_range: Optional[tuple[int, Optional[int]]] = None
 
 
 @dataclass
@@ -40,6 +43,7 @@ class IntInput:
 
     name: str
     expr: Any
+    example: Optional[int] = None  # the example's value
 
 
 @dataclass
@@ -79,9 +83,10 @@ class ProgramInputs:
                 dims = [_expr(s) for s in val.shape]
                 self.leaves.append(TensorInput(name, val.dtype, val.device, dims,
                                                ex if isinstance(ex, torch.Tensor) else None,
-                                               _index_bounds(node)))
+                                               _index_bounds(node), _read_value_range(node, ep.range_constraints)))
             elif isinstance(val, torch.SymInt) and not isinstance(_expr(val), int):
-                self.leaves.append(IntInput(name, _expr(val)))
+                self.leaves.append(IntInput(name, _expr(val), ex if isinstance(ex, int) and not isinstance(ex, bool)
+                                            else None))
             elif isinstance(val, torch.SymInt):
                 self.leaves.append(ConstantInput(name, _expr(val)))
             else:
@@ -102,9 +107,11 @@ class ProgramInputs:
                     used.extend(s for s in sorted(e.free_symbols, key=str) if s not in used)
         examples = self._example_values()
         out = {}
+        ints = self.int_symbols()
         for sym in used:
-            lower, upper = _bounds(range_constraints.get(sym))
-            out[sym] = SymbolRange(max(lower, 0), upper, examples.get(sym))
+            lower, upper = _bounds(range_constraints.get(sym), signed=sym in ints)
+            # a size is never negative; an int input may be
+            out[sym] = SymbolRange(lower if sym in ints else max(lower, 0), upper, examples.get(sym))
         return out
 
     def _example_values(self) -> dict[Any, int]:
@@ -115,6 +122,8 @@ class ProgramInputs:
         for leaf in self.leaves:
             if isinstance(leaf, TensorInput) and leaf.example is not None and leaf.example.dim() == len(leaf.dims):
                 pairs = zip(leaf.dims, leaf.example.shape)
+            elif isinstance(leaf, IntInput) and isinstance(leaf.example, int):
+                pairs = [(leaf.expr, leaf.example)]
             else:
                 continue
             for expr, size in pairs:
@@ -130,6 +139,13 @@ class ProgramInputs:
                 if len(solved) == 1 and solved[0].is_integer:
                     values[free[0]] = int(solved[0])
         return values
+
+    def int_symbols(self) -> set:
+        """The symbols that are int inputs themselves (not sizes): their values may be negative."""
+        sized = {s for leaf in self.leaves if isinstance(leaf, TensorInput)
+                 for e in leaf.dims if not isinstance(e, int) for s in e.free_symbols}
+        return {leaf.expr for leaf in self.leaves
+                if isinstance(leaf, IntInput) and isinstance(leaf.expr, sympy.Symbol)} - sized
 
     def symbol_label(self, sym: Any) -> str:
         """A symbol as the user knows it: the first input dimension that is exactly it
@@ -192,10 +208,12 @@ def is_finite(bound: Any) -> bool:
         and bool(getattr(bound, "is_number", True))
 
 
-def _bounds(rng: Any) -> tuple[int, Optional[int]]:
+def _bounds(rng: Any, signed: bool = False) -> tuple[int, Optional[int]]:
+    """A range's ends as ints; an unbounded lower end reads as 0 (a size), or -8 for an int input
+    (probed just below 0, as upper ends are probed just past the example)."""
     if rng is None:
         return 0, None
-    lower = int(rng.lower) if is_finite(rng.lower) else 0
+    lower = int(rng.lower) if is_finite(rng.lower) else (-8 if signed else 0)
     upper = int(rng.upper) if is_finite(rng.upper) else None
     return lower, upper
 
@@ -209,6 +227,31 @@ def _example_leaves(example: Any, in_spec: Any, count: int) -> Optional[list[Any
     except Exception:  # another structure: the example cannot inform the values
         return None
     return leaves if len(leaves) == count else None
+
+
+_READS = ("aten::item", "aten::_local_scalar_dense")
+
+
+def _read_value_range(placeholder: torch.fx.Node, range_constraints: dict) -> Optional[tuple[int, Optional[int]]]:
+    """The range of the value the program reads from this (one-element, integer) input with
+    ``.item()``: the unbacked symbol's range. Only direct reads are followed."""
+    val = placeholder.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype.is_floating_point or val.dtype.is_complex \
+            or val.dtype is torch.bool:
+        return None
+    for user in placeholder.users:
+        if user.op != "call_function" or getattr(schema_of(user.target), "name", None) not in _READS:
+            continue
+        for sym in (user.meta.get("unbacked_bindings") or {}):
+            rng = range_constraints.get(sym)
+            if rng is None:
+                return None
+            lower = int(rng.lower) if is_finite(rng.lower) else None
+            upper = int(rng.upper) if is_finite(rng.upper) else None
+            if lower is None:  # unbounded below: probe around the example, as sizes are
+                lower = -8 if upper is None else upper - 8
+            return lower, upper
+    return None
 
 
 # operator -> (position of the tensor indexed, position of the dim or None for 0, position of the indices)
