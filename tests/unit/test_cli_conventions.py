@@ -58,7 +58,8 @@ def test_python_m_graphcap_version_and_json_export(tmp_path):
     assert doc["ok"] and doc["command"] == "export" and doc["output"] == "a.pt2" and doc["way"] == "non_strict"
     assert doc["bytes"] == (tmp_path / "a.pt2").stat().st_size
     assert doc["program"]["ranges"] == [{"symbol": doc["program"]["ranges"][0]["symbol"],
-                                         "input_dimension": "tokens.shape[0]", "lower": 1, "upper": 32}]
+                                         "dim": "batch", "input_dimension": "tokens.shape[0]",
+                                         "lower": 1, "upper": 32}]
 
     err = graphcap_m("inspect", "missing.pt2", "--json", cwd=tmp_path)  # errors are JSON too, and exit 2
     assert err.returncode == 2

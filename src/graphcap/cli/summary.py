@@ -193,12 +193,14 @@ def _bound(value: Any) -> Optional[int]:
 
 def facts_as_data(facts: ProgramFacts, ep: Any) -> dict[str, Any]:
     """The facts ``inspect`` shows, as plain data: every list keyed by field name."""
+    from ..dynamic.symbol_names import input_dimension_names
+    by_input = {str(sym): name for sym, name in input_dimension_names(ep).items()}
     return {
         "format_version": facts.format_version,
         "dialect": facts.dialect or "TRAINING",
         "inputs": [dict(name=n, kind=k, target=t, type=ty) for n, k, t, ty in facts.inputs],
         "outputs": [dict(name=n, kind=k, target=t, type=ty) for n, k, t, ty in facts.outputs],
-        "ranges": [dict(symbol=str(sym), input_dimension=facts.by_labels(str(sym)),
+        "ranges": [dict(symbol=str(sym), dim=facts.by_labels(str(sym)), input_dimension=by_input.get(str(sym)),
                         lower=_bound(rng.lower), upper=_bound(rng.upper))
                    for sym, rng in ep.range_constraints.items()],
         "operators": dict(facts.operators.most_common()),

@@ -30,7 +30,7 @@ def recorded_dim_names(roots: Any) -> dict[str, str]:
     return {str(r.symbol): r.name for r in roots or () if getattr(r, "hint", None) is None}
 
 
-def _input_dimension_names(ep: Any) -> dict[sympy.Symbol, str]:
+def input_dimension_names(ep: Any) -> dict[sympy.Symbol, str]:
     """Each symbol that is exactly a user input's dimension (or int input) -> that dimension's name."""
     from ..signature import InputKind
     names: dict[sympy.Symbol, str] = {}
@@ -69,7 +69,7 @@ def dim_names(ep: Any) -> dict[sympy.Symbol, str]:
     """
     recorded: Mapping[str, str] = getattr(ep, "export_dim_names", None) or {}
     symbols: dict[str, sympy.Symbol] = {str(s): s for s in getattr(ep, "range_constraints", {}) or {}}
-    derived = _input_dimension_names(ep)
+    derived = input_dimension_names(ep)
     for s in derived:
         symbols.setdefault(str(s), s)
     out: dict[sympy.Symbol, str] = {}
