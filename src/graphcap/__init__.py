@@ -11,7 +11,7 @@ from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynam
 from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
                      RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
 from .program import ExportedProgram
-from .pytree import register_dataclass
+from .pytree import register_dataclass, register_flattenable
 from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                         ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
 
@@ -69,7 +69,7 @@ def __dir__():
 
 __all__ = [
     "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
-    "report", "register_dataclass", "unflatten",
+    "report", "register_dataclass", "register_flattenable", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",

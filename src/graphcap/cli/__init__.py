@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     from . import commands
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    common.add_argument("--import", dest="import_modules", action="append", default=[], metavar="MODULE",
+                        help="import MODULE before loading programs, so the classes their structure names "
+                             "(e.g. transformers outputs) are the real ones rather than stand-in records; "
+                             "may be repeated")
     parser = _Parser(prog="graphcap", parents=[common],
                      description="Export PyTorch programs, inspect, run, verify and compare them.",
                      epilog="Exit status: 0 success, 1 a program differs / cannot be exported or run, "
@@ -100,6 +104,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if getattr(args, "handler", None) is None:
             parser.print_help()
             return EXIT_USAGE
+        from . import commands
+        commands.LOAD_IMPORTS[:] = getattr(args, "import_modules", [])
         return int(args.handler(args))
     except UsageError as e:
         return _report_error(e, debug, EXIT_USAGE)

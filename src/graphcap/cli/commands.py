@@ -72,11 +72,17 @@ def _report_function():
 
 # -- inspect -----------------------------------------------------------------------
 
+LOAD_IMPORTS: list[str] = []  # the modules --import names, imported by each load
+
+
 def load_program(path: str, *, weights: bool = True):
+    """Load a .pt2 file as the command line does: memory-mapped (every tensor checked against its
+    checksum), the --import modules imported, and a stand-in record for any class of the
+    program's structure that is not importable (the shell imported nothing; see docs/files.md)."""
     import graphcap
     if not os.path.isfile(path):
         raise UsageError(f"No such file: {path}", where=path, fix="Give the path of a .pt2 file graphcap saved.")
-    return graphcap.load(path, mmap=True, weights=weights)
+    return graphcap.load(path, mmap=True, weights=weights, import_modules=LOAD_IMPORTS, stand_ins=True)
 
 
 def inspect_command(args) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from ..torch_private.dispatch import disable_current_modes
@@ -19,7 +19,7 @@ from ..torch_private.dispatch import disable_current_modes
 from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
-from . import attach, checkpoints, schema, tensors, upgrade
+from . import attach, checkpoints, class_lookup, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -179,11 +179,15 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
 
 
 def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: checkpoints.WeightsArg = True) -> ExportedProgram:
+         weights: checkpoints.WeightsArg = True, import_modules: Sequence[str] = (),
+         stand_ins: bool = False) -> ExportedProgram:
+    if isinstance(import_modules, str):
+        import_modules = (import_modules,)
+    class_lookup.import_named_modules(import_modules)
     checkpoint = checkpoints.open_checkpoint(weights)
     reader = ArchiveReader(f)
     try:
-        with disable_current_modes():
+        with disable_current_modes(), class_lookup.options(import_modules, stand_ins):
             return _load(reader, extra_files, mmap, weights is not False, checkpoint)
     except GraphcapError:
         raise

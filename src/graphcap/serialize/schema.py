@@ -157,7 +157,7 @@ CONTEXT_VALUE = _tagged_values("ContextValue", {"namedtuple": Tuple(Str, ListOf(
                                                 "dumpable": Str})
 _tree_spec = Ref("TreeSpec")
 TREE_SPEC = _tree_spec.bind(Union("TreeSpec", Null, Record("TreeNode", {
-    "type": Str, "context": CONTEXT_VALUE, "children": ListOf(_tree_spec)})))
+    "type": Str, "context": CONTEXT_VALUE, "children": ListOf(_tree_spec)}, {"flattened": OneOf("attributes")})))
 MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleCallSignature", Null, Record(
     "ModuleCallSignature", {"inputs": ListOf(SIGNATURE_ARGUMENT), "outputs": ListOf(SIGNATURE_ARGUMENT),
                             "in_spec": TREE_SPEC, "out_spec": TREE_SPEC,
