@@ -180,8 +180,8 @@ def verify_command(args) -> int:
         built = load_factory(targets[0])
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
+        built = load_factory(targets[1])  # first: the classes the factory's modules define are then the real ones
         ep = load_program(targets[0])
-        built = load_factory(targets[1])
     else:
         raise UsageError(f"verify takes FILE.py:FACTORY or OUT.pt2 FILE.py:FACTORY, got {' '.join(targets)}.",
                          where="graphcap verify", fix="e.g. graphcap verify model.py:make or graphcap verify "
