@@ -62,9 +62,15 @@ def export(
         torch.Size([5, 2])
     """
     from .capture.front_ends import run_front_end
-    return run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+    ep = run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
                        preserve_module_call_signature=preserve_module_call_signature,
                        prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+    import torch
+    if any(t.device.type == "meta" for t in getattr(ep, "constants", {}).values() if isinstance(t, torch.Tensor)):
+        # built on the meta device: the buffers a module computes at construction get their real values
+        from .serialize.meta_buffers import materialise
+        materialise(mod, ep)
+    return ep
 
 
 def draft_export(
