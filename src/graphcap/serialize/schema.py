@@ -70,8 +70,8 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "shape, strides, requires_grad only), written by save(ep, f, weights=False); "
         "load attaches such weights from a checkpoint (load(f, weights=...)). "
         "Version-1 files are version-2 files as they are (no rewrite)."),
-    3: ("2026-11-25", "b8b130a7d4bf4942",
-        "state.checksums: sha256 of each tensor entry's safetensors header and of each "
+    3: ("2026-11-25", "1410966f9442d2b0",
+        "state.checksums: CRC-32 of each tensor entry's safetensors header and of each "
         "storage, checked by memory-mapped loads (which do not read the entry whole) and "
         "naming the damaged tensor; 'assumptions': what export assumed about the input "
         "sizes (ep.export_assumptions), restored by load for the report; a pytree node "
@@ -186,8 +186,9 @@ PROGRAM = Record("Program", {
     "signature": SIGNATURE,
     "module_call_graph": ListOf(MODULE_CALL),
     "state": Record("State", {"weights": TENSOR_TABLE, "constants": TENSOR_TABLE}, {
-        # sha256 of each tensor entry's safetensors header and of each storage: what mmap loads check
-        "checksums": MapOf(Record("Checksums", {"header": Str, "storages": MapOf(Str)}))}),
+        # CRC-32 of each tensor entry's safetensors header and of each storage: what mmap loads check
+        "checksums": MapOf(Record("Checksums", {"algorithm": OneOf("crc32"), "header": Str,
+                                                "storages": MapOf(Str)}))}),
     "operators": MapOf(Str),  # operator name -> its schema, checked against the loading process's
 }, {
     "ir": Record("IRLevel", {"level": OneOf("training", "inference"), "kept": ListOf(Str)}),
