@@ -64,7 +64,7 @@ def _rebuilt(module: torch.nn.Module, names: list[str]) -> Optional[dict[str, to
         return None
     out: dict[str, torch.Tensor] = {}
     for name in names:
-        old, new = module._buffers.get(name), fresh._buffers.get(name)  # noqa: SLF001 (nn.Module's own table)
+        old, new = dict(module.named_buffers(recurse=False)).get(name), dict(fresh.named_buffers(recurse=False)).get(name)
         if old is None or new is None or tuple(new.shape) != tuple(old.shape) or new.device.type == "meta":
             return None
         out[name] = new.detach().to(dtype=old.dtype)
@@ -93,8 +93,8 @@ def materialise(model: Any, ep: Any) -> list[str]:
             module = model.get_submodule(owner) if owner else model
         except AttributeError:
             continue
-        if any(True for _ in module.parameters()) or any(n not in module._non_persistent_buffers_set  # noqa: SLF001
-                                                         for n in names):
+        persistent = set(module.state_dict(keep_vars=True))
+        if any(True for _ in module.parameters()) or any(n in persistent for n in names):
             continue
         values = _rebuilt(module, names)
         if values is None:
