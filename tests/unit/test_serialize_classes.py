@@ -241,3 +241,24 @@ def test_register_flattenable_lets_a_fresh_process_load_a_users_class(tmp_path):
     out = fresh(code, tmp_path, "load")
     assert out.returncode == 0, out.stderr
     assert "PAIR Pair [2.0, 2.0]" in out.stdout
+
+
+def test_a_file_cannot_rebuild_a_standard_library_class_by_attributes(gpt2_files, tmp_path):
+    entries = read_entries(gpt2_files / "gpt2_cache.pt2")
+    program = json.loads(entries["program.json"])
+    cache = program["module_call_graph"][0]["signature"]["out_spec"]["children"][1]
+    assert cache["type"] == "transformers.cache_utils.DynamicCache" and cache["flattened"] == "attributes"
+    cache["type"] = "subprocess.Popen"  # imported by the process, a finalizer acting on its attributes
+    entries["program.json"] = json.dumps(program).encode()
+    write_archive(tmp_path / "popen.pt2", entries)
+    code = """
+        import subprocess, transformers, graphcap
+        try:
+            graphcap.load("popen.pt2")
+            print("LOADED")
+        except graphcap.SerializationError as e:
+            print("REFUSED", e.what)
+    """
+    out = fresh(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "REFUSED" in out.stdout and "subprocess.Popen" in out.stdout

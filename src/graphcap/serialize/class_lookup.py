@@ -109,6 +109,24 @@ def find_class(name: str) -> Optional[type]:
     return None
 
 
+def may_rebuild_by_attributes(cls: type) -> bool:
+    """Whether a class found by name may be rebuilt from the file's attribute values on its own.
+
+    Rebuilding skips ``__init__`` and sets the attributes the file holds, so the
+    file decides the object's state. That is what export's flattening saved for
+    a library's plain state holder (a cache of tensors), but not for the
+    standard library's classes, exceptions, or a class whose finalizer would
+    act on that state when the object is collected: those need the user's
+    ``graphcap.register_flattenable(cls)``.
+    """
+    top = cls.__module__.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top == "builtins" or issubclass(cls, BaseException):
+        return False
+    if getattr(cls, "__del__", None) is not None:
+        return False
+    return "__dict__" in dir(cls) or not hasattr(cls, "__slots__")
+
+
 def stand_ins_allowed() -> bool:
     return _OPTIONS.get()[1]
 

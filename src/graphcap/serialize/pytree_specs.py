@@ -139,7 +139,7 @@ def _resolve(name: str, by_attributes: Optional[bool], types: dict[str, type]) -
         if pytree.registered_node(cls) is not None or cls in auto_flatten.known_classes():
             types[name] = cls  # importing its module registered it (transformers' ModelOutput)
             return cls
-        if by_attributes:
+        if by_attributes and class_lookup.may_rebuild_by_attributes(cls):
             from ..pytree import register_flattenable
             register_flattenable(cls)
             types[name] = cls
