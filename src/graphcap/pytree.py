@@ -66,7 +66,8 @@ def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None)
     if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         raise ExportInputError(
             f"register_dataclass expects a dataclass type, got {cls!r}.",
-            fix="Decorate the class with @dataclasses.dataclass, or register it with "
+            fix="For a plain class, graphcap.register_flattenable(cls) flattens it by its attributes (as export "
+                "does on its own); or decorate it with @dataclasses.dataclass, or register it with "
                 "torch.utils._pytree.register_pytree_node.")
     if cls in pytree.SUPPORTED_NODES:
         return
@@ -202,8 +203,9 @@ def auto_register(tree: Any, where: str) -> list[str]:
                     f"graphcap: the {where} contain an instance of {qualified_name(cls)}, a class "
                     f"that holds tensors but is not registered as a pytree node. graphcap flattens "
                     f"it by its attributes. To choose how it flattens (and to silence this "
-                    f"warning), register it first: graphcap.register_dataclass({cls.__name__}) "
-                    f"for a dataclass, or torch.utils._pytree.register_pytree_node.",
+                    f"warning), register it first: graphcap.register_flattenable({cls.__name__}) "
+                    f"to keep this flattening, graphcap.register_dataclass({cls.__name__}) for a "
+                    f"dataclass, or torch.utils._pytree.register_pytree_node.",
                     stacklevel=4)
             auto_flatten.register_for_trace(cls)
             for v in attrs.values():
