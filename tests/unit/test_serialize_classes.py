@@ -262,3 +262,30 @@ def test_a_file_cannot_rebuild_a_standard_library_class_by_attributes(gpt2_files
     out = fresh(code, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "REFUSED" in out.stdout and "subprocess.Popen" in out.stdout
+
+
+def test_namedtuple_outputs_found_by_name_or_stood_in(tmp_path):
+    (tmp_path / "nt_types.py").write_text("import collections\nPair = collections.namedtuple('Pair', ['lo', 'hi'])\n")
+    code = """
+        import sys, torch, graphcap
+        if sys.argv[1] == "save":
+            import nt_types
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    return nt_types.Pair(x - 1, x + 1)
+            graphcap.save(graphcap.export(M(), (torch.zeros(2),)), "nt.pt2")
+        elif sys.argv[1] == "stand-in":
+            out = graphcap.load("nt.pt2", stand_ins=True).module()(torch.zeros(2))
+            print("OUT", type(out).__module__, type(out).__name__, out.hi.tolist(), "nt_types" in sys.modules)
+        else:
+            import nt_types
+            out = graphcap.load("nt.pt2").module()(torch.zeros(2))
+            print("OUT", type(out) is nt_types.Pair, out.lo.tolist())
+    """
+    assert fresh(code, tmp_path, "save").returncode == 0
+    out = fresh(code, tmp_path, "stand-in")
+    assert out.returncode == 0, out.stderr
+    assert "OUT graphcap.stand_in Pair [1.0, 1.0] False" in out.stdout
+    out = fresh(code, tmp_path, "real")
+    assert out.returncode == 0, out.stderr
+    assert "OUT True [-1.0, -1.0]" in out.stdout
