@@ -21,7 +21,7 @@ def _import_core():
                          RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError,
                          VerificationError)
     from .program import ExportedProgram
-    from .pytree import register_dataclass
+    from .pytree import register_dataclass, register_flattenable
     from .torch_logs import show_torch_logs
     from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
                             ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
@@ -80,7 +80,7 @@ _CORE_NAMES = (
     "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
     "refine_dynamic_shapes_from_suggested_fixes", "ConstraintViolationError", "ExportInputError", "GraphcapError",
     "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
-    "UnsupportedError", "VerificationError", "ExportedProgram", "register_dataclass", "show_torch_logs", "ConstantArgument",
+    "UnsupportedError", "VerificationError", "ExportedProgram", "register_dataclass", "register_flattenable", "show_torch_logs", "ConstantArgument",
     "ExportGraphSignature", "InputKind", "InputSpec", "ModuleCallEntry", "ModuleCallSignature", "OutputKind",
     "OutputSpec", "SymIntArgument", "TensorArgument",
 )
@@ -106,7 +106,7 @@ def __dir__():
 
 __all__ = [
     "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
-    "report", "register_dataclass", "unflatten", "show_torch_logs",
+    "report", "register_dataclass", "register_flattenable", "unflatten", "show_torch_logs",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",

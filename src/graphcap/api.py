@@ -1,7 +1,7 @@
 """The public entry points. Thin: each checks its arguments and delegates."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 from .program import ExportedProgram
@@ -62,9 +62,15 @@ def export(
         torch.Size([5, 2])
     """
     from .capture.front_ends import run_front_end
-    return run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+    ep = run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
                        preserve_module_call_signature=preserve_module_call_signature,
                        prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+    import torch
+    if any(t.device.type == "meta" for t in getattr(ep, "constants", {}).values() if isinstance(t, torch.Tensor)):
+        # built on the meta device: the buffers a module computes at construction get their real values
+        from .serialize.meta_buffers import materialise
+        materialise(mod, ep)
+    return ep
 
 
 def draft_export(
@@ -157,8 +163,16 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
 
 
 def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: Any = True) -> ExportedProgram:
-    """Read a program saved by :func:`save`; never unpickles or imports anything.
+         weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False) -> ExportedProgram:
+    """Read a program saved by :func:`save`; never unpickles, and imports only what the user chose.
+
+    Classes the program's structure names (a transformers output or cache) are
+    found among the pytree nodes of this process, then by their names below
+    packages this process already imported (``import transformers`` before
+    loading) or below ``import_modules``; the file itself never makes the load
+    import a package. Every tensor read from the file is checked against the
+    checksum saved with it (memory-mapped ones too) before the program is
+    returned.
 
     Args:
         f: a path or a binary file object open for reading.
@@ -175,6 +189,12 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
             plus constants the file lacks); tied weights resolve from either
             name. A program exported on the meta device runs where the attached
             weights are.
+        import_modules: modules to import before reading the structure (e.g.
+            ``["transformers"]``): the user's choice, the same as importing them first.
+        stand_ins: a class that cannot be found is replaced by a generic record
+            of the same name holding the same fields (it prints, runs and saves
+            again like the original, without the class's methods); without it
+            such a file is refused with the fix.
 
     Returns:
         A verified :class:`ExportedProgram` (a ``StructureOnlyProgram`` when
@@ -193,4 +213,5 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         >>> big = graphcap.load("structure.pt2", weights="checkpoint_dir/")
     """
     from .serialize import load as _load
-    return _load(f, extra_files=extra_files, mmap=mmap, weights=weights)
+    return _load(f, extra_files=extra_files, mmap=mmap, weights=weights, import_modules=import_modules,
+                 stand_ins=stand_ins)

@@ -66,7 +66,8 @@ def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None)
     if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         raise ExportInputError(
             f"register_dataclass expects a dataclass type, got {cls!r}.",
-            fix="Decorate the class with @dataclasses.dataclass, or register it with "
+            fix="For a plain class, graphcap.register_flattenable(cls) flattens it by its attributes (as export "
+                "does on its own); or decorate it with @dataclasses.dataclass, or register it with "
                 "torch.utils._pytree.register_pytree_node.")
     if cls in pytree.SUPPORTED_NODES:
         return
@@ -83,6 +84,48 @@ def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None)
 
     pytree.register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys,
                                 serialized_type_name=serialized_type_name or qualified_name(cls))
+
+
+def register_flattenable(cls: type) -> None:
+    """Flatten ``cls`` by its attributes, as export does on its own for a class it does not know.
+
+    Export flattens an input or output of an unregistered class that holds
+    tensors by its instance attributes (those holding tensors are children, the
+    rest part of the structure) and warns. Registering the class first does the
+    same without the warning, and lets ``load`` rebuild a saved program whose
+    structure names the class (a ``transformers`` ``DynamicCache`` output) in
+    a process that has not exported it. The class joins graphcap's own table;
+    torch's pytree registry is left as it is (graphcap registers the class
+    there only while a trace runs).
+
+    Args:
+        cls: a class whose instances keep their state in ``__dict__``.
+
+    Returns:
+        None.
+
+    Raises:
+        ExportInputError: ``cls`` is not a class, or is already a pytree node
+            registered another way (a dataclass registered with
+            ``register_dataclass``, a class registered with torch's pytree).
+
+    Example:
+        >>> from transformers.cache_utils import DynamicCache, DynamicLayer
+        >>> graphcap.register_flattenable(DynamicCache)
+        >>> graphcap.register_flattenable(DynamicLayer)
+        >>> ep = graphcap.load("gpt2.pt2")
+    """
+    if not isinstance(cls, type):
+        raise ExportInputError(f"register_flattenable expects a class, got {cls!r:.80}.",
+                               fix="Pass the class itself, e.g. graphcap.register_flattenable(DynamicCache).")
+    if auto_flatten.is_auto_flattened(cls):
+        return
+    if cls in pytree.SUPPORTED_NODES or issubclass(cls, (tuple, list, dict)) or cls in _PLAIN_LEAF_TYPES \
+            or issubclass(cls, _PLAIN_LEAF_TYPES):
+        raise ExportInputError(
+            f"{qualified_name(cls)} is already a pytree node or a value export keeps whole; it is not "
+            f"flattened by its attributes.", fix="Leave it as it is: export and load know it already.")
+    auto_flatten.node_of(cls, holds_tensor)
 
 
 # --------------------------------------------------------------------------
@@ -160,8 +203,9 @@ def auto_register(tree: Any, where: str) -> list[str]:
                     f"graphcap: the {where} contain an instance of {qualified_name(cls)}, a class "
                     f"that holds tensors but is not registered as a pytree node. graphcap flattens "
                     f"it by its attributes. To choose how it flattens (and to silence this "
-                    f"warning), register it first: graphcap.register_dataclass({cls.__name__}) "
-                    f"for a dataclass, or torch.utils._pytree.register_pytree_node.",
+                    f"warning), register it first: graphcap.register_flattenable({cls.__name__}) "
+                    f"to keep this flattening, graphcap.register_dataclass({cls.__name__}) for a "
+                    f"dataclass, or torch.utils._pytree.register_pytree_node.",
                     stacklevel=4)
             auto_flatten.register_for_trace(cls)
             for v in attrs.values():

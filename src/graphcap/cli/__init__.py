@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
         p = subparsers.add_parser(name, help=help, **kwargs)
         _add_common(p)
+        p.add_argument("--import", dest="import_modules", action="append", default=[], metavar="MODULE",
+                       help="import MODULE before loading programs, so the classes their structure names "
+                            "(e.g. transformers outputs) are the real ones rather than stand-in records; "
+                            "may be repeated")
         parser.commands[name] = (p, help)
         return p
 
@@ -245,6 +249,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(script, end="")
             return EXIT_OK
         from . import commands
+        commands.LOAD_IMPORTS[:] = getattr(args, "import_modules", [])
         return int(getattr(commands, args.handler)(args))
     except CommandLineUsage as e:
         return _report_error(e, debug, as_json, EXIT_USAGE)

@@ -156,11 +156,17 @@ def _report_function():
 
 # -- inspect -----------------------------------------------------------------------
 
+LOAD_IMPORTS: list[str] = []  # the modules --import names, imported by each load
+
+
 def load_program(path: str, *, weights: bool = True):
+    """Load a .pt2 file as the command line does: memory-mapped (every tensor checked against its
+    checksum), the --import modules imported, and a stand-in record for any class of the
+    program's structure that is not importable (the shell imported nothing; see docs/files.md)."""
     import graphcap
     if not os.path.isfile(path):
         raise UsageError(f"No such file: {path}", where=path, fix="Give the path of a .pt2 file graphcap saved.")
-    return graphcap.load(path, mmap=True, weights=weights)
+    return graphcap.load(path, mmap=True, weights=weights, import_modules=LOAD_IMPORTS, stand_ins=True)
 
 
 def inspect_command(args) -> int:
@@ -297,8 +303,8 @@ def verify_command(args) -> int:
         built = load_factory(targets[0], args.factory_args)
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
+        built = load_factory(targets[1], args.factory_args)  # first: the classes the factory's modules define are then the real ones
         ep = load_program(targets[0])
-        built = load_factory(targets[1], args.factory_args)
     else:
         raise UsageError(f"verify takes FILE.py:FACTORY or OUT.pt2 FILE.py:FACTORY, got {' '.join(targets)}.",
                          where="graphcap verify", fix="e.g. graphcap verify model.py:make or graphcap verify "

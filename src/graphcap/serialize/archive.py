@@ -174,7 +174,7 @@ class ArchiveReader:
         try:
             return self._zip.read(info)
         except Exception as e:
-            raise corrupt(f"Entry {name!r} cannot be read ({type(e).__name__}: {e}).") from None
+            raise corrupt(f"Entry {name!r} cannot be read ({type(e).__name__}: {e}).", where=name) from None
 
     def _read_version(self) -> int:
         if schema.VERSION_ENTRY not in self._infos:
@@ -185,7 +185,7 @@ class ArchiveReader:
             raise corrupt(f"Not a graphcap .pt2 file: it has no {schema.VERSION_ENTRY!r} entry.{hint}")
         text = self._raw(schema.VERSION_ENTRY)
         if not (0 < len(text) <= 9 and text.isdigit()):
-            raise corrupt(f"The format version entry is malformed: {text[:40]!r}.")
+            raise corrupt(f"The format version entry is malformed: {text[:40]!r}.", where=schema.VERSION_ENTRY)
         version = int(text)
         if version not in schema.READABLE_VERSIONS:
             newest = max(schema.READABLE_VERSIONS)
@@ -194,7 +194,7 @@ class ArchiveReader:
                     f"The file uses graphcap format version {version}; this graphcap reads versions "
                     f"up to {newest}.", where="graphcap.load(f)",
                     fix="Upgrade graphcap to a release that writes this format version.")
-            raise corrupt(f"Unknown graphcap format version {version}.")
+            raise corrupt(f"Unknown graphcap format version {version}.", where=schema.VERSION_ENTRY)
         return version
 
     def _read_manifest(self) -> dict[str, dict[str, Any]]:
@@ -203,15 +203,15 @@ class ArchiveReader:
         except SerializationError:
             raise
         except Exception as e:
-            raise corrupt(f"The manifest is not valid JSON ({e}).") from None
+            raise corrupt(f"The manifest is not valid JSON ({e}).", where=schema.MANIFEST_ENTRY) from None
         if not isinstance(manifest, dict) or manifest.get("magic") != schema.MAGIC \
                 or not isinstance(manifest.get("entries"), dict):
-            raise corrupt("The manifest is malformed.")
+            raise corrupt("The manifest is malformed.", where=schema.MANIFEST_ENTRY)
         entries = manifest["entries"]
         for name, meta in entries.items():
             if not (isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
                     and isinstance(meta.get("size"), int)):
-                raise corrupt(f"The manifest entry for {name!r} is malformed.")
+                raise corrupt(f"The manifest entry for {name!r} is malformed.", where=schema.MANIFEST_ENTRY)
             if name not in self._infos:
                 raise corrupt(f"The manifest lists {name!r} but the archive does not hold it.")
         for name in self._infos:
@@ -232,11 +232,16 @@ class ArchiveReader:
             raise corrupt(f"The archive has no {name!r} entry.")
         data = self._raw(name)
         if len(data) != meta["size"]:
-            raise corrupt(f"Entry {name!r} has {len(data)} bytes; the manifest says {meta['size']}.")
+            raise corrupt(f"Entry {name!r} has {len(data)} bytes; the manifest says {meta['size']}.", where=name)
         if check_hash and hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise corrupt(f"Entry {name!r} does not match its content hash: the file was modified "
                           f"or damaged after it was saved.", where=name)
         return data
+
+    def entry_sha256(self, name: str) -> Optional[str]:
+        """The entry's SHA-256 as the manifest lists it."""
+        meta = self._manifest.get(name)
+        return meta["sha256"] if meta is not None else None
 
     def location(self, name: str) -> EntryLocation:
         """Byte range of an entry's data in the archive file, for memory-mapping."""
@@ -246,11 +251,14 @@ class ArchiveReader:
         self._fh.seek(info.header_offset)
         head = self._fh.read(30)
         if len(head) != 30 or head[:4] != b"PK\x03\x04":
-            raise corrupt(f"The local header of entry {name!r} is damaged.")
+            raise corrupt(f"The local header of entry {name!r} is damaged.", where=name)
         name_len, extra_len = struct.unpack("<HH", head[26:30])
         offset = info.header_offset + 30 + name_len + extra_len
+        if info.file_size != self._manifest[name]["size"]:
+            raise corrupt(f"Entry {name!r} has {info.file_size} bytes; the manifest says "
+                          f"{self._manifest[name]['size']}.", where=name)
         if offset + info.file_size > self._size:
-            raise corrupt(f"Entry {name!r} runs past the end of the file.")
+            raise corrupt(f"Entry {name!r} runs past the end of the file.", where=name)
         return EntryLocation(offset, info.file_size)
 
     def release(self) -> None:

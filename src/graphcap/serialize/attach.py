@@ -72,9 +72,12 @@ def _fixes(problems: dict[str, list[str]], unknown: list[str], known: list[str],
                      "its names).")
         if missing_constants:
             fixes.append("A constant (a non-persistent buffer such as a rotary frequency table, or a tensor made "
-                         "in forward) is in no checkpoint: export with it holding data (build the model on the "
-                         "meta device, then rebuild that submodule on the CPU) so save(..., weights=False) keeps "
-                         "it, or add it to a mapping passed as weights=.")
+                         "in forward) is in no checkpoint. graphcap gives such buffers their values at export by "
+                         "building their submodule again on the CPU when its class can be built from the "
+                         "attributes the instance keeps (as transformers' rotary embeddings from their config); "
+                         "this one could not be. Before exporting, build it yourself on the CPU, e.g. "
+                         "model.<path> = type(model.<path>)(config) for the submodule owning the buffer, so "
+                         "save(..., weights=False) keeps it, or add the buffer to a mapping passed as weights=.")
     if unknown:
         close = difflib.get_close_matches(unknown[0], known, n=1)
         hint = f" (the program's closest name to {unknown[0]!r} is {close[0]!r})" if close else ""

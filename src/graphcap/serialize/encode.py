@@ -274,7 +274,7 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     ``with_weights=False`` describes the weights without their data (and
     constants without data too): see ``tensors.pack_structure``.
     """
-    from .tensors import pack, pack_structure
+    from .tensors import checksums, pack, pack_structure
     w = _Writer(ep)
     graph = w.graph_module(ep.graph_module, "")
     signature = w.signature(ep.graph_signature)
@@ -295,13 +295,17 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
         "graph_module": graph,
         "signature": signature,
         "module_call_graph": call_graph,
-        "state": {"weights": weights, "constants": constants},
+        "state": {"weights": weights, "constants": constants,
+                  "checksums": {"weights": checksums(weights_bytes), "constants": checksums(constants_bytes)}},
         "operators": dict(sorted(w.operators.items())),
     }
     ir = ep.graph_module.meta.get("graphcap_ir")
     if ir:  # the IR level the program claims, so the loaded one is verified by the same rules
         program["ir"] = {"level": str(ir.get("level")), "kept": sorted(ir.get("kept", ()))}
     payloads = {schema.WEIGHTS_ENTRY: weights_bytes, schema.CONSTANTS_ENTRY: constants_bytes}
+    assumptions = getattr(ep, "export_assumptions", None)
+    if assumptions is not None:  # what export assumed about the sizes (graphcap.dynamic.assumptions)
+        program["assumptions"] = [a.to_dict() for a in assumptions]
     if example_inputs is not None:
         program["example_inputs"] = example_inputs
         payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes

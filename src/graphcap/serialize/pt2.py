@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from ..torch_private.dispatch import disable_current_modes
@@ -19,7 +19,7 @@ from ..torch_private.dispatch import disable_current_modes
 from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
-from . import attach, checkpoints, schema, tensors, upgrade
+from . import attach, checkpoints, class_lookup, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -105,7 +105,7 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
     """The example inputs as (args, kwargs), rebuilt in the program's input structure."""
     if not (isinstance(j, dict) and isinstance(j.get("leaves"), list)):
         raise bad("The example inputs are malformed.")
-    stored = tensors.unpack(reader.read(schema.EXAMPLE_INPUTS_ENTRY), j.get("tensors"))
+    stored = tensors.unpack(reader.read(schema.EXAMPLE_INPUTS_ENTRY), j.get("tensors"), schema.EXAMPLE_INPUTS_ENTRY)
 
     def extra(tag: str, payload: Any) -> Any:
         if tag == "tensor" and isinstance(payload, str) and payload in stored:
@@ -149,9 +149,11 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
                                          where="graphcap.load(f, mmap=True)",
                                          fix="Pass the path of the .pt2 file, or load without mmap.")
             loc = reader.location(entry)
-            loaded[key] = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described)
+            sums = (state.get("checksums") or {}).get(key)
+            loaded[key] = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described, entry=entry,
+                                              sums=sums, entry_sha256=reader.entry_sha256(entry))
         else:
-            loaded[key] = tensors.unpack(reader.read(entry), described)
+            loaded[key] = tensors.unpack(reader.read(entry), described, entry)
     from_meta = False
     if checkpoint is not None:
         loaded, from_meta = attach.attach(state, loaded, checkpoint)
@@ -175,15 +177,28 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
     if from_meta:  # exported on the meta device: what ran there now runs where the weights are
         ep = attach.move_meta_placements(ep)
+    if "assumptions" in program:
+        ep.export_assumptions = _assumptions(program["assumptions"])
     return ep
 
 
+def _assumptions(items: list[dict[str, Any]]) -> list[Any]:
+    """The export's assumptions as the records export made (``ep.export_assumptions``)."""
+    from ..dynamic.assumptions import Assumption
+    return [Assumption(kind=a["kind"], dim=a["dim"], text=a["text"], where=a["where"], framework=a["framework"])
+            for a in items]
+
+
 def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: checkpoints.WeightsArg = True) -> ExportedProgram:
+         weights: checkpoints.WeightsArg = True, import_modules: Sequence[str] = (),
+         stand_ins: bool = False) -> ExportedProgram:
+    if isinstance(import_modules, str):
+        import_modules = (import_modules,)
+    class_lookup.import_named_modules(import_modules)
     checkpoint = checkpoints.open_checkpoint(weights)
     reader = ArchiveReader(f)
     try:
-        with disable_current_modes():
+        with disable_current_modes(), class_lookup.options(import_modules, stand_ins):
             return _load(reader, extra_files, mmap, weights is not False, checkpoint)
     except GraphcapError:
         raise

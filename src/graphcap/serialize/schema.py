@@ -36,7 +36,7 @@ from ..signature import InputKind, OutputKind
 from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
                          Union, check, fingerprint)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -50,7 +50,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    2
+    3
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -70,6 +70,14 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "shape, strides, requires_grad only), written by save(ep, f, weights=False); "
         "load attaches such weights from a checkpoint (load(f, weights=...)). "
         "Version-1 files are version-2 files as they are (no rewrite)."),
+    3: ("2026-11-25", "1410966f9442d2b0",
+        "state.checksums: CRC-32 of each tensor entry's safetensors header and of each "
+        "storage, checked by memory-mapped loads (which do not read the entry whole) and "
+        "naming the damaged tensor; 'assumptions': what export assumed about the input "
+        "sizes (ep.export_assumptions), restored by load for the report; a pytree node "
+        "graphcap flattened by its attributes is marked \"flattened\": \"attributes\" so "
+        "a fresh process flattens the class it finds the same way. Version-2 files are "
+        "version-3 files as they are (no rewrite; an mmap load checks their entries whole)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -157,7 +165,7 @@ CONTEXT_VALUE = _tagged_values("ContextValue", {"namedtuple": Tuple(Str, ListOf(
                                                 "dumpable": Str})
 _tree_spec = Ref("TreeSpec")
 TREE_SPEC = _tree_spec.bind(Union("TreeSpec", Null, Record("TreeNode", {
-    "type": Str, "context": CONTEXT_VALUE, "children": ListOf(_tree_spec)})))
+    "type": Str, "context": CONTEXT_VALUE, "children": ListOf(_tree_spec)}, {"flattened": OneOf("attributes")})))
 MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleCallSignature", Null, Record(
     "ModuleCallSignature", {"inputs": ListOf(SIGNATURE_ARGUMENT), "outputs": ListOf(SIGNATURE_ARGUMENT),
                             "in_spec": TREE_SPEC, "out_spec": TREE_SPEC,
@@ -177,11 +185,17 @@ PROGRAM = Record("Program", {
     "graph_module": GRAPH_MODULE,
     "signature": SIGNATURE,
     "module_call_graph": ListOf(MODULE_CALL),
-    "state": Record("State", {"weights": TENSOR_TABLE, "constants": TENSOR_TABLE}),
+    "state": Record("State", {"weights": TENSOR_TABLE, "constants": TENSOR_TABLE}, {
+        # CRC-32 of each tensor entry's safetensors header and of each storage: what mmap loads check
+        "checksums": MapOf(Record("Checksums", {"algorithm": OneOf("crc32"), "header": Str,
+                                                "storages": MapOf(Str)}))}),
     "operators": MapOf(Str),  # operator name -> its schema, checked against the loading process's
 }, {
     "ir": Record("IRLevel", {"level": OneOf("training", "inference"), "kept": ListOf(Str)}),
     "example_inputs": Record("ExampleInputs", {"leaves": ListOf(EXAMPLE_VALUE), "tensors": TENSOR_TABLE}),
+    # what export assumed about the input sizes (graphcap.dynamic.assumptions.Assumption), for the report
+    "assumptions": ListOf(Record("Assumption", {"kind": Str, "dim": Str, "text": Str, "where": Str,
+                                                "framework": Bool})),
 })
 
 

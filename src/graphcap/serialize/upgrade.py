@@ -6,7 +6,8 @@ until it is today's ``FORMAT_VERSION``; only then is it checked against the
 declared schema (``schema.PROGRAM``) and decoded. A format bump that changes
 what program.json holds adds its step here, so every version in
 ``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
-Version 1 → 2 is the identity (version 2 only allows weights without data).
+Version 1 → 2 is the identity (version 2 only allows weights without data), and
+so is 2 → 3 (version 3 only adds optional fields).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
@@ -43,7 +44,12 @@ def _v1_to_v2(program: dict[str, Any]) -> dict[str, Any]:
     return program
 
 
-FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(program: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds optional fields only (checksums, assumptions, the 'flattened' marker)."""
+    return program
+
+
+FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:
