@@ -57,10 +57,6 @@ def test_gpt2_with_tensor_outputs_from_the_shell(tmp_path):
     assert any(c["section"] == "weights" and c["item"].startswith("lm.transformer.h.2.") for c in doc["changes"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 24, loading part (helper b24): a program whose output is transformers' "
-                          "CausalLMOutputWithCrossAttentions does not open in a fresh process yet ('not registered "
-                          "as a pytree node in this process'); once that lands this test passes and the mark goes")
 def test_gpt2_with_transformers_output_class_from_the_shell(tmp_path):
     gpt2 = f"{FACTORIES}:gpt2"
     status, doc, err = shell("export", gpt2, "--arg", "logits_only=False", "-o", "lm.pt2", cwd=tmp_path)

@@ -49,6 +49,15 @@ def test_program_without_record_names_input_dimensions(tmp_path: Path):
     assert sorted(dim_names(ep).values()) == ["x.shape[0]", "x.shape[1]"]
 
 
+def test_dim_names_survive_save_and_load(tmp_path: Path):
+    path = tmp_path / "two_dims.pt2"
+    graphcap.save(_export(), path)
+    for mmap in (False, True):
+        loaded = graphcap.load(path, mmap=mmap)
+        assert sorted(dim_names(loaded).values()) == ["batch", "seq"]
+        assert set(dim_names(loaded)) == set(loaded.range_constraints)
+
+
 def test_auto_dims_are_named_by_their_input():
     ep = graphcap.export(TwoDims(), (torch.randn(4, 6), torch.ones(4, 6)),
                          dynamic_shapes={"x": {0: Dim.AUTO}, "mask": {0: Dim.AUTO}})

@@ -306,6 +306,9 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     assumptions = getattr(ep, "export_assumptions", None)
     if assumptions is not None:  # what export assumed about the sizes (graphcap.dynamic.assumptions)
         program["assumptions"] = [a.to_dict() for a in assumptions]
+    dim_names = getattr(ep, "export_dim_names", None)
+    if dim_names:  # the user's Dim names of the symbols (graphcap.dynamic.symbol_names)
+        program["dim_names"] = dict(sorted(dim_names.items()))
     if example_inputs is not None:
         program["example_inputs"] = example_inputs
         payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes

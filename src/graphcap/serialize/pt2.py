@@ -179,6 +179,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         ep = attach.move_meta_placements(ep)
     if "assumptions" in program:
         ep.export_assumptions = _assumptions(program["assumptions"])
+    ep.export_dim_names = dict(program.get("dim_names", {}))
     return ep
 
 

@@ -70,11 +70,13 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "shape, strides, requires_grad only), written by save(ep, f, weights=False); "
         "load attaches such weights from a checkpoint (load(f, weights=...)). "
         "Version-1 files are version-2 files as they are (no rewrite)."),
-    3: ("2026-11-25", "1410966f9442d2b0",
+    3: ("2026-11-25", "91d3a84c80612b3f",
         "state.checksums: CRC-32 of each tensor entry's safetensors header and of each "
         "storage, checked by memory-mapped loads (which do not read the entry whole) and "
         "naming the damaged tensor; 'assumptions': what export assumed about the input "
-        "sizes (ep.export_assumptions), restored by load for the report; a pytree node "
+        "sizes (ep.export_assumptions), restored by load for the report; 'dim_names': the "
+        "spec's Dim name of each symbol (ep.export_dim_names), so a loaded program's "
+        "errors, inspect and report read batch rather than s77; a pytree node "
         "graphcap flattened by its attributes is marked \"flattened\": \"attributes\" so "
         "a fresh process flattens the class it finds the same way. Version-2 files are "
         "version-3 files as they are (no rewrite; an mmap load checks their entries whole)."),
@@ -196,6 +198,8 @@ PROGRAM = Record("Program", {
     # what export assumed about the input sizes (graphcap.dynamic.assumptions.Assumption), for the report
     "assumptions": ListOf(Record("Assumption", {"kind": Str, "dim": Str, "text": Str, "where": Str,
                                                 "framework": Bool})),
+    # the spec's Dim names of the program's symbols (ep.export_dim_names: symbol text -> Dim name)
+    "dim_names": MapOf(Str),
 })
 
 
