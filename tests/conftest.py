@@ -8,8 +8,8 @@ deep-copies the model, ``ep.module()`` and the inputs), so sharing changes nothi
 a test asserts and the default run does not rebuild the same models file after file.
 
 The zoo is the public one in ``../shared/zoo`` when it sits beside the repository; a clone alone
-gets the small models of ``small_models.py`` (the ones the default run needs), and tests of other
-zoo models skip, saying so.
+gets the small models of ``small_models.py`` (the ones the default run needs); a test that needs
+the public zoo itself is marked ``skipif(not HAVE_SHARED_ZOO)`` with a reason naming ../shared/zoo.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_DIR = ROOT.parent / "shared" / "zoo"
 HAVE_SHARED_ZOO = (ZOO_DIR / "zoo.py").is_file()
-NO_SHARED_ZOO = "needs the public model zoo in ../shared/zoo (absent beside this clone)"
 if HAVE_SHARED_ZOO and str(ZOO_DIR) not in sys.path:
     sys.path.insert(0, str(ZOO_DIR))
 
@@ -47,24 +46,19 @@ def zoo_names() -> list[str]:
 
 def build_zoo(name: str):
     """A fresh build of zoo model ``name`` (seeded, so the same weights every time): from ../shared/zoo
-    when it is there, else from the repository's ``small_models.py``; skipped if neither has it."""
+    when it is there, else from the repository's ``small_models.py``."""
     if HAVE_SHARED_ZOO:
         builder = zoo_module().REGISTRY[name].builder
     else:
         from small_models import BUILDERS
         if name not in BUILDERS:
-            pytest.skip(f"zoo model {name!r} {NO_SHARED_ZOO}")
+            raise LookupError(f"zoo model {name!r} is only in the public zoo, ../shared/zoo, absent beside this "
+                              f"clone: add a builder to tests/small_models.py, or mark the test "
+                              f"skipif(not HAVE_SHARED_ZOO) with a reason naming ../shared/zoo")
         builder = BUILDERS[name]
     with torch.random.fork_rng():
         torch.manual_seed(0)
         return builder()
-
-
-def build_shared_zoo(name: str):
-    """``build_zoo(name)`` from ../shared/zoo itself (goldens that name its source lines); skipped without it."""
-    if not HAVE_SHARED_ZOO:
-        pytest.skip(f"zoo model {name!r} from zoo.py {NO_SHARED_ZOO}")
-    return build_zoo(name)
 
 
 @functools.lru_cache(maxsize=None)
