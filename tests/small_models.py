@@ -8,8 +8,9 @@ configs with seeded random weights, so nothing is downloaded.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn

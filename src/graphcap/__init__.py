@@ -79,4 +79,4 @@ __all__ = [
     "VerificationError", "ConstraintViolationError", "MissingFakeKernelError", "SerializationError",
 ]
 
-from ._version import __version__  # noqa: E402  (kept apart from the public names' loading above)
+from ._version import __version__ as __version__  # noqa: E402  (kept apart from the lazy loading above)
