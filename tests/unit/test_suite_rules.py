@@ -47,7 +47,7 @@ def test_no_test_turns_an_error_into_a_skip():
 _OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo"}
 
 
-def test_skipif_only_for_a_missing_optional_resource_stated_in_the_marker():
+def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():
     for path, call in _calls():
         if not _name(call.func).endswith("mark.skipif"):
             continue
