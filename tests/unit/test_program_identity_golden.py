@@ -27,7 +27,6 @@ import torch.nn as nn
 from torch.export import Dim
 
 import graphcap
-
 from conftest import HAVE_SHARED_ZOO, build_zoo
 
 ROOT = Path(__file__).resolve().parents[2]
