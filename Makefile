@@ -26,7 +26,7 @@ $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); REA
 endif
 endif
 
-.PHONY: demo test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo lint test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 demo: $(STAMP)          ## export the built-in example, print it, run it, compare with eager
 	$(PY) -m graphcap.demo
+
+lint: $(STAMP)          ## ruff (rules: pyproject.toml [tool.ruff]) and mypy (strict on the public API)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2.15 for the other), on every core
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=15

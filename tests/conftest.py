@@ -1,4 +1,4 @@
-"""Shared test helpers: the public model zoo (built and exported once per session), its
+"""Shared test helpers: the model zoo (built and exported once per session), its
 parametrization, output comparison, the save/load round trip and warning filters.
 
 Zoo models and their exports are shared by every test file that uses them
@@ -6,6 +6,10 @@ Zoo models and their exports are shared by every test file that uses them
 (static, dynamic) setting, and each test works on copies (``run_eager_and_exported``
 deep-copies the model, ``ep.module()`` and the inputs), so sharing changes nothing
 a test asserts and the default run does not rebuild the same models file after file.
+
+The zoo is the public one in ``../shared/zoo`` when it sits beside the repository; a clone alone
+gets the small models of ``small_models.py`` (the ones the default run needs); a test that needs
+the public zoo itself is marked ``skipif(not HAVE_SHARED_ZOO)`` with a reason naming ../shared/zoo.
 """
 from __future__ import annotations
 
@@ -22,24 +26,39 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_DIR = ROOT.parent / "shared" / "zoo"
-if str(ZOO_DIR) not in sys.path:
+HAVE_SHARED_ZOO = (ZOO_DIR / "zoo.py").is_file()
+if HAVE_SHARED_ZOO and str(ZOO_DIR) not in sys.path:
     sys.path.insert(0, str(ZOO_DIR))
 
 
 def zoo_module():
-    import zoo  # noqa: WPS433 (lives in ../shared/zoo)
+    import zoo  # lives in ../shared/zoo
     return zoo
 
 
 def zoo_names() -> list[str]:
-    return list(zoo_module().REGISTRY)
+    """The whole public zoo when ../shared is there, else the small models of ``small_models.py``."""
+    if HAVE_SHARED_ZOO:
+        return list(zoo_module().REGISTRY)
+    from small_models import BUILDERS
+    return list(BUILDERS)
 
 
 def build_zoo(name: str):
-    """A fresh build of zoo model ``name`` (seeded, so the same weights every time)."""
+    """A fresh build of zoo model ``name`` (seeded, so the same weights every time): from ../shared/zoo
+    when it is there, else from the repository's ``small_models.py``."""
+    if HAVE_SHARED_ZOO:
+        builder = zoo_module().REGISTRY[name].builder
+    else:
+        from small_models import BUILDERS
+        if name not in BUILDERS:
+            raise LookupError(f"zoo model {name!r} is only in the public zoo, ../shared/zoo, absent beside this "
+                              f"clone: add a builder to tests/small_models.py, or mark the test "
+                              f"skipif(not HAVE_SHARED_ZOO) with a reason naming ../shared/zoo")
+        builder = BUILDERS[name]
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        return zoo_module().REGISTRY[name].builder()
+        return builder()
 
 
 @functools.lru_cache(maxsize=None)

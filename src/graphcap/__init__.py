@@ -115,3 +115,5 @@ __all__ = [
     "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "InternalError", "RuntimeInputError",
     "VerificationError", "ConstraintViolationError", "MissingFakeKernelError", "SerializationError",
 ]
+
+from ._version import __version__ as __version__  # noqa: E402  (kept apart from the lazy loading above)

@@ -10,7 +10,7 @@ from .tracing_lock import TRACING_LOCK  # noqa: F401  (re-exported) public here 
 
 def export(
     mod: Any,
-    args: tuple,
+    args: tuple[Any, ...],
     kwargs: Optional[dict[str, Any]] = None,
     *,
     dynamic_shapes: Any = None,
@@ -75,7 +75,7 @@ def export(
 
 def draft_export(
     mod: Any,
-    args: tuple,
+    args: tuple[Any, ...],
     kwargs: Optional[dict[str, Any]] = None,
     *,
     dynamic_shapes: Any = None,

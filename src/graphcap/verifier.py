@@ -1,4 +1,4 @@
-"""The IR invariants of DESIGN.md, as a table of rules.
+"""The IR invariants of docs/architecture.md, as a table of rules.
 
 Each rule is a function ``(ep) -> Iterator[(node_name, message)]`` listed in
 ``RULES`` with a short name. :func:`verify` runs them all and raises one

@@ -1,5 +1,5 @@
 """Symbolic tracing against the spec: the torch.export tutorial's dynamic-shape
-scenarios and DESIGN.md's specialization facts — symbols and their ranges,
+scenarios and docs/architecture.md's specialization facts — symbols and their ranges,
 constraint violations with suggested fixes and the refine round trip,
 Dim.AUTO/DYNAMIC, sizes 0 and 1, module() range and relation checks."""
 from __future__ import annotations

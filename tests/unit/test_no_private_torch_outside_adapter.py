@@ -1,7 +1,7 @@
 """Nothing in src/graphcap outside ``torch_private/`` touches a private torch name.
 
 The adapter package (``graphcap.torch_private``) is the one place for torch's
-private surface (DESIGN.md). This scans graphcap's source and fails naming
+private surface (docs/architecture.md). This scans graphcap's source and fails naming
 ``file:line`` for
 (a) an import or dotted access of a private torch path (``torch._x``,
     ``torch.utils._pytree``, ``torch.fx.graph._PyTreeInfo``);

@@ -7,7 +7,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "graphcap"
 
-# What graphcap implements and therefore must not call (DESIGN.md, "What we build"):
+# What graphcap implements and therefore must not call (docs/architecture.md, "What graphcap builds"):
 # torch.export's entry points and helpers, torch._export, export's AOT wrapper.
 FORBIDDEN_MODULES = ("torch.export", "torch._export", "torch._functorch.aot_autograd")
 FORBIDDEN_NAMES = {"aot_export_module", "aot_export_joint_simple"}

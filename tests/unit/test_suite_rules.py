@@ -3,7 +3,8 @@
 * No test calls ``pytest.skip`` / ``pytest.importorskip`` at run time (that is how an
   error turns into a skip).
 * A ``skipif`` marker is only for a missing optional resource, and says so: its
-  condition tests CUDA and its reason names it.
+  condition tests CUDA or the public zoo beside the repository (``HAVE_SHARED_ZOO``, a clone alone
+  lacks ../shared) and its reason names it.
 * An ``xfail`` is strict (it fails once the cause is fixed) and states its reason.
 """
 from __future__ import annotations
@@ -42,6 +43,10 @@ def test_no_test_turns_an_error_into_a_skip():
     assert not found, "tests must fail, not skip, when a feature breaks: " + ", ".join(found)
 
 
+# condition's word -> what the reason must name
+_OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo"}
+
+
 def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():
     for path, call in _calls():
         if not _name(call.func).endswith("mark.skipif"):
@@ -49,9 +54,11 @@ def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():
         condition = ast.unparse(call.args[0]) if call.args else ""
         reason = _keyword(call, "reason")
         where = f"{path}:{call.lineno}"
-        assert "cuda" in condition.lower(), f"{where}: skipif must test for an optional resource (CUDA)"
-        assert isinstance(reason, ast.Constant) and "cuda" in str(reason.value).lower(), \
-            f"{where}: the skipif reason must name the missing resource"
+        resource = next((r for r in _OPTIONAL_RESOURCES if r.lower() in condition.lower()), None)
+        assert resource, f"{where}: skipif must test for an optional resource ({', '.join(_OPTIONAL_RESOURCES)})"
+        named = _OPTIONAL_RESOURCES[resource]
+        assert isinstance(reason, ast.Constant) and named in str(reason.value).lower(), \
+            f"{where}: the skipif reason must name the missing resource ({named})"
 
 
 def test_every_xfail_is_strict_and_says_why():

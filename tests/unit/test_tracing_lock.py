@@ -1,5 +1,5 @@
 """Another thread's own ``make_fx`` trace (a ``torch.cond`` in it) runs safely beside an export
-when it holds ``graphcap.api.TRACING_LOCK``, as the README's "Threads" section advises.
+when it holds ``graphcap.api.TRACING_LOCK``, as docs/threads.md advises.
 
 torch keeps the running ``make_fx`` tracer (and the pre-dispatch mode stack) in process-wide
 globals: a trace on another thread that starts while an export traces and ends after it breaks

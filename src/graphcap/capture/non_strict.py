@@ -1,6 +1,6 @@
 """Non-strict capture: run the user's Python as it is, on fake tensors.
 
-This is the pipeline of DESIGN.md from bound inputs to a verified
+This is the pipeline of docs/architecture.md from bound inputs to a verified
 ExportedProgram; each step is a call into the module that owns it.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Strict capture: dynamo reads the program's bytecode, graphcap records what it found.
 
 ``export(..., strict=True)`` differs from non-strict in its front end only.
-dynamo (torch's bytecode analyser, DESIGN.md's one allowed use of it) runs
+dynamo (torch's bytecode analyser, docs/architecture.md's one allowed use of it) runs
 the user's Python symbolically and hands back one torch-level fx graph, or
 refuses the program: a construct it cannot put in a graph (a graph break) or a
 side effect on state outside the program is an error here, as strict users
