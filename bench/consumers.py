@@ -156,8 +156,9 @@ def _run_pte(buffer: bytes, case: Case, second: bool) -> list:
     program = Runtime.get().load_program(buffer)
     method = program.load_method("forward")
     args, kwargs = inputs_of(case, second)
-    leaves = [x for x in flat_values((args, kwargs)) if isinstance(x, torch.Tensor)]
-    return list(method.execute(leaves))
+    # every flat input, non-tensor ones too: the method takes a specialized float or int as
+    # an input of its own (an EValue), as the program's signature lists it
+    return list(method.execute(flat_values((args, kwargs))))
 
 
 def _lower_and_run(ep, case: Case, partitioned: bool, reference: Optional[Callable[[bool], Any]] = None,
@@ -364,11 +365,13 @@ def main(argv=None) -> int:
     ns = parser.parse_args(argv)
     models = [m for m in ns.models.split(",") if m] or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
-    rows = matrix(models, consumers, ns.dynamic)
+    out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
+    rows: list = []
+    for name in models:  # the file is rewritten after each model: a long run leaves what it did
+        rows += matrix([name], consumers, ns.dynamic)
+        out.write_text(render(rows, ns.dynamic, consumers))
     text = render(rows, ns.dynamic, consumers)
     print(text)
-    out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
-    out.write_text(text)
     print(f"written to {out}")
     return 0
 
