@@ -20,17 +20,24 @@ STAMP       := $(VENV)/.graphcap-installed
 # compat/torch_passes.txt is what torch 2.14.1 passes there: the ratchet runs on that line only.
 COMPAT_TORCH := 2.14
 
+# The consumer packages (ExecuTorch, torchao, ONNX, coremltools; the 'consumers' extra) on the
+# line ExecuTorch pairs a release with (executorch 1.5.1 <-> torch 2.14.1); on the other lines
+# tests/e2e/test_consumers.py skips those consumers, saying so (docs/consumers.md).
+CONSUMERS_TORCH := 2.14
+COMMA := ,
+EXTRAS := test$(if $(filter $(TORCH),$(CONSUMERS_TORCH)),$(COMMA)consumers)
+
 ifeq ($(filter $(TORCH),$(TORCH_VERSIONS)),)
 ifeq ($(filter lock clean,$(MAKECMDGOALS)),)
 $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); README: "Adding a torch release")
 endif
 endif
 
-.PHONY: demo test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo consumers test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('$(TORCH).') else 'torch ' + v + ' in $(VENV), expected $(TORCH).x')"
 	touch $(STAMP)
 
@@ -59,6 +66,9 @@ bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, s
 	$(PY) bench/export_bench.py
 	$(PY) bench/decomp_bench.py
 	$(PY) bench/serialize_bench.py
+
+consumers: $(STAMP)     ## the consumer matrix: every public zoo model's program (graphcap's, torch.export's) to ExecuTorch, pt2e, ONNX, AOTInductor, coremltools; writes bench/CONSUMERS.md
+	$(PY) bench/consumers.py
 
 compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause
 	$(PY) compat/compat.py
