@@ -202,6 +202,8 @@ def pt2e(ep, case: Case, exporter: str) -> float:
     with torch.no_grad():
         prepared(*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
     quantized = convert_pt2e(prepared)
+    if not any("quantize_per_tensor" in str(n.target) for n in quantized.graph.nodes):
+        raise AssertionError("the quantizer annotated nothing: no quantize node in the converted module")
     again = export_with(exporter, quantized, case.args, case.kwargs, case.dynamic_shapes)
 
     def reference(second: bool):

@@ -12,6 +12,7 @@ without a paired ExecuTorch) skips with the reason.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import io
 import sys
 import traceback
@@ -27,6 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import consumers  # noqa: E402  (bench/consumers.py)
 
 from conftest import quiet_warnings  # noqa: E402
+
+# The consumer packages are installed on the torch line ExecuTorch pairs with (2.14); elsewhere
+# these consumers are not there to try (docs/consumers.md, "torch lines").
+NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
+NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
+                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
+NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
+                                or importlib.util.find_spec("onnxruntime") is None,
+                                reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
+NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") is None,
+                                       reason="coremltools not installed (the consumers extra, torch 2.14 line)")
+MARKS = {"et_xnnpack": [NEEDS_EXECUTORCH], "et_portable": [NEEDS_EXECUTORCH],
+         "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": []}
 
 
 class TinyConvNet(torch.nn.Module):
@@ -78,11 +93,8 @@ def graphcap_program(case: consumers.Case):
 def hand_over(consumer: str, name: str) -> float:
     case = case_of(name)
     ep = graphcap_program(case)
-    try:
-        with quiet_warnings():
-            return consumers.CONSUMERS[consumer](ep, case, "graphcap")
-    except consumers.Skip as e:
-        pytest.skip(str(e))
+    with quiet_warnings():
+        return consumers.CONSUMERS[consumer](ep, case, "graphcap")
 
 
 # Two or three small models per consumer (the whole zoo: make consumers).
@@ -95,16 +107,16 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("consumer, name", MATRIX, ids=[f"{c}-{n}" for c, n in MATRIX])
+@pytest.mark.parametrize("consumer, name", [pytest.param(c, n, marks=MARKS[c], id=f"{c}-{n}") for c, n in MATRIX])
 def test_consumer_takes_graphcaps_program_as_is(consumer, name):
     diff = hand_over(consumer, name)
     assert diff == diff and diff < (5e-2 if consumer == "pt2e" else 1e-3)
 
 
+@NEEDS_COREMLTOOLS
 @pytest.mark.parametrize("name", ["tiny_conv", "custom_kwargs_only", "custom_buffer_inplace"])
 def test_coremltools_gets_as_far_with_graphcaps_program_as_with_torchs(name):
     """coremltools converts on Linux but runs models only on macOS: the bar is torch.export's outcome."""
-    pytest.importorskip("coremltools", reason="coremltools not installed (the 'consumers' extra)")
     case = case_of(name)
     outcomes = {}
     for exporter in consumers.EXPORTERS:
@@ -118,9 +130,10 @@ def test_coremltools_gets_as_far_with_graphcaps_program_as_with_torchs(name):
     assert outcomes["graphcap"] == outcomes["torch"]
 
 
+@NEEDS_COREMLTOOLS
 def test_coremltools_refuses_the_training_dialect_as_for_torchs():
     """coremltools takes only the ATEN dialect: graphcap's training-IR program says TRAINING, like torch's."""
-    ct = pytest.importorskip("coremltools", reason="coremltools not installed (the 'consumers' extra)")
+    import coremltools as ct
     case = case_of("tiny_mlp")
     messages = []
     for exporter in consumers.EXPORTERS:
@@ -157,6 +170,8 @@ def _every_kind_of_program():
                   "load": graphcap.load(io.BytesIO(buf.getvalue())), "capture": captured}
 
 
+@NEEDS_EXECUTORCH
+@NEEDS_ONNX
 def test_every_program_graphcap_returns_reaches_executorch_and_onnx():
     case, programs = _every_kind_of_program()
     for how, ep in programs.items():
@@ -164,11 +179,8 @@ def test_every_program_graphcap_returns_reaches_executorch_and_onnx():
         assert ep.dialect == ("ATEN" if how == "run_decompositions" else "TRAINING"), how
         assert ep.verifiers == [ep.verifier] and ep.verifier.dialect == ep.dialect, how
         for consumer in ("et_portable", "onnx"):
-            try:
-                with quiet_warnings():
-                    diff = consumers.CONSUMERS[consumer](ep, case, "graphcap")
-            except consumers.Skip as e:
-                pytest.skip(str(e))
+            with quiet_warnings():
+                diff = consumers.CONSUMERS[consumer](ep, case, "graphcap")
             assert diff < 1e-4, (how, consumer)
 
 
@@ -214,13 +226,12 @@ def _to_onnx(ep):
     return torch.onnx.export(ep, verbose=False)
 
 
-@pytest.mark.parametrize("consumer, package", [(_to_executorch, "executorch"), (_to_onnx, "onnxscript")],
-                         ids=["executorch", "onnx"])
-def test_a_program_a_consumer_cannot_take_fails_in_the_consumer(consumer, package):
+@pytest.mark.parametrize("consumer", [pytest.param(_to_executorch, marks=NEEDS_EXECUTORCH, id="executorch"),
+                                      pytest.param(_to_onnx, marks=NEEDS_ONNX, id="onnx")])
+def test_a_program_a_consumer_cannot_take_fails_in_the_consumer(consumer):
     """An operator the consumer has no lowering for fails in the consumer, with the consumer's
     message, exactly as torch.export's program of the same model does: graphcap's hand-over adds
     no error of its own and hides none."""
-    pytest.importorskip(package, reason=f"{package} not installed (the 'consumers' extra)")
     args = (torch.randn(2, 4),)
     programs = {"graphcap": graphcap.export(UsesCustomOp(), args), "torch": torch.export.export(UsesCustomOp(), args)}
     errors = {k: _failure(consumer, ep) for k, ep in programs.items()}

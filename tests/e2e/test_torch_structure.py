@@ -116,8 +116,7 @@ def test_static_program_reads_like_torchs(name):
 
 @pytest.mark.parametrize("name", zoo_params(DEFAULT_MODELS[:3]))
 def test_dynamic_program_reads_like_torchs(name):
-    if zoo_case(name).dynamic_shapes is None:
-        pytest.skip(f"{name} has no dynamic spec")
+    assert zoo_case(name).dynamic_shapes is not None, f"{name} has no dynamic spec: every zoo model has one"
     compare(name, dynamic=True)
 
 

@@ -3,12 +3,15 @@
 * No test calls ``pytest.skip`` / ``pytest.importorskip`` at run time (that is how an
   error turns into a skip).
 * A ``skipif`` marker is only for a missing optional resource, and says so: its
-  condition tests CUDA and its reason names it.
+  condition tests CUDA, or that an optional package is not installed
+  (``importlib.util.find_spec("executorch") is None``: the consumers, installed on
+  the torch line ExecuTorch pairs with), and its reason names it.
 * An ``xfail`` is strict (it fails once the cause is fixed) and states its reason.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -49,9 +52,11 @@ def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():
         condition = ast.unparse(call.args[0]) if call.args else ""
         reason = _keyword(call, "reason")
         where = f"{path}:{call.lineno}"
-        assert "cuda" in condition.lower(), f"{where}: skipif must test for an optional resource (CUDA)"
-        assert isinstance(reason, ast.Constant) and "cuda" in str(reason.value).lower(), \
-            f"{where}: the skipif reason must name the missing resource"
+        packages = re.findall(r"find_spec\(['\"]([\w.]+)['\"]\) is None", condition)
+        resources = packages or (["cuda"] if "cuda" in condition.lower() else [])
+        assert resources, f"{where}: skipif must test for an optional resource (CUDA, or a package not installed)"
+        assert isinstance(reason, ast.Constant) and all(r in str(reason.value).lower() for r in resources), \
+            f"{where}: the skipif reason must name the missing resource ({', '.join(resources)})"
 
 
 def test_every_xfail_is_strict_and_says_why():
