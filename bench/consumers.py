@@ -305,7 +305,9 @@ def matrix(models: list[str], consumers: list[str], dynamic: bool, log=print) ->
                     rows.append((name, consumer, exporter, f"FAIL export: {first_line(e)}"))
                 continue
             for consumer in consumers:
-                cell = run_cell(consumer, ep, case, exporter)
+                # a copy each: running torch.export's ep.module() (pt2e) writes a buffer update
+                # into the program's own state, which the next consumer would then bake in
+                cell = run_cell(consumer, copy.deepcopy(ep), case, exporter)
                 rows.append((name, consumer, exporter, cell))
                 log(f"{name:28s} {consumer:12s} {exporter:9s} {cell}")
     return rows

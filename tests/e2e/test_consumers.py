@@ -184,6 +184,26 @@ def test_every_program_graphcap_returns_reaches_executorch_and_onnx():
             assert diff < 1e-4, (how, consumer)
 
 
+@NEEDS_EXECUTORCH
+@pytest.mark.xfail(strict=True, reason="files of format versions 1 and 2 list the user inputs and outputs in the "
+                   "root call-graph entry, which ExecuTorch's renaming passes then break; clearing them on load "
+                   "is a format change (an upgrader and a version bump in serialize/), not done yet")
+@pytest.mark.parametrize("name", ["format_v1.pt2", "format_v2.pt2"])
+def test_a_program_loaded_from_an_older_file_reaches_executorch(name):
+    from executorch.exir import to_edge
+    ep = graphcap.load(Path(__file__).resolve().parents[1] / "golden" / name)
+    with quiet_warnings():
+        assert len(to_edge(ep).to_executorch().buffer) > 0
+
+
+def test_to_torch_and_from_torch_keep_the_dialect():
+    ep = graphcap_program(_tiny("tiny_mlp"))
+    for program, dialect in ((ep, "TRAINING"), (ep.run_decompositions(), "ATEN")):
+        theirs = graphcap.to_torch(program)
+        assert type(theirs) is torch.export.ExportedProgram and theirs.dialect == dialect
+        assert graphcap.from_torch(theirs).dialect == dialect
+
+
 def test_torchs_methods_on_graphcaps_program_are_graphcaps():
     """The methods consumers call (module, run_decompositions, validate) are graphcap's own code."""
     ep = graphcap_program(_tiny("tiny_mlp"))
