@@ -26,6 +26,8 @@ COMPAT_TORCH := 2.14
 CONSUMERS_TORCH := 2.14
 COMMA := ,
 EXTRAS := test$(if $(filter $(TORCH),$(CONSUMERS_TORCH)),$(COMMA)consumers)
+# what `make lock` asks for on that line: executorch names no torch, so its pairing is pinned here
+LOCK_PINS := $(if $(filter $(TORCH),$(CONSUMERS_TORCH)),'executorch==1.5.1')
 
 ifeq ($(filter $(TORCH),$(TORCH_VERSIONS)),)
 ifeq ($(filter lock clean,$(MAKECMDGOALS)),)
@@ -89,12 +91,12 @@ lock:
 	@test -n "$(TORCH_PIN)" -a -n "$(VISION_PIN)" || { echo "usage: make lock TORCH=<line> TORCH_PIN=<torch version> VISION_PIN=<torchvision version>"; exit 2; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet 'torch==$(TORCH_PIN)' 'torchvision==$(VISION_PIN)' -e '.[test]'
+	$(PY) -m pip install --quiet 'torch==$(TORCH_PIN)' 'torchvision==$(VISION_PIN)' $(LOCK_PINS) -e '.[$(EXTRAS)]'
 	mkdir -p constraints
 	{ echo "# torch $(TORCH_PIN) line: the exact set CI tests graphcap against (every package the"; \
 	  echo "# set-up installs, torch's CUDA wheels included; PyPI's Linux torch is the CUDA"; \
 	  echo "# build and runs on CPU-only machines). \`make TORCH=$(TORCH) ...\` installs with"; \
-	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[test]'\`."; \
+	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[$(EXTRAS)]'\`."; \
 	  echo "# Regenerate with \`make lock TORCH=$(TORCH) TORCH_PIN=$(TORCH_PIN) VISION_PIN=$(VISION_PIN)\` (README: \"Adding a torch release\")."; \
 	  $(PY) -m pip freeze --exclude-editable; } > $(CONSTRAINTS)
 	touch $(STAMP)
