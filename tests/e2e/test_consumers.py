@@ -204,6 +204,31 @@ def test_to_torch_and_from_torch_keep_the_dialect():
         assert graphcap.from_torch(theirs).dialect == dialect
 
 
+def test_torchs_constructor_takes_the_fields_of_graphcaps_program():
+    """What ExecuTorch does after each of its passes (torch only, so it runs on every torch line):
+    build torch's ExportedProgram from the program's fields and its verifier, and validate it."""
+    case = _tiny("tiny_conv", dynamic=True)
+    ep = graphcap_program(case)
+    for program in (ep, ep.run_decompositions()):
+        rebuilt = torch.export.ExportedProgram(
+            root=copy.deepcopy(program.graph_module), graph=copy.deepcopy(program.graph_module).graph,
+            graph_signature=program.graph_signature, state_dict=program.state_dict,
+            range_constraints=program.range_constraints, module_call_graph=copy.deepcopy(program.module_call_graph),
+            example_inputs=program.example_inputs, constants=program.constants, verifiers=[program.verifier])
+        assert rebuilt.dialect == program.dialect
+        got = rebuilt.module()(*copy.deepcopy(case.args2))
+        assert consumers.max_difference(consumers.eager(case, second=True), got) < 1e-5
+
+
+def test_graphcaps_verifier_classes_become_torchs_of_the_same_dialect():
+    from graphcap.program import InferenceVerifier, Verifier
+    ep = graphcap_program(_tiny("tiny_mlp"))
+    core = ep.run_decompositions()
+    again = core._update(core.graph_module, core.graph_signature, verifiers=[InferenceVerifier])
+    assert again.verifier is core.verifier and again.dialect == "ATEN"
+    assert ep._update(ep.graph_module, ep.graph_signature, verifiers=[Verifier]).verifier is ep.verifier
+
+
 def test_torchs_methods_on_graphcaps_program_are_graphcaps():
     """The methods consumers call (module, run_decompositions, validate) are graphcap's own code."""
     ep = graphcap_program(_tiny("tiny_mlp"))
