@@ -7,6 +7,9 @@ graph signature that names each of them; the tensors themselves
 non-persistent buffers and lifted constants); the ranges of the symbolic
 sizes; and the call structure. It is a container: the work of building,
 checking, running and transforming programs lives in the modules that do it.
+It derives from ``torch.export.ExportedProgram`` (without running torch's
+constructor) so that the consumers of torch.export's program take it as is
+(docs/consumers.md).
 
 Where it sits in the import order: the capture stages, the passes and the
 serializer build programs, so they come after this module; it imports only
