@@ -362,12 +362,16 @@ def _short(cell: str) -> str:
 def main(argv=None) -> int:
     import zoo
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="", help="comma-separated zoo names (default: the whole public zoo)")
+    parser.add_argument("--models", default="", help="comma-separated zoo names, globs or families, as zoo.select "
+                                                     "takes them (default: the whole public zoo)")
     parser.add_argument("--consumers", default=",".join(CONSUMERS), help="comma-separated: " + ", ".join(CONSUMERS))
     parser.add_argument("--dynamic", action="store_true", help="export with each model's dynamic spec")
     parser.add_argument("--out", default=None, help="results file (default bench/CONSUMERS[_dynamic].md)")
     ns = parser.parse_args(argv)
-    models = [m for m in ns.models.split(",") if m] or list(zoo.REGISTRY)
+    # exact names in the order given; anything else as zoo.select takes it (globs, substrings, families)
+    models = list(dict.fromkeys(n for item in ns.models.split(",") if item
+                                for n in ([item] if item in zoo.REGISTRY else [c.name for c in zoo.select(item)])))
+    models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
     rows: list = []
