@@ -12,9 +12,14 @@ Deliberate differences (docs/consumers.md lists them too):
   node invariant; pt2e quantizers and partition utilities group nodes by it);
   torch 2.14's training IR has dropped it. graphcap has more, never less.
 - ``torch_fn``: the nodes graphcap inserts itself (the dtype assertions that keep
-  ``x.to(...)`` meaningful, ``aten._assert_tensor_metadata``, and the size reads
-  ``aten.sym_size.int`` it adds for symbolic shapes) carry none; torch names a
-  synthetic one there. Every node traced from user code has it.
+  ``x.to(...)`` meaningful, ``aten._assert_tensor_metadata``, the size reads
+  ``aten.sym_size.int`` it adds for symbolic shapes, and the higher-order
+  wrappers of grad and autocast regions) carry none; torch names a synthetic one
+  there. Every operator traced from user code has it.
+- Models torch.export cannot export (``ONLY_GRAPHCAP``: GPT-2 returning its
+  ``DynamicCache``) have nothing to compare with; the test checks that torch
+  still refuses them and graphcap's program reads like the others (a root entry
+  naming no values, torch's verifier).
 - ``_guards_code`` (torch's shape guards as text, written by
   ``torch.export.save``): always empty for graphcap's program, which keeps what
   it accepts in ``range_constraints`` and checks inputs in its own ``module()``.
@@ -31,7 +36,10 @@ from conftest import quiet_warnings, zoo_case, zoo_export, zoo_params
 
 META_KEYS = ("val", "tensor_meta", "nn_module_stack", "source_fn_stack", "stack_trace", "torch_fn")
 # operators graphcap inserts itself, without a user function behind them (see the module docstring)
-INSERTED_BY_GRAPHCAP = {"aten._assert_tensor_metadata.default", "aten.sym_size.int"}
+INSERTED_BY_GRAPHCAP = {"aten._assert_tensor_metadata.default", "aten.sym_size.int",
+                        "wrap_with_set_grad_enabled", "wrap_with_autocast"}
+# models only graphcap exports, and why torch.export refuses them
+ONLY_GRAPHCAP = {"hf_gpt2_cache": "DynamicCache"}
 DEFAULT_MODELS = ("custom_buffer_inplace", "custom_dict_list_io", "custom_kwargs_only", "tv_resnet18")
 
 
@@ -80,6 +88,13 @@ def leaves_and_structure(inputs):
 def compare(name: str, dynamic: bool) -> None:
     with quiet_warnings():
         ours = zoo_export(name, dynamic)
+    assert isinstance(ours, torch.export.ExportedProgram)
+    if name in ONLY_GRAPHCAP:
+        with pytest.raises(Exception, match=ONLY_GRAPHCAP[name]):
+            torch_export(name, dynamic)
+        root = ours.module_call_graph[0].signature
+        assert root.inputs == [] and root.outputs == [] and ours.verifier.dialect == ours.dialect == "TRAINING"
+        return
     theirs = torch_export(name, dynamic)
 
     assert isinstance(ours, torch.export.ExportedProgram)
