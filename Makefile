@@ -20,17 +20,26 @@ STAMP       := $(VENV)/.graphcap-installed
 # compat/torch_passes.txt is what torch 2.14.1 passes there: the ratchet runs on that line only.
 COMPAT_TORCH := 2.14
 
+# The consumer packages (ExecuTorch, torchao, ONNX, coremltools; the 'consumers' extra) on the
+# line ExecuTorch pairs a release with (executorch 1.5.1 <-> torch 2.14.1); on the other lines
+# tests/e2e/test_consumers.py skips those consumers, saying so (docs/consumers.md).
+CONSUMERS_TORCH := 2.14
+COMMA := ,
+EXTRAS := test$(if $(filter $(TORCH),$(CONSUMERS_TORCH)),$(COMMA)consumers)
+# what `make lock` asks for on that line: executorch names no torch, so its pairing is pinned here
+LOCK_PINS := $(if $(filter $(TORCH),$(CONSUMERS_TORCH)),'executorch==1.5.1')
+
 ifeq ($(filter $(TORCH),$(TORCH_VERSIONS)),)
 ifeq ($(filter lock clean,$(MAKECMDGOALS)),)
 $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); README: "Adding a torch release")
 endif
 endif
 
-.PHONY: demo lint test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo consumers lint test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('$(TORCH).') else 'torch ' + v + ' in $(VENV), expected $(TORCH).x')"
 	touch $(STAMP)
 
@@ -64,6 +73,9 @@ bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, s
 	$(PY) bench/decomp_bench.py
 	$(PY) bench/serialize_bench.py
 
+consumers: $(STAMP)     ## the consumer matrix: every public zoo model's program (graphcap's, torch.export's) to ExecuTorch, pt2e, ONNX, AOTInductor, coremltools; writes bench/CONSUMERS.md
+	$(PY) bench/consumers.py
+
 compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause
 	$(PY) compat/compat.py
 
@@ -83,12 +95,12 @@ lock:
 	@test -n "$(TORCH_PIN)" -a -n "$(VISION_PIN)" || { echo "usage: make lock TORCH=<line> TORCH_PIN=<torch version> VISION_PIN=<torchvision version>"; exit 2; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet 'torch==$(TORCH_PIN)' 'torchvision==$(VISION_PIN)' -e '.[test]'
+	$(PY) -m pip install --quiet 'torch==$(TORCH_PIN)' 'torchvision==$(VISION_PIN)' $(LOCK_PINS) -e '.[$(EXTRAS)]'
 	mkdir -p constraints
 	{ echo "# torch $(TORCH_PIN) line: the exact set CI tests graphcap against (every package the"; \
 	  echo "# set-up installs, torch's CUDA wheels included; PyPI's Linux torch is the CUDA"; \
 	  echo "# build and runs on CPU-only machines). \`make TORCH=$(TORCH) ...\` installs with"; \
-	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[test]'\`."; \
+	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[$(EXTRAS)]'\`."; \
 	  echo "# Regenerate with \`make lock TORCH=$(TORCH) TORCH_PIN=$(TORCH_PIN) VISION_PIN=$(VISION_PIN)\` (README: \"Adding a torch release\")."; \
 	  $(PY) -m pip freeze --exclude-editable; } > $(CONSTRAINTS)
 	touch $(STAMP)

@@ -2,10 +2,12 @@
 
 Both sides use the same IR (an fx graph of ATen operators with lifted state and
 fake-tensor metadata), so conversion maps the signature, call graph and state
-containers between the two libraries' types and copies the graph. With
-``to_torch`` a graphcap program feeds torch's toolchain (AOTInductor, ONNX,
-ExecuTorch) and torch's own validation; with ``from_torch`` a program
-exported by torch can be kept in graphcap's pickle-free format. This is the
+containers between the two libraries' types and copies the graph. A graphcap
+program is itself an instance of torch's class and goes to torch's toolchain
+(AOTInductor, ONNX, ExecuTorch) as is (docs/consumers.md); ``to_torch`` gives
+torch's own object, checked by torch's own validation, for those who want it;
+with ``from_torch`` a program exported by torch can be kept in graphcap's
+pickle-free format. This is the
 one module allowed to construct and read torch's ExportedProgram; it calls
 nothing of torch.export's pipeline.
 """
@@ -60,13 +62,6 @@ def _call_graph(entries: list, sig_cls: Any, entry_cls: Any, conv: Any) -> list:
     return out
 
 
-def _training_verifier() -> list:
-    """torch's verifier for the training IR (in-place operators allowed), found among the
-    subclasses of the public ``Verifier`` by its dialect."""
-    found = [c for c in tep.Verifier.__subclasses__() if getattr(c, "dialect", None) == "TRAINING"]
-    return found[:1] or None
-
-
 def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges.
 
@@ -102,7 +97,7 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     return tep.ExportedProgram(root=gm, graph=gm.graph, graph_signature=sig, state_dict=dict(ep.state_dict),
                                range_constraints=dict(ep.range_constraints), module_call_graph=call_graph,
                                example_inputs=ep.example_inputs, constants=dict(ep.constants),
-                               verifiers=_training_verifier())
+                               verifiers=list(ep.verifiers))  # torch's classes, of the program's dialect
 
 
 def from_torch(torch_ep: Any) -> ExportedProgram:
@@ -155,4 +150,5 @@ def from_torch(torch_ep: Any) -> ExportedProgram:
                 node.meta.setdefault("source_fn_stack", [])
     call_graph = _call_graph(torch_ep.module_call_graph, gsig.ModuleCallSignature, gsig.ModuleCallEntry, conv)
     return ExportedProgram(gm, sig, dict(torch_ep.state_dict), dict(torch_ep.range_constraints), call_graph,
-                           example_inputs=torch_ep.example_inputs, constants=dict(torch_ep.constants))
+                           example_inputs=torch_ep.example_inputs, constants=dict(torch_ep.constants),
+                           verifiers=list(torch_ep.verifiers))  # the same dialect

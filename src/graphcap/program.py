@@ -7,6 +7,9 @@ graph signature that names each of them; the tensors themselves
 non-persistent buffers and lifted constants); the ranges of the symbolic
 sizes; and the call structure. It is a container: the work of building,
 checking, running and transforming programs lives in the modules that do it.
+It derives from ``torch.export.ExportedProgram`` (without running torch's
+constructor) so that the consumers of torch.export's program take it as is
+(docs/consumers.md).
 
 Where it sits in the import order: the capture stages, the passes and the
 serializer build programs, so they come after this module; it imports only
@@ -25,11 +28,13 @@ import copy
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
+import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 from .torch_private import pytree
 
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
 from .tracing_lock import TRACING_LOCK
 from .torch_logs import quiet_torch_logs
+from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
 from .young_heap import trace_allocations_only
 from .verifier import verify
 
@@ -42,11 +47,14 @@ class CallSpec(NamedTuple):
 
 
 class Verifier:
-    """graphcap's IR check (``graphcap.verifier``) as the class ``ep.verifier`` names.
+    """graphcap's IR check (``graphcap.verifier``), named by the IR level it checks.
 
     ``dialect`` says which IR level the program is at, as torch names them:
     ``TRAINING`` for what ``export`` returns, ``ATEN`` for what
-    ``run_decompositions`` returns.
+    ``run_decompositions`` returns. A program built with this class lists
+    torch's verifier class of the same dialect in ``ep.verifiers`` (what
+    torch's code and the consumers read and hand to torch's constructor);
+    ``ep.validate()`` runs graphcap's check.
     """
 
     dialect = "TRAINING"
@@ -69,8 +77,20 @@ def _read_only(name: str):
     return refuse
 
 
-class ExportedProgram:
+def _as_torch_verifiers(verifiers: Optional[list[type]]) -> list[type]:
+    """The verifier classes a program lists: torch's class of each graphcap verifier's dialect
+    (torch's constructor, which consumers call with ``ep.verifier``, takes only torch's)."""
+    return [v if is_torch_verifier(v) else torch_verifier_for(v.dialect) for v in verifiers or [Verifier]]
+
+
+class ExportedProgram(_torch_exported_program.ExportedProgram):
     """A captured program: a flat ATen graph, its signature, its state and its ranges.
+
+    It is an instance of ``torch.export.ExportedProgram`` so that every tool taking
+    torch.export's program (ExecuTorch, ``torch.onnx.export``, AOTInductor,
+    ``torch.export.save``, coremltools) takes it as is; everything graphcap does with
+    it (construction, ``validate``, ``module()``, ``run_decompositions``, printing,
+    files) is graphcap's own code, overriding torch's (torch's constructor is not run).
 
     Built by :func:`graphcap.export` (or ``load``, ``from_torch``, a pass); the
     constructor verifies the IR invariants unless ``verify=False``. The fields are
@@ -104,8 +124,8 @@ class ExportedProgram:
         example_inputs: the ``(args, kwargs)`` given to export (settable with inputs
             of the same structure), or None.
         call_spec: ``(in_spec, out_spec)``, the pytree structure of inputs/outputs.
-        verifiers: the verifier classes that check this program; ``verifier`` is
-            the first, ``dialect`` its IR dialect name.
+        verifiers: torch's verifier classes of the program's IR level (what torch's code
+            reads); ``verifier`` is the first, ``dialect`` its IR dialect name.
         verifier: the first of ``verifiers``.
         dialect: the IR dialect the verifier checks (``"TRAINING"``, or ``"ATEN"`` after ``run_decompositions``).
 
@@ -142,7 +162,7 @@ class ExportedProgram:
         self._module_call_graph = module_call_graph
         self._example_inputs = example_inputs
         self._constants = constants if constants is not None else {}
-        self._verifiers = list(verifiers) if verifiers else [Verifier]
+        self._verifiers = _as_torch_verifiers(verifiers)
         # what the export that made this program measured and assumed, for graphcap.report:
         # seconds per pipeline stage, and graphcap.dynamic.assumptions.Assumption records
         # (None: not known, e.g. a program loaded from a file)
@@ -150,6 +170,7 @@ class ExportedProgram:
         self.export_assumptions: Optional[list[Any]] = None
         # symbol text -> the spec's Dim name (graphcap.dynamic.symbol_names.dim_names reads it)
         self.export_dim_names: dict[str, str] = {}
+        set_torch_only_fields(self)
         if verify:
             self.validate()
 
@@ -313,15 +334,15 @@ class ExportedProgram:
         from .passes import run_decompositions
         with TRACING_LOCK, quiet_torch_logs(), trace_allocations_only():
             new_ep = run_decompositions(self, decomp_table)
-        new_ep._verifiers = [InferenceVerifier]
+        new_ep._verifiers = _as_torch_verifiers([InferenceVerifier])
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         new_ep.export_dim_names = dict(self.export_dim_names)
         return new_ep
 
     def validate(self) -> None:
-        """Check the IR invariants; raises ``VerificationError`` naming the node and rule."""
-        for verifier in self._verifiers:
-            verifier().check(self)
+        """Check the IR invariants (graphcap's rules for the program's IR level, see
+        ``graphcap.verifier``); raises ``VerificationError`` naming the node and rule."""
+        verify(self)
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(

@@ -14,7 +14,12 @@ FORBIDDEN_NAMES = {"aot_export_module", "aot_export_joint_simple"}
 INTEROP = {"interop.py"}  # the one module allowed to build/read torch's ExportedProgram
 # Plain data types graphcap's own classes derive from, so that torch's utilities
 # (unflatten, passes) reading a graphcap program recognise its signature arguments.
-DATA_TYPES = {"graph_arguments.py": "torch.export.graph_signature"}  # its data types, subclassed
+DATA_TYPES = {"graph_arguments.py": "torch.export.graph_signature",  # its data types, subclassed
+              # the class graphcap's ExportedProgram derives from, so consumers take it as is
+              # (DESIGN.md, "Type compatibility with the consumers"); its constructor is not run
+              "program.py": "torch.export.exported_program",
+              # torch's verifier classes, named by dialect for torch's code that rebuilds a program
+              "export_program.py": "torch._export.verifier"}
 
 
 def _dotted(node: ast.AST) -> str:

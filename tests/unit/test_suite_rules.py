@@ -3,13 +3,16 @@
 * No test calls ``pytest.skip`` / ``pytest.importorskip`` at run time (that is how an
   error turns into a skip).
 * A ``skipif`` marker is only for a missing optional resource, and says so: its
-  condition tests CUDA or the public zoo beside the repository (``HAVE_SHARED_ZOO``, a clone alone
-  lacks ../shared) and its reason names it.
+  condition tests CUDA, the public zoo beside the repository (``HAVE_SHARED_ZOO``, a clone
+  alone lacks ../shared), or that an optional package is not installed
+  (``importlib.util.find_spec("executorch") is None``: the consumers, installed on the torch
+  line ExecuTorch pairs with), and its reason names it.
 * An ``xfail`` is strict (it fails once the cause is fixed) and states its reason.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -54,11 +57,16 @@ def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():
         condition = ast.unparse(call.args[0]) if call.args else ""
         reason = _keyword(call, "reason")
         where = f"{path}:{call.lineno}"
-        resource = next((r for r in _OPTIONAL_RESOURCES if r.lower() in condition.lower()), None)
-        assert resource, f"{where}: skipif must test for an optional resource ({', '.join(_OPTIONAL_RESOURCES)})"
-        named = _OPTIONAL_RESOURCES[resource]
-        assert isinstance(reason, ast.Constant) and named in str(reason.value).lower(), \
-            f"{where}: the skipif reason must name the missing resource ({named})"
+        packages = re.findall(r"find_spec\(['\"]([\w.]+)['\"]\) is None", condition)
+        if packages:
+            named = packages
+        else:
+            resource = next((r for r in _OPTIONAL_RESOURCES if r.lower() in condition.lower()), None)
+            assert resource, (f"{where}: skipif must test for an optional resource "
+                              f"({', '.join(_OPTIONAL_RESOURCES)}, or a package not installed)")
+            named = [_OPTIONAL_RESOURCES[resource]]
+        assert isinstance(reason, ast.Constant) and all(r in str(reason.value).lower() for r in named), \
+            f"{where}: the skipif reason must name the missing resource ({', '.join(named)})"
 
 
 def test_every_xfail_is_strict_and_says_why():

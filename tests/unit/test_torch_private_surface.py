@@ -100,6 +100,10 @@ def _sample_additional_inputs():
     return AdditionalInputs()
 
 
+def _sample_torch_program():
+    return torch.export.export(torch.nn.ReLU(), (torch.ones(2),))
+
+
 # Cheap instances for "Class#field" entries, by the class's dotted path.
 SAMPLES = {
     "torch.fx.Graph": _sample_graph,
@@ -114,6 +118,7 @@ SAMPLES = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env,
     "torch._subclasses.fake_tensor.FakeTensorMode": _sample_fake_mode,
     "torch.export.dynamic_shapes.AdditionalInputs": _sample_additional_inputs,
+    "torch.export.exported_program.ExportedProgram": _sample_torch_program,
 }
 
 

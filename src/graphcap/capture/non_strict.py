@@ -227,10 +227,11 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     constants = {**{k: v for k, v in buffers.items() if k in non_persistent}, **lifted.constants}
 
     sig = lifted.signature
+    # The root entry names no graph values, as torch.export's: the graph signature already
+    # lists the user inputs and outputs, and consumers' passes (ExecuTorch's) rename graph
+    # nodes without following a second list (they check it against the renamed graph).
     root_call = ModuleCallSignature(
-        inputs=[s.arg for s in sig.input_specs if s.kind.name == "USER_INPUT"],
-        outputs=[s.arg for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT],
-        in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
+        inputs=[], outputs=[], in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
     ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,

@@ -83,7 +83,10 @@ class CallGraphCarry:
         for entry in entries:
             sig: Optional[ModuleCallSignature] = entry.signature
             if sig is not None:
-                outputs = user_outputs if entry.fqn == "" else [self._carried(a) for a in sig.outputs]
+                # the root entry lists the user outputs only if it did before (programs
+                # captured now leave the root's lists empty, as torch.export does)
+                outputs = ((user_outputs if sig.outputs else []) if entry.fqn == ""
+                           else [self._carried(a) for a in sig.outputs])
                 sig = ModuleCallSignature([self._carried(a) for a in sig.inputs], list(outputs), sig.in_spec,
                                           sig.out_spec, sig.forward_arg_names)
             carried.append(ModuleCallEntry(entry.fqn, sig))

@@ -1,0 +1,50 @@
+"""The private torch names graphcap's ExportedProgram needs to be an instance of torch's.
+
+graphcap's ``ExportedProgram`` derives from ``torch.export.ExportedProgram``
+so that the consumers (ExecuTorch, torch.onnx, AOTInductor, coremltools,
+``torch.export.save``) take it as is. Those tools read the program's verifier
+classes and hand them to torch's constructor, which accepts only subclasses
+of torch's ``Verifier``; the classes of the two IR levels live in the private
+module ``torch._export.verifier``. graphcap's own check of its programs is
+``graphcap.verifier``; torch's classes here only name the dialect for torch's
+code that rebuilds a program.
+
+torch's constructor (which graphcap's does not run) also sets fields that only
+torch's own methods read; graphcap sets them here to what a graphcap program
+means by them.
+"""
+from __future__ import annotations
+
+RELIES_ON = {
+    "torch._export.verifier.Verifier": None,
+    "torch._export.verifier.TrainingIRVerifier": None,
+    # read by torch.export.save's serializer and torch's module(): shape guards as Python text
+    "torch.export.exported_program.ExportedProgram#_guards_code": None,
+}
+
+
+def set_torch_only_fields(ep: object) -> None:
+    """Set on graphcap's program the fields torch's constructor sets and only torch's code reads.
+
+    ``_guards_code``: the shape guards torch's ``module()`` turns into checks, written into
+    torch's file format by ``torch.export.save``. graphcap's program keeps what it accepts in
+    ``range_constraints`` and checks its inputs in its own ``module()``; it records no extra
+    guard text (torch.export's list is empty for most programs too).
+    """
+    ep._guards_code = []
+
+
+def torch_verifier_for(dialect: str) -> type:
+    """torch's verifier class for the IR level ``dialect`` (``"TRAINING"`` or ``"ATEN"``)."""
+    import torch._export.verifier as _torch_verifier
+    if dialect == "TRAINING":
+        return _torch_verifier.TrainingIRVerifier
+    if dialect == "ATEN":
+        return _torch_verifier.Verifier
+    raise ValueError(f"torch has no verifier class for the dialect {dialect!r} (known: 'TRAINING', 'ATEN')")
+
+
+def is_torch_verifier(cls: object) -> bool:
+    """Whether ``cls`` is torch's verifier class or a subclass of it (e.g. ExecuTorch's EXIR verifiers)."""
+    import torch._export.verifier as _torch_verifier
+    return isinstance(cls, type) and issubclass(cls, _torch_verifier.Verifier)
