@@ -25,7 +25,7 @@ from graphcap.serialize.archive import read_entries, write_archive
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 
 def fresh(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
