@@ -185,9 +185,6 @@ def test_every_program_graphcap_returns_reaches_executorch_and_onnx():
 
 
 @NEEDS_EXECUTORCH
-@pytest.mark.xfail(strict=True, reason="files of format versions 1 and 2 list the user inputs and outputs in the "
-                   "root call-graph entry, which ExecuTorch's renaming passes then break; clearing them on load "
-                   "is a format change (an upgrader and a version bump in serialize/), not done yet")
 @pytest.mark.parametrize("name", ["format_v1.pt2", "format_v2.pt2"])
 def test_a_program_loaded_from_an_older_file_reaches_executorch(name):
     from executorch.exir import to_edge

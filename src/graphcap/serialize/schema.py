@@ -78,8 +78,10 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "spec's Dim name of each symbol (ep.export_dim_names), so a loaded program's "
         "errors, inspect and report read batch rather than s77; a pytree node "
         "graphcap flattened by its attributes is marked \"flattened\": \"attributes\" so "
-        "a fresh process flattens the class it finds the same way. Version-2 files are "
-        "version-3 files as they are (no rewrite; an mmap load checks their entries whole)."),
+        "a fresh process flattens the class it finds the same way; the program's own (root) "
+        "call-graph entry lists no graph values, as torch.export's (ExecuTorch renames graph "
+        "values and then rejects a root list naming old ones). Version-2 files upgrade by "
+        "clearing that root entry's lists (an mmap load checks their entries whole)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):

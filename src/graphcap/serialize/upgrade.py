@@ -7,7 +7,7 @@ declared schema (``schema.PROGRAM``) and decoded. A format bump that changes
 what program.json holds adds its step here, so every version in
 ``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
 Version 1 → 2 is the identity (version 2 only allows weights without data), and
-so is 2 → 3 (version 3 only adds optional fields).
+2 → 3 adds optional fields and clears the root call-graph entry's value lists.
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
@@ -45,7 +45,14 @@ def _v1_to_v2(program: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v2_to_v3(program: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 adds optional fields only (checksums, assumptions, the 'flattened' marker)."""
+    """Version 3 adds optional fields (checksums, assumptions, Dim names, the 'flattened' marker) and
+    lists no graph values in the program's own (root) call-graph entry, as torch.export's programs
+    do: ExecuTorch's passes rename graph values and then find a root list naming values that no
+    longer exist. Nothing in graphcap reads the root's lists (the whole program's inputs and outputs
+    are the graph's placeholders and output), so they are cleared."""
+    for entry in program.get("module_call_graph", ()):
+        if entry.get("fqn") == "" and entry.get("signature") is not None:
+            entry["signature"]["inputs"], entry["signature"]["outputs"] = [], []
     return program
 
 
