@@ -34,12 +34,20 @@ class SubmoduleGraph(torch.nn.Module):
     def __init__(self, fqn: str, class_name: str):
         super().__init__()
         self._fqn = fqn
-        self._class_name = class_name or "Module"
+        # ``class_name`` is the eager class as the program records it ("pkg.mod.Block"); the
+        # module prints under its last part
+        self._ty = class_name or None
+        self._class_name = (class_name or "Module").rsplit(".", 1)[-1]
         self._call_graph = None
         self._compiled = None
 
     def _get_name(self) -> str:
         return self._class_name
+
+    def type_name(self) -> Optional[str]:
+        """The eager module's class as the program recorded it (``"pkg.models.Block"``), None
+        where the program does not say; the rebuilt module's own class is not the model's."""
+        return self._ty
 
     def __getitem__(self, index: int) -> torch.nn.Module:
         """``layers[2]`` / ``layers[-1]`` as on the original ``ModuleList`` / ``Sequential``."""
@@ -96,6 +104,7 @@ class CallView(SubmoduleGraph):
 
     def __init__(self, owner: torch.nn.Module, fqn: str, index: int, class_name: str):
         super().__init__(fqn, class_name)
+        self._ty = getattr(owner, "_ty", self._ty)
         self.__dict__["_owner"] = owner  # not registered: the state stays the owner's
         self._index = index
 
@@ -116,6 +125,8 @@ class UnflattenedModule(SubmoduleGraph):
 
     def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
         super().__init__("", class_name)
+        if not class_name:
+            self._class_name = "UnflattenedModule"
         self._make_checker = make_checker
         self._input_checker = None
         self._result_spec = out_spec

@@ -12,6 +12,13 @@ Two rewrites, neither changing what the graph computes:
   ``aten.copy_`` into the buffer or input right after the value is computed,
   inside the deepest call that can reach that buffer, so the update lands in
   the right submodule's buffer and happens in the module that made it.
+  A buffer updated by several calls (a submodule called three times, each
+  call adding to its buffer) has, in the inference IR, one value per call:
+  each call reads the previous call's value and computes the next, and only
+  the last is an output. Each call's last value is written to the buffer at
+  the end of that call too, and the next call reads the buffer, as in eager;
+  so a call reads and writes its module's state, and a preserved submodule
+  can be swapped for an eager one that keeps its own state.
 """
 from __future__ import annotations
 
@@ -95,5 +102,50 @@ def writes_from_outputs(ep, graph: torch.fx.Graph, state_names: dict[torch.fx.No
         if spec.kind is not OutputKind.USER_INPUT_MUTATION:
             stack = _stack_reaching(stack, state_names.get(dest, [spec.target]))
         copy_node.meta.update(val=value.meta.get("val"), nn_module_stack=dict(stack))
+        if spec.kind is OutputKind.BUFFER_MUTATION:
+            _write_versions_between_calls(graph, dest, value, state_names.get(dest, [spec.target]))
     output.args = (tuple(user_values),)
     return user_values
+
+
+def _call_path(node: torch.fx.Node) -> tuple:
+    return tuple((node.meta.get("nn_module_stack") or {}).keys())
+
+
+def _version_chain(dest: torch.fx.Node, final: torch.fx.Node) -> list[torch.fx.Node]:
+    """The buffer's values from its first update to ``final``, oldest first, or [] when the
+    chain cannot be read. A functionalized update (``add_`` became ``add``, a write through a
+    view became ``*_scatter``) takes the value it updates as its first argument, and keeps its
+    shape and dtype; the chain follows first arguments back to the buffer's placeholder."""
+    want = dest.meta.get("val")
+    chain = []
+    node = final
+    while node is not dest:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node) \
+                or not isinstance(val, torch.Tensor) or not isinstance(want, torch.Tensor) \
+                or val.shape != want.shape or val.dtype != want.dtype:
+            return []
+        chain.append(node)
+        node = node.args[0]
+    return chain[::-1]
+
+
+def _write_versions_between_calls(graph: torch.fx.Graph, dest: torch.fx.Node, final: torch.fx.Node,
+                                  names: list[str]) -> None:
+    """Write each call's last value of buffer ``dest`` back at the end of that call (see the
+    module docstring). A value that is read after the next call has updated the buffer again is
+    left as it is (writing it back would change what that reader sees)."""
+    chain = _version_chain(dest, final)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for value, successor in zip(chain, chain[1:]):
+        if _call_path(value) == _call_path(successor):
+            continue
+        if any(order[u] > order[successor] for u in value.users):
+            continue
+        with graph.inserting_after(value):
+            copy_node = graph.call_function(torch.ops.aten.copy_.default, (dest, value))
+        copy_node.meta.update(val=value.meta.get("val"),
+                              nn_module_stack=dict(_stack_reaching(value.meta.get("nn_module_stack") or {}, names)))
+        value.replace_all_uses_with(dest, delete_user_cb=lambda user: user is not copy_node
+                                    and _call_path(user) != _call_path(value))

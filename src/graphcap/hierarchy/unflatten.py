@@ -59,9 +59,8 @@ def _root_class(scope: CallScope, graph: torch.fx.Graph) -> str:
         for entry in (node.meta.get("nn_module_stack") or {}).values():
             if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "":
                 cls = entry[1]
-                name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
-                return name.rsplit(".", 1)[-1]
-    return "UnflattenedModule"
+                return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    return ""
 
 
 def _split_call(name: str) -> tuple[str, int]:
