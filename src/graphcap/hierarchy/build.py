@@ -147,6 +147,7 @@ class GraphCutter:
                     raise UnflattenError(f"Module call '{scope.call_name}' reads '{self.state[a].target}', "
                                          f"which is neither its own state nor passed to it.")
                 env[a] = g.get_attr(name)
+                env[a].meta["val"] = a.meta.get("val")
             elif a.op == "get_attr":
                 attr = "_graph_" + a.target.replace(".", "_")
                 obj.__dict__[attr] = _walk(self.ep.graph_module, a.target)
@@ -246,6 +247,7 @@ class GraphCutter:
         else:
             callee.set_graph(graph)
         call = g.create_node("call_module", access, tuple(value(i) for i in inputs), name=_node_name(access))
+        call.meta["val"] = _results_val(returns)
         _uplift_common_meta(call, members, graph)
         if len(returns) == 1:
             env[returns[0]] = call
@@ -304,7 +306,18 @@ class GraphCutter:
         if extra:
             return self._not_preserved(child, f"values it computes ({sorted(r.name for r in extra)}) are "
                                               f"used outside it but are not among its recorded outputs")
-        cloned = {d: sizes.get(d) for d in deps if d not in available and not self._servable(d, child.fqn)}
+        cloned: dict = {}
+
+        def recompute(d: torch.fx.Node) -> None:  # a size computation and the sizes it reads
+            if d in cloned or d in available or self._servable(d, child.fqn):
+                return
+            cloned[d] = sizes.get(d) or self.size_reads({d}, available).get(d)
+            if cloned[d] is None:
+                for a in d.all_input_nodes:
+                    recompute(a)
+
+        for d in deps:
+            recompute(d)
         module = self.modules[child.fqn]
         graph = self.emit(child, module, arg_nodes, outputs, cloned, output_tuple=True)
         module.add_call(child.call_name, signature.in_spec, constants, signature.out_spec, graph, {})
@@ -317,6 +330,7 @@ class GraphCutter:
         target = g.create_node("get_attr", rel, name=_node_name(rel))
         flat = [value(n) if n is not None else c for n, c in zip(arg_nodes, constants)]
         call = g.call_function(site, (target, *flat))
+        call.meta["val"] = tuple(expected)
         for i, out in enumerate(outputs):
             if isinstance(out, torch.fx.Node) and out in members:
                 env[out] = g.call_function(operator.getitem, (call, i))
@@ -373,6 +387,12 @@ def same_computation(a: torch.fx.Graph, b: torch.fx.Graph) -> bool:
         return shape(a) == shape(b)
     except Exception:
         return False
+
+
+def _results_val(returns: list) -> Any:
+    """A call's ``val``: its one result's, or the tuple of its results' (as the call returns them)."""
+    vals = [r.meta.get("val") if isinstance(r, torch.fx.Node) else r for r in returns]
+    return vals[0] if len(vals) == 1 else tuple(vals)
 
 
 def _uplift_common_meta(call: torch.fx.Node, members: set, graph: torch.fx.Graph) -> None:

@@ -88,6 +88,26 @@ class SubmoduleGraph(torch.nn.Module):
             print(text)
         return text
 
+    def _forwards(self) -> list["LazyForward"]:
+        return [self._compiled] if self._compiled is not None else []
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module.compile``, with every forward below generated first: torch.compile
+        traces the forwards' Python, and does not trace the code generator that writes it."""
+        seen: set[int] = set()
+        todo: list[torch.nn.Module] = [self]
+        while todo:
+            module = todo.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if isinstance(module, SubmoduleGraph):
+                for forward in module._forwards():
+                    forward.source  # generates it
+            todo.extend(module._modules.values())
+            todo.extend(v for v in vars(module).values() if isinstance(v, torch.nn.Module))  # later calls' views
+        super().compile(*args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
         if compiled is None:

@@ -140,6 +140,9 @@ class PreservedModule(SubmoduleGraph):
             self._call_graph = graph
             self._compiled = compiled
 
+    def _forwards(self) -> list[LazyForward]:
+        return [compiled for _, _, _, _, compiled, _ in self._calls]
+
     @property
     def code(self) -> str:
         return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _ in self._calls)
