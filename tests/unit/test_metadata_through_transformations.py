@@ -126,3 +126,29 @@ def test_module_nodes_name_their_program_nodes():
     weight = next(n for n in module.graph.nodes if n.op == "get_attr" and n.target == "block.lin.weight")
     assert weight.meta["from_node"][0].name == "p_block_lin_weight"
     assert ep.graph.nodes and all("from_node" not in n.meta for n in ep.graph.nodes)  # the program is untouched
+
+
+class Bar(torch.nn.Module):
+    def forward(self, x):
+        return x.cos()
+
+
+class WithBar(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bar = Bar()
+
+    def forward(self, x):
+        return self.bar(x) + 1
+
+
+def test_reexport_with_preserved_names_the_graph_module_does_not_call():
+    import pytest
+    x = torch.randn(3)
+    ep = graphcap.export(WithBar(), (x,), preserve_module_call_signature=("bar",))
+    with pytest.warns(UserWarning, match="does not call as submodules"):
+        again = graphcap.export(ep.module(), (x,), preserve_module_call_signature=("bar",))
+    assert all(e.signature is None for e in again.module_call_graph[1:])
+    torch.testing.assert_close(graphcap.unflatten(again)(x), WithBar()(x))
+    with pytest.raises(graphcap.errors.ExportInputError, match="not submodules"):
+        graphcap.export(WithBar(), (x,), preserve_module_call_signature=("baz",))  # a module: still refused

@@ -189,9 +189,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     clock.lap("fakify")
 
     call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
-    if front is None and target.call is target.root:
-        call = graph_module_replay.replaying_call(target.root) or call  # a graph module keeps its metadata
-    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
+    replay = graph_module_replay.replaying_call(target.root) if front is None and target.call is target.root else None
+    call = replay or call  # a graph module keeps its nodes' metadata
+    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
+                                                 replays_graph=replay is not None)
     with call_recorder, dyn_symbols.tracing(dyn_inputs):
         recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                     fake_mode, target.name, buffer_names=list(buffers))
