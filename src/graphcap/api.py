@@ -133,7 +133,8 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
 
     Args:
         ep: the :class:`ExportedProgram` to write (from ``export``, ``load`` or
-            ``from_torch``).
+            ``from_torch``); a ``torch.export.ExportedProgram`` is converted with
+            ``from_torch`` first (``load`` then gives the graphcap program).
         f: a path (str or ``os.PathLike``) or a binary file object open for writing.
         extra_files: optional name -> str/bytes stored beside the program.
         weights: ``False`` writes the structure alone (graph, signature, and the
@@ -152,7 +153,11 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
+    import torch.export
     from .serialize import save as _save
+    if not isinstance(ep, ExportedProgram) and isinstance(ep, torch.export.ExportedProgram):
+        from .interop import from_torch
+        ep = from_torch(ep)  # a torch.export program is saved as the graphcap program it converts to
     _save(ep, f, extra_files=extra_files, weights=weights)
 
 
