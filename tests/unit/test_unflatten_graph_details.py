@@ -91,3 +91,30 @@ def test_preserved_call_recomputes_a_derived_size_chain():
     assert len(sizes) == 1  # read inside the call, not passed in
     unf.first = Half()  # the preserved call stays swappable
     torch.testing.assert_close(unf(torch.ones(6), torch.arange(6.0)), Halves()(torch.ones(6), torch.arange(6.0)))
+
+
+class MaybeNone(torch.nn.Module):
+    def forward(self, x):
+        if x is None:
+            return torch.ones(3), torch.ones(3)
+        return x + x, x * x
+
+
+class CallsWithTensorAndNone(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = MaybeNone()
+
+    def forward(self, x, y):
+        a, b = self.m(x)
+        c, d = self.m(y)
+        return a + b + c + d
+
+
+def test_preserved_module_called_with_a_tensor_and_with_none_picks_each_call():
+    x = torch.randn(3)
+    ep = graphcap.export(CallsWithTensorAndNone(), (x, None), preserve_module_call_signature=("m",))
+    unf = graphcap.unflatten(ep)
+    torch.testing.assert_close(unf(x, None), CallsWithTensorAndNone()(x, None))
+    torch.testing.assert_close(unf.m(None)[0], torch.ones(3))  # the None call, not the tensor one
+    torch.testing.assert_close(unf.m(x)[1], x * x)
