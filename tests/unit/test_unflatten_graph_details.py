@@ -118,3 +118,35 @@ def test_preserved_module_called_with_a_tensor_and_with_none_picks_each_call():
     torch.testing.assert_close(unf(x, None), CallsWithTensorAndNone()(x, None))
     torch.testing.assert_close(unf.m(None)[0], torch.ones(3))  # the None call, not the tensor one
     torch.testing.assert_close(unf.m(x)[1], x * x)
+
+
+class Converts(torch.nn.Module):
+    def __init__(self, k=4.0):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        a = x.to(torch.float32)  # x is float32 already: a is x
+        return x + self.k + a
+
+
+class ReadsInputAfter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.child = Converts()
+
+    def forward(self, x):
+        return self.child(x) + x * 2  # x is read after the call that converted it
+
+
+def test_preserved_call_with_a_no_op_conversion_stays_swappable():
+    import warnings
+    x = torch.ones(2, 3)
+    ep = graphcap.export(ReadsInputAfter(), (x,), preserve_module_call_signature=("child",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the call keeps its signature
+        unf = graphcap.unflatten(ep)
+    unf.set_submodule("child", Converts(k=10.0))
+    eager = ReadsInputAfter()
+    eager.child = Converts(k=10.0)
+    torch.testing.assert_close(unf(x), eager(x))

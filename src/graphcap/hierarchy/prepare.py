@@ -1,12 +1,14 @@
 """The program's flat graph, copied and made ready to be cut into module calls.
 
-Two rewrites, neither changing what the graph computes:
+Rewrites that do not change what the graph computes:
 
 - *in-place results name their target.* ``add_ = b_buf.add_(1)`` returns
   ``b_buf`` itself; later readers of ``add_`` are made to read ``b_buf``.
   Then a buffer updated inside a submodule and read outside it is read as the
   buffer (each module reaches its own state), not as an extra output of the
   submodule, which would change the submodule's call signature.
+- *a conversion that converts nothing is its input* (``x.to(x.dtype)`` returns ``x``):
+  its readers read the input, so a call that made it shares nothing extra with the code after it.
 - *updates listed as outputs become writes.* In the inference IR a buffer or
   input update is an output of the graph (``BUFFER_MUTATION``); it becomes an
   ``aten.copy_`` into the buffer or input right after the value is computed,
@@ -65,6 +67,30 @@ def name_inplace_targets(graph: torch.fx.Graph) -> None:
         base = node.args[0]
         if isinstance(base, torch.fx.Node) and base.op == "placeholder":
             node.replace_all_uses_with(base)
+
+
+_CONVERSIONS = ("to.dtype", "to.device", "to.dtype_layout", "to.other")
+
+
+def _returns_its_input(node: torch.fx.Node) -> bool:
+    """An ``x.to(...)`` that converts nothing returns ``x`` itself (the same tensor object)."""
+    if node.op != "call_function" or getattr(node.target, "__name__", None) not in _CONVERSIONS \
+            or getattr(node.target, "namespace", None) != "aten" or node.kwargs.get("copy") \
+            or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    out, src = node.meta.get("val"), node.args[0].meta.get("val")
+    return isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor) and out.dtype == src.dtype \
+        and out.device == src.device and out.layout == src.layout and out.shape == src.shape \
+        and out.stride() == src.stride()
+
+
+def read_no_op_conversions_as_their_input(graph: torch.fx.Graph) -> None:
+    """Readers of a conversion that converts nothing read its input: it is the same tensor, and a
+    call that made it (``a = x.to(torch.float32)`` on a float32 ``x``) does not then seem to pass
+    a value of its own to code outside it."""
+    for node in graph.nodes:
+        if _returns_its_input(node):
+            node.replace_all_uses_with(node.args[0])
 
 
 def _stack_reaching(stack: dict, names: list[str]) -> dict:

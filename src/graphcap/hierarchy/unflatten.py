@@ -24,7 +24,7 @@ from ..signature import InputKind
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .preserved import PreservedModule
-from .prepare import copy_graph, name_inplace_targets, writes_from_outputs
+from .prepare import copy_graph, name_inplace_targets, read_no_op_conversions_as_their_input, writes_from_outputs
 from .shared import merge_shared
 from .scopes import CallScope, build_scopes
 from .state import install_state, state_entries
@@ -96,6 +96,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     state = state_entries(ep, placeholders)
     name_inplace_targets(graph)
+    read_no_op_conversions_as_their_input(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
     root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), ep.call_spec[1])
