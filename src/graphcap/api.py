@@ -153,10 +153,9 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
-    import torch.export
+    from .interop import from_torch, is_torch_program
     from .serialize import save as _save
-    if not isinstance(ep, ExportedProgram) and isinstance(ep, torch.export.ExportedProgram):
-        from .interop import from_torch
+    if is_torch_program(ep):
         ep = from_torch(ep)  # a torch.export program is saved as the graphcap program it converts to
     _save(ep, f, extra_files=extra_files, weights=weights)
 

@@ -106,6 +106,11 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
                                verifiers=_training_verifier())
 
 
+def is_torch_program(ep: Any) -> bool:
+    """Whether ``ep`` is a ``torch.export.ExportedProgram`` (and not graphcap's)."""
+    return isinstance(ep, torch.export.ExportedProgram) and not isinstance(ep, ExportedProgram)
+
+
 def from_torch(torch_ep: Any) -> ExportedProgram:
     """A graphcap ExportedProgram from one made by ``torch.export`` (to save it safely, run it, ...).
 

@@ -104,7 +104,7 @@ class SubmoduleGraph(torch.nn.Module):
             if isinstance(module, SubmoduleGraph):
                 for forward in module._forwards():
                     forward.source  # generates it
-            todo.extend(module._modules.values())
+            todo.extend(module.children())
             todo.extend(v for v in vars(module).values() if isinstance(v, torch.nn.Module))  # later calls' views
         super().compile(*args, **kwargs)
 
