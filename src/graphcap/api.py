@@ -139,7 +139,8 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
 
     Args:
         ep: the :class:`ExportedProgram` to write (from ``export``, ``load`` or
-            ``from_torch``).
+            ``from_torch``); a ``torch.export.ExportedProgram`` is converted with
+            ``from_torch`` first (``load`` then gives the graphcap program).
         f: a path (str or ``os.PathLike``) or a binary file object open for writing.
         extra_files: optional name -> str/bytes stored beside the program.
         weights: ``False`` writes the structure alone (graph, signature, and the
@@ -158,7 +159,10 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
+    from .interop import from_torch, is_torch_program
     from .serialize import save as _save
+    if is_torch_program(ep):
+        ep = from_torch(ep)  # a torch.export program is saved as the graphcap program it converts to
     _save(ep, f, extra_files=extra_files, weights=weights)
 
 

@@ -22,6 +22,7 @@ import torch.export.graph_signature as tsig
 
 from . import auto_flatten, signature as gsig
 from .errors import SerializationError
+from .edited_graphs import normalize_edited_graph
 from .program import ExportedProgram
 from .trace.naming import copy_placeholder_names
 
@@ -100,6 +101,11 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
                                verifiers=list(ep.verifiers))  # torch's classes, of the program's dialect
 
 
+def is_torch_program(ep: Any) -> bool:
+    """Whether ``ep`` is a ``torch.export.ExportedProgram`` (and not graphcap's)."""
+    return isinstance(ep, torch.export.ExportedProgram) and not isinstance(ep, ExportedProgram)
+
+
 def from_torch(torch_ep: Any) -> ExportedProgram:
     """A graphcap ExportedProgram from one made by ``torch.export`` (to save it safely, run it, ...).
 
@@ -140,15 +146,8 @@ def from_torch(torch_ep: Any) -> ExportedProgram:
                      for s in tsg.input_specs],
         output_specs=[gsig.OutputSpec(gsig.OutputKind[s.kind.name], conv(s.arg), s.target)
                       for s in tsg.output_specs])
-    for sub in gm.modules():
-        if not isinstance(sub, torch.fx.GraphModule):
-            continue
-        for node in sub.graph.nodes:
-            if node.op == "call_function":
-                node.meta.setdefault("nn_module_stack", {})
-                node.meta.setdefault("stack_trace", None)
-                node.meta.setdefault("source_fn_stack", [])
     call_graph = _call_graph(torch_ep.module_call_graph, gsig.ModuleCallSignature, gsig.ModuleCallEntry, conv)
+    normalize_edited_graph(gm, sig, call_graph)  # a torch program may be one a user edited and rebuilt
     return ExportedProgram(gm, sig, dict(torch_ep.state_dict), dict(torch_ep.range_constraints), call_graph,
                            example_inputs=torch_ep.example_inputs, constants=dict(torch_ep.constants),
                            verifiers=list(torch_ep.verifiers))  # the same dialect

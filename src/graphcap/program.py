@@ -37,6 +37,7 @@ from .torch_logs import quiet_torch_logs
 from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
 from .young_heap import trace_allocations_only
 from .verifier import verify
+from .edited_graphs import normalize_edited_graph
 
 
 class CallSpec(NamedTuple):
@@ -273,11 +274,17 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
                 verifiers: Optional[list[type]] = None) -> "ExportedProgram":
         """A new program with this one's ranges, call graph and example inputs and the given graph
         and signature (and, if given, state, constants and verifiers): how torch-style passes
-        produce their result. The new program is verified."""
+        produce their result. The graph may be one the user edited: new nodes get the metadata
+        they lack and duplicate ``getitem`` nodes are merged (:mod:`graphcap.edited_graphs`)
+        before the new program is verified."""
+        call_graph = copy.deepcopy(self._module_call_graph)
+        if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
+            graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
+        normalize_edited_graph(graph_module, graph_signature, call_graph)
         new_ep = ExportedProgram(
             graph_module, graph_signature,
             state_dict if state_dict is not None else self._state_dict,
-            copy.deepcopy(self._range_constraints), copy.deepcopy(self._module_call_graph),
+            copy.deepcopy(self._range_constraints), call_graph,
             example_inputs=self._example_inputs,
             constants=constants if constants is not None else self._constants,
             verifiers=verifiers if verifiers is not None else self._verifiers)

@@ -30,6 +30,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.fx.traceback as fx_traceback
 
 from .torch_private.fx import set_pytree_codegen
 from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
@@ -127,6 +128,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
               for v in g.meta.values() if isinstance(v, torch.nn.Module)}
     source = copy.deepcopy(ep.graph_module, shared)
     graph = source.graph
+    _record_provenance(ep.graph_module.graph, graph)
     checker = InputChecker(ep)
 
     # Lifted state -> get_attr of the attribute at its FQN.
@@ -205,6 +207,15 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
     module.register_forward_pre_hook(_check_structure, with_kwargs=True)
     return module
+
+
+def _record_provenance(program_graph: torch.fx.Graph, copy_graph: torch.fx.Graph) -> None:
+    """Each node of ``module()``'s graph names the program node it was made from
+    (``meta["from_node"]``, torch.fx.traceback's provenance record), so a tool reading a graph
+    derived from the module (a re-export, a compiled graph) can trace a node back to the program."""
+    for old, new in zip(program_graph.nodes, copy_graph.nodes):
+        new.meta["from_node"] = [fx_traceback.NodeSource(old, "ExportedProgram.module()",
+                                                         fx_traceback.NodeSourceAction.CREATE)]
 
 
 def _install_state(root: torch.nn.Module, ep) -> None:

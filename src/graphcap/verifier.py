@@ -99,14 +99,14 @@ def rule_outputs_match_signature(ep) -> Iterator[Violation]:
 
 def rule_state_present(ep) -> Iterator[Violation]:
     for spec in ep.graph_signature.input_specs:
-        if spec.kind is InputKind.PARAMETER and spec.target not in ep.state_dict:
+        if spec.kind == InputKind.PARAMETER and spec.target not in ep.state_dict:
             yield (spec.arg.name, f"parameter {spec.target!r} missing from state_dict")
-        if spec.kind is InputKind.BUFFER:
+        if spec.kind == InputKind.BUFFER:
             store = ep.constants if spec.persistent is False else ep.state_dict
             if spec.target not in store:
                 where = "constants" if spec.persistent is False else "state_dict"
                 yield (spec.arg.name, f"buffer {spec.target!r} missing from {where}")
-        if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
+        if spec.kind == InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
             yield (spec.arg.name, f"constant {spec.target!r} missing from constants")
 
 
@@ -126,18 +126,18 @@ def rule_state_is_real(ep) -> Iterator[Violation]:
 def rule_mutation_targets(ep) -> Iterator[Violation]:
     sig = ep.graph_signature
     buffers = set(sig.buffers)
-    user_inputs = {s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT}
+    user_inputs = {s.arg.name for s in sig.input_specs if s.kind == InputKind.USER_INPUT}
     seen_user_output = False
     for spec in sig.output_specs:
-        if spec.kind is OutputKind.USER_OUTPUT:
+        if spec.kind == OutputKind.USER_OUTPUT:
             seen_user_output = True
         elif seen_user_output:
             yield (spec.arg.name, f"{spec.kind.name} output listed after a user output")
-        if spec.kind is OutputKind.BUFFER_MUTATION and spec.target not in buffers:
+        if spec.kind == OutputKind.BUFFER_MUTATION and spec.target not in buffers:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a buffer input")
-        if spec.kind is OutputKind.PARAMETER_MUTATION and spec.target not in sig.parameters:
+        if spec.kind == OutputKind.PARAMETER_MUTATION and spec.target not in sig.parameters:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a parameter input")
-        if spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
+        if spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
             yield (spec.arg.name, f"mutates {spec.target!r}, which is not a user input")
 
 

@@ -17,6 +17,7 @@ layout torch.export gives it, which torch's ``unflatten`` reads.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -53,7 +54,7 @@ def _argument(value: Any) -> Any:
 class CallRecorder:
     """Context manager that hooks the named submodules during one trace."""
 
-    def __init__(self, root: Optional[torch.nn.Module], fqns: Sequence[str]):
+    def __init__(self, root: Optional[torch.nn.Module], fqns: Sequence[str], replays_graph: bool = False):
         self._root = root
         self._fqns = list(fqns or ())
         self._handles: list[Any] = []
@@ -68,7 +69,15 @@ class CallRecorder:
         if self._fqns:
             modules = dict(self._tree)
             missing = [f for f in self._fqns if f not in modules or f == ""]
-            if missing:
+            if missing and replays_graph:
+                # a graph module exported again (a program's module()): its submodules' calls are
+                # inlined in its graph, so there is no call whose signature could be recorded
+                warnings.warn(f"preserve_module_call_signature names {missing}, which {type(root).__name__} "
+                              f"(a graph module whose graph was traced before) does not call as submodules; "
+                              f"their call signatures are not recorded, so unflatten of this program "
+                              f"cannot swap them.", stacklevel=5)
+                self._fqns = [f for f in self._fqns if f not in missing]
+            elif missing:
                 raise ExportInputError(
                     f"preserve_module_call_signature names {missing}, which are not submodules of "
                     f"{type(root).__name__}.",

@@ -25,7 +25,7 @@ from ..dynamic.symbol_names import name_symbols_in_error, names_of_roots, record
 from ..program import ExportedProgram
 from ..stage_clock import StageClock
 from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
-from ..trace import before_lifting, fakify, leaks, lifting, metadata, recorder, subgraph_names
+from ..trace import before_lifting, fakify, graph_module_replay, leaks, lifting, metadata, recorder, subgraph_names
 from . import call_signatures
 from ..trace.conversion_asserts import insert_conversion_asserts
 
@@ -191,7 +191,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     clock.lap("fakify")
 
     call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
-    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature)
+    replay = graph_module_replay.replaying_call(target.root) if front is None and target.call is target.root else None
+    call = replay or call  # a graph module keeps its nodes' metadata
+    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
+                                                 replays_graph=replay is not None)
     try:
         with call_recorder, dyn_symbols.tracing(dyn_inputs):
             recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
@@ -221,6 +224,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     insert_conversion_asserts(gm)  # x.to(...) keeps the meaning it was traced with
     metadata.attribute_size_reads(gm)
     metadata.finalize(gm)
+    graph_module_replay.carry_graph_meta(target.root, gm, lifted.signature.input_specs)
     clock.lap("metadata")
 
     state_dict = {**params, **{k: v for k, v in buffers.items() if k not in non_persistent}}

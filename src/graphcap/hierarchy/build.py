@@ -30,7 +30,7 @@ import torch
 
 from ..errors import GraphcapError
 from .modules import CallView, SubmoduleGraph
-from .preserved import _NOT_CONSTANT, PreservedCallSite, PreservedModule
+from .preserved import _NOT_CONSTANT, PreservedCallSite, PreservedModule, SubmoduleSignatureError
 from .scopes import CallScope
 from .state import StateEntry, reachable_name
 
@@ -147,6 +147,7 @@ class GraphCutter:
                     raise UnflattenError(f"Module call '{scope.call_name}' reads '{self.state[a].target}', "
                                          f"which is neither its own state nor passed to it.")
                 env[a] = g.get_attr(name)
+                env[a].meta["val"] = a.meta.get("val")
             elif a.op == "get_attr":
                 attr = "_graph_" + a.target.replace(".", "_")
                 obj.__dict__[attr] = _walk(self.ep.graph_module, a.target)
@@ -227,8 +228,13 @@ class GraphCutter:
         members = child.members()
         signature = self.signatures.get(child.call_name)
         if signature is not None and isinstance(self.modules.get(child.fqn), PreservedModule):
-            if self._emit_preserved(parent, obj, child, members, signature, g, env, value):
+            why = self._emit_preserved(parent, obj, child, members, signature, g, env, value)
+            if why is None:
                 return
+            rel = _relative(parent.fqn, child.fqn)
+            if rel is not None:  # a replacement could not run this call: refuse it rather than ignore it
+                holder = g.create_node("get_attr", rel, name=_node_name(rel))
+                g.call_function(NotReplaced(child.fqn, child.call_name, why), (holder,))
         inputs, cloned = self.needs(child, members)
         returns = self.produces(members)
         canonical = self.modules[child.fqn]
@@ -241,6 +247,7 @@ class GraphCutter:
         else:
             callee.set_graph(graph)
         call = g.create_node("call_module", access, tuple(value(i) for i in inputs), name=_node_name(access))
+        call.meta["val"] = _results_val(returns)
         _uplift_common_meta(call, members, graph)
         if len(returns) == 1:
             env[returns[0]] = call
@@ -273,9 +280,9 @@ class GraphCutter:
         holder.__dict__[name] = callee
         return callee, f"{holder_path}.{name}" if holder_path else name
 
-    def _emit_preserved(self, parent, obj, child, members, signature, g, env, value) -> bool:
-        """The call of a preserved submodule; False (with a warning) when the program does not
-        let it be cut at its recorded signature."""
+    def _emit_preserved(self, parent, obj, child, members, signature, g, env, value) -> Optional[str]:
+        """The call of a preserved submodule; None when emitted, else (with a warning) why the
+        program does not let it be cut at its recorded signature."""
         found: dict[str, list[Optional[torch.fx.Node]]] = {}
         for side, args in (("input", signature.inputs), ("output", signature.outputs)):
             found[side] = [self.by_name.get(getattr(a, "name", "")) for a in args]
@@ -299,7 +306,18 @@ class GraphCutter:
         if extra:
             return self._not_preserved(child, f"values it computes ({sorted(r.name for r in extra)}) are "
                                               f"used outside it but are not among its recorded outputs")
-        cloned = {d: sizes.get(d) for d in deps if d not in available and not self._servable(d, child.fqn)}
+        cloned: dict = {}
+
+        def recompute(d: torch.fx.Node) -> None:  # a size computation and the sizes it reads
+            if d in cloned or d in available or self._servable(d, child.fqn):
+                return
+            cloned[d] = sizes.get(d) or self.size_reads({d}, available).get(d)
+            if cloned[d] is None:
+                for a in d.all_input_nodes:
+                    recompute(a)
+
+        for d in deps:
+            recompute(d)
         module = self.modules[child.fqn]
         graph = self.emit(child, module, arg_nodes, outputs, cloned, output_tuple=True)
         module.add_call(child.call_name, signature.in_spec, constants, signature.out_spec, graph, {})
@@ -312,18 +330,43 @@ class GraphCutter:
         target = g.create_node("get_attr", rel, name=_node_name(rel))
         flat = [value(n) if n is not None else c for n, c in zip(arg_nodes, constants)]
         call = g.call_function(site, (target, *flat))
+        call.meta["val"] = tuple(expected)
         for i, out in enumerate(outputs):
             if isinstance(out, torch.fx.Node) and out in members:
                 env[out] = g.call_function(operator.getitem, (call, i))
                 env[out].meta["val"] = out.meta.get("val")
-        return True
+        return None
 
     @staticmethod
-    def _not_preserved(child: CallScope, why: str) -> bool:
+    def _not_preserved(child: CallScope, why: str) -> str:
         warnings.warn(f"unflatten: the call '{child.call_name}' of preserved submodule '{child.fqn}' is "
-                      f"rebuilt without its recorded signature because {why}; it runs, but replacing "
-                      f"the submodule will not affect this call.", stacklevel=4)
-        return False
+                      f"rebuilt without its recorded signature because {why}; it runs as exported, and "
+                      f"running it after replacing the submodule raises an error.", stacklevel=4)
+        return why
+
+
+class NotReplaced:
+    """Checks, before a preserved submodule's call that had to be rebuilt without its recorded
+    signature, that the submodule was not replaced: that call runs the exported code, so with
+    a replacement it would silently compute something else than the replacement does."""
+
+    def __init__(self, fqn: str, call_name: str, why: str):
+        self.fqn = fqn
+        self.call_name = call_name
+        self.why = why
+        self.__name__ = "check_not_replaced_" + "".join(c if c.isalnum() else "_" for c in call_name)
+        self.__module__ = __name__
+
+    def __call__(self, module: torch.nn.Module) -> None:
+        if isinstance(module, PreservedModule):
+            return
+        raise SubmoduleSignatureError(
+            f"Submodule '{self.fqn}' was replaced by {type(module).__name__}, but the program's call "
+            f"'{self.call_name}' of it could not keep its recorded signature ({self.why}), so it cannot "
+            f"call a replacement; running it would ignore the replacement and give other numbers.",
+            where=f"unflattened module, call '{self.call_name}'",
+            fix="Export with the submodule's interface kept apart from the code around it, or swap "
+                "the submodule in the eager model and export again.")
 
 
 def _node_name(target: str) -> str:
@@ -344,6 +387,12 @@ def same_computation(a: torch.fx.Graph, b: torch.fx.Graph) -> bool:
         return shape(a) == shape(b)
     except Exception:
         return False
+
+
+def _results_val(returns: list) -> Any:
+    """A call's ``val``: its one result's, or the tuple of its results' (as the call returns them)."""
+    vals = [r.meta.get("val") if isinstance(r, torch.fx.Node) else r for r in returns]
+    return vals[0] if len(vals) == 1 else tuple(vals)
 
 
 def _uplift_common_meta(call: torch.fx.Node, members: set, graph: torch.fx.Graph) -> None:

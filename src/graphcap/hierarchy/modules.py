@@ -34,12 +34,20 @@ class SubmoduleGraph(torch.nn.Module):
     def __init__(self, fqn: str, class_name: str):
         super().__init__()
         self._fqn = fqn
-        self._class_name = class_name or "Module"
+        # ``class_name`` is the eager class as the program records it ("pkg.mod.Block"); the
+        # module prints under its last part
+        self._ty = class_name or None
+        self._class_name = (class_name or "Module").rsplit(".", 1)[-1]
         self._call_graph = None
         self._compiled = None
 
     def _get_name(self) -> str:
         return self._class_name
+
+    def type_name(self) -> Optional[str]:
+        """The eager module's class as the program recorded it (``"pkg.models.Block"``), None
+        where the program does not say; the rebuilt module's own class is not the model's."""
+        return self._ty
 
     def __getitem__(self, index: int) -> torch.nn.Module:
         """``layers[2]`` / ``layers[-1]`` as on the original ``ModuleList`` / ``Sequential``."""
@@ -80,6 +88,26 @@ class SubmoduleGraph(torch.nn.Module):
             print(text)
         return text
 
+    def _forwards(self) -> list["LazyForward"]:
+        return [self._compiled] if self._compiled is not None else []
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module.compile``, with every forward below generated first: torch.compile
+        traces the forwards' Python, and does not trace the code generator that writes it."""
+        seen: set[int] = set()
+        todo: list[torch.nn.Module] = [self]
+        while todo:
+            module = todo.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if isinstance(module, SubmoduleGraph):
+                for forward in module._forwards():
+                    forward.source  # generates it
+            todo.extend(module.children())
+            todo.extend(v for v in vars(module).values() if isinstance(v, torch.nn.Module))  # later calls' views
+        super().compile(*args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
         if compiled is None:
@@ -96,6 +124,7 @@ class CallView(SubmoduleGraph):
 
     def __init__(self, owner: torch.nn.Module, fqn: str, index: int, class_name: str):
         super().__init__(fqn, class_name)
+        self._ty = getattr(owner, "_ty", self._ty)
         self.__dict__["_owner"] = owner  # not registered: the state stays the owner's
         self._index = index
 
@@ -116,6 +145,8 @@ class UnflattenedModule(SubmoduleGraph):
 
     def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
         super().__init__("", class_name)
+        if not class_name:
+            self._class_name = "UnflattenedModule"
         self._make_checker = make_checker
         self._input_checker = None
         self._result_spec = out_spec

@@ -140,6 +140,9 @@ class PreservedModule(SubmoduleGraph):
             self._call_graph = graph
             self._compiled = compiled
 
+    def _forwards(self) -> list[LazyForward]:
+        return [compiled for _, _, _, _, compiled, _ in self._calls]
+
     @property
     def code(self) -> str:
         return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _ in self._calls)
@@ -147,8 +150,8 @@ class PreservedModule(SubmoduleGraph):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = auto_flatten.flatten((args, kwargs))
         for name, in_spec, constants, out_spec, compiled, _ in self._calls:
-            if spec != in_spec or not all(c is _NOT_CONSTANT or _same_constant(c, v)
-                                          for c, v in zip(constants, leaves)):
+            if spec != in_spec or not all((v is not None) if c is _NOT_CONSTANT else _same_constant(c, v)
+                                          for c, v in zip(constants, leaves)):  # None is no traced value
                 continue
             outputs = compiled(self, *leaves)
             return auto_flatten.unflatten(list(outputs), out_spec)

@@ -26,7 +26,7 @@ class CallScope:
     key: tuple[str, ...]  # the call keys from the root down to this call
     fqn: str
     index: int  # 0 for the module's first call, 1 for its second (``fqn@1``), ...
-    class_name: str
+    class_name: str  # as the program records it: "pkg.mod.Block"
     parent: Optional["CallScope"] = None
     children: list["CallScope"] = dataclasses.field(default_factory=list)
     nodes: list[torch.fx.Node] = dataclasses.field(default_factory=list)  # directly inside, graph order
@@ -55,9 +55,12 @@ def call_index(key: str) -> int:
     return int(tail) if at and tail.isdigit() else 0
 
 
-def _short_class(cls: object) -> str:
-    name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
-    return name.rsplit(".", 1)[-1]
+def _class_path(cls: object) -> str:
+    if isinstance(cls, str):
+        return cls
+    if isinstance(cls, type):
+        return f"{cls.__module__}.{cls.__qualname__}"
+    return str(cls)
 
 
 def _path(node: torch.fx.Node) -> list[tuple[str, str, str]]:
@@ -70,7 +73,7 @@ def _path(node: torch.fx.Node) -> list[tuple[str, str, str]]:
         fqn, cls = entry
         if fqn == "":
             continue  # the root's own entry
-        out.append((key, fqn, _short_class(cls)))
+        out.append((key, fqn, _class_path(cls)))
     return out
 
 

@@ -24,7 +24,7 @@ from ..signature import InputKind
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .preserved import PreservedModule
-from .prepare import copy_graph, name_inplace_targets, writes_from_outputs
+from .prepare import copy_graph, name_inplace_targets, read_no_op_conversions_as_their_input, writes_from_outputs
 from .shared import merge_shared
 from .scopes import CallScope, build_scopes
 from .state import install_state, state_entries
@@ -59,9 +59,8 @@ def _root_class(scope: CallScope, graph: torch.fx.Graph) -> str:
         for entry in (node.meta.get("nn_module_stack") or {}).values():
             if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "":
                 cls = entry[1]
-                name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
-                return name.rsplit(".", 1)[-1]
-    return "UnflattenedModule"
+                return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    return ""
 
 
 def _split_call(name: str) -> tuple[str, int]:
@@ -97,6 +96,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     state = state_entries(ep, placeholders)
     name_inplace_targets(graph)
+    read_no_op_conversions_as_their_input(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
     root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), ep.call_spec[1])

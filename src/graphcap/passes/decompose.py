@@ -210,6 +210,15 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
             node.meta["val"] = old.meta["val"]
 
 
+def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: torch.fx.GraphModule) -> None:
+    """The user's ``custom`` annotations on the inputs and the output stay where they were (the
+    replay carries those of operator nodes; inputs and the output are made by the tracer)."""
+    ends = lambda gm: [n for n in gm.graph.nodes if n.op in ("placeholder", "output")]
+    for new, old in zip(ends(new_gm), ends(old_gm)):
+        if new.op == old.op and old.meta.get("custom") and "custom" not in new.meta:
+            new.meta["custom"] = dict(old.meta["custom"])
+
+
 def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
     """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
     table: TableView = as_table(decomp_table)
@@ -273,6 +282,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
     _keep_placeholder_values(new_gm, placeholders)
+    _keep_input_and_output_annotations(new_gm, gm)
     carry.take(new_gm)
     new_gm.graph.lint()
     for sub in new_gm.modules():

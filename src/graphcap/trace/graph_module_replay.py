@@ -1,0 +1,87 @@
+"""Exporting an existing ``fx.GraphModule`` keeps its nodes' metadata.
+
+A graph module handed to ``export`` (a program's ``module()`` exported again,
+a ``make_fx`` graph, a graph a pass wrote) already says, node by node, where
+each operation came from: ``stack_trace``, ``nn_module_stack``,
+``source_fn_stack`` and the user's ``custom`` annotations. Its generated
+``forward`` is code nobody wrote, so tracing it the ordinary way would find no
+user frame and no module calls, and drop all of that.
+
+Instead its graph is run node by node with each node the "current node" of
+``torch.fx.traceback`` (``preserve_node_meta``), so the operators recorded
+for it inherit its metadata, as they do in ``run_decompositions``; the
+graph module's own ``meta["custom"]`` is carried to the program's graph module
+(:func:`carry_graph_meta`). A graph module whose nodes carry none of it runs
+its ``forward`` as any module does.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+
+from .. import auto_flatten
+from ..torch_private.fx import pytree_specs_of
+
+_SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
+
+
+def _carries_metadata(gm: torch.fx.GraphModule) -> bool:
+    return any(node.op == "call_function" and any(node.meta.get(k) for k in _SOURCE_KEYS)
+               for node in gm.graph.nodes)
+
+
+def replaying_call(root: Any) -> Optional[Callable[..., Any]]:
+    """A call that runs ``root``'s graph with its node metadata current, or None when ``root`` is
+    not a graph module whose nodes carry any (see the module docstring)."""
+    if not isinstance(root, torch.fx.GraphModule) or not _carries_metadata(root):
+        return None
+    in_spec, out_spec = pytree_specs_of(root)
+
+    names = list(inspect.signature(root.forward).parameters)
+
+    def replay(*args: Any, **kwargs: Any) -> Any:
+        if in_spec is not None and in_spec.num_children == 2:
+            # as the generated forward does: its arguments by name, the first ones positional
+            bound = inspect.signature(root.forward).bind(*args, **kwargs).arguments
+            values = [bound.get(n) for n in names]
+            n_positional = in_spec.child(0).num_children
+            keys = in_spec.child(1).context
+            flat = auto_flatten.flatten_by_spec(
+                (values[:n_positional], dict(zip(keys, values[n_positional:]))), in_spec)
+        else:
+            flat = [*args, *kwargs.values()]
+        with fx_traceback.preserve_node_meta():
+            out = torch.fx.Interpreter(root).run(*flat, enable_io_processing=False)
+        if out_spec is not None:
+            return auto_flatten.unflatten(list(out) if isinstance(out, (list, tuple)) else [out], out_spec)
+        return out
+
+    replay.__name__ = "forward"  # its operators are the module's forward's
+    return replay
+
+
+def carry_graph_meta(source: Any, gm: torch.fx.GraphModule, input_specs: list) -> None:
+    """What the recorder cannot carry from an exported graph module to the program: the graph
+    module's own ``meta["custom"]``, and the ``custom`` annotations of its inputs (a lifted
+    parameter's from the attribute read of the same FQN, a user input's from the placeholder at
+    its position) and of its output."""
+    if not isinstance(source, torch.fx.GraphModule):
+        return
+    if source.meta.get("custom"):
+        gm.meta["custom"] = dict(source.meta["custom"])
+    old_inputs = [n for n in source.graph.nodes if n.op == "placeholder"]
+    reads = {n.target: n for n in source.graph.nodes if n.op == "get_attr"}
+    new_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    user = iter(old_inputs)
+    for node, spec in zip(new_inputs, input_specs):
+        old = next(user, None) if spec.kind.name == "USER_INPUT" else reads.get(spec.target)
+        if old is not None and old.meta.get("custom") and "custom" not in node.meta:
+            node.meta["custom"] = dict(old.meta["custom"])
+    old_out = next((n for n in reversed(source.graph.nodes) if n.op == "output"), None)
+    new_out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
+    if old_out is not None and new_out is not None and old_out.meta.get("custom"):
+        new_out.meta.setdefault("custom", dict(old_out.meta["custom"]))
