@@ -2,7 +2,7 @@
 
 A drop-in for ``torch.export``: ``from graphcap import export``.
 """
-from .api import draft_export, export, load, save
+from .api import draft_export, export, export_methods, load, save
 # eager: the name `capture` would otherwise be shadowed by the subpackage graphcap.capture once an export imports it
 from .capture.draft_report import DraftReport
 from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
@@ -68,7 +68,7 @@ def __dir__():
 
 
 __all__ = [
-    "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
+    "export", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
     "report", "register_dataclass", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",

@@ -123,6 +123,45 @@ def draft_export(
                          prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
 
 
+def export_methods(model: Any, inputs: Any, dynamic_shapes: Any = None, strict: bool = False) -> Any:
+    """Export several methods of one module (prefill + decode, encode + decode) over one shared state.
+
+    Each method is exported as :func:`export` exports a bound method: its
+    program lifts the model's parameters and buffers under the model's FQNs,
+    and every program holds the same tensor object for each FQN (tied weights
+    stay tied). See ``docs/multi-method.md``.
+
+    Args:
+        model: the ``nn.Module`` whose methods to export.
+        inputs: method name -> that method's example arguments: a tuple, or
+            ``(args_tuple, kwargs_dict)``.
+        dynamic_shapes: method name -> that method's spec (as for :func:`export`);
+            a method left out is static.
+        strict: as for :func:`export`, for every method.
+
+    Returns:
+        A :class:`graphcap.multi_method.MultiMethodProgram`: ``progs["decode"]`` is
+        an ordinary ExportedProgram; ``progs.module()`` is one ``nn.Module`` whose
+        methods run over one state (a KV cache prefill fills is what decode reads).
+
+    Raises:
+        ExportInputError: an unknown method name, an attribute that is not a bound
+            method of ``model``, no inputs, a spec for a method without inputs, or
+            methods that disagree about a state tensor's shape or dtype; the
+            message names the method and the state FQN.
+        GraphcapError: whatever :func:`export` raises for one method (a note names
+            the method).
+
+    Example:
+        >>> progs = graphcap.export_methods(model, {"prefill": (ids,), "decode": (tok,)})
+        >>> m = progs.module()
+        >>> logits = m.prefill(ids)
+        >>> logits = m.decode(tok)
+    """
+    from .multi_method import export_methods as _export_methods
+    return _export_methods(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
+
+
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
          weights: bool = True) -> None:
     """Write ``ep`` to ``f`` in graphcap's pickle-free .pt2 format.
