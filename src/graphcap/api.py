@@ -191,6 +191,16 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
+    from .multi_method import MultiMethodProgram
+    if isinstance(ep, MultiMethodProgram):  # several methods, each state tensor stored once
+        from .errors import SerializationError
+        from .serialize.multi_method import save as _save_methods
+        if weights is not True:
+            raise SerializationError("A multi-method program is saved with its weights.",
+                                     where="graphcap.save(progs, f, weights=...)",
+                                     fix="Call graphcap.save(progs, f) without weights=.")
+        _save_methods(ep, f, extra_files=extra_files)
+        return
     from .serialize import save as _save
     _save(ep, f, extra_files=extra_files, weights=weights)
 
@@ -231,5 +241,18 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         >>> out = ep.module()(torch.randn(5, 4))
         >>> big = graphcap.load("structure.pt2", weights="checkpoint_dir/")
     """
+    from .serialize import multi_method as _methods_file
+    from .serialize.archive import ArchiveReader, is_path
+    if not is_path(f) and hasattr(f, "read"):  # read once: the layout is known only from the entries
+        import io
+        f = io.BytesIO(f.read())
+    reader = ArchiveReader(f)
+    try:
+        if _methods_file.is_multi_method_archive(reader):  # written from a MultiMethodProgram
+            return _methods_file.load(reader, extra_files=extra_files, mmap=mmap, weights=weights)
+    finally:
+        reader.release()
+    if not is_path(f):
+        f.seek(0)
     from .serialize import load as _load
     return _load(f, extra_files=extra_files, mmap=mmap, weights=weights)

@@ -38,6 +38,17 @@ def _describe(t: torch.Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
 
 
+def _same_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One view of one storage (how loading gives each method the file's tensor), or equal
+    values; tensors without data (a structure-only load) match by shape and dtype alone."""
+    if a.device.type == "meta" or b.device.type == "meta":
+        return a.device == b.device
+    if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == b.stride() \
+            and a.storage_offset() == b.storage_offset():
+        return True
+    return torch.equal(a, b)
+
+
 class MultiMethodProgram(Mapping):
     """Several ExportedPrograms of one module's methods over one shared state.
 
@@ -94,7 +105,7 @@ class MultiMethodProgram(Mapping):
                             f"it in place (self.{fqn}[...] = value) instead of resizing it.")
                 if t is shared:
                     continue
-                if share_equal_values and torch.equal(t, shared):
+                if share_equal_values and _same_value(t, shared):
                     self._share(name, fqn, shared)
                     continue
                 raise ExportInputError(

@@ -235,3 +235,36 @@ def test_a_method_named_like_a_module_attribute_is_refused_by_module():
     torch.testing.assert_close(progs["half"].module()(torch.ones(2)), torch.full((2,), 0.5))
     with pytest.raises(ExportInputError, match="Method 'half' cannot be a method of the module"):
         progs.module()
+
+
+def test_save_and_load_store_each_tensor_once(tmp_path):
+    torch.manual_seed(3)
+    model = TinyDecoder(vocab=1000, dim=64)  # weights (about 300 kB) outweigh the graphs
+    progs = _export(model)
+    path = tmp_path / "methods.pt2"
+    graphcap.save(progs, path, extra_files={"notes.txt": "v1"})
+    single = tmp_path / "prefill.pt2"
+    graphcap.save(progs["prefill"], single)
+    state_bytes = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                       for t in progs.state_dict.values()}.values())
+    # the state once: the second method adds its graph, not another copy of the weights
+    assert state_bytes < path.stat().st_size < single.stat().st_size + state_bytes // 4
+    for mmap in (False, True):
+        extra = {"notes.txt": None}
+        loaded = graphcap.load(path, mmap=mmap, extra_files=extra)
+        assert extra["notes.txt"] == "v1"
+        assert isinstance(loaded, MultiMethodProgram) and loaded.methods == ["prefill", "decode"]
+        a, b = loaded["prefill"], loaded["decode"]
+        for fqn in ("emb.weight", "k_cache", "pos"):
+            assert a.state_dict[fqn] is b.state_dict[fqn]
+            torch.testing.assert_close(a.state_dict[fqn], progs.state_dict[fqn])
+        assert a.state_dict["head.weight"] is a.state_dict["emb.weight"]
+        m, eager = loaded.module(), copy.deepcopy(model)
+        ids = torch.tensor([[2, 3, 4]])
+        assert _generate(m.prefill, m.decode, ids, 4) [0] == _generate(eager.prefill, eager.decode, ids, 4)[0]
+    # a single program still loads as one
+    assert isinstance(graphcap.load(single), graphcap.ExportedProgram)
+    with open(path, "rb") as fh:
+        assert isinstance(graphcap.load(fh), MultiMethodProgram)
+    structure = graphcap.load(path, weights=False)
+    assert structure["decode"].state_dict["k_cache"].device.type == "meta"
