@@ -322,7 +322,7 @@ def _split_inputs(name: str, example: Any) -> tuple[tuple, Optional[dict]]:
 def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Optional[Mapping[str, Any]] = None,
                    strict: bool = False) -> MultiMethodProgram:
     """Export several methods of ``model`` into one :class:`MultiMethodProgram` (see the module docstring)."""
-    from .api import export
+    from .capture.front_ends import run_front_end
     if not isinstance(model, torch.nn.Module):
         raise ExportInputError(f"export_methods exports methods of an nn.Module, got {type(model).__name__}.",
                                where="export_methods(model, ...)",
@@ -350,7 +350,7 @@ def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_sh
     for name, method in methods.items():
         args, kwargs = _split_inputs(name, inputs[name])
         try:
-            programs[name] = export(method, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
+            programs[name] = run_front_end(method, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
         except GraphcapError as e:
             e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods)")
             raise

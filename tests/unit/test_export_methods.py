@@ -268,3 +268,14 @@ def test_save_and_load_store_each_tensor_once(tmp_path):
         assert isinstance(graphcap.load(fh), MultiMethodProgram)
     structure = graphcap.load(path, weights=False)
     assert structure["decode"].state_dict["k_cache"].device.type == "meta"
+
+
+def test_a_bound_method_with_a_dynamic_dim_exports():
+    """The input-size reads a dynamic dim adds run outside any submodule call of a bound method:
+    they get the empty module stack (the verifier refused the program when they had none)."""
+    model = TinyDecoder()
+    ep = graphcap.export(model.prefill, (torch.tensor([[1, 2, 3]]),),
+                         dynamic_shapes=({1: graphcap.Dim("seq", max=15)},))
+    assert all("nn_module_stack" in n.meta for n in ep.graph.nodes if n.op == "call_function")
+    ids = torch.tensor([[4, 5, 6, 7, 8]])
+    torch.testing.assert_close(ep.module()(ids), copy.deepcopy(model).prefill(ids))
