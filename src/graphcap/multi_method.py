@@ -173,9 +173,9 @@ class MultiMethodModule(torch.nn.Module):
     """What ``MultiMethodProgram.module()`` returns: one state, one method per program.
 
     The module owns the state at the model's FQNs (``state_dict()`` lists each
-    tensor once; ``.to()``, ``load_state_dict`` work as usual). Each method runs
-    that program's ``ep.module()`` whose parameters and buffers are this
-    module's own objects: a buffer one method writes in place is what the next
+    tensor once; ``.to()``, ``load_state_dict`` work as usual, and every method
+    follows them). Each method runs that program's ``ep.module()`` whose
+    parameters and buffers are this module's own objects: a buffer one method writes in place is what the next
     call of any method reads. Buffers a method updates are copied once from
     the program, so running the module leaves the program's state as it was.
     """
@@ -218,29 +218,38 @@ class MultiMethodModule(torch.nn.Module):
             else:
                 _install(self, fqn, value, buffer=True, persistent=fqn in progs.state_dict)
         self._method_runners = runners  # plain dict: the runners' state is this module's, listed once
-        self._root_fields: dict[str, list[str]] = {}
-        for name, runner in runners.items():
-            fields = []
-            for fqn in _state_fqns(progs[name]):
-                head, _, rest = fqn.partition(".")
-                if rest:
-                    runner.add_module(head, getattr(self, head))  # the same submodule object: shared state
-                else:
-                    fields.append(head)
-            self._root_fields[name] = fields
-            self._bind_root_fields(name)
+        self._method_state = {name: _state_fqns(progs[name]) for name in runners}
+        self._stale = set(runners)
+        for name in runners:
+            self._bind_state(name)
 
-    def _bind_root_fields(self, name: str) -> None:
-        """Point the runner's top-level parameters and buffers at this module's current ones (a
-        ``.to()`` or ``load_state_dict(assign=True)`` may have replaced them)."""
+    def _bind_state(self, name: str) -> None:
+        """Point the runner's parameters and buffers at this module's current ones. Done once,
+        and again after ``.to()`` or ``load_state_dict`` may have replaced them."""
         runner = self._method_runners[name]
-        for field in self._root_fields[name]:
-            value = getattr(self, field)
-            if getattr(runner, field) is not value:
-                setattr(runner, field, value)
+        for fqn in self._method_state[name]:
+            *path, field = fqn.split(".")
+            value = self.get_parameter(fqn) if _has_parameter(self, fqn) else self.get_buffer(fqn)
+            owner = runner.get_submodule(".".join(path)) if path else runner
+            if getattr(owner, field) is not value:
+                setattr(owner, field, value)
+        self._stale.discard(name)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "MultiMethodModule":
+        super()._apply(fn, recurse)
+        for runner in self._method_runners.values():
+            runner.move_extra_tensors(fn)  # each method's own constants
+        self._stale = set(self._method_runners)
+        return self
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(*args, **kwargs)
+        self._stale = set(self._method_runners)  # assign=True replaces the tensors
+        return result
 
     def _call_method(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        self._bind_root_fields(name)
+        if name in self._stale:
+            self._bind_state(name)
         return self._method_runners[name](*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -261,6 +270,12 @@ class MultiMethodModule(torch.nn.Module):
 
     def method_names(self) -> list[str]:
         return list(self._method_runners)
+
+
+def _has_parameter(module: torch.nn.Module, fqn: str) -> bool:
+    *path, field = fqn.split(".")
+    owner = module.get_submodule(".".join(path)) if path else module
+    return isinstance(getattr(owner, field, None), torch.nn.Parameter)
 
 
 def _is_parameter(progs: MultiMethodProgram, fqn: str) -> bool:
