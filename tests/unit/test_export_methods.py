@@ -279,3 +279,13 @@ def test_a_bound_method_with_a_dynamic_dim_exports():
     assert all("nn_module_stack" in n.meta for n in ep.graph.nodes if n.op == "call_function")
     ids = torch.tensor([[4, 5, 6, 7, 8]])
     torch.testing.assert_close(ep.module()(ids), copy.deepcopy(model).prefill(ids))
+
+
+def test_run_decompositions_keeps_the_sharing(decoder_and_progs):
+    model, progs = decoder_and_progs
+    core = progs.run_decompositions()
+    assert core["prefill"].dialect == "ATEN" and core.methods == progs.methods
+    assert core["prefill"].state_dict["k_cache"] is core["decode"].state_dict["k_cache"]
+    m, eager = core.module(), copy.deepcopy(model)
+    ids = torch.tensor([[6, 2, 8]])
+    assert _generate(m.prefill, m.decode, ids, 4)[0] == _generate(eager.prefill, eager.decode, ids, 4)[0]
