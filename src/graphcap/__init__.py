@@ -12,7 +12,7 @@ import types as _types
 
 def _import_core():
     """The names every export needs: they load together, on the first use of any of them."""
-    from .api import draft_export, export, load, save
+    from .api import draft_export, export, export_methods, load, save
     from .capture.draft_report import DraftReport
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
     from .decomp_table import CustomDecompTable, default_decompositions
@@ -76,7 +76,7 @@ def _import_verification():
 
 
 _CORE_NAMES = (
-    "draft_export", "export", "load", "save", "DraftReport", "Attempt", "CaptureError", "CaptureResult", "capture",
+    "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError", "CaptureResult", "capture",
     "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
     "refine_dynamic_shapes_from_suggested_fixes", "ConstraintViolationError", "ExportInputError", "GraphcapError",
     "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
@@ -105,7 +105,7 @@ def __dir__():
 
 
 __all__ = [
-    "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
+    "export", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
     "report", "register_dataclass", "register_flattenable", "unflatten", "show_torch_logs",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",

@@ -129,6 +129,45 @@ def draft_export(
                          prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
 
 
+def export_methods(model: Any, inputs: Any, dynamic_shapes: Any = None, strict: bool = False) -> Any:
+    """Export several methods of one module (prefill + decode, encode + decode) over one shared state.
+
+    Each method is exported as :func:`export` exports a bound method: its
+    program lifts the model's parameters and buffers under the model's FQNs,
+    and every program holds the same tensor object for each FQN (tied weights
+    stay tied). See ``docs/multi-method.md``.
+
+    Args:
+        model: the ``nn.Module`` whose methods to export.
+        inputs: method name -> that method's example arguments: a tuple, or
+            ``(args_tuple, kwargs_dict)``.
+        dynamic_shapes: method name -> that method's spec (as for :func:`export`);
+            a method left out is static.
+        strict: as for :func:`export`, for every method.
+
+    Returns:
+        A :class:`graphcap.multi_method.MultiMethodProgram`: ``progs["decode"]`` is
+        an ordinary ExportedProgram; ``progs.module()`` is one ``nn.Module`` whose
+        methods run over one state (a KV cache prefill fills is what decode reads).
+
+    Raises:
+        ExportInputError: an unknown method name, an attribute that is not a bound
+            method of ``model``, no inputs, a spec for a method without inputs, or
+            methods that disagree about a state tensor's shape or dtype; the
+            message names the method and the state FQN.
+        GraphcapError: whatever :func:`export` raises for one method (a note names
+            the method).
+
+    Example:
+        >>> progs = graphcap.export_methods(model, {"prefill": (ids,), "decode": (tok,)})
+        >>> m = progs.module()
+        >>> logits = m.prefill(ids)
+        >>> logits = m.decode(tok)
+    """
+    from .multi_method import export_methods as _export_methods
+    return _export_methods(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
+
+
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
          weights: bool = True) -> None:
     """Write ``ep`` to ``f`` in graphcap's pickle-free .pt2 format.
@@ -159,6 +198,16 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
     """
+    from .multi_method import MultiMethodProgram
+    if isinstance(ep, MultiMethodProgram):  # several methods, each state tensor stored once
+        from .errors import SerializationError
+        from .serialize.multi_method import save as _save_methods
+        if weights is not True:
+            raise SerializationError("A multi-method program is saved with its weights.",
+                                     where="graphcap.save(progs, f, weights=...)",
+                                     fix="Call graphcap.save(progs, f) without weights=.")
+        _save_methods(ep, f, extra_files=extra_files)
+        return
     from .interop import from_torch, is_torch_program
     from .serialize import save as _save
     if is_torch_program(ep):
@@ -216,6 +265,19 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         >>> out = ep.module()(torch.randn(5, 4))
         >>> big = graphcap.load("structure.pt2", weights="checkpoint_dir/")
     """
+    from .serialize import multi_method as _methods_file
+    from .serialize.archive import ArchiveReader, is_path
+    if not is_path(f) and hasattr(f, "read"):  # read once: the layout is known only from the entries
+        import io
+        f = io.BytesIO(f.read())
+    reader = ArchiveReader(f)
+    try:
+        if _methods_file.is_multi_method_archive(reader):  # written from a MultiMethodProgram
+            return _methods_file.load(reader, extra_files=extra_files, mmap=mmap, weights=weights)
+    finally:
+        reader.release()
+    if not is_path(f):
+        f.seek(0)
     from .serialize import load as _load
     return _load(f, extra_files=extra_files, mmap=mmap, weights=weights, import_modules=import_modules,
                  stand_ins=stand_ins)

@@ -220,9 +220,13 @@ def _place_unowned_nodes_in_root(gm: torch.fx.GraphModule) -> None:
     root = next((entry for node in gm.graph.nodes
                  for key, entry in (node.meta.get("nn_module_stack") or {}).items()
                  if isinstance(entry, tuple) and entry[0] == ""), None)
-    if root is None:
-        return  # a function, not a module, was exported: there is no root to name
     unowned = [n for n in gm.graph.nodes if n.op == "call_function" and not n.meta.get("nn_module_stack")]
+    if root is None:
+        # a function or a bound method (not a module's forward) was exported: there is no root
+        # entry to name; the nodes run outside any submodule call, which the empty stack says
+        for node in unowned:
+            node.meta.setdefault("nn_module_stack", {})
+        return
     _share_whole_program_disable_mark(gm, unowned)
     for node in unowned:
         node.meta["nn_module_stack"] = {"": root}

@@ -1,0 +1,372 @@
+"""Several methods of one module as one program: prefill + decode, encode + decode.
+
+``export_methods`` exports each named method of a model with graphcap's own
+export (a bound method's state is its module's, so every program lifts the
+model's parameters and buffers under the model's FQNs) and returns a
+:class:`MultiMethodProgram`: indexing by name gives an ordinary
+ExportedProgram, and all of them hold the *same* tensor object for each FQN
+(tied weights stay tied). ``module()`` gives one ``nn.Module`` whose methods run
+the programs over one shared state, so a KV cache one method fills is the one
+the next method reads.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any, Iterator, Optional
+
+import torch
+
+from .errors import ExportInputError, GraphcapError
+from .program import ExportedProgram
+from .signature import InputKind
+
+_SHARED_KINDS = (InputKind.PARAMETER, InputKind.BUFFER)
+
+
+def _state_entries(name: str, ep: ExportedProgram) -> Iterator[tuple[str, str, torch.Tensor, bool]]:
+    """(fqn, kind, tensor, persistent) of every parameter and buffer ``ep`` lifts."""
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind not in _SHARED_KINDS:
+            continue
+        persistent = spec.persistent is not False
+        store = ep.state_dict if spec.kind is InputKind.PARAMETER or persistent else ep.constants
+        yield spec.target, spec.kind.name, store[spec.target], persistent
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+
+def _same_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One view of one storage (how loading gives each method the file's tensor), or equal
+    values; tensors without data (a structure-only load) match by shape and dtype alone."""
+    if a.device.type == "meta" or b.device.type == "meta":
+        return a.device == b.device
+    if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == b.stride() \
+            and a.storage_offset() == b.storage_offset():
+        return True
+    return torch.equal(a, b)
+
+
+class MultiMethodProgram(Mapping):
+    """Several ExportedPrograms of one module's methods over one shared state.
+
+    A read-only mapping method name -> :class:`ExportedProgram`. Each program is
+    complete on its own (print it, ``run_decompositions`` it, hand it to a
+    consumer); the programs hold the same tensor object for each parameter and
+    buffer FQN.
+
+    Attributes:
+        state_dict: every parameter and persistent buffer of any method, by FQN (shared).
+        constants: every non-persistent buffer of any method, by FQN (shared).
+
+    Example:
+        >>> progs = graphcap.export_methods(model, {"prefill": (ids,), "decode": (tok,)})
+        >>> print(progs["decode"].graph)
+        >>> m = progs.module()
+        >>> logits = m.prefill(ids); logits = m.decode(tok)
+    """
+
+    def __init__(self, programs: Mapping[str, ExportedProgram], *, share_equal_values: bool = False):
+        """Check that the programs agree on their state and make them share one tensor per FQN.
+
+        ``share_equal_values``: two programs holding different tensor objects under one FQN
+        are made to share the first one when their values are equal (how loading restores the
+        sharing); without it they must be the same object already.
+        """
+        if not programs:
+            raise ExportInputError("A multi-method program needs at least one method.",
+                                   where="MultiMethodProgram({})",
+                                   fix="Pass a mapping of method name -> ExportedProgram.")
+        self._programs: dict[str, ExportedProgram] = dict(programs)
+        self._state_dict: dict[str, torch.Tensor] = {}
+        self._constants: dict[str, torch.Tensor] = {}
+        first: dict[str, tuple[str, str, torch.Tensor, bool]] = {}  # fqn -> (method, kind, tensor, persistent)
+        for name, ep in self._programs.items():
+            for fqn, kind, t, persistent in _state_entries(name, ep):
+                if fqn not in first:
+                    first[fqn] = (name, kind, t, persistent)
+                    (self._state_dict if kind == "PARAMETER" or persistent else self._constants)[fqn] = t
+                    continue
+                other, other_kind, shared, other_persistent = first[fqn]
+                if (other_kind, other_persistent) != (kind, persistent) or shared.shape != t.shape \
+                        or shared.dtype != t.dtype:
+                    def label(k, p):
+                        return k.lower() if k == "PARAMETER" or p else "non-persistent buffer"
+                    raise ExportInputError(
+                        f"Methods {other!r} and {name!r} disagree about the state {fqn!r}: {other!r} "
+                        f"sees a {label(other_kind, other_persistent)} {_describe(shared)}, {name!r} a "
+                        f"{label(kind, persistent)} {_describe(t)}. Methods of one program share "
+                        f"one tensor per FQN.",
+                        where=f"method {name!r}, state {fqn!r}",
+                        fix=f"Give {fqn!r} one shape and dtype for every method: register it with the "
+                            f"size it will have (e.g. a static KV cache of the maximum length) and update "
+                            f"it in place (self.{fqn}[...] = value) instead of resizing it.")
+                if t is shared:
+                    continue
+                if share_equal_values and _same_value(t, shared):
+                    self._share(name, fqn, shared)
+                    continue
+                raise ExportInputError(
+                    f"Methods {other!r} and {name!r} hold different tensors under the state {fqn!r}; "
+                    f"a multi-method program shares one tensor per FQN.",
+                    where=f"method {name!r}, state {fqn!r}",
+                    fix="Export the methods from one model instance: "
+                        "graphcap.export_methods(model, {name: args, ...}).")
+
+    def _share(self, name: str, fqn: str, shared: torch.Tensor) -> None:
+        ep = self._programs[name]
+        for store in (ep.state_dict, ep.constants):
+            if fqn in store:
+                store[fqn] = shared
+
+    # -- the mapping -------------------------------------------------------
+    def __getitem__(self, name: str) -> ExportedProgram:
+        try:
+            return self._programs[name]
+        except KeyError:
+            raise KeyError(f"No method {name!r} in this program; its methods are "
+                           f"{', '.join(map(repr, self._programs))}.") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._programs)
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    @property
+    def methods(self) -> list[str]:
+        """The method names, in the order they were exported."""
+        return list(self._programs)
+
+    @property
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self._state_dict
+
+    @property
+    def constants(self) -> dict[str, torch.Tensor]:
+        return self._constants
+
+    # -- behaviour ---------------------------------------------------------
+    def module(self) -> torch.nn.Module:
+        """One ``nn.Module`` with a method per program, all over one shared state (see
+        :class:`MultiMethodModule`)."""
+        return MultiMethodModule(self)
+
+    def run_decompositions(self, decomp_table: Any = None) -> "MultiMethodProgram":
+        """Every method in the inference IR; the state stays shared."""
+        return MultiMethodProgram({name: ep.run_decompositions(decomp_table) for name, ep in self._programs.items()},
+                                  share_equal_values=True)
+
+    def __str__(self) -> str:
+        parts = [f"MultiMethodProgram: {len(self._programs)} methods over {len(self._state_dict)} "
+                 f"state tensors + {len(self._constants)} non-persistent buffers"]
+        for name, ep in self._programs.items():
+            parts.append(f"\n=== method {name!r} ===\n{ep}")
+        return "\n".join(parts)
+
+    __repr__ = __str__
+
+
+class MultiMethodModule(torch.nn.Module):
+    """What ``MultiMethodProgram.module()`` returns: one state, one method per program.
+
+    The module owns the state at the model's FQNs (``state_dict()`` lists each
+    tensor once; ``.to()``, ``load_state_dict`` work as usual, and every method
+    follows them). Each method runs that program's ``ep.module()`` whose
+    parameters and buffers are this module's own objects: a buffer one method writes in place is what the next
+    call of any method reads. Buffers a method updates are copied once from
+    the program, so running the module leaves the program's state as it was.
+    """
+
+    def __init__(self, progs: MultiMethodProgram):
+        super().__init__()
+        from .runtime import _install
+        reserved = set(dir(torch.nn.Module)) - {"forward"}
+        for name in progs:
+            if name in reserved or name.startswith("_"):
+                raise ExportInputError(
+                    f"Method {name!r} cannot be a method of the module: nn.Module has an attribute of "
+                    f"that name.", where=f"MultiMethodProgram.module(), method {name!r}",
+                    fix=f"Run it as progs[{name!r}].module()(...), or export it under another name "
+                        f"(define a method with a different name that calls it).")
+        runners = {name: ep.module() for name, ep in progs.items()}
+        # One shared copy of every buffer that some method writes; the rest are the program's own.
+        written: set[str] = set()
+        for runner in runners.values():
+            for fqn, b in runner.named_buffers(remove_duplicate=False):
+                if fqn in progs.state_dict or fqn in progs.constants:
+                    source = progs.state_dict.get(fqn, progs.constants.get(fqn))
+                    if b is not source:
+                        written.add(fqn)
+        params = {id(t): None for t in progs.state_dict.values() if isinstance(t, torch.nn.Parameter)}
+        installed: dict[int, torch.Tensor] = {}
+        for fqn, t in [*progs.state_dict.items(), *progs.constants.items()]:
+            is_param = fqn in progs.state_dict and (isinstance(t, torch.nn.Parameter) or id(t) in params
+                                                    or _is_parameter(progs, fqn))
+            if id(t) not in installed:
+                value = t
+                if is_param and not isinstance(t, torch.nn.Parameter):
+                    value = torch.nn.Parameter(t, requires_grad=t.requires_grad)
+                elif not is_param and fqn in written:
+                    value = t.clone()
+                installed[id(t)] = value
+            value = installed[id(t)]
+            if is_param:
+                _install(self, fqn, value)
+            else:
+                _install(self, fqn, value, buffer=True, persistent=fqn in progs.state_dict)
+        self._method_runners = runners  # plain dict: the runners' state is this module's, listed once
+        self._method_state = {name: _state_fqns(progs[name]) for name in runners}
+        self._stale = set(runners)
+        for name in runners:
+            self._bind_state(name)
+
+    def _bind_state(self, name: str) -> None:
+        """Point the runner's parameters and buffers at this module's current ones. Done once,
+        and again after ``.to()`` or ``load_state_dict`` may have replaced them."""
+        runner = self._method_runners[name]
+        for fqn in self._method_state[name]:
+            *path, field = fqn.split(".")
+            value = self.get_parameter(fqn) if _has_parameter(self, fqn) else self.get_buffer(fqn)
+            owner = runner.get_submodule(".".join(path)) if path else runner
+            if getattr(owner, field) is not value:
+                setattr(owner, field, value)
+        self._stale.discard(name)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "MultiMethodModule":
+        super()._apply(fn, recurse)
+        for runner in self._method_runners.values():
+            runner.move_extra_tensors(fn)  # each method's own constants
+        self._stale = set(self._method_runners)
+        return self
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(*args, **kwargs)
+        self._stale = set(self._method_runners)  # assign=True replaces the tensors
+        return result
+
+    def _call_method(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name in self._stale:
+            self._bind_state(name)
+        return self._method_runners[name](*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        runners = self.__dict__.get("_method_runners")
+        if runners is not None and name in runners:
+            def method(*args: Any, **kwargs: Any) -> Any:
+                return self._call_method(name, *args, **kwargs)
+            method.__name__ = name
+            return method
+        return super().__getattr__(name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if "forward" not in self._method_runners:
+            raise ExportInputError(
+                f"This module has no forward method; its methods are {', '.join(map(repr, self._method_runners))}.",
+                where="MultiMethodModule.__call__", fix="Call a method by name, e.g. m.decode(...).")
+        return self._call_method("forward", *args, **kwargs)
+
+    def method_names(self) -> list[str]:
+        return list(self._method_runners)
+
+
+def _has_parameter(module: torch.nn.Module, fqn: str) -> bool:
+    *path, field = fqn.split(".")
+    owner = module.get_submodule(".".join(path)) if path else module
+    return isinstance(getattr(owner, field, None), torch.nn.Parameter)
+
+
+def _is_parameter(progs: MultiMethodProgram, fqn: str) -> bool:
+    return any(s.kind is InputKind.PARAMETER and s.target == fqn
+               for ep in progs.values() for s in ep.graph_signature.input_specs)
+
+
+def _state_fqns(ep: ExportedProgram) -> list[str]:
+    return [s.target for s in ep.graph_signature.input_specs if s.kind in _SHARED_KINDS]
+
+
+# ---------------------------------------------------------------------------
+# export
+# ---------------------------------------------------------------------------
+
+def _method_names(model: torch.nn.Module) -> list[str]:
+    base = set(dir(torch.nn.Module))
+    return sorted(n for n in dir(type(model)) if not n.startswith("_") and n not in base
+                  and inspect.isfunction(inspect.getattr_static(type(model), n, None))) + ["forward"]
+
+
+def _bound_method(model: torch.nn.Module, name: Any) -> Any:
+    cls = type(model).__name__
+    if not isinstance(name, str):
+        raise ExportInputError(f"Method names must be strings, got {name!r} ({type(name).__name__}).",
+                               where="export_methods(model, inputs)",
+                               fix="Key inputs by method name: {'prefill': (ids,), 'decode': (tok,)}.")
+    known = ", ".join(map(repr, _method_names(model)))
+    if not hasattr(model, name):
+        raise ExportInputError(f"{cls} has no method {name!r}.", where=f"inputs[{name!r}]",
+                               fix=f"Name one of {cls}'s methods: {known}.")
+    value = getattr(model, name)
+    if not (inspect.ismethod(value) and value.__self__ is model):
+        kind = "a submodule" if isinstance(value, torch.nn.Module) else type(value).__name__
+        raise ExportInputError(
+            f"{cls}.{name} is {kind}, not a method of the model.", where=f"inputs[{name!r}]",
+            fix=f"Define a method on {cls} that does the call, e.g. "
+                f"`def {name}_method(self, *args): return self.{name}(*args)`, and name it; "
+                f"{cls}'s methods are {known}.")
+    return value
+
+
+def _split_inputs(name: str, example: Any) -> tuple[tuple, Optional[dict]]:
+    """A method's example: a tuple of arguments, or ``(args_tuple, kwargs_dict)``."""
+    if isinstance(example, tuple) and len(example) == 2 and isinstance(example[0], tuple) \
+            and isinstance(example[1], dict):
+        return example[0], example[1]
+    if isinstance(example, list):
+        example = tuple(example)
+    if not isinstance(example, tuple):
+        raise ExportInputError(
+            f"The example inputs of method {name!r} are a {type(example).__name__}, not a tuple.",
+            where=f"inputs[{name!r}]",
+            fix=f"Wrap them in a tuple: inputs={{{name!r}: (x,)}}, or pass (args, kwargs): "
+                f"{{{name!r}: ((x,), {{'mask': m}})}}.")
+    return example, None
+
+
+def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Optional[Mapping[str, Any]] = None,
+                   strict: bool = False) -> MultiMethodProgram:
+    """Export several methods of ``model`` into one :class:`MultiMethodProgram` (see the module docstring)."""
+    from .capture.front_ends import run_front_end
+    if not isinstance(model, torch.nn.Module):
+        raise ExportInputError(f"export_methods exports methods of an nn.Module, got {type(model).__name__}.",
+                               where="export_methods(model, ...)",
+                               fix="Pass the model itself; for a plain function use graphcap.export.")
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise ExportInputError(
+            "export_methods needs example inputs for at least one method, keyed by method name; got "
+            + (f"a {type(inputs).__name__}." if not isinstance(inputs, Mapping) else "an empty mapping."),
+            where="export_methods(model, inputs)",
+            fix="inputs={'prefill': (ids,), 'decode': (tok,)}")
+    methods = {name: _bound_method(model, name) for name in inputs}
+    specs = dict(dynamic_shapes or {})
+    if dynamic_shapes is not None and not isinstance(dynamic_shapes, Mapping):
+        raise ExportInputError(f"dynamic_shapes must map method names to specs, got {type(dynamic_shapes).__name__}.",
+                               where="export_methods(..., dynamic_shapes)",
+                               fix="dynamic_shapes={'prefill': {'ids': {1: Dim('seq')}}}")
+    for name in specs:
+        if name not in inputs:
+            raise ExportInputError(
+                f"dynamic_shapes has a spec for method {name!r}, which has no example inputs.",
+                where=f"dynamic_shapes[{name!r}]",
+                fix=f"Give the example inputs of {name!r} in inputs (inputs[{name!r}] = (...)), or drop "
+                    f"its spec; the methods with inputs are {', '.join(map(repr, inputs))}.")
+    programs: dict[str, ExportedProgram] = {}
+    for name, method in methods.items():
+        args, kwargs = _split_inputs(name, inputs[name])
+        try:
+            programs[name] = run_front_end(method, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
+        except GraphcapError as e:
+            e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods)")
+            raise
+    return MultiMethodProgram(programs)

@@ -1,0 +1,149 @@
+"""A multi-method program on disk: each method's program beside the others, each state tensor once.
+
+The archive is a graphcap archive (same zip container, version entry and
+manifest as a single program's) holding::
+
+    multi_method.json       {"layout": 1, "methods": [name, ...], "state": tensor table}
+    state.safetensors       every parameter and buffer of any method, each storage once
+    methods/<i>.pt2         method i's program, a complete single-program archive
+                            written structure-only: its state is described, not stored
+                            (its lifted constants are stored in it)
+    extra/<name>            user extra_files
+
+The single-program format is unchanged: a method entry is what
+``graphcap.save(ep, f, weights=False)`` writes, and loading attaches the shared
+state to it by FQN as ``graphcap.load(f, weights={...})`` does. ``layout`` is
+this container's own version; a reader refuses a newer one.
+"""
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, Optional
+
+import torch
+
+from ..errors import SerializationError
+from ..program import ExportedProgram
+from . import tensors
+from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
+from .pt2 import _check_extra_name, load as load_program, save as save_program
+from . import schema
+
+LAYOUT_ENTRY = "multi_method.json"
+STATE_ENTRY = "state.safetensors"
+METHOD_PREFIX = "methods/"
+LAYOUT_VERSION = 1
+
+
+def is_multi_method_archive(reader: ArchiveReader) -> bool:
+    return reader.has(LAYOUT_ENTRY)
+
+
+def _without_state(ep: ExportedProgram, fqns: set[str]) -> ExportedProgram:
+    """``ep`` with its shared state (parameters, buffers) as meta tensors: what the method's
+    entry describes and does not store. Tied names stay one object."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def meta(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in memo:
+            m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+            memo[id(t)] = torch.nn.Parameter(m, requires_grad=t.requires_grad) \
+                if isinstance(t, torch.nn.Parameter) else m
+        return memo[id(t)]
+    state = {k: meta(v) if k in fqns else v for k, v in ep.state_dict.items()}
+    constants = {k: meta(v) if k in fqns else v for k, v in ep.constants.items()}
+    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, ep.module_call_graph,
+                           example_inputs=None, constants=constants, verify=False, verifiers=ep.verifiers)
+
+
+def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None) -> None:
+    """Write a :class:`graphcap.multi_method.MultiMethodProgram`; see the module docstring."""
+    shared = {**progs.state_dict, **progs.constants}
+    for fqn, t in shared.items():
+        if not tensors.has_data(t):
+            raise SerializationError(f"The state tensor {fqn!r} has no data (meta or fake).",
+                                     where=f"graphcap.save(progs, f), state {fqn!r}",
+                                     fix="Save a multi-method program whose weights are loaded.")
+    data, described = tensors.pack(shared)
+    entries: dict[str, bytes] = {STATE_ENTRY: data}
+    for i, (name, ep) in enumerate(progs.items()):
+        buf = io.BytesIO()
+        save_program(_without_state(ep, set(shared)), buf, weights=False)
+        entries[f"{METHOD_PREFIX}{i}.pt2"] = buf.getvalue()
+    method_state = {name: [fqn for fqn in (*ep.state_dict, *ep.constants) if fqn in shared]
+                    for name, ep in progs.items()}
+    layout = {"layout": LAYOUT_VERSION, "methods": list(progs), "method_state": method_state,
+              "state": described}
+    entries[LAYOUT_ENTRY] = json.dumps(layout, indent=1, allow_nan=False).encode()
+    for name, content in (extra_files or {}).items():
+        payload = content.encode() if isinstance(content, str) else content
+        if not isinstance(payload, (bytes, bytearray)):
+            raise SerializationError(f"Extra file {name!r} must be str or bytes, got {type(content).__name__}.",
+                                     where="extra_files", fix="Pass text or bytes.")
+        entries[schema.EXTRA_PREFIX + _check_extra_name(name)] = bytes(payload)
+    write_archive(f, entries)
+
+
+def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
+         weights: Any = True) -> Any:
+    """Read a multi-method archive from an open reader; the methods share one tensor per FQN."""
+    from ..multi_method import MultiMethodProgram
+    if weights is not True and weights is not False:
+        raise SerializationError(
+            "Attaching weights from a checkpoint (weights=<path or mapping>) is not supported for a "
+            "multi-method file yet.", where="graphcap.load(f, weights=...)",
+            fix="Load with weights=True (the file's own state) and then progs.module().load_state_dict(...).")
+    try:
+        layout = json.loads(reader.read(LAYOUT_ENTRY))
+    except SerializationError:
+        raise
+    except Exception as e:
+        raise corrupt(f"{LAYOUT_ENTRY} is not valid JSON ({type(e).__name__}).") from None
+    if not (isinstance(layout, dict) and isinstance(layout.get("methods"), list)
+            and all(isinstance(m, str) for m in layout["methods"]) and isinstance(layout.get("state"), dict)
+            and isinstance(layout.get("layout"), int)):
+        raise corrupt(f"{LAYOUT_ENTRY} is malformed.", where=LAYOUT_ENTRY)
+    if layout["layout"] > LAYOUT_VERSION:
+        raise SerializationError(
+            f"This multi-method file has layout {layout['layout']}; this graphcap reads up to {LAYOUT_VERSION}.",
+            where=LAYOUT_ENTRY, fix="Upgrade graphcap to load it.")
+    described = layout["state"]
+    if not weights:
+        state = None
+    elif mmap:
+        if reader.path is None:
+            raise SerializationError("mmap=True needs a file path, not a file object.",
+                                     where="graphcap.load(f, mmap=True)",
+                                     fix="Pass the path of the .pt2 file, or load without mmap.")
+        loc = reader.location(STATE_ENTRY)
+        state = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described)
+    else:
+        state = tensors.unpack(reader.read(STATE_ENTRY), described)
+    programs: dict[str, ExportedProgram] = {}
+    for i, name in enumerate(layout["methods"]):
+        entry = f"{METHOD_PREFIX}{i}.pt2"
+        if not reader.has(entry):
+            raise corrupt(f"The file lists method {name!r} but has no entry {entry}.", where=entry)
+        sub = io.BytesIO(reader.read(entry))
+        if state is None:
+            programs[name] = load_program(sub, weights=False)
+            continue
+        wanted = layout.get("method_state", {}).get(name)
+        if not (isinstance(wanted, list) and all(isinstance(fqn, str) for fqn in wanted)):
+            raise corrupt(f"{LAYOUT_ENTRY} does not list the state of method {name!r}.", where=LAYOUT_ENTRY)
+        missing = [fqn for fqn in wanted if fqn not in state]
+        if missing:
+            raise corrupt(f"Method {name!r} needs state {missing[0]!r}, which the file does not hold.",
+                          where=entry)
+        programs[name] = load_program(sub, weights={fqn: state[fqn] for fqn in wanted})
+    if extra_files is not None:
+        for name in list(extra_files):
+            entry = schema.EXTRA_PREFIX + _check_extra_name(name)
+            if reader.has(entry):
+                data = reader.read(entry)
+                try:
+                    extra_files[name] = data.decode()
+                except UnicodeDecodeError:
+                    extra_files[name] = data
+    return MultiMethodProgram(programs, share_equal_values=True)
