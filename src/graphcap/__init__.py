@@ -8,6 +8,7 @@ from .capture.draft_report import DraftReport
 from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
 from .decomp_table import CustomDecompTable, default_decompositions
 from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
+from .dynamic import InferredShapes, infer_dynamic_shapes
 from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
                      RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
 from .program import ExportedProgram
@@ -71,6 +72,7 @@ __all__ = [
     "export", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
     "report", "register_dataclass", "unflatten",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
+    "infer_dynamic_shapes", "InferredShapes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",
