@@ -488,3 +488,31 @@ def spec_code(spec: Any, dims: dict[str, Any]) -> str:
     lines += [_dim_line(d) for d in roots.values()]
     lines.append(f"dynamic_shapes = {_value_code(spec)}")
     return "\n".join(lines)
+
+
+def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optional[dict], *, dynamic_shapes: Any,
+                                samples: Optional[list], strict: bool,
+                                preserve_module_call_signature: tuple[str, ...]) -> Any:
+    """``graphcap.export(..., dynamic_shapes="infer", samples=[...])``: infer the spec, then export with it.
+
+    The example ``args``/``kwargs``, when given, are one more sample; without them
+    the program exported while inferring is returned. ``ep.inferred_shapes`` holds
+    the :class:`InferredShapes`.
+    """
+    from ..capture.front_ends import run_front_end
+    if not (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
+        raise ExportInputError("samples= is only read with dynamic_shapes=\"infer\".", where="export(samples=...)",
+                               fix="Pass dynamic_shapes=\"infer\" with samples, or drop samples and write the spec.")
+    if not samples:
+        raise ExportInputError("dynamic_shapes=\"infer\" needs samples to infer from.", where="export(samples=...)",
+                               fix="Pass samples=[(x1,), (x2,)]: two or more inputs with the sizes that vary.")
+    given = [] if args is None else [(tuple(args) if isinstance(args, tuple) else args, dict(kwargs or {}))]
+    inferred = infer_dynamic_shapes(mod, [*given, *samples], strict=strict)
+    if given or preserve_module_call_signature:
+        example = given[0] if given else inferred.example
+        ep = run_front_end(mod, example[0], example[1], dynamic_shapes=inferred.spec, strict=strict,
+                           preserve_module_call_signature=tuple(preserve_module_call_signature))
+    else:
+        ep = inferred.program
+    ep.inferred_shapes = inferred
+    return ep
