@@ -190,3 +190,21 @@ def test_zoo_models_infer_from_two_samples_and_match_eager(case):
     shapes = graphcap.infer_dynamic_shapes(built.model, _zoo_samples(built))
     assert shapes.verified == [0, 1]      # the program matched eager on both samples
     _symbols_kept(built, shapes)
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x, mask):
+        torch._check(x.shape[0] <= 64)
+        if x.shape[1] > 4:
+            return x.sum(2) * mask
+        return x.mean(2) * mask
+
+
+def test_report_lists_dynamic_and_static_dims_and_the_lines_that_narrowed_them():
+    shapes = graphcap.infer_dynamic_shapes(Branchy(), [(torch.randn(2, 5, 8), torch.ones(2, 5)),
+                                                       (torch.randn(3, 7, 8), torch.ones(3, 7))])
+    assert shapes.spec["x"][1].min == 5 and shapes.spec["x"][0].max == 64
+    text = shapes.report()
+    assert "x.shape[0]  sizes 2, 3 in the samples -> batch in [0, 64]" in text
+    assert "x.shape[2]  size 8 in every sample" in text
+    assert "if x.shape[1] > 4:" in text and "torch._check(x.shape[0] <= 64)" in text

@@ -55,6 +55,7 @@ class InferredShapes:
     program: Any = None
     verified: list[int] = field(default_factory=list)
     refinements: list[str] = field(default_factory=list)
+    assumptions: list[Any] = field(default_factory=list)
 
     @property
     def code(self) -> str:
@@ -62,6 +63,27 @@ class InferredShapes:
 
     def __str__(self) -> str:
         return self.code
+
+    def report(self) -> str:
+        """Each input dim: dynamic (sizes seen, Dim and range) or static and why; then what the program assumed."""
+        lines = ["Dynamic:"]
+        for dd in self.dynamic:
+            d = as_dim(dd.spec)
+            rng = f"[{d.min}, {'inf' if d.max >= _int_max() else d.max}]"
+            lines.append(f"  {dd.path}.shape[{dd.dim}]  sizes {', '.join(map(str, dd.sizes))} in the samples"
+                         f" -> {d.__name__} in {rng}")
+        lines.append("Static:")
+        lines += [f"  {path}.shape[{d}]  {why}" for path, d, why in self.static] or ["  (none)"]
+        needs = [line.strip()[2:] for msg in self.refinements for line in msg.splitlines()
+                 if line.strip().startswith("- ")]
+        if needs:
+            lines.append("What the program needs (the spec was refined to it):")
+            lines += [f"  {n}" for n in needs]
+        if self.assumptions:
+            lines.append("What the program assumed about these dims:")
+            for a in self.assumptions:
+                lines.append(f"  {a.kind}: {a.text}" + (f"  (at {a.where})" if a.where else ""))
+        return "\n".join(lines)
 
     def dynamic_shapes(self, m: Any, args: tuple, kwargs: Optional[dict] = None) -> Any:
         """So the result passes as ``dynamic_shapes`` as it is (like ``AdditionalInputs``)."""
@@ -445,7 +467,8 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
         if isinstance(dd.spec, int) or dd.spec is None:
             static.append((dd.path, dd.dim, "the program specializes it (suggested fix of a constraint violation)"))
     result = InferredShapes(spec=spec, dims=named, dynamic=[dd for dd in dynamic if not isinstance(dd.spec, (int, type(None)))],
-                            static=static, example=example, program=ep, refinements=refinements)
+                            static=static, example=example, program=ep, refinements=refinements,
+                            assumptions=list(getattr(ep, "export_assumptions", None) or []))
     if verify:
         result.verified = verify_on_samples(ep, target, calls)
     return result
@@ -454,6 +477,11 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
 # --------------------------------------------------------------------------
 # printing
 # --------------------------------------------------------------------------
+
+def _int_max() -> int:
+    from .dims import INT_MAX
+    return INT_MAX
+
 
 def _dim_line(dim: Dim) -> str:
     bounds = []
