@@ -8,7 +8,7 @@ from .capture.draft_report import DraftReport
 from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
 from .decomp_table import CustomDecompTable, default_decompositions
 from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
-from .dynamic import InferredShapes, infer_dynamic_shapes
+from .capture.inferred_shapes import InferredShapes, infer_dynamic_shapes
 from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
                      RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError, VerificationError)
 from .program import ExportedProgram

@@ -66,7 +66,7 @@ def export(
         torch.Size([5, 2])
     """
     if samples is not None or (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
-        from .dynamic.inference import export_with_inferred_shapes
+        from .capture.inferred_shapes import export_with_inferred_shapes
         return export_with_inferred_shapes(mod, args, kwargs, dynamic_shapes=dynamic_shapes, samples=samples,
                                            strict=strict, preserve_module_call_signature=preserve_module_call_signature)
     from .capture.front_ends import run_front_end

@@ -9,7 +9,5 @@ computes ``range_constraints``.
 """
 from .suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
 from .dims import AdditionalInputs, Dim, ShapesCollection, dims
-from .inference import InferredShapes, infer_dynamic_shapes
 
-__all__ = ["Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
-           "infer_dynamic_shapes", "InferredShapes"]
+__all__ = ["Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes"]

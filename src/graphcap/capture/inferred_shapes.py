@@ -1,5 +1,7 @@
 """Infer a ``dynamic_shapes`` spec from sample inputs, so the user need not write one.
 
+A capture mode built on export (like the draft), so it lives in the capture package, above ``dynamic``.
+
 The samples say which dims vary (those become dynamic, the rest static), which
 vary together (one ``Dim``) and, with three or more distinct sizes, which follow
 another by a fixed ``a*d + b`` (a derived dim). The export's own constraint
@@ -11,16 +13,18 @@ result prints as Python code a user can paste and keep.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
-from ..errors import ConstraintViolationError, ExportInputError, GraphcapError
+from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
+from ..dynamic.named_inputs import combined_inputs
+from ..dynamic.suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
+from ..errors import ConstraintViolationError, ExportInputError, GraphcapError, VerificationError
 from ..torch_private import pytree
-from .dims import DerivedDim, Dim, as_dim
-from .named_inputs import combined_inputs
-from .suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
+from .front_ends import run_front_end
 
 _MAX_REFINEMENTS = 4
 # Sizes from which an export specializes (0/1): the example sample avoids them where it can.
@@ -40,12 +44,29 @@ class DynamicDim:
 class InferredShapes:
     """The inferred spec, its pasteable code, and the program exported with it.
 
-    ``spec`` is a ``dynamic_shapes`` value for :func:`graphcap.export` (also
-    passing the whole object works); ``str(result)`` / ``result.code`` is the
-    Python that builds it; ``program`` is the ExportedProgram the ranges were
-    read from (exported on ``example``); ``static`` lists each input dim left
-    static with the reason; ``verified`` the sample indices the program matched
-    eager on.
+    Passing the whole object as ``dynamic_shapes`` works like passing ``spec``;
+    ``str(result)`` / ``result.code`` is the Python that builds the spec;
+    ``report()`` says for every input dim why it is dynamic or static.
+
+    Attributes:
+        spec: the ``dynamic_shapes`` value, keyed by argument name.
+        dims: the root ``Dim`` objects by name.
+        dynamic: one :class:`DynamicDim` per dynamic input dim (sizes seen, Dim).
+        static: ``(input path, dim, reason)`` for each input dim left static.
+        example: the ``(args, kwargs)`` sample the program was exported on.
+        program: the ExportedProgram the ranges were read from.
+        verified: the sample indices on which the program matched eager.
+        refinements: the constraint-violation messages the spec was refined from.
+        assumptions: the program's ``export_assumptions``.
+
+    Raises:
+        Nothing itself; see :func:`infer_dynamic_shapes`.
+
+    Example:
+        >>> shapes = graphcap.infer_dynamic_shapes(model, [(x1,), (x2,)])
+        >>> print(shapes)            # pasteable: batch = Dim("batch") ...
+        >>> print(shapes.report())
+        >>> ep = graphcap.export(model, (x3,), dynamic_shapes=shapes)
     """
     spec: Any
     dims: dict[str, Any]
@@ -69,7 +90,7 @@ class InferredShapes:
         lines = ["Dynamic:"]
         for dd in self.dynamic:
             d = as_dim(dd.spec)
-            rng = f"[{d.min}, {'inf' if d.max >= _int_max() else d.max}]"
+            rng = f"[{d.min}, {'inf' if d.max >= INT_MAX else d.max}]"
             lines.append(f"  {dd.path}.shape[{dd.dim}]  sizes {', '.join(map(str, dd.sizes))} in the samples"
                          f" -> {d.__name__} in {rng}")
         lines.append("Static:")
@@ -215,7 +236,6 @@ def _group_name(members: list[tuple[str, int, int]], n_tensors: int, taken: set[
     if ranks == {4} and dims == {3}:
         candidates.append("width")
     path, d, _ = members[0]
-    import re
     candidates.append(re.sub(r"\W+", "_", f"{path}_dim{d}").strip("_"))
     for name in candidates:
         if name not in taken:
@@ -376,7 +396,6 @@ def _same(a: Any, b: Any) -> bool:
 
 def verify_on_samples(program: Any, target: Any, calls: list[tuple[tuple, dict]]) -> list[int]:
     """Run the program and eager on every sample; a mismatch or refusal is an error naming the sample."""
-    from ..errors import VerificationError
     runnable = program.module()
     ok = []
     for i, (args, kwargs) in enumerate(calls):
@@ -436,7 +455,6 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
         >>> print(shapes)
         >>> ep = graphcap.export(model, (torch.randn(3, 8),), dynamic_shapes=shapes.spec)
     """
-    from ..capture.front_ends import run_front_end
     if not isinstance(samples, (list, tuple)) or len(samples) < 2:
         raise ExportInputError("infer_dynamic_shapes needs at least two samples to see which dims vary.",
                                where="samples", fix="Pass samples=[(x_small,), (x_large,)] with different sizes "
@@ -478,16 +496,10 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
 # printing
 # --------------------------------------------------------------------------
 
-def _int_max() -> int:
-    from .dims import INT_MAX
-    return INT_MAX
-
-
 def _dim_line(dim: Dim) -> str:
     bounds = []
     if dim.min not in (0, None):
         bounds.append(f"min={dim.min}")
-    from .dims import INT_MAX
     if dim.max is not None and dim.max < INT_MAX:
         bounds.append(f"max={dim.max}")
     return f'{dim.__name__} = Dim("{dim.__name__}"' + "".join(", " + b for b in bounds) + ")"
@@ -527,7 +539,6 @@ def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optiona
     the program exported while inferring is returned. ``ep.inferred_shapes`` holds
     the :class:`InferredShapes`.
     """
-    from ..capture.front_ends import run_front_end
     if not (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
         raise ExportInputError("samples= is only read with dynamic_shapes=\"infer\".", where="export(samples=...)",
                                fix="Pass dynamic_shapes=\"infer\" with samples, or drop samples and write the spec.")
