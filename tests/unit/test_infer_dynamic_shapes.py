@@ -208,3 +208,18 @@ def test_report_lists_dynamic_and_static_dims_and_the_lines_that_narrowed_them()
     assert "x.shape[0]  sizes 2, 3 in the samples -> batch in [0, 64]" in text
     assert "x.shape[2]  size 8 in every sample" in text
     assert "if x.shape[1] > 4:" in text and "torch._check(x.shape[0] <= 64)" in text
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, n, mode="sum"):
+        return x * n
+
+
+def test_varying_int_becomes_a_dynamic_int_and_other_values_must_agree():
+    shapes = graphcap.infer_dynamic_shapes(Scaled(), [(torch.randn(2, 3), 2), (torch.randn(2, 3), 5)])
+    assert isinstance(shapes.spec["n"], Dim) and shapes.spec["x"] is None
+    assert shapes.verified == [0, 1]
+    with pytest.raises(ExportInputError) as e:
+        graphcap.infer_dynamic_shapes(Scaled(), [((torch.randn(2, 3), 2), {"mode": "sum"}),
+                                                 ((torch.randn(3, 3), 2), {"mode": "mean"})])
+    assert e.value.where == "mode"

@@ -292,13 +292,30 @@ def _initial_spec(tree_spec: Any, flats: list[list[tuple[str, Any]]]):
     for j in range(n):
         path, v0 = flats[0][j]
         if not isinstance(v0, torch.Tensor):
-            per_leaf.append(None)
+            per_leaf.append(_scalar_spec(path, [f[j][1] for f in flats], taken, named))
             continue
         entry = {d: by_vector[s] for jj, d, s in dynamic_sites if jj == j}
         for d, spec in entry.items():
             dynamic.append(DynamicDim(path, d, tuple(int(f[j][1].shape[d]) for f in flats), spec))
         per_leaf.append(entry or None)
     return pytree.tree_unflatten(per_leaf, tree_spec), named, dynamic, static
+
+
+def _scalar_spec(path: str, values: list[Any], taken: set[str], named: dict[str, Any]) -> Any:
+    """A Python int that varies across samples becomes a dynamic int (its own Dim); other values must agree."""
+    if all(v == values[0] for v in values):
+        return None
+    if isinstance(values[0], int) and not isinstance(values[0], bool):
+        name = re.sub(r"\W+", "_", path).strip("_") or "value"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        named[name] = Dim(name)
+        return named[name]
+    raise ExportInputError(f"Input {path} is {values[0]!r} in samples[0] and "
+                           f"{next(v for v in values if v != values[0])!r} in another sample; only tensor "
+                           f"sizes and ints can be dynamic.", where=path,
+                           fix="Keep this value the same in every sample (export once per value), or pass it as a tensor.")
 
 
 # --------------------------------------------------------------------------
