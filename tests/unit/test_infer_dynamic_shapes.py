@@ -223,3 +223,11 @@ def test_varying_int_becomes_a_dynamic_int_and_other_values_must_agree():
         graphcap.infer_dynamic_shapes(Scaled(), [((torch.randn(2, 3), 2), {"mode": "sum"}),
                                                  ((torch.randn(3, 3), 2), {"mode": "mean"})])
     assert e.value.where == "mode"
+
+
+def test_export_runs_on_a_sample_whose_dynamic_sizes_avoid_one():
+    model = LinearMask()
+    samples = [(torch.randn(1, 5, 8), torch.ones(1, 5)), (torch.randn(3, 7, 8), torch.ones(3, 7))]
+    shapes = graphcap.infer_dynamic_shapes(model, samples)
+    assert shapes.example[0][0].shape[0] == 3
+    assert isinstance(shapes.spec["x"][0], Dim) and shapes.verified == [0, 1]

@@ -388,11 +388,10 @@ def _ranged(ep: Any, spec: Any, calls_example: tuple[tuple, dict], target: Any) 
     return pytree.tree_map(replace, spec, is_leaf=lambda x: not isinstance(x, (dict, list, tuple)) or x is None), new
 
 
-def _pick_example(calls: list[tuple[tuple, dict]], dynamic_js: set[int], flats) -> int:
+def _pick_example(sites: set[tuple[int, int]], flats: list[list[tuple[str, Any]]]) -> int:
     """The sample to export on: one whose dynamic sizes avoid 0 and 1 (an export specializes those)."""
     for i, flat in enumerate(flats):
-        if all(not isinstance(v, torch.Tensor) or all(int(s) not in _SPECIAL_SIZES for s in v.shape)
-               for j, (_, v) in enumerate(flat) if j in dynamic_js):
+        if all(int(flat[j][1].shape[d]) not in _SPECIAL_SIZES for j, d in sites):
             return i
     return 0
 
@@ -481,8 +480,8 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
     tree_spec, flats = _flatten_samples(target, calls)
     _check_leaves(flats)
     spec, named, dynamic, static = _initial_spec(tree_spec, flats)
-    dynamic_js = {j for j, (p, _) in enumerate(flats[0]) if any(dd.path == p for dd in dynamic)}
-    example = calls[_pick_example(calls, dynamic_js, flats)]
+    index = {p: j for j, (p, _) in enumerate(flats[0])}
+    example = calls[_pick_example({(index[dd.path], dd.dim) for dd in dynamic}, flats)]
     refinements: list[str] = []
     for attempt in range(_MAX_REFINEMENTS + 1):
         try:
