@@ -182,7 +182,7 @@ def _symbols_kept(built, shapes):
                 assert isinstance(g, dict) and d in g, (name, d)
 
 
-@pytest.mark.parametrize("case", ["hf_gpt2", "hf_bert", "tv_resnet18", "custom_dict_list_io"])
+@pytest.mark.parametrize("case", ["hf_gpt2", "hf_gpt2_cache", "hf_bert", "tv_resnet18", "custom_dict_list_io"])
 def test_zoo_models_infer_from_two_samples_and_match_eager(case):
     built = _zoo_case(case)
     if built.dynamic_shapes is None:

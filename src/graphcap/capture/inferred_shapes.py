@@ -396,16 +396,36 @@ def _pick_example(sites: set[tuple[int, int]], flats: list[list[tuple[str, Any]]
     return 0
 
 
+_PLAIN = (int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def _values_of(obj: Any, depth: int = 0) -> list[Any]:
+    """The tensors and plain values inside an output, through containers and (for classes
+    such as a transformers cache, which pytree may not know) their attributes."""
+    if isinstance(obj, (torch.Tensor, *_PLAIN)) or depth > 8:
+        return [obj]
+    if isinstance(obj, dict):
+        return [v for k in obj for v in _values_of(obj[k], depth + 1)]
+    if isinstance(obj, (list, tuple)):
+        return [v for x in obj for v in _values_of(x, depth + 1)]
+    leaves = pytree.tree_leaves(obj)
+    if not (len(leaves) == 1 and leaves[0] is obj):
+        return [v for x in leaves for v in _values_of(x, depth + 1)]
+    attrs = getattr(obj, "__dict__", None)
+    if attrs:
+        return [v for k in sorted(attrs) for v in _values_of(attrs[k], depth + 1)]
+    return [obj]
+
+
 def _same(a: Any, b: Any) -> bool:
-    la, sa = pytree.tree_flatten(a)
-    lb, sb = pytree.tree_flatten(b)
-    if sa != sb or len(la) != len(lb):
+    la, lb = _values_of(a), _values_of(b)
+    if len(la) != len(lb):
         return False
     for x, y in zip(la, lb):
         if isinstance(x, torch.Tensor):
             if not isinstance(y, torch.Tensor) or x.shape != y.shape or not torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True):
                 return False
-        elif x != y:
+        elif isinstance(x, _PLAIN) and x != y:
             return False
     return True
 
