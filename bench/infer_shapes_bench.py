@@ -120,14 +120,14 @@ def main(argv: list[str]) -> None:
         rows.append(run_case(case))
         r = rows[-1]
         print(f"{r['case']}: inferred={r['inferred']} auto={r['auto']}", file=sys.stderr, flush=True)
-    print("| case | hand-written dynamic dims | inferred: matches eager / keeps | auto: matches eager / keeps | note |")
+    print("| case | hand-written dynamic dims | inferred: matches eager / keeps (Dims) | auto: matches eager / keeps (symbols) | note |")
     print("|---|---|---|---|---|")
     for r in rows:
         fi, fa = r["inferred"], r["auto"]
         note = "; ".join(x for x in (f"inferred: {fi[2]}" if fi[2] else "", f"auto: {fa[2]}" if fa[2] else "") if x)
         print(f"| {r['case']} | {r['hand']} | {'yes' if fi[0] else 'no'} / {'yes' if fi[1] else 'no'} "
-              f"({r['inferred_s']:.1f} s) | {'yes' if fa[0] else 'no'} / {'yes' if fa[1] else 'no'} "
-              f"({r['auto_s']:.1f} s) | {note} |")
+              f"({fi[3]}; {r['inferred_s']:.1f} s) | {'yes' if fa[0] else 'no'} / {'yes' if fa[1] else 'no'} "
+              f"({fa[3]}; {r['auto_s']:.1f} s) | {note} |")
     n = len(rows)
     good_i = sum(r["inferred"][0] and r["inferred"][1] for r in rows)
     good_a = sum(r["auto"][0] and r["auto"][1] for r in rows)
