@@ -231,3 +231,12 @@ def test_export_runs_on_a_sample_whose_dynamic_sizes_avoid_one():
     shapes = graphcap.infer_dynamic_shapes(model, samples)
     assert shapes.example[0][0].shape[0] == 3
     assert isinstance(shapes.spec["x"][0], Dim) and shapes.verified == [0, 1]
+
+
+@pytest.mark.parametrize("make", [LinearMask, Branchy])
+def test_graphcap_verify_passes_across_the_inferred_ranges(make):
+    model = make()
+    shapes = graphcap.infer_dynamic_shapes(model, [(torch.randn(2, 5, 8), torch.ones(2, 5)),
+                                                   (torch.randn(3, 7, 8), torch.ones(3, 7))])
+    result = graphcap.verify(shapes.program, model, samples=3)
+    assert result.passed, result
