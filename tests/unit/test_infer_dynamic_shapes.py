@@ -240,3 +240,12 @@ def test_graphcap_verify_passes_across_the_inferred_ranges(make):
                                                    (torch.randn(3, 7, 8), torch.ones(3, 7))])
     result = graphcap.verify(shapes.program, model, samples=3)
     assert result.passed, result
+
+
+def test_capture_infers_the_spec_from_samples():
+    model = LinearMask()
+    samples = [(torch.randn(2, 5, 8), torch.ones(2, 5)), (torch.randn(3, 7, 8), torch.ones(3, 7))]
+    program, attempts = graphcap.capture(model, dynamic_shapes="infer", samples=samples, strategies=("non_strict",))
+    assert len(program.range_constraints) == 2
+    x, m = torch.randn(5, 4, 8), torch.ones(5, 4)
+    torch.testing.assert_close(program.module()(x, m), model(x, m))

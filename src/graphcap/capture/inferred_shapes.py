@@ -591,3 +591,15 @@ def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optiona
         ep = inferred.program
     ep.inferred_shapes = inferred
     return ep
+
+
+def spec_for_capture(mod: Any, args: Optional[tuple], kwargs: Optional[dict],
+                     samples: Optional[list]) -> tuple[tuple, dict, Any]:
+    """``capture(..., dynamic_shapes="infer", samples=[...])``: the example and the inferred spec every strategy gets."""
+    if not samples:
+        raise ExportInputError("dynamic_shapes=\"infer\" needs samples to infer from.", where="capture(samples=...)",
+                               fix="Pass samples=[(x1,), (x2,)]: two or more inputs with the sizes that vary.")
+    given = [] if args is None else [(tuple(args), dict(kwargs or {}))]
+    inferred = infer_dynamic_shapes(mod, [*given, *samples])
+    example = given[0] if given else inferred.example
+    return example[0], example[1], inferred.spec
