@@ -249,3 +249,10 @@ def test_capture_infers_the_spec_from_samples():
     assert len(program.range_constraints) == 2
     x, m = torch.randn(5, 4, 8), torch.ones(5, 4)
     torch.testing.assert_close(program.module()(x, m), model(x, m))
+
+
+def test_kwargs_in_another_order_are_the_same_inputs():
+    samples = [((torch.randn(2, 5),), {"scale": torch.randn(2, 1), "bias": torch.randn(5)}),
+               ((torch.randn(4, 7),), {"bias": torch.randn(7), "scale": torch.randn(4, 1)})]
+    shapes = graphcap.infer_dynamic_shapes(Kwargs(), samples)
+    assert shapes.spec["kwargs"]["scale"][0] is shapes.spec["x"][0] and shapes.verified == [0, 1]

@@ -497,6 +497,8 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
                                                     "where the model takes different sizes.")
     target = _callable(model, method)
     calls = [_as_call(s, i) for i, s in enumerate(samples)]
+    rank = {k: n for n, k in enumerate(calls[0][1])}  # the same kwargs in another order are the same inputs
+    calls = [(a, dict(sorted(k.items(), key=lambda kv: rank.get(kv[0], len(rank))))) for a, k in calls]
     tree_spec, flats = _flatten_samples(target, calls)
     _check_leaves(flats)
     spec, named, dynamic, static = _initial_spec(tree_spec, flats)
