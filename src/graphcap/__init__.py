@@ -15,6 +15,7 @@ def _import_core():
     from .api import draft_export, export, export_methods, load, save
     from .capture.draft_report import DraftReport
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
+    from .capture.inferred_shapes import InferredShapes, infer_dynamic_shapes
     from .decomp_table import CustomDecompTable, default_decompositions
     from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
     from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
@@ -76,7 +77,7 @@ def _import_verification():
 
 
 _CORE_NAMES = (
-    "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError", "CaptureResult", "capture",
+    "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError", "CaptureResult", "capture", "InferredShapes", "infer_dynamic_shapes",
     "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
     "refine_dynamic_shapes_from_suggested_fixes", "ConstraintViolationError", "ExportInputError", "GraphcapError",
     "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
@@ -108,6 +109,7 @@ __all__ = [
     "export", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError", "ExportedProgram",
     "report", "register_dataclass", "register_flattenable", "unflatten", "show_torch_logs",
     "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
+    "infer_dynamic_shapes", "InferredShapes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",

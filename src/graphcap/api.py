@@ -10,13 +10,14 @@ from .tracing_lock import TRACING_LOCK  # noqa: F401  (re-exported) public here 
 
 def export(
     mod: Any,
-    args: tuple[Any, ...],
+    args: Optional[tuple[Any, ...]] = None,
     kwargs: Optional[dict[str, Any]] = None,
     *,
     dynamic_shapes: Any = None,
     strict: bool = False,
     preserve_module_call_signature: tuple[str, ...] = (),
     prefer_deferred_runtime_asserts_over_guards: bool = False,
+    samples: Optional[list] = None,
 ) -> ExportedProgram:
     """Capture ``mod`` called on ``args``/``kwargs`` into an ExportedProgram.
 
@@ -42,6 +43,9 @@ def export(
             a shape guard would otherwise narrow or contradict a declared dynamic
             dim: the condition becomes a runtime assert in the graph (checked by
             ``module()`` before computing) instead of a constraint violation.
+        samples: with ``dynamic_shapes="infer"``, sample inputs (each a tuple of args or
+            ``(args, kwargs)``) the spec is inferred from (see :func:`infer_dynamic_shapes`);
+            ``args`` may then be omitted. The spec is ``ep.inferred_shapes``.
 
     Returns:
         A verified :class:`ExportedProgram` whose ``module()`` gives eager's result
@@ -61,6 +65,10 @@ def export(
         >>> ep.module()(torch.randn(5, 4)).shape
         torch.Size([5, 2])
     """
+    if samples is not None or (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
+        from .capture.inferred_shapes import export_with_inferred_shapes
+        return export_with_inferred_shapes(mod, args, kwargs, dynamic_shapes=dynamic_shapes, samples=samples,
+                                           strict=strict, preserve_module_call_signature=preserve_module_call_signature)
     from .capture.front_ends import run_front_end
     ep = run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
                        preserve_module_call_signature=preserve_module_call_signature,

@@ -164,7 +164,7 @@ class CaptureError(GraphcapError):
         super().__init__(what, where=where, fix=fix)
 
 
-def capture(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
+def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
             strategies: Sequence[str] = STRATEGIES, verify: bool = True, progress: Optional[bool] = None,
             **export_options: Any) -> CaptureResult:
     """Try each strategy in order; return the first verified program and the record of every attempt.
@@ -173,7 +173,8 @@ def capture(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, d
         mod: the ``nn.Module`` (or function, or bound method) to capture.
         args: the positional example inputs, a tuple.
         kwargs: the keyword example inputs, or None.
-        dynamic_shapes: as for :func:`graphcap.export`, given to every strategy.
+        dynamic_shapes: as for :func:`graphcap.export`, given to every strategy;
+            ``"infer"`` with ``samples=[...]`` infers it first (:func:`graphcap.infer_dynamic_shapes`).
         strategies: the strategies to try, in order, from ``"non_strict"``,
             ``"strict"`` and ``"draft"`` (default: all three in that order).
         verify: check each program against eager on the example (eager runs once,
@@ -198,6 +199,9 @@ def capture(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, d
         ...                                      strategies=("non_strict", "draft"))
         >>> print(graphcap.capture(model, (torch.randn(3, 4),)))
     """
+    if isinstance(dynamic_shapes, str) and dynamic_shapes == "infer":  # spec from export_options["samples"]
+        from .inferred_shapes import spec_for_capture
+        args, kwargs, dynamic_shapes = spec_for_capture(mod, args, kwargs, export_options.pop("samples", None))
     strategies = tuple(strategies)
     unknown = [s for s in strategies if s not in RELAXES]
     if unknown or not strategies:
