@@ -20,6 +20,7 @@ import torch
 from .errors import ExportInputError, GraphcapError
 from .program import ExportedProgram
 from .signature import InputKind
+from .torch_private.modules import MovesExtraTensors
 
 _SHARED_KINDS = (InputKind.PARAMETER, InputKind.BUFFER)
 
@@ -169,7 +170,7 @@ class MultiMethodProgram(Mapping):
     __repr__ = __str__
 
 
-class MultiMethodModule(torch.nn.Module):
+class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
     """What ``MultiMethodProgram.module()`` returns: one state, one method per program.
 
     The module owns the state at the model's FQNs (``state_dict()`` lists each
@@ -235,12 +236,12 @@ class MultiMethodModule(torch.nn.Module):
                 setattr(owner, field, value)
         self._stale.discard(name)
 
-    def _apply(self, fn: Any, recurse: bool = True) -> "MultiMethodModule":
-        super()._apply(fn, recurse)
+    def move_extra_tensors(self, fn: Any) -> None:
+        """After ``.to()``/``.cuda()`` moved the shared state: each method's own constants follow, and
+        every method re-binds the shared state before its next call."""
         for runner in self._method_runners.values():
-            runner.move_extra_tensors(fn)  # each method's own constants
+            runner.move_extra_tensors(fn)
         self._stale = set(self._method_runners)
-        return self
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         result = super().load_state_dict(*args, **kwargs)

@@ -289,3 +289,21 @@ def test_run_decompositions_keeps_the_sharing(decoder_and_progs):
     m, eager = core.module(), copy.deepcopy(model)
     ids = torch.tensor([[6, 2, 8]])
     assert _generate(m.prefill, m.decode, ids, 4)[0] == _generate(eager.prefill, eager.decode, ids, 4)[0]
+
+
+def test_a_damaged_shared_state_never_loads_silently(tmp_path):
+    """The one state entry is checked as a single program's weights are: with and without mmap."""
+    from graphcap.serialize.archive import ArchiveReader
+    from graphcap.serialize.multi_method import STATE_ENTRY
+    path = tmp_path / "methods.pt2"
+    graphcap.save(_export(TinyDecoder(vocab=50, dim=16)), path)
+    reader = ArchiveReader(str(path))
+    loc = reader.location(STATE_ENTRY)
+    reader.release()
+    data = bytearray(path.read_bytes())
+    data[loc.offset + loc.size - 7] ^= 0x10  # inside the last storage's bytes
+    path.write_bytes(bytes(data))
+    for mmap in (False, True):
+        with pytest.raises(graphcap.SerializationError) as info:
+            graphcap.load(path, mmap=mmap)
+        assert STATE_ENTRY in str(info.value)

@@ -6,7 +6,7 @@ import torch
 
 import graphcap
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: F401 (a pinned test dependency)
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.integrations.executorch import TorchExportableModuleWithStaticCache  # noqa: E402
 

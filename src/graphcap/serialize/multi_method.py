@@ -74,7 +74,7 @@ def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = N
     method_state = {name: [fqn for fqn in (*ep.state_dict, *ep.constants) if fqn in shared]
                     for name, ep in progs.items()}
     layout = {"layout": LAYOUT_VERSION, "methods": list(progs), "method_state": method_state,
-              "state": described}
+              "state": described, "checksums": tensors.checksums(data)}  # what an mmap load checks
     entries[LAYOUT_ENTRY] = json.dumps(layout, indent=1, allow_nan=False).encode()
     for name, content in (extra_files or {}).items():
         payload = content.encode() if isinstance(content, str) else content
@@ -117,9 +117,10 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
                                      where="graphcap.load(f, mmap=True)",
                                      fix="Pass the path of the .pt2 file, or load without mmap.")
         loc = reader.location(STATE_ENTRY)
-        state = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described)
+        state = tensors.unpack_mmap(reader.path, loc.offset, loc.size, described, entry=STATE_ENTRY,
+                                    sums=layout.get("checksums"), entry_sha256=reader.entry_sha256(STATE_ENTRY))
     else:
-        state = tensors.unpack(reader.read(STATE_ENTRY), described)
+        state = tensors.unpack(reader.read(STATE_ENTRY), described, STATE_ENTRY)
     programs: dict[str, ExportedProgram] = {}
     for i, name in enumerate(layout["methods"]):
         entry = f"{METHOD_PREFIX}{i}.pt2"
