@@ -5,7 +5,7 @@
 # own constraints file, constraints/torch-<line>.txt, pinning every package CI tested
 # with it: `make test TORCH=2.15` on a fresh machine installs exactly that set.
 PYTHON      ?= python3
-TORCH_VERSIONS := 2.14 2.15
+TORCH_VERSIONS := 2.10 2.11 2.12 2.13 2.14 2.15
 TORCH       ?= 2.14
 CONSTRAINTS := constraints/torch-$(TORCH).txt
 ifeq ($(TORCH),2.14)

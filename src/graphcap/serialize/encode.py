@@ -26,6 +26,7 @@ from . import schema
 from .exprs import expr_to_str
 from .pytree_specs import spec_to_json
 from .values import Unencodable, encode_value
+from ..torch_private.shapes import symbol_ranges
 
 
 def python_targets() -> dict[str, Any]:
@@ -238,7 +239,7 @@ class _Writer:
             hint = None
             for env in self.shape_envs:
                 if rng is None and sym in getattr(env, "var_to_range", {}):
-                    rng = env.var_to_range[sym]
+                    rng = symbol_ranges(env)[sym]
                 known = getattr(env, "backed_var_to_val", None) or {}
                 if sym in known:
                     value = known[sym]

@@ -47,6 +47,17 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.size_hint": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.guarding_hint_or_throw": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.has_guarding_hint": None,
+    # what a ShapeEnv knows, read (and, for branch scopes and loading, written) in its own fields
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#var_to_range": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#var_to_range_sloc": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#replacements": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#replacements_slocs": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#deferred_runtime_asserts": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#unbacked_symint_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#unbacked_symfloat_counter": None,
+    # the example value of each backed symbol: ``backed_var_to_val`` from torch 2.12 on (before
+    # it, ``var_to_val``); example_values() reads whichever this torch has
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#backed_var_to_val|var_to_val": None,
 }
 
 
@@ -60,7 +71,51 @@ SAMPLES = {"torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env}
 __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary", "own_stack_summary",
            "set_stack_summary", "restore_stack_summary", "guard_location", "backed_size_oblivious",
            "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
-           "forget_derived_knowledge"]
+           "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
+           "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols"]
+
+
+# -- what a ShapeEnv knows, in its fields --------------------------------------------------------
+# Each returns the ShapeEnv's live dict (not a copy): graphcap's branch scopes and its loader write
+# through it, as torch's own methods do.
+
+def symbol_ranges(env: Any) -> dict:
+    """Each symbol's value range (``ShapeEnv.var_to_range``: Symbol -> ValueRanges)."""
+    return env.var_to_range
+
+
+def symbol_range_locations(env: Any) -> dict:
+    """Where each symbol's range bounds were set (``ShapeEnv.var_to_range_sloc``: Symbol -> ValueRangesSLoc)."""
+    return env.var_to_range_sloc
+
+
+def replacements(env: Any) -> dict:
+    """The symbols ``env`` rewrites to an expression (``ShapeEnv.replacements``)."""
+    return env.replacements
+
+
+def replacement_locations(env: Any) -> dict:
+    """Where each replacement was made (``ShapeEnv.replacements_slocs``: Symbol -> SLoc)."""
+    return env.replacements_slocs
+
+
+def example_values(env: Any) -> dict:
+    """The example (hint) value of each backed symbol: ``ShapeEnv.backed_var_to_val`` (torch 2.12
+    and later), ``ShapeEnv.var_to_val`` before it (the same map under its older name)."""
+    values = getattr(env, "backed_var_to_val", None)
+    return env.var_to_val if values is None else values
+
+
+def deferred_asserts(env: Any) -> dict:
+    """The runtime asserts ``env`` deferred, keyed by the unbacked symbol they wait for, or None
+    (``ShapeEnv.deferred_runtime_asserts``: key -> list of RuntimeAssert)."""
+    return env.deferred_runtime_asserts
+
+
+def has_unbacked_symbols(env: Any) -> bool:
+    """Whether ``env`` ever made an unbacked SymInt or SymFloat (its counters
+    ``unbacked_symint_counter`` / ``unbacked_symfloat_counter`` moved)."""
+    return bool(env.unbacked_symfloat_counter or env.unbacked_symint_counter)
 
 
 def stack_summary(env: Any) -> Callable[..., Any]:
