@@ -134,9 +134,22 @@ def _leading_parameters(obj) -> list[str] | None:
         return None  # a C function or builtin without a signature
 
 
+def _torch_line() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
 @pytest.mark.parametrize("module, path, expected", list(_entries()))
 def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path, expected):
     where = f"{module.__name__}.RELIES_ON[{path!r}] (used by {_users(module, path)}; torch {torch.__version__})"
+    since = getattr(module, "SINCE", {}).get(path)
+    if since is not None and _torch_line() < _release(since):
+        pytest.skip(f"{where}: torch {since} and later only; on this torch the adapter does without it")
     assert expected is None or isinstance(expected, tuple), f"{where}: expected a tuple of parameter names or None"
     if "#" in path:
         cls_path, field = path.split("#", 1)
@@ -167,6 +180,15 @@ def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path,
         return
     assert params[:len(expected)] == list(expected), (
         f"{where}: leading parameters are now {params[:len(expected) + 2]}, graphcap expects {list(expected)}")
+
+
+def test_each_versioned_entry_is_one_the_module_relies_on():
+    """``SINCE`` (the first torch release that has an entry) only qualifies ``RELIES_ON`` entries,
+    spelled as supported releases ("2.12")."""
+    for module in _adapter_modules():
+        for path, since in getattr(module, "SINCE", {}).items():
+            assert path in module.RELIES_ON, f"{module.__name__}.SINCE[{path!r}] is not a RELIES_ON entry"
+            assert _release(since) >= (2, 10), f"{module.__name__}.SINCE[{path!r}] = {since!r}: not a supported line"
 
 
 def test_every_adapter_module_declares_what_it_relies_on():

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from ..torch_private.symbolic import ValueRanges
 from .guard_words import DimNamer, in_framework, range_words
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import replacement_locations, symbol_range_locations, symbol_ranges
+from ..torch_private.shapes import guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def record(mode: Any, inputs: Optional[SymbolicInputs]) -> list[Assumption]:
                     sloc = slocs.lower if narrowed.lower != declared.lower else slocs.upper
                 add("range", r.name, range_words(r.name, narrowed), sloc)
     known = {r.symbol for r in inputs.roots}
-    for guard in env.guards[inputs.first_program_guard:]:
+    for guard in guards(env)[inputs.first_program_guard:]:
         g = env.simplify(guard.expr)
         syms = getattr(g, "free_symbols", set())
         if not syms or not syms & known:

@@ -31,7 +31,7 @@ from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ra
                         new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
                         tie_at_example)
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import example_values, replacement_locations, symbol_range_locations, symbol_ranges
+from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 log = logging.getLogger("graphcap.dynamic")
 
@@ -137,7 +137,7 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
         if r.hint is not None:
             ranges[r.symbol] = symbol_ranges(env).get(r.symbol, r.declared)
     reported: set[Any] = set()
-    for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
+    for guard in guards(env)[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check: no requirement of the program (see there)
         g = env.simplify(guard.expr)

@@ -14,7 +14,7 @@ from ..torch_private.symbolic import ValueRanges, bound_sympy
 
 from ..user_frames import ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
-from ..torch_private.shapes import deferred_asserts
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts
 
 _TORCH_DIR = ENGINE_PACKAGE_DIRS[0]
 
@@ -85,4 +85,4 @@ def defer_assert(env: Any, cond: Any, message: str) -> None:
     from ..torch_private.shapes import CapturedTraceback
     deferred_asserts(env).setdefault(None, []).append(
         RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))
-    env.num_deferred_runtime_asserts += 1
+    count_deferred_assert(env)

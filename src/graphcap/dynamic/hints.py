@@ -26,7 +26,7 @@ from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy
 from ..errors import DynamicSpecError
 from .dims import DimHint
 from .symbols import RootSymbol, SymbolicInputs
-from ..torch_private.shapes import deferred_asserts, symbol_ranges
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
 
 
 def _bound_str(v: Any) -> str:
@@ -94,7 +94,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
     from ..torch_private.shapes import CapturedTraceback
     hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
-    for guard in env.guards[first_guard:]:
+    for guard in guards(env)[first_guard:]:
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if len(syms) != 1 or not syms <= set(hinted):
@@ -113,7 +113,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
             continue
         deferred_asserts(env).setdefault(None, []).append(
             RuntimeAssert(g, f"the program needs {g}", CapturedTraceback.extract(skip=1)))
-        env.num_deferred_runtime_asserts += 1
+        count_deferred_assert(env)
 
 
 def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:

@@ -11,7 +11,7 @@ from ..torch_private.symbolic import ValueRanges, bound_sympy
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import deferred_asserts, symbol_ranges
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
 
 
 def _sizes(val: Any) -> list[Any]:
@@ -78,7 +78,7 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     by_sym = inputs.by_symbol()
     ranges = {s: symbol_ranges(env).get(s, r.declared) for s, r in by_sym.items()}
     seen = set()
-    for guard in env.guards:
+    for guard in guards(env):
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check (see there)
         g = env.simplify(guard.expr)
@@ -91,4 +91,4 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
         message = f"the program needs {DimNamer(inputs.roots)(g)}{where_text(guard.sloc)}"
         deferred_asserts(env).setdefault(None, []).append(
             RuntimeAssert(g, message, CapturedTraceback.extract(skip=1)))
-        env.num_deferred_runtime_asserts += 1
+        count_deferred_assert(env)

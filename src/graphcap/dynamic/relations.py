@@ -18,7 +18,7 @@ from ..torch_private.symbolic import ValueRanges
 from .dims import DerivedDim
 from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text
 from .symbols import RootSymbol, SymbolicInputs
-from ..torch_private.shapes import deferred_asserts, symbol_ranges
+from ..torch_private.shapes import deferred_asserts, guards, symbol_ranges
 
 
 def is_affine_in_one(expr: Any) -> bool:
@@ -134,7 +134,7 @@ def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
 
 def narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
     """Whether no guard of the program mentions ``sym`` but a deferred runtime assert does."""
-    if any(sym in env.simplify(g.expr).free_symbols for g in env.guards[inputs.first_program_guard:]):
+    if any(sym in env.simplify(g.expr).free_symbols for g in guards(env)[inputs.first_program_guard:]):
         return False
     return any(sym in a.expr.free_symbols for asserts in deferred_asserts(env).values() for a in asserts)
 

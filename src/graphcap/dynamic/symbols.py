@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.shapes import GuardSource, Source
+from ..torch_private.shapes import GuardSource, Source, guards
 from ..torch_private.fake import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint)
 from ..torch_private.symbolic import int_oo
@@ -247,7 +247,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             constraint_sizes=[None] * leaf.dim(), tensor_source=source,
             shape_env_to_source_to_symbol_cache={id(env): cache})
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
-    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
+    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(guards(env)))
 
 
 def _dim_src(root: Dim, use: DimUse, value: int) -> str:

@@ -82,7 +82,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
             raise_guard(env, guard, sloc)
             return
     shapes.refine_from_relation(env, expr)
-    env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
+    shapes.guards(env).append(ShapeGuard(expr, sloc, size_oblivious=False))
     _bump(env)
 
 
@@ -106,19 +106,19 @@ class _Snapshot:
     def __post_init__(self) -> None:
         env = self.env
         self.symbols = set(symbol_ranges(env))
-        self.guards = len(env.guards)
+        self.guards = len(shapes.guards(env))
         self.var_to_range = dict(symbol_ranges(env))
         self.var_to_range_sloc = {k: copy.copy(v) for k, v in symbol_range_locations(env).items()}
         self.replacements = dict(replacements(env))
         self.replacements_slocs = dict(replacement_locations(env))
-        self.axioms = dict(env.axioms)
-        self.cache = env.fake_tensor_cache
+        self.axioms = dict(shapes.axioms(env))
+        self.cache = shapes.fake_cache(env)
         self.assumed = self.var_to_range
 
     def changes(self) -> list[tuple[Any, Any]]:
         """(guard expression, source location) for everything learned about older symbols."""
         env, out = self.env, []
-        for g in env.guards[self.guards:]:
+        for g in shapes.guards(env)[self.guards:]:
             if g.expr.free_symbols & self.symbols:
                 out.append((g.expr, g.sloc))
         for s in self.symbols:
@@ -136,15 +136,15 @@ class _Snapshot:
     def restore(self) -> None:
         """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
         env = self.env
-        env.guards[self.guards:] = [g for g in env.guards[self.guards:] if not g.expr.free_symbols & self.symbols]
-        for name in ("var_to_range", "var_to_range_sloc", "replacements", "replacements_slocs"):
-            saved, current = getattr(self, name), getattr(env, name)
+        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:] if not g.expr.free_symbols & self.symbols]
+        for saved, current in ((self.var_to_range, symbol_ranges(env)), (self.var_to_range_sloc, symbol_range_locations(env)),
+                               (self.replacements, replacements(env)), (self.replacements_slocs, replacement_locations(env))):
             for s in [s for s in current if s in self.symbols and s not in saved]:
                 del current[s]
             current.update(saved)
-        env.axioms.clear()
-        env.axioms.update(self.axioms)
-        env.fake_tensor_cache = self.cache
+        shapes.axioms(env).clear()
+        shapes.axioms(env).update(self.axioms)
+        shapes.set_fake_cache(env, self.cache)
         _bump(env)
 
 
@@ -202,7 +202,7 @@ def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] =
     raised in ``env`` (a ShapeEnv that is not the program's own hands it on to the program's).
     """
     snapshot = _Snapshot(env)
-    env.fake_tensor_cache = {}
+    shapes.set_fake_cache(env, {})
     elsewhere = _assume(env, cond)
     snapshot.assumed = dict(symbol_ranges(env))  # what the branch learns is measured from here
     _bump(env)

@@ -10,7 +10,6 @@ a local of that frame holds the symbol (``torch._check(n > 2)`` rather than
 """
 from __future__ import annotations
 
-import re
 from types import FrameType
 from typing import Any, Optional
 
@@ -19,10 +18,8 @@ import torch
 from ..torch_private import pytree
 
 from ..errors import DataDependentError
+from ..torch_private.messages import data_dependent_expression
 from ..user_frames import user_traceback_entry
-
-_DD_EXPR = re.compile(r"data-dependent expression (.+?) \(unhinted")
-
 
 def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     """Symbol → an expression over the frame's locals that holds it (``n``, ``y.shape[0]``)."""
@@ -59,8 +56,7 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
     expression ...") and is also torch's ``GuardOnDataDependentSymNode``, so
     code written for torch.export catches it.
     """
-    m = _DD_EXPR.search(str(e))
-    cond_text = m.group(1) if m else None
+    cond_text = data_dependent_expression(e)
     cond = getattr(e, "cond", None)
     what = (f"Could not guard on data-dependent expression {cond_text}: while tracing {program_name}, the "
             f"program needs to know whether {cond_text} to go on, where u0, u1, ... are values read from "
