@@ -6,6 +6,10 @@
 # with it: `make test TORCH=2.15` on a fresh machine installs exactly that set.
 PYTHON      ?= python3
 TORCH_VERSIONS := 2.10 2.11 2.12 2.13 2.14 2.15
+# CI's default test run on every submission: the oldest, the default and the newest line
+# (`make test-torch-versions` runs all six; docs/torch-versions.md).
+CI_TORCH_VERSIONS := 2.10 2.14 2.15
+TORCH_LINES ?= $(TORCH_VERSIONS)
 TORCH       ?= 2.14
 CONSTRAINTS := constraints/torch-$(TORCH).txt
 ifeq ($(TORCH),2.14)
@@ -26,7 +30,7 @@ $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); REA
 endif
 endif
 
-.PHONY: demo test test-all test-torch-versions drop-venv bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo test test-all test-torch-versions test-torch-ci drop-venv bench compat compat-check compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,11 +46,14 @@ test: $(STAMP)          ## the default test run (CI), on torch $(TORCH) (TORCH=2
 
 # DROP_VENVS=1 removes each line's virtual environment once its tests ran: one torch
 # install with its CUDA wheels takes about 6 GB, and a CI machine's disk may hold only one.
-test-torch-versions:       ## the default test run on every supported torch version in turn (CI)
-	set -e; for line in $(TORCH_VERSIONS); do \
+test-torch-versions:       ## the default test run on every supported torch version in turn (TORCH_LINES="2.11 2.12" for some)
+	set -e; for line in $(TORCH_LINES); do \
 	  $(MAKE) --no-print-directory test TORCH=$$line; \
 	  if [ "$(DROP_VENVS)" = 1 ]; then $(MAKE) --no-print-directory drop-venv TORCH=$$line; fi; \
 	done
+
+test-torch-ci:             ## the default test run on CI's lines (CI_TORCH_VERSIONS), one environment at a time
+	$(MAKE) --no-print-directory test-torch-versions TORCH_LINES="$(CI_TORCH_VERSIONS)"
 
 drop-venv:
 	rm -rf $(VENV)
