@@ -15,13 +15,13 @@ RELIES_ON = {
     "torch._decomp._core_aten_decompositions_post_autograd": (),
     "torch._refs.tensor": ("data",),
     "torch.distributed._functional_collectives._remap_traceable_collective": ("func", "args", "kwargs"),
-    # before torch 2.12 (no _remap_traceable_collective): the legacy -> functional table, and the
+    # before torch 2.14 (no _remap_traceable_collective): the legacy -> functional table, and the
     # reduce-op names the functional forms take
     "torch.distributed._functional_collectives.traceable_collective_remaps": None,
     "torch.distributed._functional_collectives.REDUCE_OP_TO_STR": None,
 }
 
-SINCE = {"torch.distributed._functional_collectives._remap_traceable_collective": "2.12"}
+SINCE = {"torch.distributed._functional_collectives._remap_traceable_collective": "2.14"}
 
 
 def should_decompose_because_unsafe(op: Any) -> bool:
@@ -55,7 +55,7 @@ def traceable_collective_remapper() -> Callable[..., Any]:
     """torch.distributed's map ``(func, args, kwargs) -> (func, args, kwargs) | None`` from a legacy
     collective call to its traceable functional form (call only when ``torch.distributed.is_available()``).
 
-    Relies on ``torch.distributed._functional_collectives._remap_traceable_collective`` (torch 2.12
+    Relies on ``torch.distributed._functional_collectives._remap_traceable_collective`` (torch 2.14
     on); before it, on that module's ``traceable_collective_remaps`` table (see :func:`_remap_by_table`).
     """
     import torch.distributed._functional_collectives as collectives

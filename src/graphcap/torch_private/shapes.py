@@ -59,9 +59,11 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#axioms": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#fake_tensor_cache": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#tracked_fakes": None,
-    "torch.fx.experimental.symbolic_shapes.ShapeEnv#real_tensor_prop_unbacked_vals": None,
+    # data-dependent symbol -> real value under real-tensor propagation; ``unbacked_var_to_val``
+    # on torch 2.10 (the same map under its older name)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#real_tensor_prop_unbacked_vals|unbacked_var_to_val": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#unbacked_symfloat_counter": None,
-    # the example value of each backed symbol: ``backed_var_to_val`` from torch 2.12 on (before
+    # the example value of each backed symbol: ``backed_var_to_val`` from torch 2.11 on (before
     # it, ``var_to_val``); example_values() reads whichever this torch has
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#backed_var_to_val|var_to_val": None,
 }
@@ -119,7 +121,7 @@ def replacement_locations(env: Any) -> dict:
 
 
 def example_values(env: Any) -> dict:
-    """The example (hint) value of each backed symbol: ``ShapeEnv.backed_var_to_val`` (torch 2.12
+    """The example (hint) value of each backed symbol: ``ShapeEnv.backed_var_to_val`` (torch 2.11
     and later), ``ShapeEnv.var_to_val`` before it (the same map under its older name)."""
     values = getattr(env, "backed_var_to_val", None)
     return env.var_to_val if values is None else values
@@ -316,5 +318,9 @@ def tracked_fakes(env: Any) -> list:
 
 def real_unbacked_values(env: Any) -> dict:
     """Data-dependent symbol -> the value the real tensors gave it, when the fake mode propagated
-    real tensors (``ShapeEnv.real_tensor_prop_unbacked_vals``); a copy, empty without a ShapeEnv."""
-    return dict(getattr(env, "real_tensor_prop_unbacked_vals", None) or {}) if env is not None else {}
+    real tensors (``ShapeEnv.real_tensor_prop_unbacked_vals``; ``unbacked_var_to_val`` on torch 2.10);
+    a copy, empty without a ShapeEnv."""
+    if env is None:
+        return {}
+    values = getattr(env, "real_tensor_prop_unbacked_vals", None)
+    return dict((getattr(env, "unbacked_var_to_val", None) if values is None else values) or {})
