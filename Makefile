@@ -26,7 +26,7 @@ COMPAT_TORCH := 2.14
 
 ifeq ($(filter $(TORCH),$(TORCH_VERSIONS)),)
 ifeq ($(filter lock clean,$(MAKECMDGOALS)),)
-$(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); README: "Adding a torch release")
+$(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); docs/torch-versions.md: "Adding a torch release")
 endif
 endif
 
@@ -92,7 +92,7 @@ lock:
 	  echo "# set-up installs, torch's CUDA wheels included; PyPI's Linux torch is the CUDA"; \
 	  echo "# build and runs on CPU-only machines). \`make TORCH=$(TORCH) ...\` installs with"; \
 	  echo "# \`pip install -c constraints/torch-$(TORCH).txt -e '.[test]'\`."; \
-	  echo "# Regenerate with \`make lock TORCH=$(TORCH) TORCH_PIN=$(TORCH_PIN) VISION_PIN=$(VISION_PIN)\` (README: \"Adding a torch release\")."; \
+	  echo "# Regenerate with \`make lock TORCH=$(TORCH) TORCH_PIN=$(TORCH_PIN) VISION_PIN=$(VISION_PIN)\` (docs/torch-versions.md: \"Adding a torch release\")."; \
 	  $(PY) -m pip freeze --exclude-editable; } > $(CONSTRAINTS)
 	touch $(STAMP)
 
