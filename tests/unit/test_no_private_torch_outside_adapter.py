@@ -80,6 +80,16 @@ def _engine_fields() -> set[str]:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from graphcap.torch_private.fake import FakeTensorMode
     fields = set(vars(ShapeEnv())) | set(vars(FakeTensorMode()))
+    # and every field the adapter declares for them, under each name any supported torch line uses
+    # ("ShapeEnv#backed_var_to_val|var_to_val"): a line that lacks one still refuses it elsewhere
+    import importlib
+    import pkgutil
+    import graphcap.torch_private as package
+    for info in pkgutil.iter_modules(package.__path__):
+        for path in getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "RELIES_ON", {}):
+            owner, _, field = path.partition("#")
+            if field and owner.rsplit(".", 1)[-1] in ("ShapeEnv", "FakeTensorMode"):
+                fields.update(field.split("|"))
     return {name for name in fields if not name.startswith("__")} - set(ENGINE_FIELDS_ALLOWED)
 
 
