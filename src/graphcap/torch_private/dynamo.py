@@ -292,14 +292,16 @@ def _caches_dispatch_mode_skip() -> bool:
 def _wrapper_codes() -> list:
     """The code objects of the functions nested in torch's control-flow entry points."""
     if not _WRAPPER_CODES:
-        import importlib
         import inspect
+        import sys
         import types
+        import torch._higher_order_ops.associative_scan  # noqa: F401 (each named for sys.modules below:
+        import torch._higher_order_ops.cond  # noqa: F401  the package's attribute "cond" is the function)
+        import torch._higher_order_ops.map  # noqa: F401
+        import torch._higher_order_ops.scan  # noqa: F401
+        import torch._higher_order_ops.while_loop  # noqa: F401
         for name in _CONTROL_FLOW_MODULES:
-            try:
-                module = importlib.import_module(f"torch._higher_order_ops.{name}")
-            except ImportError:
-                continue
+            module = sys.modules[f"torch._higher_order_ops.{name}"]
             for value in vars(module).values():
                 value = inspect.unwrap(value) if callable(value) else value  # cond is a decorated function
                 code = getattr(value, "__code__", None)
