@@ -119,6 +119,15 @@ def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) ->
     module._constant_fqns = list(constant_fqns)
 
 
+def _keep_non_persistent(module: torch.fx.GraphModule, fqns: list[str]) -> None:
+    """Non-persistent buffers stay out of ``state_dict``: GraphModule copies each buffer of the root
+    it is built from, and torch before 2.14 registers the copy as a persistent one."""
+    for fqn in fqns:
+        owner, _, field = _owner(module, fqn)
+        if field in buffers_of(owner):
+            non_persistent_buffer_names(owner).add(field)
+
+
 def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     """``ep.module()``: see the module docstring."""
     sig = ep.graph_signature
@@ -198,6 +207,8 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     if guards_in_graph:
         root._guards_fn = guards
     module = ExportedModule(root, graph)
+    _keep_non_persistent(module, [s.target for s in sig.input_specs
+                                  if s.kind is InputKind.BUFFER and s.persistent is False])
     module.graph.lint()
     module.meta.update(ep.graph_module.meta)
     _settle_constants(module, [s.target for s in sig.input_specs

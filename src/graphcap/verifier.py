@@ -41,8 +41,7 @@ ALLOWED_PY_TARGETS = {
     math.ceil, math.floor, math.trunc,
     round,  # Python's round() on a symbolic size
 }
-if hasattr(torch, "sym_sum"):
-    ALLOWED_PY_TARGETS.add(torch.sym_sum)
+ALLOWED_PY_TARGETS.add(torch.sym_sum)  # every supported torch (2.10 on) has it
 
 
 def _predispatch_functions() -> set:
@@ -56,8 +55,7 @@ def _predispatch_functions() -> set:
     from torch.fx.experimental import symbolic_shapes
     found = predispatch_functions()
     found |= {torch.autograd.grad_mode.set_grad_enabled}
-    if hasattr(symbolic_shapes, "cast_symbool_to_symint_guardless"):
-        found.add(symbolic_shapes.cast_symbool_to_symint_guardless)
+    found.add(symbolic_shapes.cast_symbool_to_symint_guardless)  # every supported torch (2.10 on) has it
     return found
 
 

@@ -64,6 +64,16 @@ def _normalized(text: str) -> str:
     return text.replace(str(TORCH_DIR), "<torch>").replace(str(ROOT), "<repo>")
 
 
+def _without_torch_lines(text: str) -> str:
+    """Line numbers inside torch's own files (``<torch>/nn/modules/conv.py:565``) move between torch
+    releases (2.10 through 2.15 are supported); the goldens keep them as written on the line that
+    made them, and the comparison leaves them out: they say nothing about graphcap. So does the
+    indentation of a blank line in fx's generated code (torch 2.10 indents it to the statements')."""
+    import re  # (here, not at the top: the goldens quote this file's line numbers)
+    text = re.sub(r"(<torch>/[^\s:]+\.py):\d+", r"\1:<line>", text)
+    return re.sub(r"[ \t]+$", "", text, flags=re.M)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_printed_program_matches_golden(name):
     torch.manual_seed(0)
@@ -73,4 +83,4 @@ def test_printed_program_matches_golden(name):
     if os.environ.get("GRAPHCAP_UPDATE_GOLDEN") or not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert text == path.read_text(), f"printed program changed; see {path}"
+    assert _without_torch_lines(text) == _without_torch_lines(path.read_text()), f"printed program changed; see {path}"

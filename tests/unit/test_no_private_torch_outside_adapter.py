@@ -9,13 +9,24 @@ private surface (docs/architecture.md). This scans graphcap's source and fails n
 (c) a private attribute ``obj._name`` (or ``getattr(obj, "_name")``) whose
     name graphcap does not define itself: torch's or a library's field;
 (d) a string that is the name of a private field of a common torch object
-    (``module.__dict__["_modules"]``).
+    (``module.__dict__["_modules"]``);
+(e) a field of torch's engine objects, public name or not: what a ShapeEnv or a
+    FakeTensorMode holds (``env.var_to_range``, ``getattr(env, "guards")``) is
+    their internal state, read and written through ``torch_private.shapes`` /
+    ``torch_private.fake``;
+(f) a regular expression run over an exception's text (``re.search(..., str(e))``,
+    ``PATTERN.match(str(err))``): torch's messages are read in
+    ``torch_private.messages`` only;
+(g) a process-wide patch: an assignment to an attribute of ``builtins``,
+    ``math`` or a torch module (``builtins.max = ...``, ``torch.fx.config.x = ...``),
+    or ``setattr`` on one. Another thread would see it.
 Operator names (``torch.ops.aten._to_copy``) are public operators, not private
 Python names, and dunders are fine.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "graphcap"
@@ -43,6 +54,118 @@ OWN_ATTACHED = {
     "_constant_fqns": "runtime.py: the constants module() attaches as plain attributes",
     "_guards_fn": "runtime.py: the input-guards submodule module() adds",
 }
+
+
+# (e) Fields of ShapeEnv / FakeTensorMode that graphcap may name outside the adapter, with why.
+ENGINE_FIELDS_ALLOWED = {
+    "shape_env": "FakeTensorMode.shape_env / SymNode.shape_env: the documented way from a fake mode or "
+                 "a symbolic value to its ShapeEnv",
+    "settings": "module_inputs' own settings objects (graphcap's; ShapeEnv.settings is never read)",
+}
+
+# (g) Modules whose attributes are process-wide state, and the one sanctioned writer of each.
+PATCHED_MODULES = ("builtins", "math", "torch")
+PATCH_ALLOWED = {
+    "trace/python_overrides.py": "_apply_builtins installs max/min/math.pow wrappers that act on the "
+                                 "exporting thread only (a thread-local depth) and call the originals "
+                                 "on every other thread; tests/unit/test_trace_thread_isolation.py",
+}
+
+_MATCHERS = {"search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split"}
+_ERROR_NAMES = {"e", "err", "exc", "error", "exception", "cause"}
+
+
+def _engine_fields() -> set[str]:
+    """Instance fields of a fresh ShapeEnv and FakeTensorMode (public names included)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from graphcap.torch_private.fake import FakeTensorMode
+    fields = set(vars(ShapeEnv())) | set(vars(FakeTensorMode()))
+    # and every field the adapter declares for them, under each name any supported torch line uses
+    # ("ShapeEnv#backed_var_to_val|var_to_val"): a line that lacks one still refuses it elsewhere
+    import importlib
+    import pkgutil
+    import graphcap.torch_private as package
+    for info in pkgutil.iter_modules(package.__path__):
+        for path in getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "RELIES_ON", {}):
+            owner, _, field = path.partition("#")
+            if field and owner.rsplit(".", 1)[-1] in ("ShapeEnv", "FakeTensorMode"):
+                fields.update(field.split("|"))
+    return {name for name in fields if not name.startswith("__")} - set(ENGINE_FIELDS_ALLOWED)
+
+
+def _error_names(tree: ast.AST) -> set[str]:
+    """Names that hold an exception: ``except ... as e``, parameters annotated as one, usual names."""
+    names = set(_ERROR_NAMES)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.arg) and node.annotation is not None \
+                and re.search(r"(Exception|Error)\b", ast.unparse(node.annotation)):
+            names.add(node.arg)
+    return names
+
+
+def _is_error_text(node: ast.AST, errors: set[str]) -> bool:
+    """``str(e)``, ``repr(e)``, ``e.args``, ``e.args[0]``, ``str(e).lower()``, ... for an exception name."""
+    while isinstance(node, (ast.Subscript, ast.Call, ast.Attribute)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "repr") \
+                and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in errors:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "args" and isinstance(node.value, ast.Name) \
+                and node.value.id in errors:
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def _is_module_patch(target: ast.AST) -> str | None:
+    dotted = _dotted(target) if isinstance(target, ast.Attribute) else None
+    if dotted and dotted.split(".", 1)[0] in PATCHED_MODULES:
+        return dotted
+    return None
+
+
+def _graphcap_module_names(tree: ast.AST) -> set[str]:
+    """Names bound to graphcap's own modules (``from ..torch_private import shapes``): their
+    attributes are graphcap's functions, even where one is named like the field it reads."""
+    return {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0
+            for a in node.names}
+
+
+def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_patch: bool) -> list[str]:
+    hits = []
+    errors = _error_names(tree)
+    own_modules = _graphcap_module_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in engine_fields and not node.attr.startswith("_"):
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") + tuple(own_modules)
+            if not on_self:
+                hits.append(f"{where}:{node.lineno}: field {node.attr!r} of torch's ShapeEnv / FakeTensorMode "
+                            f"({ast.unparse(node)}): use torch_private.shapes / torch_private.fake")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value in engine_fields:
+            hits.append(f"{where}:{node.lineno}: {node.func.id}(..., {node.args[1].value!r}): a field of torch's "
+                        f"ShapeEnv / FakeTensorMode")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MATCHERS \
+                and any(_is_error_text(a, errors) for a in list(node.args) + [k.value for k in node.keywords]):
+            hits.append(f"{where}:{node.lineno}: a regular expression over an exception's text "
+                        f"({ast.unparse(node)[:60]}): read torch's messages in torch_private.messages")
+        if not allow_patch:
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    targets.extend(target.elts if isinstance(target, ast.Tuple) else [target])
+            elif isinstance(node, ast.Delete):
+                targets = node.targets
+            for target in targets:
+                dotted = _is_module_patch(target)
+                if dotted:
+                    hits.append(f"{where}:{node.lineno}: process-wide patch of {dotted}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                    and node.args and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
+                hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}({_dotted(node.args[0])}, ...)")
+    return hits
 
 
 def _is_private(name: str) -> bool:
@@ -121,10 +244,11 @@ def _private_torch_path(dotted: str) -> bool:
     return parts[0] == "torch" and any(_is_private(p) for p in parts[1:])
 
 
-def _hits(path: Path, own: set[str], torch_fields: set[str]) -> list[str]:
+def _hits(path: Path, own: set[str], torch_fields: set[str], engine_fields: set[str] = frozenset(),
+          where: str | None = None) -> list[str]:
     tree = ast.parse(path.read_text())
     aliases = _operator_aliases(tree)
-    where = path.relative_to(SRC).as_posix()
+    where = where or path.relative_to(SRC).as_posix()
     inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     hits = []
 
@@ -163,17 +287,18 @@ def _hits(path: Path, own: set[str], torch_fields: set[str]) -> list[str]:
             name = node.args[1].value
             if _is_private(name) and (name not in own or name in torch_fields) and name not in NOT_TORCH:
                 hit(node, f'{node.func.id}(..., "{name}")')
-    return hits
+    return hits + _rule_e_f_g_hits(tree, where, engine_fields, allow_patch=where in PATCH_ALLOWED)
 
 
 def test_no_private_torch_name_outside_the_adapter_package():
     own = _own_private_names()
     torch_fields = _torch_fields()
+    engine_fields = _engine_fields()
     hits = []
     for path in _sources():
         if path.relative_to(SRC).as_posix() in TEMPORARILY_EXEMPT:
             continue
-        hits.extend(_hits(path, own, torch_fields))
+        hits.extend(_hits(path, own, torch_fields, engine_fields))
     assert not hits, ("private torch names used outside src/graphcap/torch_private/ "
                       "(add a named function there, with its RELIES_ON entry):\n" + "\n".join(sorted(set(hits))))
 
@@ -181,3 +306,59 @@ def test_no_private_torch_name_outside_the_adapter_package():
 def test_temporary_exemptions_still_exist():
     missing = [name for name in TEMPORARILY_EXEMPT if not (SRC / name).exists()]
     assert not missing, f"remove from TEMPORARILY_EXEMPT (file gone): {missing}"
+
+
+PLANTED = """
+import builtins, math, re
+import torch
+
+def reads_engine_state(fake_mode, env):
+    ranges = env.var_to_range                      # (e) a ShapeEnv field, public name
+    env.backed_var_to_val[0] = 1                   # (e) written
+    cache = getattr(env, "fake_tensor_cache")      # (e) by name
+    return fake_mode.fake_tensor_converter, ranges, cache  # (e) a FakeTensorMode field
+
+def parses_torch_message(e):
+    found = re.search(r"data-dependent expression (.+?) ", str(e))   # (f)
+    return found
+
+_PATTERN = re.compile("no fake impl")
+
+def parses_caught(call):
+    try:
+        call()
+    except RuntimeError as failure:
+        return _PATTERN.match(failure.args[0])    # (f) a compiled pattern over e.args
+
+def patches_the_process():
+    builtins.max = lambda *a: 0                    # (g)
+    builtins.min, math.pow = min, pow              # (g) tuple target
+    torch.fx.config.do_not_emit_stack_traces = True  # (g) a torch flag
+    setattr(builtins, "round", None)               # (g)
+"""
+
+
+def test_the_rule_catches_planted_engine_reads_message_regexes_and_patches(tmp_path):
+    """A module outside the adapter that reads ShapeEnv / fake-mode fields, parses an exception's
+    text with a regular expression, or patches builtins / a torch flag is named, line by line."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(PLANTED)
+    hits = _hits(planted, _own_private_names(), _torch_fields(), _engine_fields(), where="planted.py")
+    text = "\n".join(hits)
+    lines = {int(h.split(":")[1]) for h in hits}
+    expected = {i for i, line in enumerate(PLANTED.splitlines(), 1) if "# (" in line}
+    assert lines == expected, f"caught lines {sorted(lines)}, planted {sorted(expected)}:\n{text}"
+    for what in ("var_to_range", "backed_var_to_val", "'fake_tensor_cache'", "fake_tensor_converter",
+                 "regular expression", "builtins.max", "builtins.min", "math.pow",
+                 "torch.fx.config.do_not_emit_stack_traces", "setattr(builtins"):
+        assert what in text, f"{what} not named:\n{text}"
+
+
+def test_the_sanctioned_builtins_patch_is_caught_anywhere_else(tmp_path):
+    """python_overrides' thread-dispatching wrappers are the one allowed patch: the same code in
+    another file is a process-wide patch."""
+    source = (SRC / "trace" / "python_overrides.py").read_text()
+    copy = tmp_path / "copied_overrides.py"
+    copy.write_text(source)
+    hits = _hits(copy, _own_private_names(), _torch_fields(), _engine_fields(), where="elsewhere.py")
+    assert any("process-wide patch of builtins.max" in h for h in hits), hits

@@ -54,7 +54,7 @@ def snapshot() -> dict:
         "fx_config": _config(torch.fx.config),
         "fx_experimental_config": _config(fx_experimental_config),
         "dynamo_config": _config(torch._dynamo.config),
-        "stack_trace_anchors": set(torch.fx.proxy._STACK_TRACE_ANCHORS),
+        "stack_trace_anchors": set(getattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", ())),  # torch 2.13 on
         "mode_stacks": (torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack(),
                         torch._ops._len_torch_dispatch_stack_pre_dispatch()),
         # what graphcap replaces while it traces: builtins, and the public torch.cond entry
@@ -73,12 +73,15 @@ class ShapeEnvCacheProbe:
         from torch._dynamo.source import ConstantSource
         self.env = ShapeEnv()
         self.expr = self.env.create_symbol(5, ConstantSource("probe")) + 1
-        self.memoized = ShapeEnv.guarding_hint_or_throw
-        self.env.guarding_hint_or_throw(self.expr)
+        # a method memoized on its arguments on every supported torch line (guarding_hint_or_throw
+        # from 2.12 on; size_hint on 2.10 and 2.11)
+        self.name = "guarding_hint_or_throw" if hasattr(ShapeEnv, "guarding_hint_or_throw") else "size_hint"
+        self.memoized = getattr(ShapeEnv, self.name)
+        getattr(self.env, self.name)(self.expr)
 
     def still_cached(self) -> bool:
         hits = self.memoized.cache_info().hits
-        self.env.guarding_hint_or_throw(self.expr)
+        getattr(self.env, self.name)(self.expr)
         return self.memoized.cache_info().hits == hits + 1
 
 

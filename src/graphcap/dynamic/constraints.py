@@ -20,6 +20,7 @@ from .guard_checks import check_guards
 from .ranges import defer_relations, range_constraints
 from .runtime_asserts import insert_runtime_asserts
 from .symbols import SymbolicInputs
+from ..torch_private.shapes import deferred_asserts, has_unbacked_symbols
 
 
 def run_guards_step(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,
@@ -33,6 +34,6 @@ def run_guards_step(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[Symbol
     if env is None:
         return {}
     has_symbols = inputs is not None and inputs.roots
-    if has_symbols or env.deferred_runtime_asserts or env.unbacked_symfloat_counter or env.unbacked_symint_counter:
+    if has_symbols or deferred_asserts(env) or has_unbacked_symbols(env):
         insert_runtime_asserts(gm, env, name)
     return range_constraints(gm, mode, inputs)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 from ..torch_private import pytree
+from ..torch_private.user_specs import is_torch_dim_hint
 
 from ..errors import ExportInputError
 from .named_inputs import combined_inputs
@@ -203,7 +204,7 @@ def dims(*names: str, min: Optional[int] = None, max: Optional[int] = None) -> t
 
 def _is_torch_hint(obj: Any) -> bool:
     kind = getattr(obj, "type", None)
-    return type(obj).__name__ == "_DimHint" and getattr(kind, "name", None) in ("AUTO", "DYNAMIC", "STATIC")
+    return is_torch_dim_hint(obj) and getattr(kind, "name", None) in ("AUTO", "DYNAMIC", "STATIC")
 
 
 def as_dim(obj: Any) -> Any:

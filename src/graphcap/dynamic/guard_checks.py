@@ -32,6 +32,7 @@ from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ra
                         tie_at_example)
 from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import SymbolicInputs
+from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 log = logging.getLogger("graphcap.dynamic")
 
@@ -55,13 +56,13 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     fixes: dict[str, str] = {}
     related: dict[str, Any] = {}  # fix name -> the expression over other dims' symbols it is set to
     new_roots: dict[Any, Any] = {}  # dim symbol -> step*_d - c, for dims restricted to a residue class
-    example = getattr(env, "backed_var_to_val", None) or env.var_to_val
+    example = example_values(env)
     declared = [r for r in inputs.roots if r.hint is None]
     covered: set[Any] = set()
 
     for r in inputs.roots:
         expr = env.replace(r.symbol)
-        sloc = env.replacements_slocs.get(r.symbol)
+        sloc = replacement_locations(env).get(r.symbol)
         if expr.is_number:
             covered.add(r.symbol)
             if dyn_hints.is_dynamic_hint(r):
@@ -109,12 +110,12 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 fixes[r.name] = f"{r.name} = {namer(expr)}"
                 related[r.name] = expr
             continue
-        vr = env.var_to_range.get(r.symbol, r.declared)
+        vr = symbol_ranges(env).get(r.symbol, r.declared)
         if r.hint is not None:
             continue
         lo = max(vr.lower, r.declared.lower)
         hi = min(vr.upper, r.declared.upper)
-        slocs = env.var_to_range_sloc.get(r.symbol)
+        slocs = symbol_range_locations(env).get(r.symbol)
         if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
             # A layout decision inside torch (memory format, kernel choice) assumed the size is
             # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
@@ -142,9 +143,9 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     ranges = {r.symbol: r.declared for r in declared}
     for r in inputs.roots:
         if r.hint is not None:
-            ranges[r.symbol] = env.var_to_range.get(r.symbol, r.declared)
+            ranges[r.symbol] = symbol_ranges(env).get(r.symbol, r.declared)
     reported: set[Any] = set()
-    for guard in env.guards[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
+    for guard in guards(env)[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check: no requirement of the program (see there)
         g = env.simplify(guard.expr)
@@ -165,14 +166,14 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             covered.add(r.symbol)
             step = new_root_step(a, b, m, finite_int(example.get(sym)) if example.get(sym) is not None else None)
             if step is not None and sym not in new_roots:  # one residue class: d = step*_d - c
-                fixes.update(new_root_fixes(r, *step, env.var_to_range.get(r.symbol, r.declared), fixes))
+                fixes.update(new_root_fixes(r, *step, symbol_ranges(env).get(r.symbol, r.declared), fixes))
                 new_roots[sym] = step[0] * sympy.Symbol(f"_{r.name}", integer=True) - step[1]
             continue
         if syms <= covered or any(s not in ranges for s in syms):
             continue
         if len(syms) == 1:
             (sym,) = syms
-            if implied_by(g, {sym: env.var_to_range.get(sym, ranges[sym])}):
+            if implied_by(g, {sym: symbol_ranges(env).get(sym, ranges[sym])}):
                 continue  # a range guard: the range check above saw it
             bound = dyn_hints.bound_of(g, sym)
             r = by_sym[sym]

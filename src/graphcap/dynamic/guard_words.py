@@ -14,6 +14,7 @@ from ..torch_private.symbolic import ValueRanges
 
 from ..user_frames import ENGINE_PACKAGE_DIRS
 from .symbols import RootSymbol
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts
 
 _TORCH_DIR = ENGINE_PACKAGE_DIRS[0]
 
@@ -81,6 +82,6 @@ def defer_assert(env: Any, cond: Any, message: str) -> None:
     """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
     from ..torch_private.shapes import CapturedTraceback
-    env.deferred_runtime_asserts.setdefault(None, []).append(
+    deferred_asserts(env).setdefault(None, []).append(
         RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))
-    env.num_deferred_runtime_asserts += 1
+    count_deferred_assert(env)

@@ -26,6 +26,7 @@ from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy
 from ..errors import DynamicSpecError
 from .dims import DimHint
 from .symbols import RootSymbol, SymbolicInputs
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
 
 
 def _bound_str(v: Any) -> str:
@@ -93,13 +94,13 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
     from ..torch_private.shapes import CapturedTraceback
     hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
-    for guard in env.guards[first_guard:]:
+    for guard in guards(env)[first_guard:]:
         g = env.simplify(guard.expr)
         syms = g.free_symbols
         if len(syms) != 1 or not syms <= set(hinted):
             continue
         (sym,) = syms
-        traced = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
+        traced = symbol_ranges(env).get(sym, ValueRanges(-int_oo, int_oo))
         try:
             holds = bound_sympy(g, {sym: traced})
             if holds.lower and holds.upper:
@@ -108,11 +109,11 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
             pass
         bound = _bound_of(_without_min_max(g), sym)
         if bound is not None:
-            env.var_to_range[sym] = traced & bound
+            symbol_ranges(env)[sym] = traced & bound
             continue
-        env.deferred_runtime_asserts.setdefault(None, []).append(
+        deferred_asserts(env).setdefault(None, []).append(
             RuntimeAssert(g, f"the program needs {g}", CapturedTraceback.extract(skip=1)))
-        env.num_deferred_runtime_asserts += 1
+        count_deferred_assert(env)
 
 
 def _assert_range(env: Any, expr: Any, vr: ValueRanges, ranges: dict, message: str) -> None:
@@ -210,7 +211,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             else:
                 _unify_hint(env, inputs, r, expr, conflicts)
             continue
-        traced = env.var_to_range.get(r.symbol, ValueRanges(-int_oo, int_oo))
+        traced = symbol_ranges(env).get(r.symbol, ValueRanges(-int_oo, int_oo))
         try:
             narrowed = traced & r.declared
         except ValueRangeError:
@@ -220,7 +221,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
                 f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
                 f"inferred min/max range of {_vr_str(traced)}, for {_spec_path(r)}.")
             continue
-        env.var_to_range[r.symbol] = narrowed
+        symbol_ranges(env)[r.symbol] = narrowed
         if r.hint.kind is DimHint.Kind.DYNAMIC and narrowed.is_singleton():
             conflicts.append(
                 f"- Received user-specified dim hint Dim.DYNAMIC(min={r.hint.min}, max={r.hint.max}), but "

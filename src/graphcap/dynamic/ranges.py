@@ -11,6 +11,7 @@ from ..torch_private.symbolic import ValueRanges, bound_sympy
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from .guard_words import implied_by, DimNamer, where_text
 from .symbols import SymbolicInputs
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
 
 
 def _sizes(val: Any) -> list[Any]:
@@ -27,7 +28,7 @@ def range_constraints(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[Symb
     out: dict[Any, ValueRanges] = {}
 
     def symbol_range(sym: Any) -> ValueRanges:
-        vr = env.var_to_range.get(sym, ValueRanges(-int_oo, int_oo))
+        vr = symbol_ranges(env).get(sym, ValueRanges(-int_oo, int_oo))
         root = inputs.by_symbol().get(sym) if inputs is not None else None
         if root is not None and root.hint is None:  # the check passed: the declared range holds
             vr = inputs.narrowed_by_hints.get(sym, root.declared)
@@ -75,9 +76,9 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     from ..torch_private.shapes import CapturedTraceback
     env = mode.shape_env
     by_sym = inputs.by_symbol()
-    ranges = {s: env.var_to_range.get(s, r.declared) for s, r in by_sym.items()}
+    ranges = {s: symbol_ranges(env).get(s, r.declared) for s, r in by_sym.items()}
     seen = set()
-    for guard in env.guards:
+    for guard in guards(env):
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check (see there)
         g = env.simplify(guard.expr)
@@ -88,6 +89,6 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
             continue
         seen.add(g)
         message = f"the program needs {DimNamer(inputs.roots)(g)}{where_text(guard.sloc)}"
-        env.deferred_runtime_asserts.setdefault(None, []).append(
+        deferred_asserts(env).setdefault(None, []).append(
             RuntimeAssert(g, message, CapturedTraceback.extract(skip=1)))
-        env.num_deferred_runtime_asserts += 1
+        count_deferred_assert(env)

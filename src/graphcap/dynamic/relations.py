@@ -18,6 +18,7 @@ from ..torch_private.symbolic import ValueRanges
 from .dims import DerivedDim
 from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text
 from .symbols import RootSymbol, SymbolicInputs
+from ..torch_private.shapes import deferred_asserts, guards, symbol_ranges
 
 
 def is_affine_in_one(expr: Any) -> bool:
@@ -31,7 +32,7 @@ def is_affine_in_one(expr: Any) -> bool:
 
 
 def defer_range_asserts(env: Any, r: RootSymbol, expr: Any, namer: "DimNamer", sloc: Any) -> None:
-    ranges = {s: env.var_to_range.get(s, ValueRanges(0, int_oo)) for s in expr.free_symbols}
+    ranges = {s: symbol_ranges(env).get(s, ValueRanges(0, int_oo)) for s in expr.free_symbols}
     for cond in (expr >= r.declared.lower, expr <= r.declared.upper):
         if cond is sympy.true or r.declared.upper is int_oo and cond.rhs is int_oo or implied_by(cond, ranges):
             continue
@@ -133,9 +134,9 @@ def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
 
 def narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
     """Whether no guard of the program mentions ``sym`` but a deferred runtime assert does."""
-    if any(sym in env.simplify(g.expr).free_symbols for g in env.guards[inputs.first_program_guard:]):
+    if any(sym in env.simplify(g.expr).free_symbols for g in guards(env)[inputs.first_program_guard:]):
         return False
-    return any(sym in a.expr.free_symbols for asserts in env.deferred_runtime_asserts.values() for a in asserts)
+    return any(sym in a.expr.free_symbols for asserts in deferred_asserts(env).values() for a in asserts)
 
 
 def ranges_meet(a: ValueRanges, b: ValueRanges) -> bool:

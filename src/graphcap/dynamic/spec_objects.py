@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..torch_private import pytree
-from ..torch_private.user_specs import additional_inputs_examples
+from ..torch_private.user_specs import additional_inputs_examples, is_torch_int_wrapper
 
 from ..errors import DynamicSpecError
 
@@ -29,7 +29,7 @@ def is_spec_builder(spec: Any) -> bool:
 
 def _is_int_wrapper(leaf: Any) -> bool:
     value = getattr(leaf, "val", None)
-    return type(leaf).__name__ == "_IntWrapper" and isinstance(value, int) and not isinstance(value, bool)
+    return is_torch_int_wrapper(leaf) and isinstance(value, int) and not isinstance(value, bool)
 
 
 def unwrap_int_wrappers(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.shapes import GuardSource, Source
+from ..torch_private.shapes import GuardSource, Source, guards
 from ..torch_private.fake import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint,
                                                    SubclassSymbolicContext)
@@ -252,7 +252,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
         source = InputSource(source_names[i])
         ctx = _symbolic_context(leaf, source_names[i], {d: e for (li, d), e in exprs.items() if li == i}, env)
         fakes.append(mode.from_tensor(leaf, source=source, symbolic_context=ctx))
-    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(env.guards))
+    return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(guards(env)))
 
 
 def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[int]], Any]:

@@ -55,6 +55,7 @@ from ..composite_kernels import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
+from ..torch_private.shapes import symbol_ranges
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -327,7 +328,7 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                     for sym in env.replace(size.node.expr).free_symbols:
                         if str(sym) not in known:
                             known.add(str(sym))
-                            ranges[sym] = env.var_to_range.get(sym, ValueRanges.unknown())
+                            ranges[sym] = symbol_ranges(env).get(sym, ValueRanges.unknown())
     return ranges
 
 

@@ -26,6 +26,7 @@ from . import schema
 from .exprs import expr_to_str
 from .pytree_specs import spec_to_json
 from .values import Unencodable, encode_value
+from ..torch_private.shapes import example_values, symbol_ranges
 
 
 def python_targets() -> dict[str, Any]:
@@ -237,9 +238,9 @@ class _Writer:
             rng = ranges.get(name)
             hint = None
             for env in self.shape_envs:
-                if rng is None and sym in getattr(env, "var_to_range", {}):
-                    rng = env.var_to_range[sym]
-                known = getattr(env, "backed_var_to_val", None) or {}
+                if rng is None and sym in symbol_ranges(env):
+                    rng = symbol_ranges(env)[sym]
+                known = example_values(env)
                 if sym in known:
                     value = known[sym]
                     hint = int(value) if getattr(value, "is_Integer", False) else None

@@ -21,6 +21,7 @@ from ..torch_private.symbolic import ValueRanges
 from .checked_fields import field, ident
 from .exprs import str_to_expr
 from .values import DTYPES, bad, decode_device, decode_value
+from ..torch_private.shapes import example_values, symbol_range_locations, symbol_ranges
 
 _ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
                 "zero", "nonzero", "rational", "extended_real", "commutative", "infinite", "even", "odd"}
@@ -71,13 +72,13 @@ class SymbolTable:
             else:
                 lower, upper = -int_oo, int_oo
             sloc = guard_location(self.shape_env)
-            self.shape_env.var_to_range[sym] = ValueRanges(lower, upper)
-            self.shape_env.var_to_range_sloc[sym] = ValueRangesSLoc(sloc, sloc)
+            symbol_ranges(self.shape_env)[sym] = ValueRanges(lower, upper)
+            symbol_range_locations(self.shape_env)[sym] = ValueRangesSLoc(sloc, sloc)
             hint = entry.get("hint")
             if hint is not None:
                 if type(hint) is not int or not (lower <= hint <= upper):
                     raise bad(f"Malformed example value for symbol {name}.")
-                self.shape_env.backed_var_to_val[sym] = sympy.Integer(hint)
+                example_values(self.shape_env)[sym] = sympy.Integer(hint)
 
     def expr(self, text: Any) -> Any:
         if type(text) is int:
@@ -86,7 +87,7 @@ class SymbolTable:
 
     def _hint(self, e: Any) -> Optional[Any]:
         try:
-            value = e.xreplace(self.shape_env.backed_var_to_val)
+            value = e.xreplace(example_values(self.shape_env))
         except Exception:
             return None
         return value if getattr(value, "is_number", False) else None

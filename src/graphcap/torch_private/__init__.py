@@ -11,8 +11,9 @@ touchpoint, so that
 - a reader sees in one place what graphcap assumes about torch's internals;
 - a torch release that renames or reshapes one of them breaks exactly one
   function here, and ``tests/unit/test_torch_private_surface.py`` names it;
-- where two supported torch releases differ, the adapter function hides the
-  difference (nothing else in graphcap branches on the torch version).
+- where two supported torch releases (2.10 through 2.15) differ, the adapter
+  function hides the difference (nothing else in graphcap branches on the
+  torch version); docs/torch-versions.md lists what an older line lacks.
 
 Nothing outside this package names a private torch object;
 ``tests/unit/test_no_private_torch_outside_adapter.py`` enforces it.
@@ -31,6 +32,12 @@ module-level dict ``RELIES_ON`` listing what it relies on:
 - ``"torch.some.module.Class#_field": None`` -- a field of an *instance*; the
   surface test checks it on an instance it builds (see ``SAMPLES`` below) or
   skips with the reason.
+
+An entry that older supported torch lines lack is also listed in the module's
+``SINCE`` dict, with the first release that has it (``{"torch.x._name": "2.12"}``):
+the functions here read it only where it exists and do without it before (or
+raise graphcap's ``UnsupportedError`` naming that release, where the feature
+cannot be had without it); the surface test skips it on an older torch.
 
 A module may also define ``SAMPLES``: a dict from a class's dotted path to a
 zero-argument function returning a cheap instance, for the ``#field`` checks of

@@ -15,7 +15,13 @@ RELIES_ON = {
     "torch._decomp._core_aten_decompositions_post_autograd": (),
     "torch._refs.tensor": ("data",),
     "torch.distributed._functional_collectives._remap_traceable_collective": ("func", "args", "kwargs"),
+    # before torch 2.14 (no _remap_traceable_collective): the legacy -> functional table, and the
+    # reduce-op names the functional forms take
+    "torch.distributed._functional_collectives.traceable_collective_remaps": None,
+    "torch.distributed._functional_collectives.REDUCE_OP_TO_STR": None,
 }
+
+SINCE = {"torch.distributed._functional_collectives._remap_traceable_collective": "2.14"}
 
 
 def should_decompose_because_unsafe(op: Any) -> bool:
@@ -49,7 +55,26 @@ def traceable_collective_remapper() -> Callable[..., Any]:
     """torch.distributed's map ``(func, args, kwargs) -> (func, args, kwargs) | None`` from a legacy
     collective call to its traceable functional form (call only when ``torch.distributed.is_available()``).
 
-    Relies on ``torch.distributed._functional_collectives._remap_traceable_collective``.
+    Relies on ``torch.distributed._functional_collectives._remap_traceable_collective`` (torch 2.14
+    on); before it, on that module's ``traceable_collective_remaps`` table (see :func:`_remap_by_table`).
     """
-    from torch.distributed._functional_collectives import _remap_traceable_collective
-    return _remap_traceable_collective
+    import torch.distributed._functional_collectives as collectives
+    remap = getattr(collectives, "_remap_traceable_collective", None)
+    return remap if remap is not None else _remap_by_table
+
+
+def _remap_by_table(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """``(functional form, (), arguments by name)`` for a legacy collective in torch's table, else None.
+
+    The functional forms take the legacy call's arguments by the same names, except a reduction
+    (``op``), which they take by its name ("sum", ...) rather than as a ``ReduceOp``."""
+    import inspect
+    import torch.distributed._functional_collectives as collectives
+    functional = collectives.traceable_collective_remaps.get(func)
+    if functional is None:
+        return None
+    named = dict(inspect.signature(func).bind(*args, **(kwargs or {})).arguments)
+    reduction = named.get("op")
+    if reduction is not None and not isinstance(reduction, str):
+        named["op"] = collectives.REDUCE_OP_TO_STR[reduction]
+    return functional, (), named

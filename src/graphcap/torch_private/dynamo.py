@@ -24,6 +24,10 @@ RELIES_ON = {
     "torch._dynamo.exc.UserErrorType": None,
     "torch.compiler._is_compiling_flag": None,
     "torch.compiler._is_exporting_flag": None,
+    # what forget_control_flow_wrapper_skips resets on a torch that caches a dispatch-mode skip
+    "torch._C._dynamo.eval_frame.set_code_exec_strategy": (),
+    "torch._dynamo.types.FrameExecStrategy": None,
+    "torch._dynamo.types.FrameAction": None,
 }
 
 # Key of the disabled method's name, and the prefix of all of dynamo's keys, in ``node.meta["custom"]``.
@@ -269,3 +273,57 @@ def note_sloc(text: str) -> Any:
     """A guard location that is a note rather than a line (what made the guard, in words)."""
     from .shapes import SLoc
     return SLoc(None, text)
+
+
+# --- control-flow wrappers left skipped (torch 2.10 to 2.13) ------------------------------------
+
+# torch's control-flow entry points hand a small nested wrapper to torch.compile; these modules hold them
+_CONTROL_FLOW_MODULES = ("cond", "while_loop", "map", "scan", "associative_scan")
+_WRAPPER_CODES: list = []
+
+
+def _caches_dispatch_mode_skip() -> bool:
+    """Whether this torch's dynamo remembers, on the code object, that it skipped a frame because a
+    dispatch mode was active (torch 2.10 to 2.13; from 2.14 on that skip applies to the frame only)."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) < (2, 14)
+
+
+def _wrapper_codes() -> list:
+    """The code objects of the functions nested in torch's control-flow entry points."""
+    if not _WRAPPER_CODES:
+        import inspect
+        import sys
+        import types
+        import torch._higher_order_ops.associative_scan  # noqa: F401 (each named for sys.modules below:
+        import torch._higher_order_ops.cond  # noqa: F401  the package's attribute "cond" is the function)
+        import torch._higher_order_ops.map  # noqa: F401
+        import torch._higher_order_ops.scan  # noqa: F401
+        import torch._higher_order_ops.while_loop  # noqa: F401
+        for name in _CONTROL_FLOW_MODULES:
+            module = sys.modules[f"torch._higher_order_ops.{name}"]
+            for value in vars(module).values():
+                value = inspect.unwrap(value) if callable(value) else value  # cond is a decorated function
+                code = getattr(value, "__code__", None)
+                if isinstance(value, types.FunctionType) and code.co_filename == module.__file__:  # (cond's
+                    # __module__ says "torch": it is exposed there)
+                    _WRAPPER_CODES.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return _WRAPPER_CODES
+
+
+def forget_control_flow_wrapper_skips() -> None:
+    """Undo what a recording leaves in dynamo on torch 2.10 to 2.13: ``torch.cond`` (and
+    ``while_loop``, ...) hands its wrapper to torch.compile, which, under graphcap's dispatch mode,
+    runs it eagerly and, on those releases, marks the wrapper's code to be skipped for good; a
+    later eager ``torch.cond`` then ran its wrapper uncompiled and failed. The wrappers' codes get
+    dynamo's default strategy back (dynamo decides afresh on their next call). No-op on 2.14 on.
+
+    Relies on ``torch._C._dynamo.eval_frame.set_code_exec_strategy`` and
+    ``torch._dynamo.types.FrameExecStrategy`` / ``FrameAction``."""
+    if not _caches_dispatch_mode_skip():
+        return
+    from torch._C._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+    default = FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT)
+    for code in _wrapper_codes():
+        set_code_exec_strategy(code, default)

@@ -21,6 +21,8 @@ RELIES_ON = {
     "torch.UntypedStorage#_cdata": None,
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_meta_and_device": ("self", "fake_mode", "t", "device"),
     "torch._subclasses.fake_tensor.FakeTensorMode#fake_tensor_converter": None,
+    "torch._subclasses.fake_tensor.FakeTensorConverter#meta_converter": None,
+    "torch._subclasses.meta_utils.MetaConverter#tensor_memo": None,
     "torch._subclasses.fake_tensor.FakeTensorMode#propagate_real_tensors": None,
     "torch._subclasses.fake_tensor.FakeTensorConverter.set_tensor_memo": ("self", "t", "v"),
     "torch._subclasses.fake_tensor.FakeTensorMode._cached_dispatch_impl": ("self", "func", "types", "args", "kwargs"),
@@ -163,3 +165,20 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors (fake ones included) share one storage."""
     key = storage_key(a)
     return key is not None and key == storage_key(b)
+
+
+def converter_memo(fake_mode: Any) -> Any:
+    """The memo through which ``fake_mode`` keeps each fake tensor it converted from a real one
+    (``FakeTensorMode.fake_tensor_converter.meta_converter.tensor_memo``), or None."""
+    converter = getattr(fake_mode, "fake_tensor_converter", None)
+    return getattr(getattr(converter, "meta_converter", None), "tensor_memo", None)
+
+
+def _sample_converter() -> Any:
+    return FakeTensorMode().fake_tensor_converter
+
+
+SAMPLES.update({
+    "torch._subclasses.fake_tensor.FakeTensorConverter": _sample_converter,
+    "torch._subclasses.meta_utils.MetaConverter": lambda: _sample_converter().meta_converter,
+})

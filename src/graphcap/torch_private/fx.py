@@ -57,6 +57,9 @@ RELIES_ON = {
     "torch.fx._lazy_graph_module._LazyGraphModule": None,
 }
 
+# Entries older supported torch lines lack (the first release that has each); see stack_trace_anchors
+SINCE = {"torch.fx.proxy._STACK_TRACE_ANCHORS": "2.13"}
+
 
 def _sample_namespace() -> Any:
     return torch.fx.Graph()._graph_namespace
@@ -154,9 +157,14 @@ def rename_node_reusing(graph: torch.fx.Graph, node: torch.fx.Node, name: str) -
 def stack_trace_anchors() -> set[tuple[str, str]]:
     """The live set of ``(file, function)`` pairs whose frames fx keeps in a node's stack trace.
 
-    Relies on the module global ``torch.fx.proxy._STACK_TRACE_ANCHORS``.
+    Relies on the module global ``torch.fx.proxy._STACK_TRACE_ANCHORS`` (torch 2.13 on, SINCE).
+    An older torch has no such set: its tracers keep ``forward`` frames only, and the set returned
+    is graphcap's own, read by graphcap's recorder (the top-level graph) alone.
     """
-    return torch.fx.proxy._STACK_TRACE_ANCHORS
+    return getattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", _OWN_STACK_TRACE_ANCHORS)
+
+
+_OWN_STACK_TRACE_ANCHORS: set[tuple[str, str]] = set()
 
 
 @contextlib.contextmanager

@@ -47,6 +47,25 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.size_hint": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.guarding_hint_or_throw": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.has_guarding_hint": None,
+    # what a ShapeEnv knows, read (and, for branch scopes and loading, written) in its own fields
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#var_to_range": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#var_to_range_sloc": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#replacements": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#replacements_slocs": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#deferred_runtime_asserts": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#unbacked_symint_counter": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#num_deferred_runtime_asserts": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#guards": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#axioms": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#fake_tensor_cache": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#tracked_fakes": None,
+    # data-dependent symbol -> real value under real-tensor propagation; ``unbacked_var_to_val``
+    # on torch 2.10 (the same map under its older name)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#real_tensor_prop_unbacked_vals|unbacked_var_to_val": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#unbacked_symfloat_counter": None,
+    # the example value of each backed symbol: ``backed_var_to_val`` from torch 2.11 on (before
+    # it, ``var_to_val``); example_values() reads whichever this torch has
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#backed_var_to_val|var_to_val": None,
 }
 
 
@@ -57,10 +76,67 @@ def _sample_shape_env() -> Any:
 
 SAMPLES = {"torch.fx.experimental.symbolic_shapes.ShapeEnv": _sample_shape_env}
 
+# Entries that older supported torch lines lack, with the first release that has them; the functions
+# here do without them there (the surface test skips them on an older torch, naming the release).
+SINCE = {
+    # SymNode.expr caches its replaced expression under this counter; before it, it re-reads
+    # the replacements every time (nothing to move)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#_replacements_version_counter": "2.12",
+    # two more argument-memoized methods; before them, nothing of theirs to keep apart or clear
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.guarding_hint_or_throw": "2.12",
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.has_guarding_hint": "2.12",
+}
+
 __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary", "own_stack_summary",
            "set_stack_summary", "restore_stack_summary", "guard_location", "backed_size_oblivious",
            "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
-           "forget_derived_knowledge"]
+           "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
+           "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
+           "count_deferred_assert", "guards", "axioms", "fake_cache", "set_fake_cache", "tracked_fakes",
+           "real_unbacked_values"]
+
+
+# -- what a ShapeEnv knows, in its fields --------------------------------------------------------
+# Each returns the ShapeEnv's live dict (not a copy): graphcap's branch scopes and its loader write
+# through it, as torch's own methods do.
+
+def symbol_ranges(env: Any) -> dict:
+    """Each symbol's value range (``ShapeEnv.var_to_range``: Symbol -> ValueRanges)."""
+    return env.var_to_range
+
+
+def symbol_range_locations(env: Any) -> dict:
+    """Where each symbol's range bounds were set (``ShapeEnv.var_to_range_sloc``: Symbol -> ValueRangesSLoc)."""
+    return env.var_to_range_sloc
+
+
+def replacements(env: Any) -> dict:
+    """The symbols ``env`` rewrites to an expression (``ShapeEnv.replacements``)."""
+    return env.replacements
+
+
+def replacement_locations(env: Any) -> dict:
+    """Where each replacement was made (``ShapeEnv.replacements_slocs``: Symbol -> SLoc)."""
+    return env.replacements_slocs
+
+
+def example_values(env: Any) -> dict:
+    """The example (hint) value of each backed symbol: ``ShapeEnv.backed_var_to_val`` (torch 2.11
+    and later), ``ShapeEnv.var_to_val`` before it (the same map under its older name)."""
+    values = getattr(env, "backed_var_to_val", None)
+    return env.var_to_val if values is None else values
+
+
+def deferred_asserts(env: Any) -> dict:
+    """The runtime asserts ``env`` deferred, keyed by the unbacked symbol they wait for, or None
+    (``ShapeEnv.deferred_runtime_asserts``: key -> list of RuntimeAssert)."""
+    return env.deferred_runtime_asserts
+
+
+def has_unbacked_symbols(env: Any) -> bool:
+    """Whether ``env`` ever made an unbacked SymInt or SymFloat (its counters
+    ``unbacked_symint_counter`` / ``unbacked_symfloat_counter`` moved)."""
+    return bool(env.unbacked_symfloat_counter or env.unbacked_symint_counter)
 
 
 def stack_summary(env: Any) -> Callable[..., Any]:
@@ -148,6 +224,12 @@ _ARGUMENT_MEMOIZED = ("_inner_evaluate_expr", "_maybe_guard_rel", "guard_or_defe
                       "size_hint", "guarding_hint_or_throw", "has_guarding_hint", "constrain_symbol_range")
 
 
+def _memoized_here() -> tuple[str, ...]:
+    """The methods of ``_ARGUMENT_MEMOIZED`` this torch has (an older line lacks some, see SINCE)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return tuple(name for name in _ARGUMENT_MEMOIZED if hasattr(ShapeEnv, name))
+
+
 def _with_own_memos() -> type:
     """A ShapeEnv class whose argument-memoized methods (``_ARGUMENT_MEMOIZED``) keep their own caches.
 
@@ -161,7 +243,7 @@ def _with_own_memos() -> type:
     from functools import lru_cache
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     memos = {}
-    for name in _ARGUMENT_MEMOIZED:
+    for name in _memoized_here():
         cached = getattr(ShapeEnv, name)
         size = cached.cache_parameters()["maxsize"]
         memos[name] = lru_cache(size)(cached.__wrapped__)
@@ -191,11 +273,54 @@ def forget_derived_knowledge(env: Any) -> None:
     on their arguments alone (``_ARGUMENT_MEMOIZED``), on their ``cache_clear``. ``env`` comes from
     ``new_shape_env``, so those caches are graphcap's own: other ShapeEnvs keep their entries."""
     env._version_counter += 1
-    env._replacements_version_counter += 1
-    for name in _ARGUMENT_MEMOIZED:
+    if hasattr(env, "_replacements_version_counter"):  # torch 2.12 on (SINCE)
+        env._replacements_version_counter += 1
+    for name in _memoized_here():
         # a ShapeEnv not made by new_shape_env shares torch's class-level memos: clearing them is
         # still sound (other ShapeEnvs recompute), only slower for them
         getattr(type(env), name).cache_clear()
 
 
 
+
+
+def count_deferred_assert(env: Any) -> None:
+    """Count one more deferred runtime assert (``ShapeEnv.num_deferred_runtime_asserts``), after
+    appending it to :func:`deferred_asserts` (the count versions what the ShapeEnv memoized)."""
+    env.num_deferred_runtime_asserts += 1
+
+
+def guards(env: Any) -> list:
+    """The guards ``env`` raised, in order (``ShapeEnv.guards``: a list of ShapeGuard)."""
+    return env.guards
+
+
+def axioms(env: Any) -> dict:
+    """What ``env`` holds true from its guards and asserts (``ShapeEnv.axioms``)."""
+    return env.axioms
+
+
+def fake_cache(env: Any) -> dict:
+    """The fake-tensor dispatch cache kept on ``env`` (``ShapeEnv.fake_tensor_cache``)."""
+    return env.fake_tensor_cache
+
+
+def set_fake_cache(env: Any, cache: dict) -> None:
+    """Give ``env`` another fake-tensor dispatch cache (a branch scope's own, or the one it saved)."""
+    env.fake_tensor_cache = cache
+
+
+def tracked_fakes(env: Any) -> list:
+    """The input fake tensors ``env`` keeps a record of (``ShapeEnv.tracked_fakes``: TrackedFake
+    records, or None when it tracks none); an empty list for no ShapeEnv or none tracked."""
+    return (getattr(env, "tracked_fakes", None) or []) if env is not None else []
+
+
+def real_unbacked_values(env: Any) -> dict:
+    """Data-dependent symbol -> the value the real tensors gave it, when the fake mode propagated
+    real tensors (``ShapeEnv.real_tensor_prop_unbacked_vals``; ``unbacked_var_to_val`` on torch 2.10);
+    a copy, empty without a ShapeEnv."""
+    if env is None:
+        return {}
+    values = getattr(env, "real_tensor_prop_unbacked_vals", None)
+    return dict((getattr(env, "unbacked_var_to_val", None) if values is None else values) or {})

@@ -7,6 +7,7 @@ a private field.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 RELIES_ON = {
@@ -18,6 +19,8 @@ RELIES_ON = {
     "torch.fx.experimental.dynamic_spec.TensorSpec#_specs": None,
     "torch.fx.experimental.dynamic_spec.SeqSpec#_entries": None,
     "torch._check": ("cond", "message"),
+    "torch.export.dynamic_shapes._DimHint": None,
+    "torch.export.dynamic_shapes._IntWrapper": None,
 }
 
 
@@ -87,3 +90,24 @@ def draft_report_where_torch_reads_it(ep: Any, report: Any) -> None:
     """Put a draft report where code written against torch's draft_export reads it: the program's
     ``_report`` attribute (torch sets it on the programs its draft_export returns)."""
     ep._report = report
+
+
+def _export_spec_class(name: str) -> Any:
+    """The class ``torch.export.dynamic_shapes.<name>`` if that module was imported (a user who
+    built one of its objects imported it), else None: graphcap does not import torch.export."""
+    module = sys.modules.get("torch.export.dynamic_shapes")
+    return getattr(module, name, None) if module is not None else None
+
+
+def is_torch_dim_hint(obj: Any) -> bool:
+    """Whether ``obj`` is torch.export's ``Dim.AUTO`` / ``Dim.DYNAMIC`` / ``Dim.STATIC`` hint
+    (an instance of ``torch.export.dynamic_shapes._DimHint``)."""
+    cls = _export_spec_class("_DimHint")
+    return cls is not None and isinstance(obj, cls)
+
+
+def is_torch_int_wrapper(obj: Any) -> bool:
+    """Whether ``obj`` is the wrapper torch.export puts around an int input to give it an
+    identity (``torch.export.dynamic_shapes._IntWrapper``)."""
+    cls = _export_spec_class("_IntWrapper")
+    return cls is not None and isinstance(obj, cls)

@@ -35,6 +35,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeGuard
 from ..torch_private import shapes
 from ..torch_private.symbolic import ValueRanges, int_oo
 from .symbol_intervals import interval_around, solve_for
+from ..torch_private.shapes import example_values, replacement_locations, replacements, symbol_range_locations, symbol_ranges
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 
@@ -60,8 +61,8 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
         return
     syms = expr.free_symbols
     sym = next(iter(syms)) if len(syms) == 1 else None
-    if sym is not None and sym in env.var_to_range and sym in env.backed_var_to_val:
-        vr, example = env.var_to_range[sym], env.backed_var_to_val[sym]
+    if sym is not None and sym in symbol_ranges(env) and sym in example_values(env):
+        vr, example = symbol_ranges(env)[sym], example_values(env)[sym]
         value = min(max(example, vr.lower), vr.upper)  # in a branch the example skips: the nearest value
         pieces = solve_for(expr, sym, vr.lower, vr.upper)
         piece = interval_around(pieces, value) if pieces is not None else None
@@ -70,7 +71,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
             if lo == hi == example:  # a specialization (elsewhere a range of one value: the
                 # example's own sizes would contradict a constant)
                 shapes.replace_symbol(env, sym, sympy.Integer(lo), "graphcap: guard of a cond branch")
-                env.replacements_slocs[sym] = sloc
+                replacement_locations(env)[sym] = sloc
             elif (lo, hi) != (vr.lower, vr.upper):
                 shapes.narrow_range(env, sym, lo, hi, sloc)
             else:
@@ -81,7 +82,7 @@ def raise_guard(env: Any, guard: Any, sloc: Any, unless: Any = None) -> None:
             raise_guard(env, guard, sloc)
             return
     shapes.refine_from_relation(env, expr)
-    env.guards.append(ShapeGuard(expr, sloc, size_oblivious=False))
+    shapes.guards(env).append(ShapeGuard(expr, sloc, size_oblivious=False))
     _bump(env)
 
 
@@ -104,28 +105,28 @@ class _Snapshot:
 
     def __post_init__(self) -> None:
         env = self.env
-        self.symbols = set(env.var_to_range)
-        self.guards = len(env.guards)
-        self.var_to_range = dict(env.var_to_range)
-        self.var_to_range_sloc = {k: copy.copy(v) for k, v in env.var_to_range_sloc.items()}
-        self.replacements = dict(env.replacements)
-        self.replacements_slocs = dict(env.replacements_slocs)
-        self.axioms = dict(env.axioms)
-        self.cache = env.fake_tensor_cache
+        self.symbols = set(symbol_ranges(env))
+        self.guards = len(shapes.guards(env))
+        self.var_to_range = dict(symbol_ranges(env))
+        self.var_to_range_sloc = {k: copy.copy(v) for k, v in symbol_range_locations(env).items()}
+        self.replacements = dict(replacements(env))
+        self.replacements_slocs = dict(replacement_locations(env))
+        self.axioms = dict(shapes.axioms(env))
+        self.cache = shapes.fake_cache(env)
         self.assumed = self.var_to_range
 
     def changes(self) -> list[tuple[Any, Any]]:
         """(guard expression, source location) for everything learned about older symbols."""
         env, out = self.env, []
-        for g in env.guards[self.guards:]:
+        for g in shapes.guards(env)[self.guards:]:
             if g.expr.free_symbols & self.symbols:
                 out.append((g.expr, g.sloc))
         for s in self.symbols:
-            new = env.replacements.get(s)
+            new = replacements(env).get(s)
             if new is not None and new != self.replacements.get(s):
-                out.append((sympy.Eq(s, new), env.replacements_slocs.get(s)))
-            old, now = self.assumed[s], env.var_to_range.get(s, self.assumed[s])
-            slocs = env.var_to_range_sloc.get(s)
+                out.append((sympy.Eq(s, new), replacement_locations(env).get(s)))
+            old, now = self.assumed[s], symbol_ranges(env).get(s, self.assumed[s])
+            slocs = symbol_range_locations(env).get(s)
             if now.lower != old.lower:
                 out.append((sympy.Ge(s, now.lower), slocs.lower if slocs else None))
             if now.upper != old.upper and now.upper != int_oo:
@@ -135,15 +136,15 @@ class _Snapshot:
     def restore(self) -> None:
         """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
         env = self.env
-        env.guards[self.guards:] = [g for g in env.guards[self.guards:] if not g.expr.free_symbols & self.symbols]
-        for name in ("var_to_range", "var_to_range_sloc", "replacements", "replacements_slocs"):
-            saved, current = getattr(self, name), getattr(env, name)
+        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:] if not g.expr.free_symbols & self.symbols]
+        for saved, current in ((self.var_to_range, symbol_ranges(env)), (self.var_to_range_sloc, symbol_range_locations(env)),
+                               (self.replacements, replacements(env)), (self.replacements_slocs, replacement_locations(env))):
             for s in [s for s in current if s in self.symbols and s not in saved]:
                 del current[s]
             current.update(saved)
-        env.axioms.clear()
-        env.axioms.update(self.axioms)
-        env.fake_tensor_cache = self.cache
+        shapes.axioms(env).clear()
+        shapes.axioms(env).update(self.axioms)
+        shapes.set_fake_cache(env, self.cache)
         _bump(env)
 
 
@@ -156,15 +157,15 @@ def _assume(env: Any, cond: Any) -> Optional[tuple[Any, Any]]:
     if len(syms) != 1:
         return None
     (sym,) = syms
-    vr = env.var_to_range.get(sym)
-    if vr is None or sym not in env.backed_var_to_val:
+    vr = symbol_ranges(env).get(sym)
+    if vr is None or sym not in example_values(env):
         return None
     pieces = solve_for(cond, sym, vr.lower, vr.upper)
     if not pieces or len(pieces) != 1 or pieces[0] == (vr.lower, vr.upper):
         return None
     lo, hi = pieces[0]
-    env.var_to_range[sym] = ValueRanges(lo, hi)
-    example = env.backed_var_to_val[sym]
+    symbol_ranges(env)[sym] = ValueRanges(lo, hi)
+    example = example_values(env)[sym]
     if lo <= example <= hi:
         return None
     return sym, (lo if example < lo else hi)
@@ -182,14 +183,14 @@ def _example_elsewhere(env: Any, sym: Any, stand_in: Any) -> Iterator[None]:
     value of the branch's range nearest to it instead, and not size-obliviously
     (which checks what a range settles against the example value).
     """
-    example = env.backed_var_to_val[sym]
-    env.backed_var_to_val[sym] = sympy.Integer(stand_in)
+    example = example_values(env)[sym]
+    example_values(env)[sym] = sympy.Integer(stand_in)
     _bump(env)
     try:
         with shapes.backed_size_oblivious(False):
             yield
     finally:
-        env.backed_var_to_val[sym] = example
+        example_values(env)[sym] = example
         _bump(env)
 
 
@@ -201,9 +202,9 @@ def scoped(env: Any, cond: Any, on_exit: Optional[Callable[[Any, list], None]] =
     raised in ``env`` (a ShapeEnv that is not the program's own hands it on to the program's).
     """
     snapshot = _Snapshot(env)
-    env.fake_tensor_cache = {}
+    shapes.set_fake_cache(env, {})
     elsewhere = _assume(env, cond)
-    snapshot.assumed = dict(env.var_to_range)  # what the branch learns is measured from here
+    snapshot.assumed = dict(symbol_ranges(env))  # what the branch learns is measured from here
     _bump(env)
     settings = _example_elsewhere(env, *elsewhere) if elsewhere else contextlib.nullcontext()
     try:

@@ -7,7 +7,6 @@ and how, or what the branch did that a subgraph cannot hold
 from __future__ import annotations
 
 import logging
-import re
 import traceback
 import types
 from typing import Any, Optional
@@ -16,6 +15,7 @@ import torch
 from ..torch_private import pytree
 
 from ..torch_private.fake import same_storage
+from ..torch_private.messages import cond_call_locals, is_cond_container_operands_refusal, while_loop_call_locals
 from ..errors import GraphcapError, UnsupportedError
 from ..user_frames import describe_frame, is_user_file, user_frame
 from .branch_checks import BranchRefused
@@ -70,15 +70,6 @@ def _difference(a: Any, b: Any) -> Optional[str]:
     if a.device != b.device:
         diffs.append(f"device {a.device} vs {b.device}")
     return ", ".join(diffs) or None
-
-
-def _frame_locals(tb: Optional[types.TracebackType], func_name: str, file_suffix: str) -> Optional[dict]:
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == func_name and code.co_filename.endswith(file_suffix):
-            return dict(tb.tb_frame.f_locals)
-        tb = tb.tb_next
-    return None
 
 
 def _run_fake(fn, operands) -> Any:
@@ -189,10 +180,6 @@ def _refusal(e: BaseException) -> Optional[BaseException]:
     return None
 
 
-_NESTED_OPERANDS = re.compile(r"can only be of \(<class 'torch\.Tensor'>, <class 'int'>, <class 'torch\.SymInt'>\) "
-                              r"but got")
-
-
 def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapError]:
     """A graphcap error for a ``torch.cond`` or ``while_loop`` that could not be captured, or None."""
     refused = _refusal(e)
@@ -200,7 +187,7 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
         return UnsupportedError(f"While tracing {program_name}, {refused.operator} could not be captured: "
                                 f"{refused.what}", where=describe_frame(_operator_call_site(e.__traceback__)),
                                 fix=refused.fix)
-    if _NESTED_OPERANDS.search(str(e)) and _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py"):
+    if is_cond_container_operands_refusal(e) and cond_call_locals(e.__traceback__):
         return UnsupportedError(
             f"While tracing {program_name}, torch.cond could not be captured: its operands hold a "
             "container (dict, list or tuple), and this `cond` was bound before the export "
@@ -210,12 +197,12 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
             fix="Call it as `torch.cond(...)` (graphcap flattens nested operands there), or pass the "
                 "tensors one by one, e.g. `cond(p, t, f, (d['a'], d['b']))` with branches taking "
                 "them as separate arguments.")
-    locals_ = _frame_locals(e.__traceback__, "cond", "_higher_order_ops/cond.py")
+    locals_ = cond_call_locals(e.__traceback__)
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:
         found = _compare_branches(locals_)
     else:
-        locals_ = _frame_locals(e.__traceback__, "while_loop", "_higher_order_ops/while_loop.py")
+        locals_ = while_loop_call_locals(e.__traceback__)
         if locals_ is None or "body_fn" not in locals_:
             return None
         operator_name, found = "while_loop", _compare_loop_body(locals_)

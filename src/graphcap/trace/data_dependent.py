@@ -10,7 +10,6 @@ to read the value once into a name and check it; never ``u0``.
 """
 from __future__ import annotations
 
-import re
 from types import FrameType
 from typing import Any, Optional
 
@@ -19,11 +18,9 @@ import torch
 from ..torch_private import pytree
 
 from ..errors import DataDependentError
+from ..torch_private.messages import data_dependent_expression
 from ..user_frames import user_traceback_entry
 from .data_checks import unnamed_check, write_check
-
-_DD_EXPR = re.compile(r"data-dependent expression (.+?) \(unhinted")
-
 
 def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     """Symbol → an expression over the frame's locals that holds it (``n``, ``y.shape[0]``)."""
@@ -53,8 +50,7 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
     expression ...") and is also torch's ``GuardOnDataDependentSymNode``, so
     code written for torch.export catches it.
     """
-    m = _DD_EXPR.search(str(e))
-    cond_text = m.group(1) if m else None
+    cond_text = data_dependent_expression(e)
     cond = getattr(e, "cond", None)
     what = (f"Could not guard on data-dependent expression {cond_text}: while tracing {program_name}, the "
             f"program needs to know whether {cond_text} to go on, where the condition depends on values read from "

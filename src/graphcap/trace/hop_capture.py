@@ -46,6 +46,7 @@ from ..torch_private import pytree
 from torch.overrides import TorchFunctionMode
 
 from ..torch_private.dispatch import dispatch_mode_base
+from ..torch_private.dynamo import forget_control_flow_wrapper_skips
 from ..torch_private.higher_order import run_graph_preserving_meta
 from . import branch_checks, branch_scope, closures, nested_cond_operands
 
@@ -288,5 +289,8 @@ class _EagerControlFlow(dispatch_mode_base()):
 def capturing(root: Optional[torch.nn.Module] = None) -> Iterator[None]:
     """Capture control-flow operators with graphcap's own branches while the block records
     (``root``: the module being exported, whose attributes branches must not write)."""
-    with nested_cond_operands.flattened(), _EagerControlFlow(root), _ControlFlowCalls(root):
-        yield
+    try:
+        with nested_cond_operands.flattened(), _EagerControlFlow(root), _ControlFlowCalls(root):
+            yield
+    finally:
+        forget_control_flow_wrapper_skips()  # torch 2.10 to 2.13 remember a skip the mode caused

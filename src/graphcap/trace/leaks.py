@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 import torch
 import torch.fx
+from ..torch_private.fake import converter_memo
+from ..torch_private.shapes import tracked_fakes
 
 
 @dataclass
@@ -50,7 +52,7 @@ def _alive(probe: LeakProbe) -> list[torch.Tensor]:
     check stays free.
     """
     shape_env = getattr(probe.fake_mode, "shape_env", None)
-    recorded = {id(getattr(r, "fake", None)) for r in (getattr(shape_env, "tracked_fakes", None) or [])}
+    recorded = {id(getattr(r, "fake", None)) for r in tracked_fakes(shape_env)}
     recorded |= probe.kept_inputs
     return [t for t in list(probe.tracked.keys()) if isinstance(t, torch.Tensor) and id(t) not in recorded]
 
@@ -59,13 +61,12 @@ def _program_holders(probe: LeakProbe) -> set[int]:
     """ids of the containers through which the program itself keeps fake tensors."""
     ids: set[int] = set()
     shape_env = getattr(probe.fake_mode, "shape_env", None)
-    tracked_fakes = getattr(shape_env, "tracked_fakes", None) or []
-    ids.add(id(tracked_fakes))
-    for record in tracked_fakes:
+    records = tracked_fakes(shape_env)
+    ids.add(id(records))
+    for record in records:
         ids.add(id(record))
         ids.add(id(getattr(record, "__dict__", None)))
-    converter = getattr(probe.fake_mode, "fake_tensor_converter", None)
-    memo = getattr(getattr(converter, "meta_converter", None), "tensor_memo", None)
+    memo = converter_memo(probe.fake_mode)
     if memo is not None:
         ids.add(id(memo))
     gm = probe.graph_module()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ..torch_private import fx as fx_private
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
+from ..torch_private.messages import custom_op_without_fake_kernel
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
@@ -162,17 +162,6 @@ def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
         del node.meta["custom"]
 
 
-@contextlib.contextmanager
-def _torch_stack_traces_off():
-    """Stop torch's own (costly) stack recording for the top-level tracer only."""
-    saved = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = True
-    try:
-        yield saved
-    finally:
-        torch.fx.config.do_not_emit_stack_traces = saved
-
-
 def record(
     call: Callable[..., Any],
     root: Optional[torch.nn.Module],
@@ -196,10 +185,11 @@ def record(
     box: dict[str, Any] = {}
 
     def traced(*flat):
-        # Subgraph tracers (torch.cond branches, ...) are made inside this call
-        # and keep torch's own stack recording; the top-level one gets ours.
-        torch.fx.config.do_not_emit_stack_traces = box["torch_stack_traces_off"]
+        # The top-level tracer's nodes get graphcap's stack recording (_record_user_stack_traces), so
+        # torch's own (costly) recording is switched off on this one tracer instance: subgraph tracers
+        # (torch.cond branches, ...), made inside this call, keep it, and no process-wide flag changes.
         tracer = fx_private.current_make_fx_tracer().fx_tracer
+        tracer.record_stack_traces = False
         _record_user_stack_traces(tracer)
         box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
@@ -222,8 +212,7 @@ def record(
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
-                _torch_stack_traces_off() as saved_setting, fx_private.code_generated_on_first_use():
-            box["torch_stack_traces_off"] = saved_setting
+                fx_private.code_generated_on_first_use():
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
         fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
@@ -255,10 +244,6 @@ def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-_NO_FAKE_IMPL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\w+)\)>|"
-                           r"(\w+::\w+)(?:\.\w+)?: attempted to run this operator with Meta tensors")
-
-
 def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
     """``ns::name`` of a custom operator that failed for want of a fake kernel, else None."""
     UnsupportedOperatorException = unsupported_operator_error()
@@ -267,9 +252,9 @@ def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
             ns = err.func.namespace
             if ns not in ("aten", "prims"):
                 return f"{ns}::{schema_of(err.func).name.split('::')[-1]}"
-        match = _NO_FAKE_IMPL.search(str(err)) if err is not None else None
-        if match:
-            return match.group(1) or match.group(2)
+        named = custom_op_without_fake_kernel(err) if err is not None else None
+        if named:
+            return named
     return None
 
 
