@@ -135,7 +135,7 @@ def equate_with_hints(env: Any, r: RootSymbol, expr: Any, namer: Any, sloc: Any)
     ranges do not meet (the program cannot run on any size the Dim allows)."""
     from .guard_words import where_text
     if isinstance(expr, sympy.Symbol):
-        traced = env.var_to_range.get(expr, ValueRanges(-int_oo, int_oo))
+        traced = symbol_ranges(env).get(expr, ValueRanges(-int_oo, int_oo))
         try:
             met = traced & r.declared
         except ValueRangeError:
@@ -143,10 +143,10 @@ def equate_with_hints(env: Any, r: RootSymbol, expr: Any, namer: Any, sloc: Any)
         if met is None or met.is_bool or _empty(met):
             return (f"The program needs {r.name} = {namer(expr)}{where_text(sloc)}, which only takes "
                     f"{_vr_str(traced)}, outside the range {_vr_str(r.declared)} the spec declares for {r.name}.")
-        env.var_to_range[expr] = met
+        symbol_ranges(env)[expr] = met
         log_equal(r, namer(expr), sloc)
         return None
-    ranges = {s: env.var_to_range.get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
+    ranges = {s: symbol_ranges(env).get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
     _assert_range(env, expr, r.declared, ranges,
                   f"{r.name} = {namer(expr)} must be in {_vr_str(r.declared)}{where_text(sloc)}")
     log_equal(r, namer(expr), sloc)
@@ -174,7 +174,7 @@ def _unify_hint(env: Any, inputs: SymbolicInputs, r: RootSymbol, expr: Any, conf
         if target is not None and target.hint is None:
             current = inputs.narrowed_by_hints.get(expr, target.declared)
         else:
-            current = env.var_to_range.get(expr, ValueRanges(-int_oo, int_oo))
+            current = symbol_ranges(env).get(expr, ValueRanges(-int_oo, int_oo))
         try:
             met = current & r.declared
         except ValueRangeError:
@@ -184,11 +184,11 @@ def _unify_hint(env: Any, inputs: SymbolicInputs, r: RootSymbol, expr: Any, conf
                 f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
                 f"inferred min/max range of {_vr_str(current)}, for {_spec_path(r)}.")
             return
-        env.var_to_range[expr] = met
+        symbol_ranges(env)[expr] = met
         if target is not None and target.hint is None:
             inputs.narrowed_by_hints[expr] = met
         return
-    ranges = {s: env.var_to_range.get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
+    ranges = {s: symbol_ranges(env).get(s, ValueRanges(-int_oo, int_oo)) for s in expr.free_symbols}
     for s in expr.free_symbols:
         t = by_sym.get(s)
         if t is not None and t.hint is None:
