@@ -104,7 +104,8 @@ def break_symbols_have_ranges(ep):
 
 
 def break_call_graph_names_nodes(ep):
-    ep.module_call_graph[0].signature.outputs[0].name = "no_such_node"
+    # the root entry lists no values (as torch.export's): name a value that is no node there
+    ep.module_call_graph[0].signature.outputs.append(graphcap.TensorArgument("no_such_node"))
 
 
 def break_core_or_kept_ops(ep):
