@@ -27,8 +27,7 @@ from ..errors import SerializationError
 from ..program import ExportedProgram
 from . import tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
-from .pt2 import _check_extra_name, load as load_program, save as save_program
-from . import schema
+from .pt2 import extra_file_entries, load as load_program, read_extra_files, save as save_program
 
 LAYOUT_ENTRY = "multi_method.json"
 STATE_ENTRY = "state.safetensors"
@@ -76,12 +75,7 @@ def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = N
     layout = {"layout": LAYOUT_VERSION, "methods": list(progs), "method_state": method_state,
               "state": described, "checksums": tensors.checksums(data)}  # what an mmap load checks
     entries[LAYOUT_ENTRY] = json.dumps(layout, indent=1, allow_nan=False).encode()
-    for name, content in (extra_files or {}).items():
-        payload = content.encode() if isinstance(content, str) else content
-        if not isinstance(payload, (bytes, bytearray)):
-            raise SerializationError(f"Extra file {name!r} must be str or bytes, got {type(content).__name__}.",
-                                     where="extra_files", fix="Pass text or bytes.")
-        entries[schema.EXTRA_PREFIX + _check_extra_name(name)] = bytes(payload)
+    entries.update(extra_file_entries(extra_files))
     write_archive(f, entries)
 
 
@@ -139,12 +133,5 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
                           where=entry)
         programs[name] = load_program(sub, weights={fqn: state[fqn] for fqn in wanted})
     if extra_files is not None:
-        for name in list(extra_files):
-            entry = schema.EXTRA_PREFIX + _check_extra_name(name)
-            if reader.has(entry):
-                data = reader.read(entry)
-                try:
-                    extra_files[name] = data.decode()
-                except UnicodeDecodeError:
-                    extra_files[name] = data
+        read_extra_files(reader, extra_files)
     return MultiMethodProgram(programs, share_equal_values=True)

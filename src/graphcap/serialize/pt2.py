@@ -70,13 +70,32 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, 
     program, payloads = encode_program(ep, with_weights=weights)
     entries: dict[str, bytes] = {schema.PROGRAM_ENTRY: json.dumps(program, indent=1, allow_nan=False).encode()}
     entries.update(payloads)
+    entries.update(extra_file_entries(extra_files))
+    write_archive(f, entries)
+
+
+def extra_file_entries(extra_files: Optional[dict[str, Any]]) -> dict[str, bytes]:
+    """The archive entries of the user's ``extra_files`` (name -> text or bytes)."""
+    entries: dict[str, bytes] = {}
     for name, content in (extra_files or {}).items():
         data = content.encode() if isinstance(content, str) else content
         if not isinstance(data, (bytes, bytearray)):
             raise SerializationError(f"Extra file {name!r} must be str or bytes, got {type(content).__name__}.",
                                      where="extra_files", fix="Pass text or bytes.")
         entries[schema.EXTRA_PREFIX + _check_extra_name(name)] = bytes(data)
-    write_archive(f, entries)
+    return entries
+
+
+def read_extra_files(reader: Any, extra_files: dict[str, Any]) -> None:
+    """Fill ``extra_files`` in place from the archive: text where the bytes are UTF-8, else bytes."""
+    for name in list(extra_files):
+        entry = schema.EXTRA_PREFIX + _check_extra_name(name)
+        if reader.has(entry):
+            data = reader.read(entry)
+            try:
+                extra_files[name] = data.decode()
+            except UnicodeDecodeError:
+                extra_files[name] = data
 
 
 def _meta_tensors(described: Any) -> dict[str, torch.Tensor]:
@@ -158,14 +177,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     if checkpoint is not None:
         loaded, from_meta = attach.attach(state, loaded, checkpoint)
     if extra_files is not None:
-        for name in list(extra_files):
-            entry = schema.EXTRA_PREFIX + _check_extra_name(name)
-            if reader.has(entry):
-                data = reader.read(entry)
-                try:
-                    extra_files[name] = data.decode()
-                except UnicodeDecodeError:
-                    extra_files[name] = data
+        read_extra_files(reader, extra_files)
     example_inputs = None
     if weights and "example_inputs" in program:
         example_inputs = _example_inputs(reader, program["example_inputs"], parts["module_call_graph"][0])
