@@ -135,3 +135,13 @@ def disagreeing_samples():
 
 def no_samples():
     return []
+
+
+class TwoHeads(nn.Module):
+    def forward(self, x, y):
+        return x.sum(-1), y * 2
+
+
+def two_heads():
+    """Two inputs whose sizes do not depend on each other."""
+    return TwoHeads(), (torch.randn(4, 8), torch.randn(3, 5))
