@@ -114,3 +114,34 @@ class Repeat(nn.Module):
 def int_input():
     """A dynamic int input ``n`` in [1, 10] (``graphcap run --input n=7``)."""
     return Repeat(), (torch.randn(3), 4), {}, (None, Dim("n", min=1, max=10))
+
+
+def static_scorer():
+    """The Scorer without a spec, for --infer-shapes: its batch varies across scorer_samples."""
+    torch.manual_seed(0)
+    return Scorer(), (torch.randn(4, 8), torch.rand(4, 3) > 0.5)
+
+
+def scorer_samples():
+    """Two more samples for static_scorer, with other batch sizes."""
+    return [(torch.randn(2, 8), torch.rand(2, 3) > 0.5),
+            (torch.randn(6, 8), torch.rand(6, 3) > 0.5)]
+
+
+def disagreeing_samples():
+    """A sample whose tokens are float64 where the example's are float32."""
+    return [(torch.randn(2, 8, dtype=torch.float64), torch.rand(2, 3) > 0.5)]
+
+
+def no_samples():
+    return []
+
+
+class TwoHeads(nn.Module):
+    def forward(self, x, y):
+        return x.sum(-1), y * 2
+
+
+def two_heads():
+    """Two inputs whose sizes do not depend on each other."""
+    return TwoHeads(), (torch.randn(4, 8), torch.randn(3, 5))

@@ -1,6 +1,7 @@
 """The ``graphcap`` command: export, inspect, run, verify, diff and report programs from the shell.
 
     graphcap export FILE.py:FACTORY -o OUT.pt2 [--arg NAME=VALUE] [--strict | --draft | --chain] [--report OUT.html]
+                    [--infer-shapes (--samples FILE.py:SAMPLES | --sample-input 'NAME=SHAPE ...')...]
     graphcap inspect OUT.pt2 [--graph]
     graphcap run OUT.pt2 [--samples N] [--input NAME=2x3:float32] [--inputs FILE.safetensors]
     graphcap verify FILE.py:FACTORY | OUT.pt2 FILE.py:FACTORY [--samples N] [--rtol R] [--atol A]
@@ -156,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", default="non_strict,strict,draft", metavar="A,B,...",
                    help="with --chain: the strategies to try, in order (default non_strict,strict,draft)")
     p.add_argument("--report", metavar="OUT.html", help="also write the HTML report")
+    p.add_argument("--infer-shapes", action="store_true",
+                   help="infer dynamic_shapes from the example and the samples (--samples, --sample-input) "
+                        "and print the spec as code")
+    p.add_argument("--samples", metavar="FILE.py:SAMPLES", dest="samples_factory",
+                   help="with --infer-shapes: a function returning a list of samples, each a tuple of args or "
+                        "(args, kwargs)")
+    p.add_argument("--sample-input", action="append", default=[], metavar="'NAME=SHAPE[:DTYPE] ...'",
+                   dest="sample_inputs",
+                   help="with --infer-shapes: one sample of random tensors of these sizes (e.g. 'x=2x3x224x224'; "
+                        "items separated by spaces, parameters not named keep the example's values); repeatable")
     p.set_defaults(handler="export_command")
 
     p = command("inspect", help="show a saved program's signature, ranges, operators, weights",

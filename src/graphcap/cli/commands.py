@@ -89,6 +89,11 @@ def export_command(args) -> int:
     built = load_factory(args.factory, args.factory_args)
     start = time.perf_counter()
     data: dict[str, Any] = {"factory": built.where, "output": args.output}
+    inferred = _infer_shapes(args, built)
+    if inferred is not None:
+        built = built._replace(dynamic_shapes=inferred.spec)
+        data["inferred_shapes"] = {"code": inferred.code, "report": inferred.report(),
+                                   "verified_samples": list(inferred.verified)}
     draft_report, capture_result = None, None
     if args.draft:
         ep = graphcap.draft_export(built.model, built.args, built.kwargs, dynamic_shapes=built.dynamic_shapes)
@@ -126,10 +131,45 @@ def export_command(args) -> int:
             problems = draft_report.problems
             out.print(escape(str(draft_report)) if problems else "Draft export: no problems (an export would "
                                                                   "have succeeded as well)")
+        if inferred is not None:
+            out.print("Inferred dynamic shapes (paste into the factory to keep them):")
+            out.print(escape(inferred.code))
+            out.print(escape(inferred.report()))
         out.print(f"Wrote {escape(args.output)} ({human_bytes(size)})")
         if args.report:
             out.print(f"Wrote {escape(args.report)}")
     return emit(args, "export", data, 0, render)
+
+
+def _infer_shapes(args, built: Factory):
+    """``--infer-shapes``: the spec inferred from the factory's example and the samples (else None)."""
+    given = args.samples_factory or args.sample_inputs
+    if not args.infer_shapes:
+        if given:
+            option = "--samples" if args.samples_factory else "--sample-input"
+            raise UsageError(f"{option} is only read with --infer-shapes.", where=option,
+                             fix="Add --infer-shapes, or drop the samples.")
+        return None
+    if not given:
+        raise UsageError("--infer-shapes needs samples to infer from.", where="--infer-shapes",
+                         fix="Add --samples FILE.py:SAMPLES (a function returning [(x1,), (x2,)]) or one "
+                             "--sample-input 'x=4x8' per sample, with sizes that differ where the model's do.")
+    if built.dynamic_shapes is not None:
+        raise UsageError(f"{built.where} returns a dynamic_shapes spec, and --infer-shapes would replace it.",
+                         where="--infer-shapes", fix="Drop --infer-shapes to keep the factory's spec, or return "
+                                                     "(model, args, kwargs) from the factory.")
+    import graphcap
+    from .factory import load_samples
+    from .sample_inputs import samples_from_sizes
+    samples: list = []
+    if args.samples_factory:
+        samples += load_samples(args.samples_factory, args.factory_args)
+    samples += samples_from_sizes(built, args.sample_inputs)
+    if not samples:
+        raise UsageError(f"{args.samples_factory} returned no samples.", where="--samples",
+                         fix="Return one or more samples besides the factory's example: [(x1,), (x2,)]")
+    # the factory's example is one more sample, as with graphcap.export(args, dynamic_shapes="infer", samples=...)
+    return graphcap.infer_dynamic_shapes(built.model, [(built.args, built.kwargs), *samples], strict=args.strict)
 
 
 def _writable(path: str, option: str = "-o/--output") -> None:

@@ -60,6 +60,37 @@ def parse_factory_args(items: list[str]) -> dict[str, Any]:
 
 
 def load_factory(spec: str, factory_args: Optional[list[str]] = None) -> Factory:
+    factory, path = _find_function(spec)
+    kwargs = parse_factory_args(list(factory_args or []))
+    _check_arguments(factory, kwargs, spec)
+    built = _user_call(factory, spec, path, kwargs)
+    return _unpack(built, spec)
+
+
+def load_samples(spec: str, factory_args: Optional[list[str]] = None) -> list:
+    """``--samples FILE.py:SAMPLES``: the list of samples the function returns (each a tuple of args or
+    ``(args, kwargs)``), loaded as factories are. It gets those ``--arg`` values its signature names."""
+    function, path = _find_function(spec)
+    given = parse_factory_args(list(factory_args or []))
+    try:
+        parameters = inspect.signature(function).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        kwargs = {k: v for k, v in given.items() if takes_any or k in parameters}
+    except (TypeError, ValueError):
+        kwargs = {}
+    _check_arguments(function, kwargs, spec)
+    samples = _user_call(function, spec, path, kwargs)
+    if isinstance(samples, tuple):
+        samples = list(samples)
+    if not isinstance(samples, list):
+        raise UsageError(f"{spec} returned {type(samples).__name__}, not a list of samples.", where=spec,
+                         fix="Return a list with one entry per sample, each a tuple of args or (args, kwargs): "
+                             "return [(x_small,), (x_large,)]")
+    return samples
+
+
+def _find_function(spec: str) -> tuple[Any, Path]:
+    """The function ``FILE.py:NAME`` (or ``module:NAME``) names, and the file it is in."""
     file, sep, name = spec.rpartition(":")
     if not is_factory_spec(spec):
         raise UsageError(f"'{spec}' does not name a factory function.", where="FILE.py:FACTORY argument",
@@ -79,10 +110,7 @@ def load_factory(spec: str, factory_args: Optional[list[str]] = None) -> Factory
                          if callable(v) and getattr(v, "__module__", None) == module.__name__ and not k.startswith("_"))
         raise UsageError(f"{file} has no function named '{name}'.", where=spec,
                          fix=f"Use one of the functions it defines: {', '.join(defined) or '(none)'}.")
-    kwargs = parse_factory_args(list(factory_args or []))
-    _check_arguments(factory, kwargs, spec)
-    built = _user_call(factory, spec, path, kwargs)
-    return _unpack(built, spec)
+    return factory, path
 
 
 def _definition_line(factory: Any) -> str:
