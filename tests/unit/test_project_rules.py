@@ -18,8 +18,9 @@ DATA_TYPES = {"graph_arguments.py": "torch.export.graph_signature",  # its data 
               # the class graphcap's ExportedProgram derives from, so consumers take it as is
               # (DESIGN.md, "Type compatibility with the consumers"); its constructor is not run
               "program.py": "torch.export.exported_program",
-              # torch's verifier classes, named by dialect for torch's code that rebuilds a program
-              "export_program.py": "torch._export.verifier"}
+              # torch's verifier classes as that module names them, by dialect, for torch's code
+              # that rebuilds a program (nothing of torch._export is imported)
+              "export_program.py": "torch.export.exported_program"}
 
 
 def _dotted(node: ast.AST) -> str:

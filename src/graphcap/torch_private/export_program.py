@@ -4,8 +4,10 @@ graphcap's ``ExportedProgram`` derives from ``torch.export.ExportedProgram``
 so that the consumers (ExecuTorch, torch.onnx, AOTInductor, coremltools,
 ``torch.export.save``) take it as is. Those tools read the program's verifier
 classes and hand them to torch's constructor, which accepts only subclasses
-of torch's ``Verifier``; the classes of the two IR levels live in the private
-module ``torch._export.verifier``. graphcap's own check of its programs is
+of torch's ``Verifier``. graphcap reaches that class as the public module
+``torch.export.exported_program`` names it, and the training-IR class among its
+subclasses by its dialect (graphcap imports nothing of torch's exporter
+package itself). graphcap's own check of its programs is
 ``graphcap.verifier``; torch's classes here only name the dialect for torch's
 code that rebuilds a program.
 
@@ -16,8 +18,8 @@ means by them.
 from __future__ import annotations
 
 RELIES_ON = {
-    "torch._export.verifier.Verifier": None,
-    "torch._export.verifier.TrainingIRVerifier": None,
+    # the base class of torch's verifiers (the ATEN dialect's), as the program's module names it
+    "torch.export.exported_program.Verifier": None,
     # read by torch.export.save's serializer and torch's module(): shape guards as Python text
     "torch.export.exported_program.ExportedProgram#_guards_code": None,
 }
@@ -34,17 +36,25 @@ def set_torch_only_fields(ep: object) -> None:
     ep._guards_code = []
 
 
+def _torch_verifier_base() -> type:
+    import torch.export.exported_program as torch_program
+    return torch_program.Verifier
+
+
 def torch_verifier_for(dialect: str) -> type:
-    """torch's verifier class for the IR level ``dialect`` (``"TRAINING"`` or ``"ATEN"``)."""
-    import torch._export.verifier as _torch_verifier
-    if dialect == "TRAINING":
-        return _torch_verifier.TrainingIRVerifier
+    """torch's verifier class for the IR level ``dialect`` (``"TRAINING"`` or ``"ATEN"``): the base
+    class for ATEN, and torch's own subclass whose ``dialect`` is TRAINING for the training IR."""
+    base = _torch_verifier_base()
     if dialect == "ATEN":
-        return _torch_verifier.Verifier
+        return base
+    if dialect == "TRAINING":
+        found = [c for c in base.__subclasses__()
+                 if getattr(c, "dialect", None) == "TRAINING" and c.__module__.startswith("torch.")]
+        if found:
+            return found[0]
     raise ValueError(f"torch has no verifier class for the dialect {dialect!r} (known: 'TRAINING', 'ATEN')")
 
 
 def is_torch_verifier(cls: object) -> bool:
     """Whether ``cls`` is torch's verifier class or a subclass of it (e.g. ExecuTorch's EXIR verifiers)."""
-    import torch._export.verifier as _torch_verifier
-    return isinstance(cls, type) and issubclass(cls, _torch_verifier.Verifier)
+    return isinstance(cls, type) and issubclass(cls, _torch_verifier_base())
