@@ -89,7 +89,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     It is an instance of ``torch.export.ExportedProgram`` so that every tool taking
     torch.export's program (ExecuTorch, ``torch.onnx.export``, AOTInductor,
-    ``torch.export.save``, coremltools) takes it as is; everything graphcap does with
+    torch.export's save, coremltools) takes it as is; everything graphcap does with
     it (construction, ``validate``, ``module()``, ``run_decompositions``, printing,
     files) is graphcap's own code, overriding torch's (torch's constructor is not run).
 

@@ -2,7 +2,7 @@
 
 graphcap's ``ExportedProgram`` derives from ``torch.export.ExportedProgram``
 so that the consumers (ExecuTorch, torch.onnx, AOTInductor, coremltools,
-``torch.export.save``) take it as is. Those tools read the program's verifier
+torch.export's save) take it as is. Those tools read the program's verifier
 classes and hand them to torch's constructor, which accepts only subclasses
 of torch's ``Verifier``. graphcap reaches that class as the public module
 ``torch.export.exported_program`` names it, and the training-IR class among its
@@ -20,7 +20,7 @@ from __future__ import annotations
 RELIES_ON = {
     # the base class of torch's verifiers (the ATEN dialect's), as the program's module names it
     "torch.export.exported_program.Verifier": None,
-    # read by torch.export.save's serializer and torch's module(): shape guards as Python text
+    # read by torch.export's save (its serializer) and torch's module(): shape guards as Python text
     "torch.export.exported_program.ExportedProgram#_guards_code": None,
 }
 
@@ -29,7 +29,7 @@ def set_torch_only_fields(ep: object) -> None:
     """Set on graphcap's program the fields torch's constructor sets and only torch's code reads.
 
     ``_guards_code``: the shape guards torch's ``module()`` turns into checks, written into
-    torch's file format by ``torch.export.save``. graphcap's program keeps what it accepts in
+    torch's file format by torch.export's save. graphcap's program keeps what it accepts in
     ``range_constraints`` and checks its inputs in its own ``module()``; it records no extra
     guard text (torch.export's list is empty for most programs too).
     """
