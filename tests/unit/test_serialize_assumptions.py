@@ -6,13 +6,7 @@ from graphcap import Dim
 from graphcap.dynamic.assumptions import Assumption
 
 
-class Branchy(torch.nn.Module):
-    def forward(self, x, y):
-        if x.shape[1] == 3:  # specializes dim 1
-            x = x * 2
-        if x.shape[0] > 4:  # a guard on dim 0
-            x = x + 1
-        return x[:, :2] + y  # ties x's dim 0 to y's
+from test_export_record import Branchy  # a specialization, a guard and a relation
 
 
 def _export():

@@ -175,14 +175,8 @@ def _unify_hint(env: Any, inputs: SymbolicInputs, r: RootSymbol, expr: Any, conf
             current = inputs.narrowed_by_hints.get(expr, target.declared)
         else:
             current = symbol_ranges(env).get(expr, ValueRanges(-int_oo, int_oo))
-        try:
-            met = current & r.declared
-        except ValueRangeError:
-            met = None
-        if met is None or met.is_bool or _empty(met):
-            conflicts.append(
-                f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
-                f"inferred min/max range of {_vr_str(current)}, for {_spec_path(r)}.")
+        met = _meet_or_conflict(current, r, conflicts)
+        if met is None:
             return
         symbol_ranges(env)[expr] = met
         if target is not None and target.hint is None:
@@ -194,6 +188,21 @@ def _unify_hint(env: Any, inputs: SymbolicInputs, r: RootSymbol, expr: Any, conf
         if t is not None and t.hint is None:
             ranges[s] = inputs.narrowed_by_hints.get(s, t.declared)
     _assert_range(env, expr, r.declared, ranges, f"{_spec_path(r)} must be in {_user_range(r.hint)}")
+
+
+def _meet_or_conflict(current: Any, r: RootSymbol, conflicts: list[str]) -> Any:
+    """``current`` narrowed to the hint's declared range, or None after recording the conflict
+    (the two ranges do not meet)."""
+    try:
+        met = current & r.declared
+    except ValueRangeError:
+        met = None
+    if met is None or met.is_bool or _empty(met):
+        conflicts.append(
+            f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
+            f"inferred min/max range of {_vr_str(current)}, for {_spec_path(r)}.")
+        return None
+    return met
 
 
 def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
@@ -212,14 +221,8 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
                 _unify_hint(env, inputs, r, expr, conflicts)
             continue
         traced = symbol_ranges(env).get(r.symbol, ValueRanges(-int_oo, int_oo))
-        try:
-            narrowed = traced & r.declared
-        except ValueRangeError:
-            narrowed = None
-        if narrowed is None or narrowed.is_bool or _empty(narrowed):
-            conflicts.append(
-                f"- Received user-specified min/max range of {_user_range(r.hint)}, conflicting with the "
-                f"inferred min/max range of {_vr_str(traced)}, for {_spec_path(r)}.")
+        narrowed = _meet_or_conflict(traced, r, conflicts)
+        if narrowed is None:
             continue
         symbol_ranges(env)[r.symbol] = narrowed
         if r.hint.kind is DimHint.Kind.DYNAMIC and narrowed.is_singleton():
