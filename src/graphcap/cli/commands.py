@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .errors import UsageError
 from .factory import Factory, is_factory_spec, load_factory
-from .summary import diff_facts, facts_as_data, format_version_of, human_bytes, program_facts
+from .summary import assumption_rows, diff_facts, facts_as_data, format_version_of, human_bytes, program_facts
 
 STRATEGY_NAMES = ("non_strict", "strict", "draft")
 
@@ -243,6 +243,14 @@ def _render_inspect(args, ep, facts) -> None:
         out.print(rt)
     else:
         out.print("Range constraints: none (every size is static)")
+    assumed = assumption_rows(ep)
+    if assumed:
+        at = Table(title="Assumptions (what export fixed or tied about the sizes)", title_justify="left")
+        for col in ("kind", "condition", "where (user source)", "to keep it dynamic"):
+            at.add_column(col)
+        for a in assumed:
+            at.add_row(a["kind"], escape(a["text"]), escape(a["where"] or "(inside torch)"), escape(a["keep_dynamic"]))
+        out.print(at)
     ops = Table(title=f"Operators ({sum(facts.operators.values())} calls)", title_justify="left")
     ops.add_column("operator")
     ops.add_column("count", justify="right")

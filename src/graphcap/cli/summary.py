@@ -208,4 +208,16 @@ def facts_as_data(facts: ProgramFacts, ep: Any) -> dict[str, Any]:
         "weights": [dict(name=name, kind=w.kind, dtype=w.dtype, shape=w.shape, bytes=w.nbytes)
                     for name, w in facts.weights.items()],
         "weight_bytes": sum(w.nbytes for w in facts.weights.values()),
+        "assumptions": assumption_rows(ep),
     }
+
+
+def assumption_rows(ep: Any) -> list[dict[str, Any]]:
+    """What export assumed about the sizes (``ep.export_assumptions``), each with its user line and
+    what would keep the dim dynamic; empty for a static export or a program that carries none."""
+    from ..dynamic.assumptions import how_to_keep_dynamic
+    rows = []
+    for a in getattr(ep, "export_assumptions", None) or []:
+        data = a if isinstance(a, dict) else a.to_dict()
+        rows.append({**data, "keep_dynamic": how_to_keep_dynamic(data)})
+    return rows

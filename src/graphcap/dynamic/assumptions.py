@@ -44,6 +44,29 @@ class Assumption:
                 "framework": self.framework}
 
 
+def how_to_keep_dynamic(a: Any) -> str:
+    """What would keep the dim of an assumption dynamic, in words a user can act on.
+
+    A specialization made by the user's own line can only be undone in the code
+    (the spec cannot make a size dynamic that the code compares with a constant);
+    one made inside torch (a weight's shape, a size tied to one) is not the spec's to undo. A
+    relation is kept dynamic by one shared ``Dim``; a narrowed range by declaring
+    it. ``a`` is an :class:`Assumption` or its ``to_dict()``."""
+    field = a.get if isinstance(a, dict) else lambda k, d=None: getattr(a, k, d)
+    kind, dim, text = field("kind"), field("dim") or "", field("text") or ""
+    if kind == "specialization":
+        if field("framework"):
+            return ("not through the spec: torch's code at that line fixes it (a weight's shape, "
+                    "or equality with a size already fixed)")
+        return (f"make that line independent of the size; a named Dim for {dim} (not Dim.AUTO) "
+                "makes export stop there and say why")
+    if kind == "relation":
+        return f"dynamic already, tied to another input's dim: give both one Dim in dynamic_shapes ({text})"
+    if kind == "range":
+        return f"dynamic already, in a narrower range: declare it in its Dim ({text})"
+    return "dynamic already: the program checks this when it runs" if kind == "guard" else ""
+
+
 def _where(sloc: Any) -> str:
     """The user's line of a ShapeEnv source location, without the parentheses of ``where_text``."""
     if sloc is None:

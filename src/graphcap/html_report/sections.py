@@ -14,6 +14,7 @@ from typing import Any, Iterable, Optional
 
 import torch
 
+from ..dynamic.assumptions import how_to_keep_dynamic
 from ..signature import InputKind
 from .names import NoNames, SymbolNames
 
@@ -245,15 +246,16 @@ def assumptions(ep: Any, names: SymbolNames = NoNames()) -> str:
         text = names(field("text") or "")
         if not text.strip():
             continue  # a record without its condition says nothing: no empty row
-        rows.append([field("kind") or "", names(field("dim") or ""), Raw(f"<code>{escape(text)}</code>"), where])
-    rows += runtime_asserts(ep, names)
+        rows.append([field("kind") or "", names(field("dim") or ""), Raw(f"<code>{escape(text)}</code>"), where,
+                     names(how_to_keep_dynamic(a))])
+    rows += [[*row, "checked when the program runs"] for row in runtime_asserts(ep, names)]
     note = "" if recorded is not None else \
         "<p class=\"note\">This program does not carry its export's assumptions (it was loaded from a file or " \
         "rebuilt by a pass); the checks it makes at run time are read from the graph.</p>"
     if not rows:
         return note + ("<p>No runtime asserts in the graph.</p>" if recorded is None else
                        "<p>None: no size was specialized and no guard was needed beyond the signature.</p>")
-    return note + table(["kind", "dims", "condition", "where (user source)"], rows)
+    return note + table(["kind", "dims", "condition", "where (user source)", "to keep it dynamic"], rows)
 
 
 def timings(ep: Any) -> str:
