@@ -67,12 +67,13 @@ def export(
     """
     if samples is not None or (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
         from .capture.inferred_shapes import export_with_inferred_shapes
-        return export_with_inferred_shapes(mod, args, kwargs, dynamic_shapes=dynamic_shapes, samples=samples,
-                                           strict=strict, preserve_module_call_signature=preserve_module_call_signature)
-    from .capture.front_ends import run_front_end
-    ep = run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
-                       preserve_module_call_signature=preserve_module_call_signature,
-                       prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+        ep = export_with_inferred_shapes(mod, args, kwargs, dynamic_shapes=dynamic_shapes, samples=samples,
+                                         strict=strict, preserve_module_call_signature=preserve_module_call_signature)
+    else:
+        from .capture.front_ends import run_front_end
+        ep = run_front_end(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+                           preserve_module_call_signature=preserve_module_call_signature,
+                           prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
     import torch
     if any(t.device.type == "meta" for t in getattr(ep, "constants", {}).values() if isinstance(t, torch.Tensor)):
         # built on the meta device: the buffers a module computes at construction get their real values

@@ -241,3 +241,21 @@ def test_kwargs_in_another_order_are_the_same_inputs():
                ((torch.randn(4, 7),), {"bias": torch.randn(7), "scale": torch.randn(4, 1)})]
     shapes = graphcap.infer_dynamic_shapes(Kwargs(), samples)
     assert shapes.spec["kwargs"]["scale"][0] is shapes.spec["x"][0] and shapes.verified == [0, 1]
+
+
+def test_an_argument_passed_by_position_or_by_keyword_is_the_same_input():
+    x, m = torch.randn(2, 8), torch.ones(2)
+    samples = [((x,), {"mask": m}),                                   # x by position
+               ((), {"x": torch.randn(5, 8), "mask": torch.ones(5)}),  # x by keyword
+               (torch.randn(3, 8), torch.ones(3))]                     # both by position
+    shapes = graphcap.infer_dynamic_shapes(LinearMask(), samples)
+    assert shapes.spec["x"][0] is shapes.spec["mask"][0] and shapes.verified == [0, 1, 2]
+    ep = graphcap.export(LinearMask(), (x,), {"mask": m}, dynamic_shapes="infer", samples=samples[1:])
+    out = ep.module()(torch.randn(7, 8), mask=torch.ones(7))  # called the way its example was
+    assert out.shape == (7, 4)
+
+
+def test_samples_with_a_missing_argument_still_name_it():
+    samples = [(torch.randn(2, 8), torch.ones(2)), ((), {"x": torch.randn(5, 8)})]
+    with pytest.raises(ExportInputError, match="signature"):
+        graphcap.infer_dynamic_shapes(LinearMask(), samples)

@@ -123,3 +123,14 @@ def test_a_rebuilt_module_whose_plain_attributes_differ_is_not_used():
     ep = graphcap.export(meta, (torch.tensor([[1, 2]]),))
     assert ep.constants["pos.table"].device.type == "meta"
     assert materialise(meta, ep) == []
+
+
+def test_an_inferred_spec_export_of_a_meta_model_gets_the_buffer_values_too():
+    torch.manual_seed(0)
+    eager = Net(KeepsItsArgument)
+    with torch.device("meta"):
+        meta = Net(KeepsItsArgument)
+    samples = [(torch.tensor([[1, 2, 3, 0]]),), (torch.tensor([[4, 5, 6, 7]] * 3),)]
+    ep = graphcap.export(meta, dynamic_shapes="infer", samples=samples)
+    assert torch.equal(ep.constants["pos.table"], eager.pos.table)
+    assert ep.inferred_shapes.spec["ids"][0] is not None  # the batch varies: dynamic

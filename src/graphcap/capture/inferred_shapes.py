@@ -130,6 +130,36 @@ def _as_call(sample: Any, i: int) -> tuple[tuple, dict]:
                            fix="Pass samples=[(x1,), (x2,)] or samples=[((x1,), {'mask': m1}), ...].")
 
 
+def _arranged_like(target: Any, call: tuple[tuple, dict], first: tuple[tuple, dict]) -> tuple[tuple, dict]:
+    """``call`` with the arguments ``first`` passed by position passed by position, the rest by keyword.
+
+    Samples may pass one argument by position in one and by keyword in another
+    (``model(x, mask=m)``, ``model(x=x, mask=m)``): they are the same inputs, and
+    the program, like torch.export's, is called the way its example was."""
+    sig_target = target.forward if isinstance(target, torch.nn.Module) else target
+    try:
+        sig = inspect.signature(sig_target)
+        bound = sig.bind(*call[0], **call[1])
+    except (TypeError, ValueError):
+        return call  # the structure check says what does not fit
+    params = list(sig.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return call  # extra positionals have no name to move them by
+    by_position = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    moved = by_position[:len(first[0])]
+    if not all(n in bound.arguments for n in moved):
+        return call
+    kwargs: dict[str, Any] = {}
+    for p in params:
+        if p.name in moved or p.name not in bound.arguments:
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            kwargs.update(bound.arguments[p.name])
+        else:
+            kwargs[p.name] = bound.arguments[p.name]
+    return tuple(bound.arguments[n] for n in moved), kwargs
+
+
 def _callable(model: Any, method: str) -> Any:
     if isinstance(model, torch.nn.Module):
         fn = getattr(model, method, None)
@@ -423,7 +453,11 @@ def _same(a: Any, b: Any) -> bool:
         return False
     for x, y in zip(la, lb):
         if isinstance(x, torch.Tensor):
-            if not isinstance(y, torch.Tensor) or x.shape != y.shape or not torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True):
+            if not isinstance(y, torch.Tensor) or x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            if "meta" in (x.device.type, y.device.type):
+                continue  # a model built on the meta device has no values: shapes and dtypes are what agree
+            if not torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True):
                 return False
         elif isinstance(x, _PLAIN) and x != y:
             return False
@@ -497,6 +531,7 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
                                                     "where the model takes different sizes.")
     target = _callable(model, method)
     calls = [_as_call(s, i) for i, s in enumerate(samples)]
+    calls = [calls[0]] + [_arranged_like(target, c, calls[0]) for c in calls[1:]]
     rank = {k: n for n, k in enumerate(calls[0][1])}  # the same kwargs in another order are the same inputs
     calls = [(a, dict(sorted(k.items(), key=lambda kv: rank.get(kv[0], len(rank))))) for a, k in calls]
     tree_spec, flats = _flatten_samples(target, calls)
