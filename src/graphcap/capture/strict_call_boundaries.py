@@ -1,0 +1,109 @@
+"""Call boundaries of preserved submodules in strict capture.
+
+Non-strict capture sees a preserved submodule's calls happen (module hooks in
+``graphcap.capture.call_signatures``). Strict capture does not: dynamo inlines
+every submodule call into one graph, and graphcap then replays that graph,
+where no submodule is called any more. So the boundary is written into
+dynamo's graph instead:
+
+- while dynamo reads the program, each preserved submodule carries a forward
+  pre-hook and a forward hook (dynamo traces hooks as part of the call). Each
+  passes the call's ``(args, kwargs)`` / output through a *boundary marker*: a
+  graphcap function dynamo is told to put into its graph as one call (
+  ``torch.compiler.allow_in_graph``), with the structure as its argument and
+  the tensor leaves as its result. Downstream code uses the marker's results,
+  so the marker stays where the call starts and ends, inside the call's module
+  stack;
+- the replay (``graphcap.capture.strict``) reports each marker it meets to the
+  trace's call recorder, with the call name its module stack gives (``sub``,
+  ``sub@1``), and returns the very values it was given. The recorder writes the
+  same call signatures as in non-strict capture; the marker records no
+  operator, so the program holds no trace of it.
+
+A marker function is made per export; dynamo's registration of it ends when
+the function is garbage collected (``allow_in_graph`` ties it to the
+function's life), so nothing stays registered in the process.
+Inputs and outputs of a preserved submodule must be tensors, Python scalars,
+None, or lists, tuples and dicts of them in strict mode: dynamo passes only
+those to a function it puts into its graph.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.fx import immutable_collections
+
+from ..torch_private import pytree
+
+
+def _tensor_leaves(tree: Any) -> tuple:
+    return tuple(v for v in pytree.tree_leaves(tree) if isinstance(v, torch.Tensor))
+
+
+def _new_marker() -> Callable[[str, bool, Any], tuple]:
+    def graphcap_call_boundary(fqn: str, entering: bool, tree: Any) -> tuple:
+        """Where a preserved submodule's call starts (``entering``) or ends: the tensors of ``tree``."""
+        return _tensor_leaves(tree)
+    torch.compiler.allow_in_graph(graphcap_call_boundary)
+    return graphcap_call_boundary
+
+
+def _through(marker: Callable[..., tuple], fqn: str, entering: bool, tree: Any) -> Any:
+    """``tree`` with its tensors replaced by the marker's results (same structure, same constants)."""
+    leaves, spec = pytree.tree_flatten(tree)
+    marked = iter(marker(fqn, entering, tree))
+    return pytree.tree_unflatten([next(marked) if isinstance(v, torch.Tensor) else v for v in leaves], spec)
+
+
+@contextlib.contextmanager
+def marked_calls(modules: dict[str, torch.nn.Module]) -> Iterator[Optional[Callable[..., tuple]]]:
+    """For the block (dynamo's read of the program), each call of the ``modules`` (FQN -> module)
+    passes its inputs and outputs through one boundary marker, which is yielded; None when there
+    is no module to mark. The hooks are removed after."""
+    if not modules:
+        yield None
+        return
+    marker = _new_marker()
+    handles = []
+
+    def hooks(fqn: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        def enter(module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+            return _through(marker, fqn, True, (args, kwargs))
+
+        def leave(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            return _through(marker, fqn, False, output)
+        return enter, leave
+
+    try:
+        for fqn, module in modules.items():
+            enter, leave = hooks(fqn)
+            # after the module's own hooks, as non-strict capture's recorder
+            handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
+            handles.append(module.register_forward_hook(leave, with_kwargs=True))
+        yield marker
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def passes_through(tree: Any) -> tuple:
+    """What a marker returns when the replay meets it: the tensors it was given, unchanged."""
+    return _tensor_leaves(tree)
+
+
+def as_called(tree: Any) -> Any:
+    """A marker's argument as the program built it: fx keeps a node's list and dict arguments
+    as its immutable list and dict types, which the call signature must not name."""
+    if isinstance(tree, immutable_collections.immutable_list):
+        return [as_called(v) for v in tree]
+    if isinstance(tree, immutable_collections.immutable_dict):
+        return {k: as_called(v) for k, v in tree.items()}
+    if type(tree) is tuple:
+        return tuple(as_called(v) for v in tree)
+    if type(tree) is list:
+        return [as_called(v) for v in tree]
+    if type(tree) is dict:
+        return {k: as_called(v) for k, v in tree.items()}
+    return tree
