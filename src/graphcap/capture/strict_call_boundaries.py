@@ -30,7 +30,8 @@ those to a function it puts into its graph.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.fx import immutable_collections
@@ -58,7 +59,7 @@ def _through(marker: Callable[..., tuple], fqn: str, entering: bool, tree: Any) 
 
 
 @contextlib.contextmanager
-def marked_calls(modules: dict[str, torch.nn.Module]) -> Iterator[Optional[Callable[..., tuple]]]:
+def marked_calls(modules: dict[str, torch.nn.Module]) -> Iterator[Callable[..., tuple] | None]:
     """For the block (dynamo's read of the program), each call of the ``modules`` (FQN -> module)
     passes its inputs and outputs through one boundary marker, which is yielded; None when there
     is no module to mark. The hooks are removed after."""
