@@ -3,7 +3,9 @@ kept as non-strict capture keeps them (the call graph's signatures, one per call
 holds no trace of how they were found, and unflatten / swap / save-load work on the result."""
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
 import gc
 import io
 import operator
@@ -13,7 +15,7 @@ import torch
 from preserved_block_models import Net
 
 import graphcap
-from graphcap.errors import ExportInputError
+from graphcap.errors import ExportInputError, StrictCaptureError
 from graphcap.hierarchy import SubmoduleSignatureError, unflatten
 
 
@@ -263,3 +265,67 @@ def test_later_calls_with_distinct_tensors_use_their_own_graph(strict):
     torch.testing.assert_close(unf(x), copy.deepcopy(model)(x))
     h, b = torch.randn(2, 4), torch.randn(2, 4)
     torch.testing.assert_close(unf.sub(h, bias=b), copy.deepcopy(model.sub)(h, bias=b))
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+class NamedTupleSub(torch.nn.Module):
+    def forward(self, p):
+        return Pair(p.a + 1, p.b * 2)
+
+
+class NamedTupleUser(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = NamedTupleSub()
+
+    def forward(self, x):
+        q = self.sub(Pair(x, x + 1))
+        return q.a + q.b
+
+
+def test_named_tuples_cross_a_strict_boundary():
+    # dynamo builds the returned named tuple outside the module's stack, between the call's last
+    # operator and its end: the call is still one call
+    model, x = NamedTupleUser(), torch.randn(3)
+    loose, strict = _both(model, (x,), ("sub",))
+    assert _signatures(strict)["sub"].in_spec == _signatures(loose)["sub"].in_spec
+    assert _signatures(strict)["sub"].out_spec == _signatures(loose)["sub"].out_spec
+    unf = unflatten(strict)
+    out = unf.sub(Pair(x, x))
+    assert isinstance(out, Pair)
+    torch.testing.assert_close(unf(x), model(x))
+
+
+@dataclasses.dataclass
+class Fields:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class DataclassSub(torch.nn.Module):
+    def forward(self, f):
+        return f.a + f.b
+
+
+class DataclassUser(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = DataclassSub()
+
+    def forward(self, x):
+        return self.sub(Fields(x, x + 1))
+
+
+def test_a_structure_dynamo_cannot_pass_is_refused_naming_the_call():
+    torch.utils._pytree.register_dataclass(Fields)
+    try:
+        with pytest.raises(StrictCaptureError, match="call signature of 'sub'") as info:
+            graphcap.export(DataclassUser(), (torch.randn(3),), strict=True, preserve_module_call_signature=("sub",))
+        assert "self.sub(Fields(x, x + 1))" in str(info.value) and "strict=False" in str(info.value)
+        # strict=False preserves it
+        ep = graphcap.export(DataclassUser(), (torch.randn(3),), preserve_module_call_signature=("sub",))
+        assert _signatures(ep)["sub"] is not None
+    finally:
+        torch.utils._pytree._deregister_pytree_node(Fields)

@@ -88,7 +88,8 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
                 strict_call_boundaries.marked_calls(preserved) as marker:
             gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
-        raise strict_refusals.explain_refusal(e, target) from e
+        refused = strict_call_boundaries.refused_at_boundary(e, target, preserved) if preserved else None
+        raise (refused or strict_refusals.explain_refusal(e, target)) from e
     outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
         raise strict_refusals.side_effect_error(None, outside, target, None)
@@ -152,7 +153,7 @@ class _ModuleStacks:
             for name, module in root.named_modules(remove_duplicate=False):
                 self.names_by_id.setdefault(id(module), name)
         self.calls: dict[str, int] = {}
-        self.previous: dict[str, Any] = {}
+        self.last_key: dict[str, str] = {}  # dynamo's key of the latest call of each module
 
     def _fqn(self, key: str, path: str) -> str:
         fqn = _fqn_of_source(path)
@@ -162,27 +163,27 @@ class _ModuleStacks:
                 return fqn
             except AttributeError:
                 pass
-            if key.isdigit() and int(key) in self.names_by_id:
-                return self.names_by_id[int(key)]
+            module_id = key.split("@")[0]
+            if module_id.isdigit() and int(module_id) in self.names_by_id:
+                return self.names_by_id[int(module_id)]
         return fqn
 
     def convert(self, stack: Optional[dict]) -> dict:
         out: dict = {}
         if self.root is not None:
             out[call_key("")] = ("", type(self.root))
-        current: dict[str, Any] = {}
         for key, (path, cls) in (stack or {}).items():
             fqn = self._fqn(str(key), str(path))
             if not fqn:
                 continue
-            # a new call of the module starts where the previous node was not inside it, or was
-            # inside another call of it (dynamo numbers its keys per call: ``<id>``, ``<id>@1``)
-            if self.previous.get(fqn) != key:
+            # dynamo keys each call of a module apart (``<id>``, ``<id>@1``, ...): a new key starts
+            # the module's next call; nodes outside the module between two of one call's nodes (a
+            # namedtuple built for its output) do not end the call
+            if self.last_key.get(fqn) != key:
                 self.calls[fqn] = self.calls.get(fqn, -1) + 1
-            current[fqn] = key
+                self.last_key[fqn] = key
             n = self.calls[fqn]
             out[call_key(fqn if n == 0 else f"{fqn}@{n}")] = (fqn, cls)
-        self.previous = current
         return out
 
 

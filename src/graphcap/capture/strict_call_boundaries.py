@@ -30,12 +30,15 @@ those to a function it puts into its graph.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.fx import immutable_collections
 
+from ..errors import StrictCaptureError
+from ..torch_private import dynamo as dynamo_private
 from ..torch_private import pytree
 
 
@@ -87,6 +90,33 @@ def marked_calls(modules: dict[str, torch.nn.Module]) -> Iterator[Callable[..., 
     finally:
         for handle in handles:
             handle.remove()
+
+
+def refused_at_boundary(e: BaseException, target: Any, modules: dict[str, torch.nn.Module]) -> Any:
+    """dynamo's refusal, when it refused a boundary marker (a preserved submodule took or gave a
+    structure it cannot pass to a function in its graph: a dataclass, a custom class), as an
+    error in the user's terms; None when dynamo refused something else."""
+    frames = dynamo_private.user_stack_of(e)
+    if not any(f.filename == __file__ for f in frames):
+        return None
+    user = [f for f in frames if f.filename != __file__ and not _in_torch(f.filename)]
+    where = None
+    if user:
+        f = user[-1]
+        where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
+    names = ", ".join(f"'{n}'" for n in modules)
+    return StrictCaptureError.like(
+        e, f"strict=True cannot keep the call signature of {names} in {target.name}: a call passes or "
+           f"returns a structure other than tensors, Python scalars, None, and tuples, named tuples, "
+           f"lists and dicts of them (a dataclass or another registered class), which dynamo cannot "
+           f"hand to graphcap's call-boundary marker.",
+        where=where,
+        fix="Export with strict=False, which preserves such calls, or pass the submodule plain "
+            "containers (its fields as a tuple or dict).")
+
+
+def _in_torch(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(torch.__file__)) in os.path.abspath(filename)
 
 
 def passes_through(tree: Any) -> tuple:
