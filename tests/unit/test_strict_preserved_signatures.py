@@ -329,3 +329,57 @@ def test_a_structure_dynamo_cannot_pass_is_refused_naming_the_call():
         assert _signatures(ep)["sub"] is not None
     finally:
         torch.utils._pytree._deregister_pytree_node(Fields)
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: self.lin(x), lambda x: x * 2, (x,))
+
+
+class CondAround(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = Branchy()
+        self.other = Branchy()
+
+    def forward(self, x):
+        y = self.sub(x)
+        return torch.cond(y.sum() > 0, lambda y: self.other(y), lambda y: y - 1, (y,))
+
+
+def test_a_cond_inside_a_preserved_module_and_a_preserved_call_inside_a_cond():
+    model, x = CondAround(), torch.randn(2, 3)
+    with pytest.warns(UserWarning, match=r"call signature of \['other'\] is not recorded") as record:
+        ep = graphcap.export(model, (x,), strict=True, preserve_module_call_signature=("sub", "other"))
+    assert any(w.filename == __file__ for w in record)  # points at the user's export call
+    assert _signatures(ep)["sub"] is not None and _signatures(ep)["other"] is None
+    unf = unflatten(ep)
+    for t in (x, -x):  # both branches of each cond
+        torch.testing.assert_close(unf(t), model(t))
+    unf.sub = copy.deepcopy(model.sub)
+    torch.testing.assert_close(unf(x), model(x))
+
+
+def test_strict_re_export_of_a_programs_module_with_the_same_names():
+    # the program's module() calls no submodule (their calls are inlined in its graph): the
+    # re-export works, and records no call signature for them
+    model, x = Net(), torch.randn(2, 4)
+    ep = graphcap.export(model, (x,), strict=True, preserve_module_call_signature=("block",))
+    again = graphcap.export(ep.module(), (x,), strict=True, preserve_module_call_signature=("block",))
+    assert _signatures(again).get("block") is None
+    torch.testing.assert_close(again.module()(x), copy.deepcopy(model)(x))
+
+
+def test_strict_re_export_names_a_submodule_the_programs_module_lacks():
+    # a stateless submodule leaves no attribute in the program's module(): the name is left out
+    # with a warning at the user's export call, as non-strict does, instead of an error
+    model, x = NamedTupleUser(), torch.randn(3)
+    ep = graphcap.export(model, (x,), strict=True, preserve_module_call_signature=("sub",))
+    with pytest.warns(UserWarning, match=r"names \['sub'\].*does not call as submodules") as record:
+        again = graphcap.export(ep.module(), (x,), strict=True, preserve_module_call_signature=("sub",))
+    assert any(w.filename == __file__ for w in record)
+    torch.testing.assert_close(again.module()(x), model(x))

@@ -150,9 +150,10 @@ class CallRecorder:
 
 def preserved_modules(root: Optional[torch.nn.Module], fqns: Sequence[str],
                       tree: Optional[list[tuple[str, torch.nn.Module]]] = None,
-                      replays_graph: bool = False) -> dict[str, torch.nn.Module]:
+                      replays_graph: bool = False, stacklevel: int = 6) -> dict[str, torch.nn.Module]:
     """The submodules ``preserve_module_call_signature`` names, by FQN; an error naming the
-    paths that are not submodules of ``root``."""
+    paths that are not submodules of ``root`` (a warning, and the paths left out, where ``root``
+    is a graph module traced before: ``stacklevel`` points it at the user's export call)."""
     fqns = list(fqns or ())
     if not fqns:
         return {}
@@ -168,7 +169,7 @@ def preserved_modules(root: Optional[torch.nn.Module], fqns: Sequence[str],
         warnings.warn(f"preserve_module_call_signature names {missing}, which {type(root).__name__} "
                       f"(a graph module whose graph was traced before) does not call as submodules; "
                       f"their call signatures are not recorded, so unflatten of this program "
-                      f"cannot swap them.", stacklevel=6)
+                      f"cannot swap them.", stacklevel=stacklevel)
         fqns = [f for f in fqns if f not in missing]
     elif missing:
         raise ExportInputError(

@@ -48,15 +48,24 @@ def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: An
 
     Preserved submodules' calls are marked in dynamo's graph and reported to the call
     recorder by the replay (``graphcap.capture.strict_call_boundaries``)."""
-    preserved = call_signatures.preserved_modules(non_strict.resolve_target(mod).root, preserve_module_call_signature)
+    root = non_strict.resolve_target(mod).root
+    # a graph module exported again (a program's module()) calls no submodule: names left out, a warning
+    preserved = call_signatures.preserved_modules(root, preserve_module_call_signature,
+                                                  replays_graph=isinstance(root, torch.fx.GraphModule), stacklevel=5)
+
+    replays: list[DynamoGraphReplay] = []
 
     def front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
-        return _front(target, args, kwargs, user_leaves, fake_user, preserved)
+        replays.append(_front(target, args, kwargs, user_leaves, fake_user, preserved))
+        return replays[-1]
 
     ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                       preserve_module_call_signature=tuple(preserved),
                                       prefer_deferred_asserts=prefer_deferred_asserts, front=front)
     _state_placeholders_name_their_first_use(ep)
+    if replays and replays[0].marker is not None:
+        strict_call_boundaries.warn_unrecorded_calls(ep, strict_call_boundaries.marked_in_branches(
+            replays[0].gm, replays[0].marker))
     return ep
 
 

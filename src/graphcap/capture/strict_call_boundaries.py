@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -117,6 +118,25 @@ def refused_at_boundary(e: BaseException, target: Any, modules: dict[str, torch.
 
 def _in_torch(filename: str) -> bool:
     return os.path.dirname(os.path.abspath(torch.__file__)) in os.path.abspath(filename)
+
+
+def marked_in_branches(gm: torch.fx.GraphModule, marker: Any) -> set[str]:
+    """The preserved submodules whose boundary markers dynamo put inside a control-flow branch's
+    graph (``torch.cond``): the replay hands those graphs to graphcap's branch capture whole, so
+    it does not meet their markers."""
+    return {node.args[0] for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule) and sub is not gm
+            for node in sub.graph.nodes if node.op == "call_function" and node.target is marker}
+
+
+def warn_unrecorded_calls(ep: Any, in_branches: set[str]) -> None:
+    """Warn about preserved submodules called in a branch whose call signature is not recorded."""
+    recorded = {e.fqn for e in ep.module_call_graph if e.signature is not None}
+    lost = sorted(fqn for fqn in in_branches if fqn not in recorded)
+    if lost:
+        warnings.warn(
+            f"strict=True: the call signature of {lost} is not recorded (called inside a control-flow "
+            f"branch, which strict capture takes whole), so unflatten of this program inlines those calls "
+            f"and cannot swap them. Export with strict=False to keep them.", stacklevel=5)
 
 
 def passes_through(tree: Any) -> tuple:
