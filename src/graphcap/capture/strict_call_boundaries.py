@@ -24,8 +24,9 @@ A marker function is made per export; dynamo's registration of it ends when
 the function is garbage collected (``allow_in_graph`` ties it to the
 function's life), so nothing stays registered in the process.
 Inputs and outputs of a preserved submodule must be tensors, Python scalars,
-None, or lists, tuples and dicts of them in strict mode: dynamo passes only
-those to a function it puts into its graph.
+None, or lists, tuples, named tuples and dicts of them in strict mode: dynamo
+passes only those to a function it puts into its graph (other structures are
+refused by :func:`refused_at_boundary`, naming the call).
 """
 from __future__ import annotations
 
