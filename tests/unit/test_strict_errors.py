@@ -94,9 +94,3 @@ def test_a_failed_strict_export_leaves_dim_marks_off_the_inputs():
     with pytest.raises(graphcap.errors.GraphcapError):
         graphcap.export(PythonBranchOnData(), (x,), dynamic_shapes=({0: graphcap.Dim("n")},), strict=True)
     assert not hasattr(x, "_dynamo_weak_dynamic_indices")
-
-
-def test_preserve_module_call_signature_is_refused_clearly():
-    with pytest.raises(graphcap.errors.UnsupportedError, match="strict=False"):
-        graphcap.export(torch.nn.Sequential(torch.nn.Linear(2, 2)), (torch.randn(1, 2),), strict=True,
-                        preserve_module_call_signature=("0",))

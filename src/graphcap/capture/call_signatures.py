@@ -52,37 +52,20 @@ def _argument(value: Any) -> Any:
 
 
 class CallRecorder:
-    """Context manager that hooks the named submodules during one trace."""
+    """Context manager that hooks the named submodules during one trace.
+
+    A front end that calls no submodule while recording (strict capture replays
+    dynamo's graph) reports each call's start and end to :meth:`boundary` of the
+    recorder :func:`active_recorder` returns instead."""
 
     def __init__(self, root: Optional[torch.nn.Module], fqns: Sequence[str], replays_graph: bool = False):
         self._root = root
-        self._fqns = list(fqns or ())
         self._handles: list[Any] = []
         self._calls: dict[str, dict[str, Any]] = {}  # call name -> what its hooks saw, in call order
         self._counts: dict[str, int] = {}  # calls per preserved FQN, where the tracer keeps no module stack
-        self._modules: dict[str, torch.nn.Module] = {}
-        if self._fqns and root is None:
-            raise ExportInputError(
-                "preserve_module_call_signature names submodules, but the exported program is a "
-                "plain function with no submodules.", fix="Pass preserve_module_call_signature=().")
         self._tree = module_tree(root) if root is not None else []
-        if self._fqns:
-            modules = dict(self._tree)
-            missing = [f for f in self._fqns if f not in modules or f == ""]
-            if missing and replays_graph:
-                # a graph module exported again (a program's module()): its submodules' calls are
-                # inlined in its graph, so there is no call whose signature could be recorded
-                warnings.warn(f"preserve_module_call_signature names {missing}, which {type(root).__name__} "
-                              f"(a graph module whose graph was traced before) does not call as submodules; "
-                              f"their call signatures are not recorded, so unflatten of this program "
-                              f"cannot swap them.", stacklevel=5)
-                self._fqns = [f for f in self._fqns if f not in missing]
-            elif missing:
-                raise ExportInputError(
-                    f"preserve_module_call_signature names {missing}, which are not submodules of "
-                    f"{type(root).__name__}.",
-                    fix=f"Use paths as in model.named_modules(); some that exist: {list(modules)[1:6]}.")
-            self._modules = {f: modules[f] for f in self._fqns}
+        self._modules = preserved_modules(root, fqns, self._tree, replays_graph=replays_graph)
+        self._fqns = list(self._modules)
 
     def __enter__(self):
         # modules entered of modules total, on a terminal, for exports that take a while
@@ -90,9 +73,11 @@ class CallRecorder:
         for fqn, mod in self._modules.items():
             self._handles.append(mod.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post(fqn), with_kwargs=True))
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc):
+        _ACTIVE.remove(self)
         progress.stop(self._progress)
         for h in self._handles:
             h.remove()
@@ -115,17 +100,35 @@ class CallRecorder:
         def hook(module, args, kwargs):
             name = self._call_name(fqn, starting=True)
             if name is not None:
-                leaves, spec = pytree.tree_flatten((args, kwargs))
-                self._calls[name] = {"inputs": [_graph_value(v) for v in leaves], "in_spec": spec}
+                self._entered(name, (args, kwargs))
         return hook
 
     def _post(self, fqn: str):
         def hook(module, args, kwargs, output):
             name = self._call_name(fqn, starting=False)
-            if name is not None and name in self._calls:
-                leaves, spec = pytree.tree_flatten(output)
-                self._calls[name].update(outputs=[_graph_value(v) for v in leaves], out_spec=spec)
+            if name is not None:
+                self._left(name, output)
         return hook
+
+    def _entered(self, name: str, args_kwargs: Any) -> None:
+        leaves, spec = pytree.tree_flatten(args_kwargs)
+        self._calls[name] = {"inputs": [_graph_value(v) for v in leaves], "in_spec": spec}
+
+    def _left(self, name: str, output: Any) -> None:
+        if name in self._calls:
+            leaves, spec = pytree.tree_flatten(output)
+            self._calls[name].update(outputs=[_graph_value(v) for v in leaves], out_spec=spec)
+
+    def boundary(self, call_name: str, fqn: str, entering: bool, values: Any) -> None:
+        """A front end reports that the call ``call_name`` of the submodule at ``fqn`` starts
+        with ``values`` (its ``(args, kwargs)``) or ends with them (its output). Calls of a
+        module not preserved, or made through another name of a shared module, are not kept."""
+        if fqn not in self._modules or module_paths.split_call_name(call_name)[0] != fqn:
+            return
+        if entering:
+            self._entered(call_name, values)
+        else:
+            self._left(call_name, values)
 
     def _signature(self, name: str) -> Optional[ModuleCallSignature]:
         found = self._calls.get(name)
@@ -143,6 +146,45 @@ class CallRecorder:
         further = ((name, self._signature(name)) for name in self._calls if name not in listed)
         out += [ModuleCallEntry(name, sig) for name, sig in further if sig is not None]
         return out
+
+
+def preserved_modules(root: Optional[torch.nn.Module], fqns: Sequence[str],
+                      tree: Optional[list[tuple[str, torch.nn.Module]]] = None,
+                      replays_graph: bool = False, stacklevel: int = 6) -> dict[str, torch.nn.Module]:
+    """The submodules ``preserve_module_call_signature`` names, by FQN; an error naming the
+    paths that are not submodules of ``root`` (a warning, and the paths left out, where ``root``
+    is a graph module traced before: ``stacklevel`` points it at the user's export call)."""
+    fqns = list(fqns or ())
+    if not fqns:
+        return {}
+    if root is None:
+        raise ExportInputError(
+            "preserve_module_call_signature names submodules, but the exported program is a "
+            "plain function with no submodules.", fix="Pass preserve_module_call_signature=().")
+    modules = dict(tree if tree is not None else module_tree(root))
+    missing = [f for f in fqns if f not in modules or f == ""]
+    if missing and replays_graph:
+        # a graph module exported again (a program's module()): its submodules' calls are
+        # inlined in its graph, so there is no call whose signature could be recorded
+        warnings.warn(f"preserve_module_call_signature names {missing}, which {type(root).__name__} "
+                      f"(a graph module whose graph was traced before) does not call as submodules; "
+                      f"their call signatures are not recorded, so unflatten of this program "
+                      f"cannot swap them.", stacklevel=stacklevel)
+        fqns = [f for f in fqns if f not in missing]
+    elif missing:
+        raise ExportInputError(
+            f"preserve_module_call_signature names {missing}, which are not submodules of "
+            f"{type(root).__name__}.",
+            fix=f"Use paths as in model.named_modules(); some that exist: {list(modules)[1:6]}.")
+    return {f: modules[f] for f in fqns}
+
+
+def active_recorder() -> Optional[CallRecorder]:
+    """The call recorder of the trace running now, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+_ACTIVE: list[CallRecorder] = []  # the recorders entered and not yet left (one per running trace)
 
 
 def module_tree(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

@@ -36,23 +36,36 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
-from . import non_strict, strict_refusals, strict_shapes
+from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 from ..trace import recorder
-from ..trace.module_paths import call_key
+from ..trace.module_paths import call_key, call_name_of_key
 
 
 def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
                   preserve_module_call_signature: tuple[str, ...] = (),
                   prefer_deferred_asserts: bool = False):
-    """Export ``mod`` with dynamo as the front end; the rest is non-strict's pipeline."""
-    if preserve_module_call_signature:
-        raise UnsupportedError(
-            "preserve_module_call_signature is not available with strict=True in graphcap.",
-            where="export(..., strict=True, preserve_module_call_signature=...)",
-            fix="Export with strict=False (the default): it preserves the listed submodules' call signatures.")
+    """Export ``mod`` with dynamo as the front end; the rest is non-strict's pipeline.
+
+    Preserved submodules' calls are marked in dynamo's graph and reported to the call
+    recorder by the replay (``graphcap.capture.strict_call_boundaries``)."""
+    root = non_strict.resolve_target(mod).root
+    # a graph module exported again (a program's module()) calls no submodule: names left out, a warning
+    preserved = call_signatures.preserved_modules(root, preserve_module_call_signature,
+                                                  replays_graph=isinstance(root, torch.fx.GraphModule), stacklevel=5)
+
+    replays: list[DynamoGraphReplay] = []
+
+    def front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
+        replays.append(_front(target, args, kwargs, user_leaves, fake_user, preserved))
+        return replays[-1]
+
     ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                      prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+                                      preserve_module_call_signature=tuple(preserved),
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front)
     _state_placeholders_name_their_first_use(ep)
+    if replays and replays[0].marker is not None:
+        strict_call_boundaries.warn_unrecorded_calls(ep, strict_call_boundaries.marked_in_branches(
+            replays[0].gm, replays[0].marker))
     return ep
 
 
@@ -71,21 +84,25 @@ def _state_placeholders_name_their_first_use(ep: Any) -> None:
             node.meta["source_fn_stack"] = list(first.meta["source_fn_stack"])
 
 
-def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> "DynamoGraphReplay":
-    """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic)."""
+def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list,
+           preserved: dict[str, torch.nn.Module]) -> "DynamoGraphReplay":
+    """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic), the
+    ``preserved`` submodules' calls marked in its graph."""
     marks = []
     for leaf, fake in zip(user_leaves, fake_user):
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     try:
-        with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral():
+        with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
+                strict_call_boundaries.marked_calls(preserved) as marker:
             gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
     except dynamo_private.front_end_error_types() as e:
-        raise strict_refusals.explain_refusal(e, target) from e
+        refused = strict_call_boundaries.refused_at_boundary(e, target, preserved) if preserved else None
+        raise (refused or strict_refusals.explain_refusal(e, target)) from e
     outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
         raise strict_refusals.side_effect_error(None, outside, target, None)
-    return DynamoGraphReplay(gm, target.root)
+    return DynamoGraphReplay(gm, target.root, marker)
 
 
 
@@ -145,7 +162,7 @@ class _ModuleStacks:
             for name, module in root.named_modules(remove_duplicate=False):
                 self.names_by_id.setdefault(id(module), name)
         self.calls: dict[str, int] = {}
-        self.previous: dict[str, Any] = {}
+        self.last_key: dict[str, str] = {}  # dynamo's key of the latest call of each module
 
     def _fqn(self, key: str, path: str) -> str:
         fqn = _fqn_of_source(path)
@@ -155,26 +172,27 @@ class _ModuleStacks:
                 return fqn
             except AttributeError:
                 pass
-            if key.isdigit() and int(key) in self.names_by_id:
-                return self.names_by_id[int(key)]
+            module_id = key.split("@")[0]
+            if module_id.isdigit() and int(module_id) in self.names_by_id:
+                return self.names_by_id[int(module_id)]
         return fqn
 
     def convert(self, stack: Optional[dict]) -> dict:
         out: dict = {}
         if self.root is not None:
             out[call_key("")] = ("", type(self.root))
-        current: dict[str, Any] = {}
         for key, (path, cls) in (stack or {}).items():
             fqn = self._fqn(str(key), str(path))
             if not fqn:
                 continue
-            # a new call of the module starts where the previous node was not inside it
-            if fqn not in self.previous:
+            # dynamo keys each call of a module apart (``<id>``, ``<id>@1``, ...): a new key starts
+            # the module's next call; nodes outside the module between two of one call's nodes (a
+            # namedtuple built for its output) do not end the call
+            if self.last_key.get(fqn) != key:
                 self.calls[fqn] = self.calls.get(fqn, -1) + 1
-            current[fqn] = key
+                self.last_key[fqn] = key
             n = self.calls[fqn]
             out[call_key(fqn if n == 0 else f"{fqn}@{n}")] = (fqn, cls)
-        self.previous = current
         return out
 
 
@@ -199,9 +217,10 @@ class DynamoGraphReplay:
     frames for user code (only dynamo's recorded stack traces name user lines).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]):
+    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module], marker: Any = None):
         self.gm = gm
         self.root = root
+        self.marker = marker  # preserved submodules' call boundaries (strict_call_boundaries)
         self.out_spec = fx_private.pytree_specs_of(gm)[1]
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.attr_fqns = self._attribute_fqns()
@@ -259,6 +278,25 @@ class _Replayer(torch.fx.Interpreter):
     def __init__(self, replay: DynamoGraphReplay):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
+
+    def run_node(self, n):
+        self.current = n
+        return super().run_node(n)
+
+    def call_function(self, target, args, kwargs):
+        if target is self.replay.marker and target is not None:
+            self._report_boundary(*args, **kwargs)
+            return strict_call_boundaries.passes_through(args[2])
+        return super().call_function(target, args, kwargs)
+
+    def _report_boundary(self, fqn: str, entering: bool, tree: Any) -> None:
+        """A preserved submodule's call starts or ends here: tell the trace's call recorder, under the
+        call name of the innermost module call the marker sits in (``sub@1``)."""
+        recorder_now = call_signatures.active_recorder()
+        stack = self.current.meta.get("nn_module_stack") or {}
+        name = call_name_of_key(next(reversed(stack))) if stack else None
+        if recorder_now is not None and name:
+            recorder_now.boundary(name, fqn, entering, strict_call_boundaries.as_called(tree))
 
     def get_attr(self, target, args, kwargs):
         fqn = self.replay.attr_fqns.get(target)

@@ -130,8 +130,12 @@ class GraphCutter:
         recorded constant), then its nodes and child calls, returning ``returns``."""
         g = torch.fx.Graph()
         env: dict[torch.fx.Node, torch.fx.Node] = {}
+        taken: set[str] = set()
         for i, node in enumerate(inputs):
             name = arg_names[i] if arg_names else (node.name if node is not None else f"arg{i}")
+            while name in taken:  # one value passed twice (sub(a, y=a)): each argument its own name
+                name = f"{name}_{i}"
+            taken.add(name)
             ph = g.placeholder(name)
             if node is not None:
                 ph.meta["val"] = node.meta.get("val")
@@ -320,7 +324,10 @@ class GraphCutter:
             recompute(d)
         module = self.modules[child.fqn]
         graph = self.emit(child, module, arg_nodes, outputs, cloned, output_tuple=True)
-        module.add_call(child.call_name, signature.in_spec, constants, signature.out_spec, graph, {})
+        first_of: dict[torch.fx.Node, int] = {}
+        same_as = [first_of.setdefault(n, i) if n is not None else None for i, n in enumerate(arg_nodes)]
+        same_as = [j if j != i else None for i, j in enumerate(same_as)]
+        module.add_call(child.call_name, signature.in_spec, constants, signature.out_spec, graph, {}, same_as)
         rel = _relative(parent.fqn, child.fqn)
         if rel is None:
             rel = "_call_" + "".join(c if c.isalnum() else "_" for c in child.fqn)

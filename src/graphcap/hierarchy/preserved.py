@@ -130,33 +130,41 @@ class PreservedModule(SubmoduleGraph):
 
     def __init__(self, fqn: str, class_name: str):
         super().__init__(fqn, class_name)
-        self._calls = []  # (call name, in_spec, constant per leaf, out_spec, compiled, graph)
+        self._calls = []  # (call name, in_spec, constant per leaf, out_spec, compiled, graph, aliased leaves)
 
     def add_call(self, call_name: str, in_spec: Any, constants: list[Any], out_spec: Any,
-                 graph: torch.fx.Graph, extra_globals: dict[str, Any]) -> None:
+                 graph: torch.fx.Graph, extra_globals: dict[str, Any],
+                 same_as: Optional[list[Optional[int]]] = None) -> None:
+        """Keep one call's graph. ``same_as[i]`` is the earlier input leaf that was the very same
+        value as leaf ``i`` in that call (``sub(x, bias=x)``), or None: the graph reads one value
+        for both, so it answers only calls that pass one tensor in both places."""
         compiled = LazyForward(graph, f"{self._class_name}:{call_name}", extra_globals)
-        self._calls.append((call_name, in_spec, constants, out_spec, compiled, graph))
+        aliased = [(i, j) for i, j in enumerate(same_as or ()) if j is not None]
+        self._calls.append((call_name, in_spec, constants, out_spec, compiled, graph, aliased))
         if len(self._calls) == 1:
             self._call_graph = graph
             self._compiled = compiled
 
     def _forwards(self) -> list[LazyForward]:
-        return [compiled for _, _, _, _, compiled, _ in self._calls]
+        return [compiled for _, _, _, _, compiled, _, _ in self._calls]
 
     @property
     def code(self) -> str:
-        return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _ in self._calls)
+        return "\n".join(f"# call {name}\n{compiled.source}" for name, _, _, _, compiled, _, _ in self._calls)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = auto_flatten.flatten((args, kwargs))
-        for name, in_spec, constants, out_spec, compiled, _ in self._calls:
+        for name, in_spec, constants, out_spec, compiled, _, aliased in self._calls:
             if spec != in_spec or not all((v is not None) if c is _NOT_CONSTANT else _same_constant(c, v)
                                           for c, v in zip(constants, leaves)):  # None is no traced value
                 continue
+            if any(leaves[i] is not leaves[j] for i, j in aliased):
+                continue  # that call passed one value twice; its graph cannot tell the two apart
             outputs = compiled(self, *leaves)
             return auto_flatten.unflatten(list(outputs), out_spec)
         recorded = "; ".join(f"'{name}': {_describe(s)} with ({_leaf_kinds(cs)})"
-                             for name, s, cs, _, _, _ in self._calls)
+                             + "".join(f", input {i} the same tensor as input {j}" for i, j in aliased)
+                             for name, s, cs, _, _, _, aliased in self._calls)
         raise SubmoduleSignatureError(
             f"Submodule '{self._fqn}' was called with {_describe(spec)} with ({_leaf_kinds(leaves)}), which "
             f"matches none of the calls the program recorded for it ({recorded or 'none'}).",

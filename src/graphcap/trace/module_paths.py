@@ -74,6 +74,12 @@ def call_key(call_name: str) -> str:
     return CALL_KEY_PREFIX + call_name
 
 
+def call_name_of_key(key: str) -> Optional[str]:
+    """The call name a ``nn_module_stack`` key names (``L__self__sub@1`` -> ``sub@1``); None for a
+    key of another origin."""
+    return key[len(CALL_KEY_PREFIX):] if key.startswith(CALL_KEY_PREFIX) else None
+
+
 def split_call_name(call_name: str) -> tuple[str, int]:
     """``"sub@1"`` -> ``("sub", 1)``; ``"sub"`` -> ``("sub", 0)``."""
     base, at, index = call_name.rpartition("@")
