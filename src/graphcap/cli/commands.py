@@ -290,27 +290,17 @@ def _inspect_methods(args, progs) -> int:
 def _written_buffers(ep) -> set:
     """The buffers a program writes: its mutation outputs (inference IR), or the in-place and out=
     operators of a training-IR graph on a buffer's input or on a view of it."""
+    from ..node_facts import aliased_input, written_arguments
     from ..signature import InputKind
     placeholders = {s.arg.name: s.target for s in ep.graph_signature.input_specs if s.kind is InputKind.BUFFER}
     written = set(ep.graph_signature.buffers_to_mutate.values())
-
-    def base(value):  # through views (an operator whose output aliases its first argument, read-only)
-        while getattr(value, "op", None) == "call_function":
-            schema = getattr(value.target, "_schema", None)
-            first = schema.arguments[0] if schema is not None and schema.arguments else None
-            if first is None or first.alias_info is None or first.alias_info.is_write or not value.args:
-                break
-            value = value.args[0]
-        return value
     for node in ep.graph.nodes:
-        schema = getattr(node.target, "_schema", None)
-        if node.op != "call_function" or schema is None:
+        if node.op != "call_function":
             continue
-        for arg, value in zip(schema.arguments, node.args):
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                name = getattr(base(value), "name", None)
-                if name in placeholders:
-                    written.add(placeholders[name])
+        for value in written_arguments(node):
+            base = aliased_input(value)
+            if base is not None and base.name in placeholders:
+                written.add(placeholders[base.name])
     return written
 
 
