@@ -211,11 +211,11 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     if isinstance(ep, MultiMethodProgram):  # several methods, each state tensor stored once
         from .errors import SerializationError
         from .serialize.multi_method import save as _save_methods
-        if weights is not True:
-            raise SerializationError("A multi-method program is saved with its weights.",
+        if not isinstance(weights, bool):
+            raise SerializationError(f"graphcap.save's weights= is True or False, got {type(weights).__name__}.",
                                      where="graphcap.save(progs, f, weights=...)",
-                                     fix="Call graphcap.save(progs, f) without weights=.")
-        _save_methods(ep, f, extra_files=extra_files)
+                                     fix="weights=False writes the structure alone; weights are attached at load.")
+        _save_methods(ep, f, extra_files=extra_files, weights=weights)
         return
     from .interop import from_torch, is_torch_program
     from .serialize import save as _save
@@ -282,7 +282,8 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
     reader = ArchiveReader(f)
     try:
         if _methods_file.is_multi_method_archive(reader):  # written from a MultiMethodProgram
-            return _methods_file.load(reader, extra_files=extra_files, mmap=mmap, weights=weights)
+            return _methods_file.load(reader, extra_files=extra_files, mmap=mmap, weights=weights,
+                                      import_modules=import_modules, stand_ins=stand_ins)
     finally:
         reader.release()
     if not is_path(f):

@@ -170,6 +170,28 @@ class MultiMethodProgram(Mapping):
     __repr__ = __str__
 
 
+def method_program(obj: Any, method: Optional[str], tool: str) -> ExportedProgram:
+    """The program a per-program tool works on: ``obj`` itself, or its method ``method`` when
+    ``obj`` is a :class:`MultiMethodProgram` (which then needs one)."""
+    if isinstance(obj, MultiMethodProgram):
+        names = ", ".join(map(repr, obj.methods))
+        if method is None:
+            first = obj.methods[0]
+            raise ExportInputError(
+                f"{tool} works on one method of a multi-method program; this one has the methods {names}.",
+                where=f"{tool}(progs, ...)",
+                fix=f"Name the method: {tool}(progs, ..., method={first!r}), or pass progs[{first!r}].")
+        if method not in obj:
+            raise ExportInputError(f"The program has no method {method!r}; its methods are {names}.",
+                                   where=f"{tool}(..., method={method!r})", fix=f"Name one of {names}.")
+        return obj[method]
+    if method is not None:
+        raise ExportInputError(f"method={method!r} picks a method of a multi-method program, and this is "
+                               f"one program ({type(obj).__name__}).",
+                               where=f"{tool}(..., method={method!r})", fix="Leave method= out.")
+    return obj
+
+
 class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
     """What ``MultiMethodProgram.module()`` returns: one state, one method per program.
 

@@ -1,5 +1,6 @@
 """export_methods on a transformers Llama with a static KV cache: prefill then decode steps equal eager."""
 import copy
+import importlib.util
 
 import pytest
 import torch
@@ -71,4 +72,23 @@ def test_llama_prefill_then_decode_equals_eager(llama_and_progs, tmp_path):
     graphcap.save(progs, tmp_path / "llama.pt2")
     loaded = graphcap.load(tmp_path / "llama.pt2").module()
     for a, b in zip(_generate(loaded.prefill, loaded.decode, 6), want):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                    reason="executorch not installed (the consumers extra, torch 2.14 line)")
+def test_llama_as_one_executorch_program_generates_as_eager(llama_and_progs):
+    """prefill and decode in one .pte over one shared KV cache (ExecuTorch's share_mutable_buffers)."""
+    from test_export_methods_executorch import load_methods, lower_to_pte
+    eager, progs = llama_and_progs
+    pte = lower_to_pte(progs, initialized=["key_cache", "value_cache"])
+    methods = load_methods(pte)
+    assert sorted(methods) == ["decode", "prefill"]
+
+    def call(name):
+        return lambda input_ids, cache_position: methods[name].execute([input_ids, cache_position])[0]
+    reference = copy.deepcopy(eager)
+    want = _generate(reference.prefill, reference.decode, 6)
+    got = _generate(call("prefill"), call("decode"), 6)
+    for a, b in zip(got, want):
         torch.testing.assert_close(a, b)

@@ -227,3 +227,45 @@ def test_tuple_dynamic_spec_follows_forward_order_whatever_the_kwargs_order():
     torch.testing.assert_close(ep.module()(*args, **kwargs), Foo()(*args, **kwargs))
     with pytest.raises(RuntimeError):
         ep.module()(args[0], args[1], kw2=torch.ones(9, 4), kw1=torch.zeros(9, 4))
+
+
+class _Holder:
+    """A plain object that keeps a module's buffer, as transformers' StaticCache keeps its cache tensors."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class _CacheThroughHolder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4), persistent=False)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.holder = _Holder(self.cache)  # the same tensor object as the buffer
+        self.counter = _Holder(self.steps)
+        self.weight = nn.Parameter(torch.randn(4))
+        self.weights = _Holder(self.weight)
+
+    def forward(self, x):
+        self.holder.tensor.index_copy_(0, self.counter.tensor.view(1), x * self.weights.tensor[:1])
+        self.counter.tensor.add_(torch.ones_like(x, dtype=torch.long).sum())  # one step per call
+        return self.holder.tensor.sum() + self.cache[0]
+
+
+def test_a_buffer_reached_through_another_object_is_the_buffer_not_a_constant():
+    m = _CacheThroughHolder()
+    eager = _CacheThroughHolder()
+    eager.load_state_dict(m.state_dict())
+    ep = graphcap.export(m, (torch.tensor([2.0]),))
+    kinds = {s.target: s.kind for s in ep.graph_signature.input_specs}
+    assert InputKind.CONSTANT_TENSOR not in kinds.values()
+    assert kinds == {"weight": InputKind.PARAMETER, "cache": InputKind.BUFFER, "steps": InputKind.BUFFER,
+                     None: InputKind.USER_INPUT}
+    mutated = ep.run_decompositions().graph_signature.buffers_to_mutate
+    assert sorted(mutated.values()) == ["cache", "steps"]
+    assert int(m.steps) == 0 and not m.cache.any()  # the trace wrote fakes, not the model's tensors
+    runner = ep.module()
+    for v in (2.0, -1.0, 5.0):
+        torch.testing.assert_close(runner(torch.tensor([v])), eager(torch.tensor([v])))
+    torch.testing.assert_close(runner.cache, eager.cache)
+    assert int(runner.steps) == 3

@@ -147,3 +147,25 @@ def test_torch_unflatten_reads_graphcaps_program():
     x = torch.randn(2, 3)
     torch.testing.assert_close(unflat(x), model(x))
     assert isinstance(unflat.inner, nn.Module) and hasattr(unflat.inner, "lin")
+
+
+def test_run_decompositions_gives_the_new_program_its_own_state_tables():
+    """A consumer that edits the result's tables in place (ExecuTorch drops unused parameters and
+    lifts constants into them) leaves the program it came from as it was; the tensors are shared."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 4)
+            self.head = torch.nn.Linear(4, 5, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids):
+            return self.head(self.emb(ids))
+
+    ep = graphcap.export(Tied(), (torch.tensor([[1, 2]]),))
+    new = ep.run_decompositions()
+    assert new.state_dict is not ep.state_dict and new.constants is not ep.constants
+    assert all(new.state_dict[k] is v for k, v in ep.state_dict.items())
+    del new.state_dict["emb.weight"]
+    new.constants["extra"] = torch.ones(1)
+    assert "emb.weight" in ep.state_dict and "extra" not in ep.constants

@@ -2,11 +2,11 @@
 
     graphcap export FILE.py:FACTORY -o OUT.pt2 [--arg NAME=VALUE] [--strict | --draft | --chain] [--report OUT.html]
                     [--infer-shapes (--samples FILE.py:SAMPLES | --sample-input 'NAME=SHAPE ...')...]
-    graphcap inspect OUT.pt2 [--graph]
-    graphcap run OUT.pt2 [--samples N] [--input NAME=2x3:float32] [--inputs FILE.safetensors]
-    graphcap verify FILE.py:FACTORY | OUT.pt2 FILE.py:FACTORY [--samples N] [--rtol R] [--atol A]
+    graphcap inspect OUT.pt2 [--graph] [--method NAME]
+    graphcap run OUT.pt2 [--samples N] [--input NAME=2x3:float32] [--inputs FILE.safetensors] [--method NAME]
+    graphcap verify FILE.py:FACTORY | OUT.pt2 FILE.py:FACTORY [--samples N] [--rtol R] [--atol A] [--method NAME]
     graphcap diff A.pt2 B.pt2
-    graphcap report OUT.pt2 -o OUT.html
+    graphcap report OUT.pt2 -o OUT.html [--method NAME]
     graphcap completion bash|zsh
 
 Every command takes ``--json`` (one JSON document on stdout, for CI) and
@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "weight sizes and format version.")
     p.add_argument("program", metavar="OUT.pt2")
     p.add_argument("--graph", action="store_true", help="also print the program's graph")
+    p.add_argument("--method", metavar="NAME", default=None,
+                   help="a file of several methods (graphcap.export_methods): show this method "
+                        "(without it: list the methods)")
     p.set_defaults(handler="inspect_command")
 
     p = command("run", help="run a saved program on generated or given inputs",
@@ -191,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="FILE.safetensors",
                    help="run once on these tensors (a safetensors file keyed by input name, as 'graphcap "
                         "inspect' names them; inputs not in it are generated)")
+    p.add_argument("--method", metavar="NAME", default=None,
+                   help="a file of several methods (graphcap.export_methods): run this method")
     p.set_defaults(handler="run_command")
 
     p = command("verify", help="check a program against its eager model",
@@ -207,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-output", action="store_true", help="one table row per output")
     p.add_argument("--no-refusals", action="store_true", help="skip the checks that wrong inputs are refused")
     p.add_argument("--report", metavar="OUT.html", help="also write the HTML report with the verification")
+    p.add_argument("--method", metavar="NAME", default=None,
+                   help="with OUT.pt2 of several methods (graphcap.export_methods): check this method "
+                        "against the factory model's method of the same name")
     p.set_defaults(handler="verify_command")
 
     p = command("diff", help="what changed between two saved programs",
@@ -222,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("program", metavar="OUT.pt2")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="where to write the page")
     p.add_argument("--title", default=None, help="the page's title (default: the program's name)")
+    p.add_argument("--method", metavar="NAME", default=None,
+                   help="a file of several methods (graphcap.export_methods): the method to describe")
     p.set_defaults(handler="report_command")
 
     p = command("completion", help="print a shell completion script",

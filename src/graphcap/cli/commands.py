@@ -10,7 +10,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .errors import UsageError
 from .factory import Factory, is_factory_spec, load_factory
@@ -199,31 +199,117 @@ def _report_function():
 LOAD_IMPORTS: list[str] = []  # the modules --import names, imported by each load
 
 
-def load_program(path: str, *, weights: bool = True):
+def load_program(path: str, *, weights: bool = True, method: Optional[str] = None, command: str = ""):
     """Load a .pt2 file as the command line does: memory-mapped (every tensor checked against its
     checksum), the --import modules imported, and a stand-in record for any class of the
-    program's structure that is not importable (the shell imported nothing; see docs/files.md)."""
+    program's structure that is not importable (the shell imported nothing; see docs/files.md).
+
+    A file of several methods (``graphcap.export_methods``) gives the program of ``--method``;
+    without it, the command stops listing the methods."""
     import graphcap
     if not os.path.isfile(path):
         raise UsageError(f"No such file: {path}", where=path, fix="Give the path of a .pt2 file graphcap saved.")
-    return graphcap.load(path, mmap=True, weights=weights, import_modules=LOAD_IMPORTS, stand_ins=True)
+    loaded = graphcap.load(path, mmap=True, weights=weights, import_modules=LOAD_IMPORTS, stand_ins=True)
+    return pick_method(loaded, path, method, command)
+
+
+def pick_method(loaded: Any, path: str, method: Optional[str], command: str):
+    """The program ``--method`` names in a multi-method file (or the file's one program)."""
+    from ..multi_method import MultiMethodProgram
+    if isinstance(loaded, MultiMethodProgram):
+        names = ", ".join(loaded.methods)
+        if method is None:
+            raise UsageError(f"{path} holds several methods ({names}); {command or 'the command'} works on one.",
+                             where=path, fix=f"Name one with --method, e.g. graphcap {command or 'run'} {path} "
+                                             f"--method {loaded.methods[0]}")
+        if method not in loaded:
+            raise UsageError(f"{path} has no method {method!r}; its methods are {names}.", where="--method",
+                             fix=f"Name one of them, e.g. --method {loaded.methods[0]}")
+        return loaded[method]
+    if method is not None:
+        raise UsageError(f"--method {method}: {path} holds one program, not several methods.", where="--method",
+                         fix="Leave --method out.")
+    return loaded
 
 
 def inspect_command(args) -> int:
-    ep = load_program(args.program)
+    import graphcap
+    from ..multi_method import MultiMethodProgram
+    if not os.path.isfile(args.program):
+        raise UsageError(f"No such file: {args.program}", where=args.program,
+                         fix="Give the path of a .pt2 file graphcap saved.")
+    loaded = graphcap.load(args.program, mmap=True, import_modules=LOAD_IMPORTS, stand_ins=True)
+    if isinstance(loaded, MultiMethodProgram) and args.method is None:
+        return _inspect_methods(args, loaded)
+    ep = pick_method(loaded, args.program, args.method, "inspect")
     facts = program_facts(ep, format_version_of(args.program))
-    data = {"program": args.program, **facts_as_data(facts, ep)}
+    data = {"program": args.program, **({"method": args.method} if args.method else {}), **facts_as_data(facts, ep)}
     if args.graph:
         from ..printing import graph_to_str
         data["graph"] = graph_to_str(ep.graph_module)
     return emit(args, "inspect", data, 0, lambda: _render_inspect(args, ep, facts))
 
 
+def _inspect_methods(args, progs) -> int:
+    """A multi-method file: each method's inputs, outputs and operator count, and the shared state."""
+    from ..signature import InputKind, OutputKind
+    methods = []
+    for name, ep in progs.items():
+        sig = ep.graph_signature
+        methods.append({
+            "method": name,
+            "inputs": [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT],
+            "outputs": sum(1 for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT),
+            "state": sum(1 for s in sig.input_specs if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)),
+            "writes": sorted({s.target for s in sig.input_specs if s.kind is InputKind.BUFFER}
+                             & _written_buffers(ep)),
+            "operator_calls": sum(1 for n in ep.graph.nodes if n.op == "call_function"),
+        })
+    unique = {id(t): t for t in [*progs.state_dict.values(), *progs.constants.values()]}
+    state_bytes = sum(t.numel() * t.element_size() for t in unique.values())
+    data = {"program": args.program, "format_version": format_version_of(args.program), "methods": methods,
+            "state_tensors": len(progs.state_dict) + len(progs.constants), "state_bytes": state_bytes}
+
+    def render() -> None:
+        from rich.markup import escape
+        from rich.table import Table
+        out = console()
+        out.print(f"[bold]{escape(args.program)}[/bold]: {len(methods)} methods over one state "
+                  f"({data['state_tensors']} tensors, {human_bytes(state_bytes)}, stored once)")
+        t = Table(title="Methods", title_justify="left")
+        for col in ("method", "inputs", "outputs", "state read", "buffers written", "operator calls"):
+            t.add_column(col)
+        for m in methods:
+            t.add_row(escape(m["method"]), escape(", ".join(m["inputs"])), str(m["outputs"]), str(m["state"]),
+                      escape(", ".join(m["writes"]) or "-"), str(m["operator_calls"]))
+        out.print(t)
+        out.print(f"Show one with: graphcap inspect {escape(args.program)} --method {escape(methods[0]['method'])}")
+    return emit(args, "inspect", data, 0, render)
+
+
+def _written_buffers(ep) -> set:
+    """The buffers a program writes: its mutation outputs (inference IR), or the in-place and out=
+    operators of a training-IR graph on a buffer's input or on a view of it."""
+    from ..node_facts import aliased_input, written_arguments
+    from ..signature import InputKind
+    placeholders = {s.arg.name: s.target for s in ep.graph_signature.input_specs if s.kind is InputKind.BUFFER}
+    written = set(ep.graph_signature.buffers_to_mutate.values())
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for value in written_arguments(node):
+            base = aliased_input(value)
+            if base is not None and base.name in placeholders:
+                written.add(placeholders[base.name])
+    return written
+
+
 def _render_inspect(args, ep, facts) -> None:
     from rich.table import Table
     from rich.markup import escape
     out = console()
-    out.print(f"[bold]{escape(args.program)}[/bold]: graphcap format version {facts.format_version}, "
+    method = f", method {escape(args.method)}" if getattr(args, "method", None) else ""
+    out.print(f"[bold]{escape(args.program)}[/bold]{method}: graphcap format version {facts.format_version}, "
               f"{facts.dialect or 'TRAINING'} IR")
     sig = Table(title="Signature", title_justify="left")
     for col in ("", "name", "kind", "target", "type"):
@@ -282,7 +368,7 @@ def run_command(args) -> int:
     if args.samples < 0:
         raise UsageError(f"--samples {args.samples}: the number of random input sets cannot be negative.",
                          where="--samples", fix="Give 0 or more, e.g. --samples 2 (0: the example's sizes only).")
-    ep = load_program(args.program)
+    ep = load_program(args.program, method=args.method, command="run")
     inputs = ProgramInputs(ep)
     runnable = ep.module()
     if args.input_shapes or args.inputs:
@@ -314,8 +400,9 @@ def run_command(args) -> int:
     def render() -> None:
         from rich.markup import escape
         from rich.table import Table
-        t = Table(title=f"{args.program} on {'given' if args.input_shapes or args.inputs else 'generated'} inputs",
-                  title_justify="left")
+        method = f" method {args.method}" if args.method else ""
+        t = Table(title=f"{args.program}{method} on {'given' if args.input_shapes or args.inputs else 'generated'} "
+                        f"inputs", title_justify="left")
         for col in ("input set", "input shapes", "output shapes", "time"):
             t.add_column(col)
         for run in runs:
@@ -323,7 +410,8 @@ def run_command(args) -> int:
             outs = "  ".join(f"{k} {v}" if isinstance(v, list) else f"{k}={v!r}" for k, v in run["outputs"].items())
             t.add_row(escape(run["input_set"]), escape(shapes), escape(outs), f"{run['ms']:.1f} ms")
         console().print(t)
-    return emit(args, "run", {"program": args.program, "runs": runs}, 0, render)
+    data = {"program": args.program, **({"method": args.method} if args.method else {}), "runs": runs}
+    return emit(args, "run", data, 0, render)
 
 
 def _leaf_values(inputs, plan) -> list:
@@ -347,12 +435,22 @@ def verify_command(args) -> int:
     if args.samples < 0:
         raise UsageError(f"--samples {args.samples}: the number of random input sets cannot be negative.",
                          where="--samples", fix="Give 0 or more, e.g. --samples 5")
+    model, example_inputs = None, None
     if len(targets) == 1 and is_factory_spec(targets[0]):
+        if args.method:
+            raise UsageError("--method picks a method of a saved file of several methods.", where="--method",
+                             fix=f"Give the file first: graphcap verify OUT.pt2 {targets[0]} --method {args.method}")
         built = load_factory(targets[0], args.factory_args)
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
         built = load_factory(targets[1], args.factory_args)  # first: the classes the factory's modules define are then the real ones
-        ep = load_program(targets[0])
+        ep = load_program(targets[0], method=args.method, command="verify")
+        if args.method:  # the factory's example inputs are forward's; the method's program guides its own
+            model = getattr(built.model, args.method, None)
+            if not callable(model):
+                raise UsageError(f"The factory's model ({type(built.model).__name__}) has no method "
+                                 f"{args.method!r} to check the program against.", where=built.where,
+                                 fix="Return the model the methods were exported from.")
     else:
         raise UsageError(f"verify takes FILE.py:FACTORY or OUT.pt2 FILE.py:FACTORY, got {' '.join(targets)}.",
                          where="graphcap verify", fix="e.g. graphcap verify model.py:make or graphcap verify "
@@ -360,8 +458,10 @@ def verify_command(args) -> int:
     if args.report:
         _report_function()
         _writable(args.report, "--report")
-    result = graphcap.verify(ep, built.model, samples=args.samples, rtol=args.rtol, atol=args.atol, seed=args.seed,
-                             example_inputs=(built.args, built.kwargs), check_refusals=not args.no_refusals)
+    if model is None:
+        model, example_inputs = built.model, (built.args, built.kwargs)
+    result = graphcap.verify(ep, model, samples=args.samples, rtol=args.rtol, atol=args.atol, seed=args.seed,
+                             example_inputs=example_inputs, check_refusals=not args.no_refusals)
     if args.report:
         write_report(ep, args.report, verification=result)
     status = 0 if result.passed else 1
@@ -376,7 +476,8 @@ def verify_command(args) -> int:
         out.print(f"[{style}]{escape(result.summary())}[/{style}]")
         if args.report:
             out.print(f"Wrote {escape(args.report)}")
-    data = {"factory": built.where, "summary": result.summary(), **result.as_dict()}
+    data = {"factory": built.where, **({"method": args.method} if args.method else {}), "summary": result.summary(),
+            **result.as_dict()}
     if args.report:
         data["report"] = args.report
     return emit(args, "verify", data, status, render)
@@ -387,7 +488,7 @@ def verify_command(args) -> int:
 def diff_command(args) -> int:
     from rich.markup import escape
     from rich.table import Table
-    a, b = load_program(args.a), load_program(args.b)
+    a, b = load_program(args.a, command="diff"), load_program(args.b, command="diff")
     changes = diff_facts(program_facts(a, format_version_of(args.a)), program_facts(b, format_version_of(args.b)))
     data = {"a": args.a, "b": args.b, "same": not changes,
             "changes": [{"section": c.section, "item": c.item, "a": c.before, "b": c.after} for c in changes]}
@@ -415,9 +516,12 @@ def report_command(args) -> int:
                          fix=f"Name it .html, e.g. -o {os.path.splitext(args.output)[0]}.html")
     _report_function()
     _writable(args.output)
-    ep = load_program(args.program)
-    options = {"title": args.title} if args.title else {}
+    ep = load_program(args.program, method=args.method, command="report")
+    title = args.title or (f"graphcap report: {os.path.basename(args.program)} method {args.method}"
+                           if args.method else None)
+    options = {"title": title} if title else {}
     write_report(ep, args.output, **options)
     size = os.path.getsize(args.output)
-    data = {"program": args.program, "output": args.output, "bytes": size}
+    data = {"program": args.program, **({"method": args.method} if args.method else {}), "output": args.output,
+            "bytes": size}
     return emit(args, "report", data, 0, lambda: console().print(f"Wrote {args.output} ({human_bytes(size)})"))

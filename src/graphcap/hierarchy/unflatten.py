@@ -68,12 +68,14 @@ def _split_call(name: str) -> tuple[str, int]:
     return (base, int(tail)) if at and tail.isdigit() else (name, 0)
 
 
-def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedModule:
+def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optional[str] = None) -> UnflattenedModule:
     """The module tree of ``ep``'s model, rebuilt; see the module docstring.
 
     Args:
         ep: an :class:`ExportedProgram`.
         flat_args_adapter: not supported (must be None).
+        method: for a multi-method program (``graphcap.export_methods``), the method
+            whose module tree to rebuild (the same as ``unflatten(progs[method])``).
 
     Returns:
         An ``UnflattenedModule``: an ``nn.Module`` with the original submodule
@@ -91,7 +93,8 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None) -> UnflattenedMo
     if flat_args_adapter is not None:
         raise UnsupportedError("unflatten(ep, flat_args_adapter=...) is not supported by graphcap.",
                                fix="Call unflatten(ep) and pass the program's own inputs.")
-    ep = _as_graphcap_program(ep)
+    from ..multi_method import method_program
+    ep = _as_graphcap_program(method_program(ep, method, "graphcap.unflatten"))
     graph = copy_graph(ep)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     state = state_entries(ep, placeholders)

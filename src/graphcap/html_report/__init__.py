@@ -184,7 +184,7 @@ def render(ep: Any, *, verification: Any = None, draft_report: Any = None, title
 
 
 def report(ep: Any, path: Union[str, os.PathLike], *, verification: Any = None, draft_report: Any = None,
-           title: Optional[str] = None, open_depth: int = 1) -> Path:
+           title: Optional[str] = None, open_depth: int = 1, method: Optional[str] = None) -> Path:
     """Write the HTML report of ``ep`` to ``path`` and return the path.
 
     The page is self-contained (opens offline); it is written beside ``path``
@@ -202,6 +202,8 @@ def report(ep: Any, path: Union[str, os.PathLike], *, verification: Any = None, 
         title: the page title (default "graphcap report").
         open_depth: how many levels of the module tree start unfolded (the graph itself
             always starts at the top level, child modules collapsed to boxes).
+        method: for a multi-method program (``graphcap.export_methods``), the method to
+            describe (the same as ``report(progs[method], ...)``; the title names it).
 
     Returns:
         The path written, as a :class:`pathlib.Path`.
@@ -214,6 +216,10 @@ def report(ep: Any, path: Union[str, os.PathLike], *, verification: Any = None, 
         >>> page = graphcap.report(ep, "report.html", draft_report=ep.report,
         ...                        verification=graphcap.verify(ep, model))
     """
+    from ..multi_method import method_program
+    if method is not None and title is None:
+        title = f"graphcap report: method {method}"
+    ep = method_program(ep, method, "graphcap.report")
     out = Path(path)
     text = render(ep, verification=verification, draft_report=draft_report, title=title, open_depth=open_depth)
     tmp = out.with_name(out.name + ".tmp")

@@ -296,9 +296,12 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
-    new_ep = ep._new_program(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
+    # The new program gets its own state and constant tables (the same tensors): a consumer that
+    # edits the result's tables in place (ExecuTorch drops unused parameters, lifts constants)
+    # leaves the program it came from as it was.
+    new_ep = ep._new_program(new_gm, new_sig, dict(ep.state_dict), _ranges_with_new_symbols(new_gm, ep, fake_mode),
                              carry.call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
-                             ep.constants, verify=False)
+                             dict(ep.constants), verify=False)
     return unalias_outputs_pass(new_ep)
 
 

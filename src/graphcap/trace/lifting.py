@@ -130,8 +130,14 @@ def _refuse_fake_constant(node: torch.fx.Node, name: str) -> None:
 
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
                     layout: StateLayout, fake_mode: FakeTensorMode,
-                    taken_targets: set[str]) -> list[_Constant]:
-    """Replace tensor ``get_attr`` nodes by placeholders, one per distinct tensor."""
+                    taken_targets: set[str], state_inputs: dict[int, torch.fx.Node]) -> list[_Constant]:
+    """Replace tensor ``get_attr`` nodes by placeholders, one per distinct tensor.
+
+    A "constant" that is a parameter or buffer of the module itself (the same tensor object,
+    reached through another object that holds it: transformers' static cache keeps the cache
+    tensors it also registers as buffers) is that parameter's or buffer's input: its reads and
+    in-place writes are the state's, not a copy's (``state_inputs``: tensor id -> placeholder).
+    """
     lifted: dict[int, _Constant] = {}
     read_targets: set[str] = set()
     anonymous = 0
@@ -148,6 +154,10 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
                 gm.graph.erase_node(dead)
             continue
         key = id(value)  # the attribute's own tensor, the one the module's FQNs name
+        if key in state_inputs:
+            node.replace_all_uses_with(state_inputs[key])
+            gm.graph.erase_node(node)
+            continue
         if isinstance(value, torch.nn.Parameter):  # a Parameter never registered: a constant
             value = value.data
         constant = lifted.get(key)
@@ -247,7 +257,12 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     user_nodes = placeholders[n_state:]
 
     taken_targets = set(layout.parameters) | set(layout.buffers)
-    constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode, taken_targets)
+    state_inputs: dict[int, torch.fx.Node] = {}
+    for node, fqn in zip(placeholders[:n_state], [*layout.parameters, *layout.buffers]):
+        if fqn in layout.tensors:
+            state_inputs.setdefault(id(layout.tensors[fqn]), node)
+    constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode, taken_targets,
+                                state_inputs)
 
     input_specs: list[InputSpec] = []
     wanted_names: list[str] = []

@@ -16,6 +16,7 @@ follow, and the first input set that shows it is reported.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 import torch
@@ -34,7 +35,7 @@ __all__ = ["verify", "VerificationResult", "InputSetResult", "RefusalResult", "O
 
 def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = None, atol: Optional[float] = None,
            seed: int = 0, example_inputs: Optional[tuple] = None, check_refusals: bool = True,
-           max_elements: int = DEFAULT_MAX_ELEMENTS) -> VerificationResult:
+           max_elements: int = DEFAULT_MAX_ELEMENTS, method: Optional[str] = None) -> VerificationResult:
     """Run ``ep.module()`` and ``model`` on the same generated inputs and compare.
 
     ``samples`` random input sets are tried after the edge ones (the example's
@@ -60,6 +61,10 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
             (default ``ep.example_inputs``).
         check_refusals: also check that wrong inputs are refused before computing.
         max_elements: input sets with more elements than this are skipped.
+        method: for a multi-method program (``graphcap.export_methods``), the method to check;
+            ``model`` is then the model (its method of that name is called) or the bound
+            method itself. A method's program is also checked as ``verify(progs[name],
+            model.name)``: the buffers of the method's module are compared and restored.
 
     Returns:
         A :class:`VerificationResult`; ``passed`` is the verdict. An exception of
@@ -74,11 +79,16 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
         >>> print(result)
         >>> assert result.passed, result.summary()
     """
+    from ..multi_method import method_program
+    ep = method_program(ep, method, "graphcap.verify")
+    if method is not None and isinstance(model, torch.nn.Module):
+        model = getattr(model, method)
+    owner = _state_owner(model)
     inputs = ProgramInputs(ep, example_inputs)
     runnable = ep.module()
-    state = _StateGuard(model, runnable)
+    state = _StateGuard(owner, runnable)
     result = VerificationResult([], [], samples=samples, seed=seed)
-    result.notes.extend(_state_differences(ep, model))
+    result.notes.extend(_state_differences(ep, owner))
     plans = size_plans(inputs, samples, seed)
     cases = refusal_cases(inputs, plans[0].bindings) if check_refusals and plans else []
     bar = StepProgress("graphcap.verify", len(plans) + len(cases))  # on a terminal, once it runs 2 s
@@ -88,7 +98,8 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
             if element_count(inputs, plan.bindings) > max_elements:
                 result.skipped.append(f"{plan.label}: more than {max_elements} input elements")
                 continue
-            result.input_sets.append(_check_set(inputs, plan, model, runnable, state, seed * 10007 + k, rtol, atol))
+            result.input_sets.append(_check_set(inputs, plan, model, owner, runnable, state, seed * 10007 + k,
+                                                rtol, atol))
         for case in cases:
             bar.step(f"refusal: {case.label}")
             try:
@@ -104,14 +115,23 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     return result
 
 
-def _check_set(inputs: ProgramInputs, plan, model, runnable, state: "_StateGuard", seed: int,
+def _state_owner(model: Any) -> Any:
+    """The module whose buffers ``model``'s calls write: the model, or the module of a bound method
+    (``model.decode`` of a multi-method program's model)."""
+    owner = getattr(model, "__self__", None)
+    if inspect.ismethod(model) and isinstance(owner, torch.nn.Module):
+        return owner
+    return model
+
+
+def _check_set(inputs: ProgramInputs, plan, model, owner, runnable, state: "_StateGuard", seed: int,
                rtol, atol) -> InputSetResult:
     shapes = {leaf.name: shape for leaf, shape in zip(inputs.leaves, inputs.shapes(plan.bindings))
               if isinstance(leaf, TensorInput)}
     out = InputSetResult(plan.label, {str(s): v for s, v in plan.bindings.items()}, shapes)
     eager_in, program_in = make_inputs(inputs, plan.bindings, seed, plan.values), make_inputs(inputs, plan.bindings, seed, plan.values)
     expected, eager_error = _call(model, eager_in, seed)
-    eager_state = state.changed_in(model)
+    eager_state = state.changed_in(owner)
     state.restore()
     got, program_error = _call(runnable, program_in, seed)
     program_state = state.changed_in(runnable)
