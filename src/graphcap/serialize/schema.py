@@ -89,6 +89,12 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
 #   outputs (the writes are in-place operators of the graph, as in torch's training IR); a file
 #   that lists them is upgraded as it loads. Inference-IR programs keep their mutation outputs.
 
+# The reader reads more, the format unchanged (what save writes is as before; files that failed to
+# load now load):
+# 2026-11-26, every version: symbolic expressions may hold ``Piecewise((value, condition), ...)`` and
+#   ``ITE(c, a, b)`` (serialize/exprs.py): sympy's printed form of ``int(flag)`` for a data-dependent
+#   bool, which save has always written and load refused as an unknown function.
+
 READABLE_VERSIONS = frozenset(CHANGELOG)
 
 MAGIC = "graphcap.pt2"
