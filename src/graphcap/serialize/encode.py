@@ -25,6 +25,8 @@ from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry
 from . import schema
 from .exprs import expr_to_str
 from .pytree_specs import spec_to_json
+from .tensors import subclass_name
+from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from .values import Unencodable, encode_value
 from ..torch_private.shapes import example_values, symbol_ranges
 
@@ -69,11 +71,33 @@ class _Writer:
             return e if isinstance(e, int) else self.expr(e)
         return self.expr(e)
 
-    def tensor_meta(self, t: torch.Tensor) -> dict[str, Any]:
+    def tensor_meta(self, t: torch.Tensor, depth: int = 0) -> dict[str, Any]:
         dim = lambda x: self.sym(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else int(x)  # noqa: E731
-        return {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
+        meta = {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
                 "offset": dim(t.storage_offset()), "dtype": str(t.dtype), "device": str(t.device),
                 "requires_grad": bool(t.requires_grad)}
+        if is_traceable_wrapper_subclass(t):
+            meta["subclass"] = self.subclass_meta(t, depth)
+        return meta
+
+    def subclass_meta(self, t: torch.Tensor, depth: int) -> dict[str, Any]:
+        """A fake subclass value (a subclass parameter's placeholder): class, context, inner metadata."""
+        cls = type(t)
+        if "<locals>" in cls.__qualname__ or depth > 16:
+            raise SerializationError(
+                f"A value of the graph is a {cls.__qualname__}, a tensor subclass defined inside a function "
+                f"(or nested too deeply); a loading process could not find the class by its name.",
+                where="node metadata", fix=f"Define {cls.__name__} at the top level of a module.")
+        attrs, ctx = t.__tensor_flatten__()
+        try:
+            context = encode_value(ctx)
+        except Unencodable as e:
+            raise SerializationError(
+                f"A value of the graph is a {cls.__qualname__} whose __tensor_flatten__ context is {e}; the "
+                f".pt2 format stores plain values only.", where="node metadata",
+                fix=f"Make {cls.__name__}.__tensor_flatten__ return a context of plain values.") from None
+        return {"class": subclass_name(cls), "context": context,
+                "inner": {attr: self.tensor_meta(getattr(t, attr), depth + 1) for attr in attrs}}
 
     def symbolic(self, x: Any) -> Any:
         """``{"symint"|"symfloat"|"symbool": expression}`` for a symbolic scalar, else None."""

@@ -36,7 +36,7 @@ from ..signature import InputKind, OutputKind
 from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
                          Union, check, fingerprint)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -50,7 +50,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    3
+    4
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -82,6 +82,15 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "call-graph entry lists no graph values, as torch.export's (ExecuTorch renames graph "
         "values and then rejects a root list naming old ones). Version-2 files upgrade by "
         "clearing that root entry's lists (an mmap load checks their entries whole)."),
+    4: ("2026-11-26", "9c3a3c37a0cb769c",
+        "Tensor-subclass state and values: a weight or constant that is a traceable wrapper subclass "
+        "(__tensor_flatten__: TwoTensor, a quantized weight) is a 'TensorSubclass' entry (class by "
+        "qualified name, flatten context as a plain value, outer dtype/shape/strides/device, and its "
+        "inner tensors as views of stored storages, nested subclasses recursively), rebuilt at load "
+        "by the class's __tensor_unflatten__, the class found only below imported packages; a "
+        "node's meta['val'] tensor may carry 'subclass' (class, context, inner tensors' metadata), "
+        "so a subclass parameter's placeholder is again a fake subclass. Version-3 files are "
+        "version-4 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -140,8 +149,12 @@ def _tagged_values(name: str, extra: dict) -> Union:
 
 
 PLAIN_VALUE = _tagged_values("PlainValue", {})
-TENSOR_META = Record("TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR,
-                                    "dtype": Str, "device": Str, "requires_grad": Bool})
+_tensor_meta = Ref("TensorMeta")
+# A tensor subclass that flattens into inner tensors: its class, flatten context and inner tensors' metadata.
+TENSOR_META = _tensor_meta.bind(Record(
+    "TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR, "dtype": Str, "device": Str,
+                   "requires_grad": Bool},
+    {"subclass": Record("SubclassMeta", {"class": Str, "context": PLAIN_VALUE, "inner": MapOf(_tensor_meta)})}))
 # meta['val'] of a node: tensors as their metadata, symbolic scalars as expressions.
 META_VALUE = _tagged_values("MetaValue", {"tensor": TENSOR_META, "symint": EXPR, "symfloat": EXPR,
                                           "symbool": EXPR})
@@ -182,9 +195,16 @@ MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleC
                             "forward_arg_names": Union("MaybeNames", ListOf(Str), Null)}))})
 
 # Weights, constants, example inputs: name -> where the tensor's bytes are (serialize/tensors.py).
-TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), Record("TensorView", {
-    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
-    "device": Str, "requires_grad": Bool, "parameter": Bool})))
+TENSOR_VIEW = Record("TensorView", {
+    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int),
+    "offset": Int, "device": Str, "requires_grad": Bool, "parameter": Bool})
+# A tensor subclass (``__tensor_flatten__``): its class, context, outer layout and inner tensors.
+_stored_inner = Ref("InnerTensor")
+TENSOR_SUBCLASS = Record("TensorSubclass", {
+    "subclass": Str, "context": PLAIN_VALUE, "inner": MapOf(_stored_inner), "dtype": Str, "shape": ListOf(Int),
+    "stride": ListOf(Int), "device": Str, "requires_grad": Bool, "parameter": Bool})
+_stored_inner.bind(Union("InnerTensor", TENSOR_VIEW, TENSOR_SUBCLASS))
+TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), TENSOR_VIEW, TENSOR_SUBCLASS))
 EXAMPLE_VALUE = _tagged_values("ExampleValue", {"tensor": Str})
 
 PROGRAM = Record("Program", {
