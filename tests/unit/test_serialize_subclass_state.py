@@ -158,3 +158,15 @@ def test_inner_tensors_that_do_not_fit_the_class_are_refused():
         program["state"]["weights"]["custom"]["inner"].pop("elem2")
     with pytest.raises(SerializationError, match="__tensor_unflatten__"):
         graphcap.load(io.BytesIO(_edit_program(data, drop_inner)))
+
+
+def test_fake_weights_are_refused_as_weights_without_data():
+    """A FakeTensor is a tensor subclass too, but not one with inner tensors: save says it has no data."""
+    from torch._subclasses import FakeTensorMode
+
+    with FakeTensorMode():
+        model = torch.nn.Linear(4, 4)
+    ep = graphcap.export(model, (torch.randn(2, 4),))
+    with pytest.raises(SerializationError, match="has no data") as info:
+        graphcap.save(ep, io.BytesIO())
+    assert "weights=False" in str(info.value)

@@ -73,7 +73,7 @@ def _check_tensor(name: str, t: Any) -> torch.Tensor:
             f"{name!r} is a {type(t).__name__}, not a tensor; only tensors can be saved as weights or "
             f"constants.", where=f"state_dict/constants[{name!r}]",
             fix="Script objects and other opaque constants are not supported by the .pt2 format yet.")
-    plain = type(t) in (torch.Tensor, torch.nn.Parameter)
+    plain = type(t) in (torch.Tensor, torch.nn.Parameter) or isinstance(t, FakeTensor)
     if not plain or t.is_quantized or t.layout != torch.strided:
         raise SerializationError(
             f"{name!r} is a {type(t).__name__} with layout {t.layout}; only plain strided tensors can "
