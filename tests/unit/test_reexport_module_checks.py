@@ -1,0 +1,60 @@
+"""Re-exporting ``ep.module()``: its input checks run on the tracer's symbolic sizes.
+
+``module()`` checks every input before computing. When a tracer runs it (export of
+``ep.module()``), sizes are SymInts: each check is asked as a condition the tracer decides
+from its own spec, or records as a guard that spec must satisfy, never made concrete.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphcap
+from graphcap.errors import ConstraintViolationError, InputGuardError
+
+Dim = torch.export.Dim
+
+
+class EvenHalves(torch.nn.Module):
+    def forward(self, w):
+        if w.shape[0] % 2 == 0:
+            return w[::2]
+        return w[1:-1:2]
+
+
+class Shifted(torch.nn.Module):
+    """y is one longer than x."""
+
+    def forward(self, x, y):
+        return x + y[1:]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_derived_dim_program_re_exports(strict):
+    d = Dim("d", min=3, max=6)
+    ep = graphcap.export(EvenHalves(), (torch.randn(10),), dynamic_shapes=({0: 2 * d},), strict=strict)
+    again = graphcap.export(ep.module(), (torch.randn(10),), dynamic_shapes=({0: 2 * d},), strict=strict)
+    for n in (6, 8, 12):
+        w = torch.randn(n)
+        torch.testing.assert_close(again.module()(w), EvenHalves()(w))
+    with pytest.raises(InputGuardError, match="of the form 2\\*"):
+        again.module()(torch.randn(9))
+
+
+def test_relation_between_inputs_re_exports():
+    d = Dim("d", min=2, max=20)
+    spec = ({0: d}, {0: d + 1})
+    ep = graphcap.export(Shifted(), (torch.randn(5), torch.randn(6)), dynamic_shapes=spec)
+    again = graphcap.export(ep.module(), (torch.randn(5), torch.randn(6)), dynamic_shapes=spec)
+    x, y = torch.randn(7), torch.randn(8)
+    torch.testing.assert_close(again.module()(x, y), Shifted()(x, y))
+    with pytest.raises(InputGuardError):
+        again.module()(torch.randn(7), torch.randn(9))
+
+
+def test_a_spec_wider_than_the_program_is_refused_when_re_exporting():
+    """The program only takes even sizes: a plain Dim over every size is not its spec."""
+    d = Dim("d", min=3, max=6)
+    ep = graphcap.export(EvenHalves(), (torch.randn(10),), dynamic_shapes=({0: 2 * d},))
+    with pytest.raises(ConstraintViolationError):
+        graphcap.export(ep.module(), (torch.randn(10),), dynamic_shapes=({0: Dim("n", min=6, max=12)},))
