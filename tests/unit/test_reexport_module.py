@@ -1,8 +1,10 @@
-"""Re-exporting ``ep.module()``: its input checks run on the tracer's symbolic sizes.
+"""Re-exporting ``ep.module()`` gives the program again.
 
 ``module()`` checks every input before computing. When a tracer runs it (export of
 ``ep.module()``), sizes are SymInts: each check is asked as a condition the tracer decides
 from its own spec, or records as a guard that spec must satisfy, never made concrete.
+``module()`` holds the program's state under every name the program knows it by, so the
+re-export lifts the same state.
 """
 from __future__ import annotations
 
@@ -58,3 +60,28 @@ def test_a_spec_wider_than_the_program_is_refused_when_re_exporting():
     ep = graphcap.export(EvenHalves(), (torch.randn(10),), dynamic_shapes=({0: 2 * d},))
     with pytest.raises(ConstraintViolationError):
         graphcap.export(ep.module(), (torch.randn(10),), dynamic_shapes=({0: Dim("n", min=6, max=12)},))
+
+
+class SharedConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Module()
+        self.inner.table = torch.arange(9.0).reshape(3, 3).requires_grad_()
+        self.table = self.inner.table  # one tensor, two names
+        self.other = torch.ones(3)
+
+    def forward(self, x):
+        return x + self.table + self.inner.table * self.other
+
+
+def test_a_constant_known_by_two_names_keeps_both_through_module():
+    model = SharedConstant()
+    ep = graphcap.export(model, (torch.ones(3, 3),))
+    assert sorted(ep.constants) == ["inner.table", "other", "table"]
+    module = ep.module()
+    assert module.table is module.inner.table and "table" not in module.state_dict()
+    again = graphcap.export(module, (torch.ones(3, 3),))
+    assert sorted(again.constants) == sorted(ep.constants)
+    assert again.constants["table"] is again.constants["inner.table"]
+    x = torch.randn(3, 3)
+    torch.testing.assert_close(again.module()(x), model(x))
