@@ -209,8 +209,9 @@ class InputChecker:
 
     def _check_symint(self, leaf: _SymIntLeaf, value: Any, bindings, sources) -> None:
         """A dynamic int input: an int, within its range, equal to other inputs sharing its symbol."""
-        if isinstance(value, torch.SymInt):
-            bindings.setdefault(leaf.expr, value)  # a tracer re-exporting module(): no concrete check
+        if isinstance(value, torch.SymInt):  # a tracer re-exporting module(): its range as a guard
+            self._check_range(leaf.path, leaf.source, leaf.expr, value)
+            bindings.setdefault(leaf.expr, value)
             return
         if not isinstance(value, int) or isinstance(value, bool):
             raise RuntimeInputError(

@@ -85,3 +85,21 @@ def test_a_constant_known_by_two_names_keeps_both_through_module():
     assert again.constants["table"] is again.constants["inner.table"]
     x = torch.randn(3, 3)
     torch.testing.assert_close(again.module()(x), model(x))
+
+
+class NarrowedInt(torch.nn.Module):
+    def forward(self, n, y):
+        assert n > 3  # noqa: S101
+        assert n <= 5  # noqa: S101
+        return y * n
+
+
+def test_a_dynamic_int_input_keeps_its_range_through_module():
+    spec = (Dim.DYNAMIC(min=3, max=10), None)
+    ep = graphcap.export(NarrowedInt(), (4, torch.randn(2)), dynamic_shapes=spec)
+    again = graphcap.export(ep.module(), (4, torch.randn(2)), dynamic_shapes=spec)
+    assert [(int(r.lower), int(r.upper)) for r in again.range_constraints.values()] == [(4, 5)]
+    with pytest.raises(InputGuardError, match=">= 4"):
+        again.module()(3, torch.randn(2))
+    with pytest.raises(ConstraintViolationError, match="4 <= n <= 5"):
+        graphcap.export(ep.module(), (4, torch.randn(2)), dynamic_shapes=(Dim("n", min=3, max=10), None))
