@@ -103,3 +103,37 @@ def test_a_dynamic_int_input_keeps_its_range_through_module():
         again.module()(3, torch.randn(2))
     with pytest.raises(ConstraintViolationError, match="4 <= n <= 5"):
         graphcap.export(ep.module(), (4, torch.randn(2)), dynamic_shapes=(Dim("n", min=3, max=10), None))
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, k: int):
+        return self.lin(x) * k, k + 1
+
+
+def test_strict_re_export_of_module_runs_its_graph_with_the_metadata():
+    """strict=True on a graph module: no user bytecode for dynamo to read; the graph is replayed
+    with its nodes' metadata (an int input and an int output included)."""
+    ep = graphcap.export(Scaled(), (torch.randn(2, 4), 3), strict=True)
+    again = graphcap.export(ep.module(), (torch.randn(2, 4), 3), strict=True)
+    linear = next(n for n in again.graph.nodes if n.target is torch.ops.aten.linear.default)
+    assert "self.lin(x)" in linear.meta["stack_trace"]
+    assert [v[1] for v in linear.meta["nn_module_stack"].values()][-1].endswith("Linear")
+    x = torch.randn(2, 4)
+    for a, b in zip(again.module()(x, 3), ep.module()(x, 3)):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(InputGuardError, match="equal to 3"):
+        again.module()(x, 4)
+
+
+def test_strict_re_export_of_a_program_without_tensor_computation():
+    class Add(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    ep = graphcap.export(Add(), (4, 5), strict=True)
+    again = graphcap.export(ep.module(), (4, 5), strict=True)
+    assert again.module()(4, 5) == 9

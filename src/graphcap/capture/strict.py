@@ -50,8 +50,13 @@ def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: An
             "preserve_module_call_signature is not available with strict=True in graphcap.",
             where="export(..., strict=True, preserve_module_call_signature=...)",
             fix="Export with strict=False (the default): it preserves the listed submodules' call signatures.")
+    # A graph module (a program's module(), a make_fx or symbolic_trace graph) is generated code:
+    # dynamo has nothing of the user's to read there (no bytecode of theirs, no side effects), and
+    # trips over module()'s own input checks; non-strict's front end runs it, replaying a graph
+    # that says where each node came from node by node with that metadata.
+    front = None if isinstance(mod, torch.fx.GraphModule) else _front
     ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                      prefer_deferred_asserts=prefer_deferred_asserts, front=_front)
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front)
     _state_placeholders_name_their_first_use(ep)
     return ep
 
