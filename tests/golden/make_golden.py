@@ -11,7 +11,8 @@ The model covers what the format must carry: convolution + batch norm
 (buffers), tied weights, a buffer viewing another, a non-contiguous buffer, a
 non-persistent buffer, a lifted constant, keyword and list inputs, a nested
 dict/tuple output, a dynamic batch dimension and a torch.cond subgraph; from
-format 4 on, a tensor-subclass buffer (torch's ``TwoTensor``).
+format 4 on, a tensor-subclass buffer (torch's ``TwoTensor``) and the user's
+annotations (``torch.fx.traceback.annotate``, the graph module's ``meta["custom"]``).
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class Golden(torch.nn.Module):
     def forward(self, images, extras, *, gain):
         h = self.bn(self.conv(images)).relu().mean((2, 3))
         h = self.proj(h) + self.window + self.offset + self.pair.b
-        h = torch.cond(h.sum() > 0, lambda t: self.back(t) @ self.mix, lambda t: t * 2 - 1, (h,))
+        with torch.fx.traceback.annotate({"part": "head"}):
+            h = torch.cond(h.sum() > 0, lambda t: self.back(t) @ self.mix, lambda t: t * 2 - 1, (h,))
         return {"out": h * gain, "aux": ((extras[0] + extras[1]) * h.shape[0], h.std())}
 
 
@@ -62,8 +64,10 @@ def main() -> None:
     model = Golden().eval()
     batch = graphcap.Dim("batch", min=2, max=32)
     args, kwargs = example(3, 1)
-    ep = graphcap.export(model, args, kwargs,
-                         dynamic_shapes={"images": {0: batch}, "extras": [{0: batch}, None], "gain": None})
+    with torch.fx.traceback.preserve_node_meta():
+        ep = graphcap.export(model, args, kwargs,
+                             dynamic_shapes={"images": {0: batch}, "extras": [{0: batch}, None], "gain": None})
+    ep.graph_module.meta["custom"] = {"golden": True}
     version = graphcap.FORMAT_VERSION
     graphcap.save(ep, OUT / f"format_v{version}.pt2")
     tensors = {}

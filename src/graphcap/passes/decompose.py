@@ -296,6 +296,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
+    if gm.meta.get("custom"):  # the user's annotations of the whole program stay with it
+        new_gm.meta["custom"] = dict(gm.meta["custom"])
     new_ep = ep._new_program(new_gm, new_sig, ep.state_dict, _ranges_with_new_symbols(new_gm, ep, fake_mode),
                              carry.call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
                              ep.constants, verify=False)

@@ -10,6 +10,7 @@ naming the node or value, at save time rather than at load time.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import sympy
@@ -179,6 +180,9 @@ class _Writer:
             out["torch_fn"] = [str(m["torch_fn"][0]), str(m["torch_fn"][1])]
         if "tensor_meta" in m:
             out["tensor_meta"] = True
+        custom = _custom(m.get("custom"), f"node {node.name}")
+        if custom is not None:
+            out["custom"] = custom
         return out
 
     def graph_module(self, gm: torch.fx.GraphModule, path: str) -> dict[str, Any]:
@@ -334,11 +338,32 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     dim_names = getattr(ep, "export_dim_names", None)
     if dim_names:  # the user's Dim names of the symbols (graphcap.dynamic.symbol_names)
         program["dim_names"] = dict(sorted(dim_names.items()))
+    custom = _custom(ep.graph_module.meta.get("custom"), "the program's graph module")
+    if custom is not None:
+        program["custom"] = custom
     if example_inputs is not None:
         program["example_inputs"] = example_inputs
         payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes
     schema.check_written(program)  # what is written is what the format declares
     return program, payloads
+
+
+def _custom(custom: Any, where: str) -> Any:
+    """A ``meta["custom"]`` dict (user annotations) as plain values; a key whose value the format
+    cannot write is left out with a warning naming it (annotations do not change what runs)."""
+    if not isinstance(custom, dict) or not custom:
+        return None
+    kept = {}
+    for key, value in custom.items():
+        try:
+            encode_value(key)
+            encode_value(value)
+        except Unencodable as e:
+            warnings.warn(f"graphcap.save leaves out meta['custom'][{key!r}] of {where}: it is {e}, "
+                          f"which the .pt2 format cannot write (plain values only).", stacklevel=4)
+            continue
+        kept[key] = value
+    return encode_value(kept) if kept else None
 
 
 def _example_inputs(ep) -> tuple[Any, bytes]:

@@ -82,15 +82,16 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "call-graph entry lists no graph values, as torch.export's (ExecuTorch renames graph "
         "values and then rejects a root list naming old ones). Version-2 files upgrade by "
         "clearing that root entry's lists (an mmap load checks their entries whole)."),
-    4: ("2026-11-26", "9c3a3c37a0cb769c",
+    4: ("2026-11-26", "e3ce6a7e81e0db89",
         "Tensor-subclass state and values: a weight or constant that is a traceable wrapper subclass "
         "(__tensor_flatten__: TwoTensor, a quantized weight) is a 'TensorSubclass' entry (class by "
         "qualified name, flatten context as a plain value, outer dtype/shape/strides/device, and its "
         "inner tensors as views of stored storages, nested subclasses recursively), rebuilt at load "
         "by the class's __tensor_unflatten__, the class found only below imported packages; a "
         "node's meta['val'] tensor may carry 'subclass' (class, context, inner tensors' metadata), "
-        "so a subclass parameter's placeholder is again a fake subclass. Version-3 files are "
-        "version-4 files as they are (no rewrite)."),
+        "so a subclass parameter's placeholder is again a fake subclass; the user's annotations "
+        "(meta['custom'] of each node, and of the program's graph module as a top-level 'custom'), "
+        "plain values only. Version-3 files are version-4 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -165,7 +166,8 @@ CALL_TARGET = Tagged("CallTarget", {"op": OPERATOR_KEY, "hop": IDENT, "python": 
 NODE_META = Record("NodeMeta", {}, {
     "val": META_VALUE, "stack_trace": Union("StackTrace", Str, Null),
     "nn_module_stack": ListOf(Tuple(Str, Str, Str)),  # [key, module path, module class]
-    "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True)})
+    "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True),
+    "custom": PLAIN_VALUE})  # the user's annotations (torch.fx.traceback.annotate): a dict of plain values
 NODE = Record("Node", {"name": IDENT, "op": OneOf("placeholder", "call_function", "get_attr", "output"),
                        "target": Union("NodeTarget", IDENT, CALL_TARGET), "args": ListOf(ARG_VALUE),
                        "kwargs": MapOf(ARG_VALUE), "meta": NODE_META})
@@ -228,6 +230,8 @@ PROGRAM = Record("Program", {
                                                 "framework": Bool})),
     # the spec's Dim names of the program's symbols (ep.export_dim_names: symbol text -> Dim name)
     "dim_names": MapOf(Str),
+    # the program graph module's meta["custom"]: the user's annotations of the whole program
+    "custom": PLAIN_VALUE,
 })
 
 
