@@ -25,6 +25,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
                          SymIntArgument, TensorArgument)
 from ..trace.naming import builtin_name_allowed, set_node_name
 from . import schema, upgrade
+from .binding_paths import decode_bindings
 from .checked_fields import field, ident
 from .encode import python_targets
 from .operator_lookup import resolve_hop, resolve_op
@@ -160,6 +161,8 @@ class _GraphReader:
             node.meta["torch_fn"] = (fn[0], fn[1])
         if "custom" in m:
             node.meta["custom"] = decode_custom(m["custom"], where)
+        if "unbacked_bindings" in m:
+            node.meta["unbacked_bindings"] = decode_bindings(m["unbacked_bindings"], self.symbols.expr, where)
         if m.get("tensor_meta") is True and isinstance(node.meta.get("val"), torch.Tensor):
             key = json.dumps(m["val"], sort_keys=True)
             if key not in self.tensor_metas:

@@ -25,6 +25,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from . import schema
 from .exprs import expr_to_str
+from .binding_paths import encode_bindings
 from .pytree_specs import spec_to_json
 from .tensors import subclass_name
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
@@ -180,6 +181,8 @@ class _Writer:
             out["torch_fn"] = [str(m["torch_fn"][0]), str(m["torch_fn"][1])]
         if "tensor_meta" in m:
             out["tensor_meta"] = True
+        if m.get("unbacked_bindings"):
+            out["unbacked_bindings"] = encode_bindings(m["unbacked_bindings"], self.expr, node.name)
         custom = _custom(m.get("custom"), f"node {node.name}")
         if custom is not None:
             out["custom"] = custom

@@ -82,7 +82,7 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "call-graph entry lists no graph values, as torch.export's (ExecuTorch renames graph "
         "values and then rejects a root list naming old ones). Version-2 files upgrade by "
         "clearing that root entry's lists (an mmap load checks their entries whole)."),
-    4: ("2026-11-26", "e3ce6a7e81e0db89",
+    4: ("2026-11-26", "615b6b226e6a88e4",
         "Tensor-subclass state and values: a weight or constant that is a traceable wrapper subclass "
         "(__tensor_flatten__: TwoTensor, a quantized weight) is a 'TensorSubclass' entry (class by "
         "qualified name, flatten context as a plain value, outer dtype/shape/strides/device, and its "
@@ -91,7 +91,9 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "node's meta['val'] tensor may carry 'subclass' (class, context, inner tensors' metadata), "
         "so a subclass parameter's placeholder is again a fake subclass; the user's annotations "
         "(meta['custom'] of each node, and of the program's graph module as a top-level 'custom'), "
-        "plain values only. Version-3 files are version-4 files as they are (no rewrite)."),
+        "plain values only; each node's 'unbacked_bindings' (the data-dependent symbols it "
+        "introduces, with the path into its value where each is read: size()[0] // 10). "
+        "Version-3 files are version-4 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -167,7 +169,11 @@ NODE_META = Record("NodeMeta", {}, {
     "val": META_VALUE, "stack_trace": Union("StackTrace", Str, Null),
     "nn_module_stack": ListOf(Tuple(Str, Str, Str)),  # [key, module path, module class]
     "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True),
-    "custom": PLAIN_VALUE})  # the user's annotations (torch.fx.traceback.annotate): a dict of plain values
+    "custom": PLAIN_VALUE,  # the user's annotations (torch.fx.traceback.annotate): a dict of plain values
+    # each unbacked symbol the node introduces, with the path into its value (serialize/binding_paths.py)
+    "unbacked_bindings": ListOf(Tuple(EXPR, ListOf(Tagged("BindingKey", {
+        "index": Int, "key": PLAIN_VALUE, "attr": Str, "method": Str, "inner": Str, "divide": Int,
+        "int": Null}))))})
 NODE = Record("Node", {"name": IDENT, "op": OneOf("placeholder", "call_function", "get_attr", "output"),
                        "target": Union("NodeTarget", IDENT, CALL_TARGET), "args": ListOf(ARG_VALUE),
                        "kwargs": MapOf(ARG_VALUE), "meta": NODE_META})

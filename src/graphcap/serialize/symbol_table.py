@@ -22,7 +22,7 @@ from .checked_fields import field, ident
 from .exprs import str_to_expr
 from .tensors import find_subclass, unflatten_subclass
 from .values import DTYPES, bad, decode_device, decode_value
-from ..torch_private.shapes import example_values, symbol_range_locations, symbol_ranges
+from ..torch_private.shapes import example_values, reserve_unbacked_names, symbol_range_locations, symbol_ranges
 
 _ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
                 "zero", "nonzero", "rational", "extended_real", "commutative", "infinite", "even", "odd"}
@@ -80,6 +80,7 @@ class SymbolTable:
                 if type(hint) is not int or not (lower <= hint <= upper):
                     raise bad(f"Malformed example value for symbol {name}.")
                 example_values(self.shape_env)[sym] = sympy.Integer(hint)
+        reserve_unbacked_names(self.shape_env, self.by_name)
 
     def expr(self, text: Any) -> Any:
         if type(text) is int:
