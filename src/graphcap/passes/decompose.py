@@ -203,12 +203,22 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
     apply_owed_names(gm.graph, list(zip(placeholders, names)))
 
 
-def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node]) -> None:
-    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had."""
+def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node],
+                             fake_mode: Any) -> None:
+    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had, and
+    every tensor input says whether it requires grad as it did (the retrace runs under
+    ``no_grad``, which leaves its inputs' values without the flag): a parameter or an input given
+    with ``requires_grad=True`` still says so in the inference IR, as in torch.export's."""
     new = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, old in zip(new, old_placeholders):
         if "val" not in node.meta and "val" in old.meta:
             node.meta["val"] = old.meta["val"]
+        val, was = node.meta.get("val"), old.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) and val is not was \
+                and was.requires_grad and not val.requires_grad and val.is_leaf \
+                and (val.is_floating_point() or val.is_complex()):
+            with fake_mode:
+                val.requires_grad_(True)
 
 
 def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: torch.fx.GraphModule) -> None:
@@ -282,7 +292,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
-    _keep_placeholder_values(new_gm, placeholders)
+    _keep_placeholder_values(new_gm, placeholders, fake_mode)
     _keep_input_and_output_annotations(new_gm, gm)
     carry.take(new_gm)
     new_gm.graph.lint()
