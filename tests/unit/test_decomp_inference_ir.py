@@ -312,3 +312,16 @@ def test_inputs_keep_whether_they_require_grad():
         decomposed = ep.run_decompositions({})
         assert [n.meta["val"].requires_grad for n in decomposed.graph.nodes if n.op == "placeholder"] == flags
         torch.testing.assert_close(decomposed.module()(*args), ep.module()(*args))
+
+
+def test_state_inputs_keep_the_source_of_their_first_reader():
+    """strict=True marks each parameter/buffer placeholder with the source_fn_stack of the operator
+    that first reads it; the inference IR keeps the mark."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    ep = graphcap.export(model, (torch.randn(1, 3, 8, 8),), strict=True)
+    marked = {n.name: n.meta["source_fn_stack"] for n in ep.graph.nodes
+              if n.op == "placeholder" and "source_fn_stack" in n.meta}
+    assert set(marked) == {"p_0_weight", "p_0_bias"}
+    decomposed = ep.run_decompositions({})
+    assert {n.name: n.meta["source_fn_stack"] for n in decomposed.graph.nodes
+            if n.op == "placeholder" and "source_fn_stack" in n.meta} == marked

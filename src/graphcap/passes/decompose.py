@@ -213,6 +213,8 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
     for node, old in zip(new, old_placeholders):
         if "val" not in node.meta and "val" in old.meta:
             node.meta["val"] = old.meta["val"]
+        if "source_fn_stack" in old.meta and "source_fn_stack" not in node.meta:
+            node.meta["source_fn_stack"] = list(old.meta["source_fn_stack"])  # a state input's first reader
         val, was = node.meta.get("val"), old.meta.get("val")
         if isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) and val is not was \
                 and was.requires_grad and not val.requires_grad and val.is_leaf \
