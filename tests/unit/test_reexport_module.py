@@ -137,3 +137,17 @@ def test_strict_re_export_of_a_program_without_tensor_computation():
     ep = graphcap.export(Add(), (4, 5), strict=True)
     again = graphcap.export(ep.module(), (4, 5), strict=True)
     assert again.module()(4, 5) == 9
+
+
+def test_a_spec_with_one_entry_for_two_inputs_says_so_in_torchs_words_too():
+    """module() of a program whose forward took *args takes the inputs one by one; a spec that
+    still wraps them in one entry is refused with graphcap's message and torch.export's sentence."""
+    class Star(torch.nn.Module):
+        def forward(self, *args):
+            return args[0] + args[1]
+
+    args = (torch.randn(2, 5), torch.randn(2, 5))
+    ep = graphcap.export(Star(), args, dynamic_shapes={"args": ({0: Dim.DYNAMIC}, {0: Dim.DYNAMIC})})
+    with pytest.raises(torch._dynamo.exc.UserError, match="has 1 entries, but there are 2 inputs") as info:
+        graphcap.export(ep.module(), args, dynamic_shapes=(({0: Dim.DYNAMIC}, {0: Dim.DYNAMIC}),))
+    assert "`inputs` has 2 elements, but `dynamic_shapes` has 1 elements" in str(info.value)
