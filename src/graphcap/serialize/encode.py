@@ -90,7 +90,7 @@ class _Writer:
                 f"A value of the graph is a {cls.__qualname__}, a tensor subclass defined inside a function "
                 f"(or nested too deeply); a loading process could not find the class by its name.",
                 where="node metadata", fix=f"Define {cls.__name__} at the top level of a module.")
-        attrs, ctx = t.__tensor_flatten__()
+        attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
         try:
             context = encode_value(ctx)
         except Unencodable as e:

@@ -160,7 +160,7 @@ def _describe_subclass(name: str, t: torch.Tensor, depth: int, describe_inner: A
     if depth > 16:
         raise SerializationError(f"{name!r} nests tensor subclasses more than 16 deep.", where=where,
                                  fix="Flatten the subclass before export.")
-    attrs, ctx = t.__tensor_flatten__()
+    attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
     try:
         context = encode_value(ctx)
     except Unencodable as e:
@@ -289,7 +289,7 @@ def find_subclass(qualname: Any, where: str) -> type:
     return cls
 
 
-def unflatten_subclass(cls: type, inner: dict[str, torch.Tensor], context: Any, shape: Any, stride: Any,
+def unflatten_subclass(cls: Any, inner: dict[str, torch.Tensor], context: Any, shape: Any, stride: Any,
                        where: str) -> torch.Tensor:
     """``cls.__tensor_unflatten__`` on the inner tensors, checked to give a ``cls`` of the outer shape."""
     try:
