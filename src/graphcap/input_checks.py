@@ -176,10 +176,15 @@ class InputChecker:
                 self._check_symint(leaf, value, bindings, sources)
                 continue
             self._check_tensor(leaf, value, bindings, sources, deferred, exprs)
-        if any(not isinstance(v, int) for v in bindings.values()):
-            return  # symbolic sizes: relations are the tracer's to record
+        symbolic = any(isinstance(v, torch.SymInt) for v in bindings.values()) \
+            or any(isinstance(got, torch.SymInt) for *_, got in deferred)
         for leaf, i, expr, got in deferred:
-            self._check_derived(leaf, i, expr, got, bindings, sources)
+            if symbolic:
+                self._check_derived_symbolic(leaf, i, expr, got, bindings)
+            else:
+                self._check_derived(leaf, i, expr, got, bindings, sources)
+        if symbolic:
+            return  # symbolic sizes: relations between them are the tracer's to record
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
@@ -204,8 +209,9 @@ class InputChecker:
 
     def _check_symint(self, leaf: _SymIntLeaf, value: Any, bindings, sources) -> None:
         """A dynamic int input: an int, within its range, equal to other inputs sharing its symbol."""
-        if isinstance(value, torch.SymInt):
-            bindings.setdefault(leaf.expr, value)  # a tracer re-exporting module(): no concrete check
+        if isinstance(value, torch.SymInt):  # a tracer re-exporting module(): its range as a guard
+            self._check_range(leaf.path, leaf.source, leaf.expr, value)
+            bindings.setdefault(leaf.expr, value)
             return
         if not isinstance(value, int) or isinstance(value, bool):
             raise RuntimeInputError(
@@ -325,6 +331,33 @@ class InputChecker:
                                   f"{source} <= {int(upper)}"),
                 fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
+    def _check_derived_symbolic(self, leaf: _TensorLeaf, dim: int, expr: Any, got: Any, bindings) -> None:
+        """A derived-dim size while a tracer re-exports ``module()`` (sizes may be SymInts): the
+        same facts as :meth:`_check_derived` — a size of the form ``a*root + b``, equal to what the
+        bound root gives — asked of the sizes as Python conditions, so the tracer decides each from
+        its own spec (a size given as ``2*dim`` is even whatever ``dim`` is) or records it as a
+        guard to check against that spec, and nothing is made concrete."""
+        path, source = f"{leaf.path}.shape[{dim}]", guards.size_source(leaf.source, dim)
+        root = next((r for r in expr.free_symbols if r not in bindings), None)
+        if root is not None:
+            form = _linear(expr, root) if len(expr.free_symbols) == 1 else None
+            if form is None:
+                return  # not a derived dim torch's spec can write: nothing to ask of the size
+            scale, offset = form
+            if (got - offset) % abs(scale) != 0:
+                raise InputGuardError(
+                    guards.with_guard(f"Expected input at {path} to be of the form {expr}, but got {got}",
+                                      _form_condition(source, expr, root)),
+                    fix=f"Choose a size that {expr} can take for an integer {root}.")
+            bindings[root] = (got - offset) // scale
+            return
+        roots = list(expr.free_symbols)
+        form = _linear(expr, roots[0]) if len(roots) == 1 else None
+        if form is not None and got != form[0] * bindings[roots[0]] + form[1]:
+            raise InputGuardError(
+                f"Expected input at {path} to be equal to {expr}, but got {got}",
+                fix=f"This dimension is {expr} in the exported program.")
+
     def _check_derived(self, leaf: _TensorLeaf, dim: int, expr: Any, got: int, bindings, sources) -> None:
         path, source = f"{leaf.path}.shape[{dim}]", guards.size_source(leaf.source, dim)
         free = expr.free_symbols
@@ -344,6 +377,14 @@ class InputChecker:
                 guards.with_guard(f"Expected input at {path} to be equal to {want}, but got {got}",
                                   f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _linear(expr: Any, root: Any) -> Optional[tuple[int, int]]:
+    """``(a, b)`` when ``expr`` is ``a*root + b`` with integers ``a != 0`` and ``b`` (a derived dim)."""
+    scale, offset = expr.coeff(root), expr.subs(root, 0)
+    if (expr - scale * root - offset).is_zero and scale.is_Integer and offset.is_Integer and scale != 0:
+        return int(scale), int(offset)
+    return None
 
 
 def _form_condition(source: str, expr: Any, root: Any) -> str:

@@ -211,8 +211,8 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
                                   if s.kind is InputKind.BUFFER and s.persistent is False])
     module.graph.lint()
     module.meta.update(ep.graph_module.meta)
-    _settle_constants(module, [s.target for s in sig.input_specs
-                               if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)])
+    constant_fqns = [s.target for s in sig.input_specs if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)]
+    _settle_constants(module, constant_fqns + _install_constant_aliases(module, ep, constant_fqns))
     module._checker = checker
     module.graphcap_assert_messages = explanations(ep)  # a failed runtime assert in the user's terms
     module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
@@ -251,6 +251,20 @@ def _install_state(root: torch.nn.Module, ep) -> None:
                      buffer=True, persistent=spec.persistent is not False)
         elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             _install(root, spec.target, _constant_value(ep.constants[spec.target]))
+
+
+def _install_constant_aliases(module: torch.nn.Module, ep, installed: list[str]) -> list[str]:
+    """The other names of a constant the program reads under one name (``self.foo`` and
+    ``self.m2.foo`` holding one tensor: one placeholder, two entries of ``ep.constants``), at
+    their own FQNs on the module and holding the same object, as on the exported model; a
+    re-export of ``module()`` then finds every name again."""
+    first = {id(ep.constants[fqn]): fqn for fqn in installed if fqn in ep.constants}
+    aliases = []
+    for fqn, value in ep.constants.items():
+        if fqn not in installed and id(value) in first and _owner(module, fqn)[1] is None:
+            _install(module, fqn, _fetch(module, first[id(value)]))
+            aliases.append(fqn)
+    return aliases
 
 
 def _constant_value(value: Any) -> Any:

@@ -10,7 +10,9 @@ they are the proof that files written by that release keep loading.
 The model covers what the format must carry: convolution + batch norm
 (buffers), tied weights, a buffer viewing another, a non-contiguous buffer, a
 non-persistent buffer, a lifted constant, keyword and list inputs, a nested
-dict/tuple output, a dynamic batch dimension and a torch.cond subgraph.
+dict/tuple output, a dynamic batch dimension and a torch.cond subgraph; from
+format 4 on, a tensor-subclass buffer (torch's ``TwoTensor``) and the user's
+annotations (``torch.fx.traceback.annotate``, the graph module's ``meta["custom"]``).
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from torch.testing._internal.two_tensor import TwoTensor
 
 import graphcap
 
 HERE = Path(__file__).resolve().parent
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
 
 
 class Golden(torch.nn.Module):
@@ -38,11 +42,13 @@ class Golden(torch.nn.Module):
         self.register_buffer("mix", torch.randn(4, 4).t())
         self.register_buffer("calls", torch.zeros((), dtype=torch.int64), persistent=False)
         self.offset = torch.tensor([0.25, -0.5, 1.0, 2.0])
+        self.register_buffer("pair", TwoTensor(torch.randn(4), torch.randn(4)))
 
     def forward(self, images, extras, *, gain):
         h = self.bn(self.conv(images)).relu().mean((2, 3))
-        h = self.proj(h) + self.window + self.offset
-        h = torch.cond(h.sum() > 0, lambda t: self.back(t) @ self.mix, lambda t: t * 2 - 1, (h,))
+        h = self.proj(h) + self.window + self.offset + self.pair.b
+        with torch.fx.traceback.annotate({"part": "head"}):
+            h = torch.cond(h.sum() > 0, lambda t: self.back(t) @ self.mix, lambda t: t * 2 - 1, (h,))
         return {"out": h * gain, "aux": ((extras[0] + extras[1]) * h.shape[0], h.std())}
 
 
@@ -58,10 +64,12 @@ def main() -> None:
     model = Golden().eval()
     batch = graphcap.Dim("batch", min=2, max=32)
     args, kwargs = example(3, 1)
-    ep = graphcap.export(model, args, kwargs,
-                         dynamic_shapes={"images": {0: batch}, "extras": [{0: batch}, None], "gain": None})
+    with torch.fx.traceback.preserve_node_meta():
+        ep = graphcap.export(model, args, kwargs,
+                             dynamic_shapes={"images": {0: batch}, "extras": [{0: batch}, None], "gain": None})
+    ep.graph_module.meta["custom"] = {"golden": True}
     version = graphcap.FORMAT_VERSION
-    graphcap.save(ep, HERE / f"format_v{version}.pt2")
+    graphcap.save(ep, OUT / f"format_v{version}.pt2")
     tensors = {}
     for i, (a, k) in enumerate((example(3, 1), example(5, 2))):
         with torch.no_grad():
@@ -69,7 +77,7 @@ def main() -> None:
         tensors.update({f"case{i}.images": a[0], f"case{i}.extras0": a[1][0], f"case{i}.extras1": a[1][1],
                         f"case{i}.gain": k["gain"], f"case{i}.out": out["out"],
                         f"case{i}.aux0": out["aux"][0], f"case{i}.aux1": out["aux"][1]})
-    save_file(tensors, HERE / f"format_v{version}_io.safetensors")
+    save_file(tensors, OUT / f"format_v{version}_io.safetensors")
     print(f"wrote format_v{version}.pt2 and format_v{version}_io.safetensors", file=sys.stderr)
 
 

@@ -290,3 +290,38 @@ def test_the_decomposed_program_prints_as_a_graphmodule_like_the_exported_one():
         assert program.graph_module.print_readable(print_output=False).startswith("class GraphModule(")
     a, b = ep.run_decompositions({}).graph_module, ep.run_decompositions({}).graph_module
     assert type(a) is not type(b), "each program's module has a class of its own (the name is set on it)"
+
+
+def test_inputs_keep_whether_they_require_grad():
+    """The inference IR's placeholders say requires_grad as the training IR's do (parameters, an
+    input given with requires_grad=True), buffers and plain inputs do not."""
+    class WithGrad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3, 3))
+            self.register_buffer("b", torch.ones(3))
+
+        def forward(self, x, y, n):
+            return (self.w @ x + y) * self.b + n
+
+    args = (torch.randn(3, 3), torch.randn(3, 3, requires_grad=True), torch.arange(3))
+    for strict in (False, True):
+        ep = graphcap.export(WithGrad(), args, strict=strict)
+        flags = [n.meta["val"].requires_grad for n in ep.graph.nodes if n.op == "placeholder"]
+        assert flags == [True, False, False, True, False]
+        decomposed = ep.run_decompositions({})
+        assert [n.meta["val"].requires_grad for n in decomposed.graph.nodes if n.op == "placeholder"] == flags
+        torch.testing.assert_close(decomposed.module()(*args), ep.module()(*args))
+
+
+def test_state_inputs_keep_the_source_of_their_first_reader():
+    """strict=True marks each parameter/buffer placeholder with the source_fn_stack of the operator
+    that first reads it; the inference IR keeps the mark."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    ep = graphcap.export(model, (torch.randn(1, 3, 8, 8),), strict=True)
+    marked = {n.name: n.meta["source_fn_stack"] for n in ep.graph.nodes
+              if n.op == "placeholder" and "source_fn_stack" in n.meta}
+    assert set(marked) == {"p_0_weight", "p_0_bias"}
+    decomposed = ep.run_decompositions({})
+    assert {n.name: n.meta["source_fn_stack"] for n in decomposed.graph.nodes
+            if n.op == "placeholder" and "source_fn_stack" in n.meta} == marked

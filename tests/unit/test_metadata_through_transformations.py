@@ -152,3 +152,43 @@ def test_reexport_with_preserved_names_the_graph_module_does_not_call():
     torch.testing.assert_close(graphcap.unflatten(again)(x), WithBar()(x))
     with pytest.raises(graphcap.errors.ExportInputError, match="not submodules"):
         graphcap.export(WithBar(), (x,), preserve_module_call_signature=("baz",))  # a module: still refused
+
+
+def test_run_decompositions_keeps_the_graph_modules_annotations():
+    ep, _, _ = _annotated_program()
+    assert ep.run_decompositions().graph_module.meta["custom"] == {"model": "m1"}
+
+
+def test_save_and_load_keep_annotations():
+    import io
+    import warnings
+
+    ep, x, scale = _annotated_program(dynamic=True)
+    ep.graph_module.meta["custom"] = {"model": "m1", "tags": ("a", 1), "opaque": object()}
+    buf = io.BytesIO()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphcap.save(ep, buf)
+    assert any("meta['custom']['opaque']" in str(w.message) for w in caught)
+    loaded = graphcap.load(io.BytesIO(buf.getvalue()))
+    assert [n.meta.get("custom") for n in loaded.graph.nodes] == [n.meta.get("custom") for n in ep.graph.nodes]
+    assert loaded.graph_module.meta["custom"] == {"model": "m1", "tags": ("a", 1)}
+    torch.testing.assert_close(loaded.module()(x, scale=scale)["out"], ep.module()(x, scale=scale)["out"])
+
+
+def test_annotations_recorded_at_export_survive_save_and_load():
+    import io
+
+    class Annotated(torch.nn.Module):
+        def forward(self, x):
+            with fx_traceback.annotate({"stage": "pre"}):
+                y = x.sin()
+            return y * 2
+
+    with fx_traceback.preserve_node_meta():
+        ep = graphcap.export(Annotated(), (torch.randn(3),))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    loaded = graphcap.load(io.BytesIO(buf.getvalue()))
+    assert _ops(loaded)["sin"].meta["custom"] == {"stage": "pre"}
+    assert not _ops(loaded)["mul"].meta.get("custom")

@@ -59,9 +59,14 @@ def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: An
         replays.append(_front(target, args, kwargs, user_leaves, fake_user, preserved))
         return replays[-1]
 
+    # A graph module (a program's module(), a make_fx or symbolic_trace graph) is generated code:
+    # dynamo has nothing of the user's to read there (no bytecode of theirs, no side effects), and
+    # trips over module()'s own input checks; non-strict's front end runs it, replaying a graph
+    # that says where each node came from node by node with that metadata.
+    front_end = None if isinstance(mod, torch.fx.GraphModule) else front
     ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                       preserve_module_call_signature=tuple(preserved),
-                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front)
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front_end)
     _state_placeholders_name_their_first_use(ep)
     if replays and replays[0].marker is not None:
         strict_call_boundaries.warn_unrecorded_calls(ep, strict_call_boundaries.marked_in_branches(

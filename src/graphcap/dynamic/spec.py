@@ -290,9 +290,12 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         specs = [dynamic_shapes[k] for k in combined]
     elif isinstance(dynamic_shapes, (tuple, list)):
         if len(dynamic_shapes) != len(values):
+            # the parenthesis is torch.export's sentence for this mistake, which callers match on
             raise DynamicSpecError(
                 f"dynamic_shapes has {len(dynamic_shapes)} entries, but there are {len(values)} inputs "
-                f"({list(combined)}).", where="export(..., dynamic_shapes=(...))",
+                f"({list(combined)}) (Detected mismatch between the structure of `inputs` and "
+                f"`dynamic_shapes`: `inputs` has {len(values)} elements, but `dynamic_shapes` has "
+                f"{len(dynamic_shapes)} elements).", where="export(..., dynamic_shapes=(...))",
                 fix="Give one entry per input, in the order of forward's arguments (None for static ones).")
         specs = list(dynamic_shapes)
     else:

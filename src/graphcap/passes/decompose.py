@@ -203,12 +203,24 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
     apply_owed_names(gm.graph, list(zip(placeholders, names)))
 
 
-def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node]) -> None:
-    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had."""
+def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node],
+                             fake_mode: Any) -> None:
+    """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had, and
+    every tensor input says whether it requires grad as it did (the retrace runs under
+    ``no_grad``, which leaves its inputs' values without the flag): a parameter or an input given
+    with ``requires_grad=True`` still says so in the inference IR, as in torch.export's."""
     new = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, old in zip(new, old_placeholders):
         if "val" not in node.meta and "val" in old.meta:
             node.meta["val"] = old.meta["val"]
+        if "source_fn_stack" in old.meta and "source_fn_stack" not in node.meta:
+            node.meta["source_fn_stack"] = list(old.meta["source_fn_stack"])  # a state input's first reader
+        val, was = node.meta.get("val"), old.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) and val is not was \
+                and was.requires_grad and not val.requires_grad and val.is_leaf \
+                and (val.is_floating_point() or val.is_complex()):
+            with fake_mode:
+                val.requires_grad_(True)
 
 
 def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: torch.fx.GraphModule) -> None:
@@ -282,7 +294,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
-    _keep_placeholder_values(new_gm, placeholders)
+    _keep_placeholder_values(new_gm, placeholders, fake_mode)
     _keep_input_and_output_annotations(new_gm, gm)
     carry.take(new_gm)
     new_gm.graph.lint()
@@ -296,6 +308,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]
     new_gm.meta[IR_META_KEY] = {"level": "inference", "kept": _kept_ops(new_gm, table)}
+    if gm.meta.get("custom"):  # the user's annotations of the whole program stay with it
+        new_gm.meta["custom"] = dict(gm.meta["custom"])
     # The new program gets its own state and constant tables (the same tensors): a consumer that
     # edits the result's tables in place (ExecuTorch drops unused parameters, lifts constants)
     # leaves the program it came from as it was.

@@ -25,6 +25,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
                          SymIntArgument, TensorArgument)
 from ..trace.naming import builtin_name_allowed, set_node_name
 from . import schema, upgrade
+from .binding_paths import decode_bindings
 from .checked_fields import field, ident
 from .encode import python_targets
 from .operator_lookup import resolve_hop, resolve_op
@@ -158,11 +159,23 @@ class _GraphReader:
             if not (isinstance(fn, list) and len(fn) == 2 and all(isinstance(x, str) for x in fn)):
                 raise bad(f"Malformed torch_fn at {where}.")
             node.meta["torch_fn"] = (fn[0], fn[1])
+        if "custom" in m:
+            node.meta["custom"] = decode_custom(m["custom"], where)
+        if "unbacked_bindings" in m:
+            node.meta["unbacked_bindings"] = decode_bindings(m["unbacked_bindings"], self.symbols.expr, where)
         if m.get("tensor_meta") is True and isinstance(node.meta.get("val"), torch.Tensor):
             key = json.dumps(m["val"], sort_keys=True)
             if key not in self.tensor_metas:
                 self.tensor_metas[key] = extract_tensor_metadata(node.meta["val"])
             node.meta["tensor_meta"] = self.tensor_metas[key]
+
+
+def decode_custom(j: Any, where: str) -> dict[str, Any]:
+    """A ``meta["custom"]`` dict of plain values (the user's annotations)."""
+    custom = decode_value(j)
+    if not isinstance(custom, dict):
+        raise bad(f"Malformed custom metadata at {where}.")
+    return custom
 
 
 # ---------------------------------------------------------------------------
@@ -271,6 +284,8 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
                 and isinstance(ir.get("kept"), list) and all(isinstance(k, str) for k in ir["kept"])):
             raise bad("Malformed 'ir' entry.")
         gm.meta["graphcap_ir"] = {"level": ir["level"], "kept": frozenset(ir["kept"])}
+    if "custom" in program:
+        gm.meta["custom"] = decode_custom(program["custom"], "custom")
     return {"graph_module": gm, "signature": decode_signature(field(program, "signature", dict, "signature")),
             "range_constraints": range_constraints,
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),

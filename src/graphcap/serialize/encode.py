@@ -10,6 +10,7 @@ naming the node or value, at save time rather than at load time.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import sympy
@@ -24,7 +25,10 @@ from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from . import schema
 from .exprs import expr_to_str
+from .binding_paths import encode_bindings
 from .pytree_specs import spec_to_json
+from .tensors import subclass_name
+from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from .values import Unencodable, encode_value
 from ..torch_private.shapes import example_values, symbol_ranges
 
@@ -69,11 +73,33 @@ class _Writer:
             return e if isinstance(e, int) else self.expr(e)
         return self.expr(e)
 
-    def tensor_meta(self, t: torch.Tensor) -> dict[str, Any]:
+    def tensor_meta(self, t: torch.Tensor, depth: int = 0) -> dict[str, Any]:
         dim = lambda x: self.sym(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else int(x)  # noqa: E731
-        return {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
+        meta = {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
                 "offset": dim(t.storage_offset()), "dtype": str(t.dtype), "device": str(t.device),
                 "requires_grad": bool(t.requires_grad)}
+        if is_traceable_wrapper_subclass(t):
+            meta["subclass"] = self.subclass_meta(t, depth)
+        return meta
+
+    def subclass_meta(self, t: torch.Tensor, depth: int) -> dict[str, Any]:
+        """A fake subclass value (a subclass parameter's placeholder): class, context, inner metadata."""
+        cls = type(t)
+        if "<locals>" in cls.__qualname__ or depth > 16:
+            raise SerializationError(
+                f"A value of the graph is a {cls.__qualname__}, a tensor subclass defined inside a function "
+                f"(or nested too deeply); a loading process could not find the class by its name.",
+                where="node metadata", fix=f"Define {cls.__name__} at the top level of a module.")
+        attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
+        try:
+            context = encode_value(ctx)
+        except Unencodable as e:
+            raise SerializationError(
+                f"A value of the graph is a {cls.__qualname__} whose __tensor_flatten__ context is {e}; the "
+                f".pt2 format stores plain values only.", where="node metadata",
+                fix=f"Make {cls.__name__}.__tensor_flatten__ return a context of plain values.") from None
+        return {"class": subclass_name(cls), "context": context,
+                "inner": {attr: self.tensor_meta(getattr(t, attr), depth + 1) for attr in attrs}}
 
     def symbolic(self, x: Any) -> Any:
         """``{"symint"|"symfloat"|"symbool": expression}`` for a symbolic scalar, else None."""
@@ -155,6 +181,11 @@ class _Writer:
             out["torch_fn"] = [str(m["torch_fn"][0]), str(m["torch_fn"][1])]
         if "tensor_meta" in m:
             out["tensor_meta"] = True
+        if m.get("unbacked_bindings"):
+            out["unbacked_bindings"] = encode_bindings(m["unbacked_bindings"], self.expr, node.name)
+        custom = _custom(m.get("custom"), f"node {node.name}")
+        if custom is not None:
+            out["custom"] = custom
         return out
 
     def graph_module(self, gm: torch.fx.GraphModule, path: str) -> dict[str, Any]:
@@ -310,11 +341,32 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     dim_names = getattr(ep, "export_dim_names", None)
     if dim_names:  # the user's Dim names of the symbols (graphcap.dynamic.symbol_names)
         program["dim_names"] = dict(sorted(dim_names.items()))
+    custom = _custom(ep.graph_module.meta.get("custom"), "the program's graph module")
+    if custom is not None:
+        program["custom"] = custom
     if example_inputs is not None:
         program["example_inputs"] = example_inputs
         payloads[schema.EXAMPLE_INPUTS_ENTRY] = example_bytes
     schema.check_written(program)  # what is written is what the format declares
     return program, payloads
+
+
+def _custom(custom: Any, where: str) -> Any:
+    """A ``meta["custom"]`` dict (user annotations) as plain values; a key whose value the format
+    cannot write is left out with a warning naming it (annotations do not change what runs)."""
+    if not isinstance(custom, dict) or not custom:
+        return None
+    kept = {}
+    for key, value in custom.items():
+        try:
+            encode_value(key)
+            encode_value(value)
+        except Unencodable as e:
+            warnings.warn(f"graphcap.save leaves out meta['custom'][{key!r}] of {where}: it is {e}, "
+                          f"which the .pt2 format cannot write (plain values only).", stacklevel=4)
+            continue
+        kept[key] = value
+    return encode_value(kept) if kept else None
 
 
 def _example_inputs(ep) -> tuple[Any, bytes]:

@@ -8,8 +8,8 @@ cond branches made such asserts appear). Reading them back must not use
 ``sympy.sympify``, which evaluates Python; this is a small recursive-descent
 parser over a closed grammar — integers, the file's own symbols, ``+ - * /
 // % **``, comparisons, and a whitelist of the integer functions torch's
-ShapeEnv produces — with limits on length, depth and number sizes, so a
-crafted string can neither run code nor make the loader hang.
+ShapeEnv produces (``Piecewise`` with its ``(value, condition)`` pairs too)
+— with limits on length, depth and number sizes, so a crafted string can neither run code nor make the loader hang.
 """
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 _FUNCTIONS.update({"Eq": sympy.Eq, "Ne": sympy.Ne, "Lt": sympy.Lt, "Le": sympy.Le, "Gt": sympy.Gt,
                    "Ge": sympy.Ge, "Abs": sympy.Abs, "floor": sympy.floor, "ceiling": sympy.ceiling,
-                   "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not})
+                   "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not, "ITE": sympy.ITE})
+# Functions whose arguments are (value, condition) pairs, printed as tuples: ``Piecewise((1, Eq(u0, 1)),
+# (0, True))`` is what ShapeEnv makes of ``int(flag)`` for a data-dependent bool (``bool(t)``, ``t.item()``).
+_PAIR_FUNCTIONS: dict[str, Callable[..., Any]] = {"Piecewise": sympy.Piecewise}
 _CONSTANTS = {"oo": sympy.oo, "int_oo": int_oo, "True": sympy.true, "False": sympy.false}
 _COMPARE = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "==": sympy.Eq, "!=": sympy.Ne}
 
@@ -188,15 +191,16 @@ class _Parser:
             return sympy.Integer(value)
         if kind == "name":
             if self.peek() == ("op", "("):
-                fn = _FUNCTIONS.get(text)
+                pairs = text in _PAIR_FUNCTIONS
+                fn = _PAIR_FUNCTIONS[text] if pairs else _FUNCTIONS.get(text)
                 if fn is None:
                     raise _fail(self.text, f"unknown function {text!r}")
                 self.take("(")
                 self._enter()
-                args = [self.comparison()]
+                args = [self.pair() if pairs else self.comparison()]
                 while self.peek() == ("op", ","):
                     self.take()
-                    args.append(self.comparison())
+                    args.append(self.pair() if pairs else self.comparison())
                 self.take(")")
                 self.depth -= 1
                 return fn(*args)
@@ -212,6 +216,17 @@ class _Parser:
             self.depth -= 1
             return value
         raise _fail(self.text, f"unexpected {text!r}")
+
+    def pair(self) -> tuple[Any, Any]:
+        """``(value, condition)``: one argument of ``Piecewise``."""
+        self.take("(")
+        self._enter()
+        value = self.comparison()
+        self.take(",")
+        condition = self.comparison()
+        self.take(")")
+        self.depth -= 1
+        return value, condition
 
 
 def str_to_expr(text: Any, symbols: dict[str, sympy.Symbol]) -> Any:

@@ -36,7 +36,7 @@ from ..signature import InputKind, OutputKind
 from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
                          Union, check, fingerprint)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -50,7 +50,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    3
+    4
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -82,12 +82,30 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "call-graph entry lists no graph values, as torch.export's (ExecuTorch renames graph "
         "values and then rejects a root list naming old ones). Version-2 files upgrade by "
         "clearing that root entry's lists (an mmap load checks their entries whole)."),
+    4: ("2026-11-26", "615b6b226e6a88e4",
+        "Tensor-subclass state and values: a weight or constant that is a traceable wrapper subclass "
+        "(__tensor_flatten__: TwoTensor, a quantized weight) is a 'TensorSubclass' entry (class by "
+        "qualified name, flatten context as a plain value, outer dtype/shape/strides/device, and its "
+        "inner tensors as views of stored storages, nested subclasses recursively), rebuilt at load "
+        "by the class's __tensor_unflatten__, the class found only below imported packages; a "
+        "node's meta['val'] tensor may carry 'subclass' (class, context, inner tensors' metadata), "
+        "so a subclass parameter's placeholder is again a fake subclass; the user's annotations "
+        "(meta['custom'] of each node, and of the program's graph module as a top-level 'custom'), "
+        "plain values only; each node's 'unbacked_bindings' (the data-dependent symbols it "
+        "introduces, with the path into its value where each is read: size()[0] // 10). "
+        "Version-3 files are version-4 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
 # 2026-11-23, version 1: training-IR programs no longer list BUFFER_MUTATION / USER_INPUT_MUTATION
 #   outputs (the writes are in-place operators of the graph, as in torch's training IR); a file
 #   that lists them is upgraded as it loads. Inference-IR programs keep their mutation outputs.
+
+# The reader reads more, the format unchanged (what save writes is as before; files that failed to
+# load now load):
+# 2026-11-26, every version: symbolic expressions may hold ``Piecewise((value, condition), ...)`` and
+#   ``ITE(c, a, b)`` (serialize/exprs.py): sympy's printed form of ``int(flag)`` for a data-dependent
+#   bool, which save has always written and load refused as an unknown function.
 
 READABLE_VERSIONS = frozenset(CHANGELOG)
 
@@ -134,8 +152,12 @@ def _tagged_values(name: str, extra: dict) -> Union:
 
 
 PLAIN_VALUE = _tagged_values("PlainValue", {})
-TENSOR_META = Record("TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR,
-                                    "dtype": Str, "device": Str, "requires_grad": Bool})
+_tensor_meta = Ref("TensorMeta")
+# A tensor subclass that flattens into inner tensors: its class, flatten context and inner tensors' metadata.
+TENSOR_META = _tensor_meta.bind(Record(
+    "TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR, "dtype": Str, "device": Str,
+                   "requires_grad": Bool},
+    {"subclass": Record("SubclassMeta", {"class": Str, "context": PLAIN_VALUE, "inner": MapOf(_tensor_meta)})}))
 # meta['val'] of a node: tensors as their metadata, symbolic scalars as expressions.
 META_VALUE = _tagged_values("MetaValue", {"tensor": TENSOR_META, "symint": EXPR, "symfloat": EXPR,
                                           "symbool": EXPR})
@@ -146,7 +168,12 @@ CALL_TARGET = Tagged("CallTarget", {"op": OPERATOR_KEY, "hop": IDENT, "python": 
 NODE_META = Record("NodeMeta", {}, {
     "val": META_VALUE, "stack_trace": Union("StackTrace", Str, Null),
     "nn_module_stack": ListOf(Tuple(Str, Str, Str)),  # [key, module path, module class]
-    "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True)})
+    "source_fn_stack": ListOf(Tuple(Str, Str)), "torch_fn": Tuple(Str, Str), "tensor_meta": OneOf(True),
+    "custom": PLAIN_VALUE,  # the user's annotations (torch.fx.traceback.annotate): a dict of plain values
+    # each unbacked symbol the node introduces, with the path into its value (serialize/binding_paths.py)
+    "unbacked_bindings": ListOf(Tuple(EXPR, ListOf(Tagged("BindingKey", {
+        "index": Int, "key": PLAIN_VALUE, "attr": Str, "method": Str, "inner": Str, "divide": Int,
+        "int": Null}))))})
 NODE = Record("Node", {"name": IDENT, "op": OneOf("placeholder", "call_function", "get_attr", "output"),
                        "target": Union("NodeTarget", IDENT, CALL_TARGET), "args": ListOf(ARG_VALUE),
                        "kwargs": MapOf(ARG_VALUE), "meta": NODE_META})
@@ -176,9 +203,16 @@ MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleC
                             "forward_arg_names": Union("MaybeNames", ListOf(Str), Null)}))})
 
 # Weights, constants, example inputs: name -> where the tensor's bytes are (serialize/tensors.py).
-TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), Record("TensorView", {
-    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
-    "device": Str, "requires_grad": Bool, "parameter": Bool})))
+TENSOR_VIEW = Record("TensorView", {
+    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int),
+    "offset": Int, "device": Str, "requires_grad": Bool, "parameter": Bool})
+# A tensor subclass (``__tensor_flatten__``): its class, context, outer layout and inner tensors.
+_stored_inner = Ref("InnerTensor")
+TENSOR_SUBCLASS = Record("TensorSubclass", {
+    "subclass": Str, "context": PLAIN_VALUE, "inner": MapOf(_stored_inner), "dtype": Str, "shape": ListOf(Int),
+    "stride": ListOf(Int), "device": Str, "requires_grad": Bool, "parameter": Bool})
+_stored_inner.bind(Union("InnerTensor", TENSOR_VIEW, TENSOR_SUBCLASS))
+TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), TENSOR_VIEW, TENSOR_SUBCLASS))
 EXAMPLE_VALUE = _tagged_values("ExampleValue", {"tensor": Str})
 
 PROGRAM = Record("Program", {
@@ -202,6 +236,8 @@ PROGRAM = Record("Program", {
                                                 "framework": Bool})),
     # the spec's Dim names of the program's symbols (ep.export_dim_names: symbol text -> Dim name)
     "dim_names": MapOf(Str),
+    # the program graph module's meta["custom"]: the user's annotations of the whole program
+    "custom": PLAIN_VALUE,
 })
 
 

@@ -20,8 +20,9 @@ from ..torch_private.symbolic import ValueRanges
 
 from .checked_fields import field, ident
 from .exprs import str_to_expr
+from .tensors import find_subclass, unflatten_subclass
 from .values import DTYPES, bad, decode_device, decode_value
-from ..torch_private.shapes import example_values, symbol_range_locations, symbol_ranges
+from ..torch_private.shapes import example_values, reserve_unbacked_names, symbol_range_locations, symbol_ranges
 
 _ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
                 "zero", "nonzero", "rational", "extended_real", "commutative", "infinite", "even", "odd"}
@@ -79,6 +80,7 @@ class SymbolTable:
                 if type(hint) is not int or not (lower <= hint <= upper):
                     raise bad(f"Malformed example value for symbol {name}.")
                 example_values(self.shape_env)[sym] = sympy.Integer(hint)
+        reserve_unbacked_names(self.shape_env, self.by_name)
 
     def expr(self, text: Any) -> Any:
         if type(text) is int:
@@ -120,7 +122,9 @@ class SymbolTable:
             return bool(e)
         return self.shape_env.create_symboolnode(e)
 
-    def fake_tensor(self, d: Any, where: str) -> torch.Tensor:
+    def fake_tensor(self, d: Any, where: str, depth: int = 0) -> torch.Tensor:
+        if isinstance(d, dict) and "subclass" in d:
+            return self._fake_subclass(d, where, depth)
         shape = [self.symint(x) for x in field(d, "shape", list, where)]
         stride = [self.symint(x) for x in field(d, "stride", list, where)]
         offset = self.symint(d.get("offset", 0))
@@ -144,6 +148,22 @@ class SymbolTable:
             with self.fake_mode:
                 t.requires_grad_(True)
         return t
+
+    def _fake_subclass(self, d: dict[str, Any], where: str, depth: int) -> torch.Tensor:
+        """A fake value of a tensor subclass: fake inner tensors, put together by the class itself."""
+        if depth > 16:
+            raise bad(f"Tensor subclasses are nested too deeply at {where}.")
+        sub = field(d, "subclass", dict, where)
+        cls = find_subclass(sub.get("class"), where)
+        inner = {ident(attr, "inner tensor name"): self.fake_tensor(meta, where, depth + 1)
+                 for attr, meta in field(sub, "inner", dict, where).items()}
+        shape = [self.symint(x) for x in field(d, "shape", list, where)]
+        stride = [self.symint(x) for x in field(d, "stride", list, where)]
+        value = unflatten_subclass(cls, inner, decode_value(sub.get("context")), shape, stride, where)
+        if d.get("requires_grad") is True and value.is_floating_point():
+            with self.fake_mode:
+                value.requires_grad_(True)
+        return value
 
     def val(self, j: Any, where: str) -> Any:
         def extra(tag: str, payload: Any) -> Any:

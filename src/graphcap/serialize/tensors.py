@@ -11,6 +11,14 @@ Loading reads the safetensors entry with the safetensors library, or, with
 ``mmap=True``, maps the archive file and builds tensors over the mapping
 (copy-on-write), so weights stay on disk until a kernel touches them.
 
+A tensor subclass that flattens into inner tensors (``__tensor_flatten__``:
+``TwoTensor``, a quantized weight) is described by its class's qualified name,
+its flatten context (a plain value), its outer shape and strides, and the
+description of each inner tensor (nested subclasses recursively); the inner
+tensors' storages are stored like any other. Loading finds the class only
+below packages the process already imported (:mod:`.class_lookup`) and
+rebuilds the value with the class's ``__tensor_unflatten__``.
+
 A program saved with ``weights=False`` describes its weights without data
 (``"storage": null``: dtype, shape, strides, requires_grad only), and so does
 any constant without data (on the meta device, or fake); the loader then
@@ -32,8 +40,10 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from ..errors import SerializationError
+from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from ..torch_private.fake import FakeTensor
-from .values import DTYPES, bad, decode_device
+from . import class_lookup
+from .values import DTYPES, Unencodable, bad, decode_device, decode_value, encode_value
 
 # safetensors' dtype codes (its file format), for the memory-mapped reader.
 _CODES: dict[str, torch.dtype] = {
@@ -63,7 +73,7 @@ def _check_tensor(name: str, t: Any) -> torch.Tensor:
             f"{name!r} is a {type(t).__name__}, not a tensor; only tensors can be saved as weights or "
             f"constants.", where=f"state_dict/constants[{name!r}]",
             fix="Script objects and other opaque constants are not supported by the .pt2 format yet.")
-    plain = type(t) in (torch.Tensor, torch.nn.Parameter)
+    plain = type(t) in (torch.Tensor, torch.nn.Parameter) or isinstance(t, FakeTensor)
     if not plain or t.is_quantized or t.layout != torch.strided:
         raise SerializationError(
             f"{name!r} is a {type(t).__name__} with layout {t.layout}; only plain strided tensors can "
@@ -132,6 +142,46 @@ def without_data(described: Any) -> list[str]:
             if n in missing or (isinstance(d, dict) and d.get("alias_of") in missing)]
 
 
+def subclass_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _describe_subclass(name: str, t: torch.Tensor, depth: int, describe_inner: Any) -> dict[str, Any]:
+    """A traceable wrapper subclass: its class, flatten context, outer layout, and inner tensors."""
+    cls = type(t)
+    qualname = subclass_name(cls)
+    where = f"state_dict/constants[{name!r}]"
+    if "<locals>" in cls.__qualname__:
+        raise SerializationError(
+            f"{name!r} is a {cls.__qualname__}, a tensor subclass defined inside a function; a loading "
+            f"process could not find the class by its name.", where=where,
+            fix=f"Define {cls.__name__} at the top level of a module, which the loading process imports "
+                f"before graphcap.load.")
+    if depth > 16:
+        raise SerializationError(f"{name!r} nests tensor subclasses more than 16 deep.", where=where,
+                                 fix="Flatten the subclass before export.")
+    attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
+    try:
+        context = encode_value(ctx)
+    except Unencodable as e:
+        raise SerializationError(
+            f"{name!r} is a {qualname} whose __tensor_flatten__ context is {e}; the .pt2 format stores "
+            f"plain values only (numbers, strings, dtypes, devices, tuples, lists, dicts).", where=where,
+            fix=f"Make {cls.__name__}.__tensor_flatten__ return a context of plain values.") from None
+    inner = {}
+    for attr in attrs:
+        value = getattr(t, attr)
+        if not isinstance(value, torch.Tensor):
+            raise SerializationError(
+                f"{name!r} is a {qualname} whose attribute {attr!r}, listed by __tensor_flatten__, is a "
+                f"{type(value).__name__}, not a tensor.", where=where,
+                fix=f"List only tensor attributes in {cls.__name__}.__tensor_flatten__.")
+        inner[attr] = describe_inner(f"{name}.{attr}", value)
+    return {"subclass": qualname, "context": context, "inner": inner, "dtype": str(t.dtype),
+            "shape": [int(x) for x in t.shape], "stride": [int(x) for x in t.stride()], "device": str(t.device),
+            "requires_grad": bool(t.requires_grad), "parameter": isinstance(t, torch.nn.Parameter) and depth == 0}
+
+
 def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
     """safetensors bytes holding each storage once, and the per-name description."""
     blobs: dict[str, torch.Tensor] = {}
@@ -139,20 +189,28 @@ def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
     by_storage: dict[tuple, str] = {}
     storage_tensors: dict[str, list[torch.Tensor]] = {}
     described: dict[str, Any] = {}
-    for name, t in tensors.items():
-        t = _check_tensor(name, t)
-        if id(t) in by_object:
-            described[name] = {"alias_of": by_object[id(t)]}
-            continue
-        by_object[id(t)] = name
+
+    def view(name: str, t: torch.Tensor, parameter: bool) -> dict[str, Any]:
         storage = t.untyped_storage()
         key = (t.device, storage.data_ptr(), storage.nbytes()) if storage.nbytes() else ("empty", name)
         sname = by_storage.setdefault(key, name)
         storage_tensors.setdefault(sname, []).append(t)
-        described[name] = {
-            "storage": sname, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-            "offset": t.storage_offset(), "device": str(t.device), "requires_grad": bool(t.requires_grad),
-            "parameter": isinstance(t, torch.nn.Parameter)}
+        return {"storage": sname, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+                "offset": t.storage_offset(), "device": str(t.device), "requires_grad": bool(t.requires_grad),
+                "parameter": parameter}
+
+    def describe(name: str, t: Any, depth: int = 0) -> dict[str, Any]:
+        if is_traceable_wrapper_subclass(t):
+            return _describe_subclass(name, t, depth, lambda inner_name, inner: describe(inner_name, inner, depth + 1))
+        t = _check_tensor(name, t)
+        return view(name, t, isinstance(t, torch.nn.Parameter) and depth == 0)
+
+    for name, t in tensors.items():
+        if id(t) in by_object:
+            described[name] = {"alias_of": by_object[id(t)]}
+            continue
+        by_object[id(t)] = name
+        described[name] = describe(name, t)
     for sname, members in storage_tensors.items():
         storage = members[0].untyped_storage()
         dtypes = {m.dtype for m in members}
@@ -215,6 +273,60 @@ def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> to
     return t
 
 
+def find_subclass(qualname: Any, where: str) -> type:
+    """The tensor subclass a file names, found only where :mod:`.class_lookup` may look."""
+    cls = class_lookup.find_class(qualname) if isinstance(qualname, str) else None
+    if cls is None:
+        module = qualname.rsplit(".", 1)[0] if isinstance(qualname, str) else "its module"
+        raise SerializationError(
+            f"{where} is a tensor subclass, {qualname!r:.200}, which this process has not imported.",
+            where=where,
+            fix=f"Import the module that defines it before loading (import {module}), or name it: "
+                f"graphcap.load(f, import_modules=[{module!r}]).")
+    if not (issubclass(cls, torch.Tensor) and callable(getattr(cls, "__tensor_unflatten__", None))):
+        raise bad(f"{where} names {qualname!r:.200}, which is not a tensor subclass that rebuilds from "
+                  f"inner tensors (__tensor_unflatten__).")
+    return cls
+
+
+def unflatten_subclass(cls: Any, inner: dict[str, torch.Tensor], context: Any, shape: Any, stride: Any,
+                       where: str) -> torch.Tensor:
+    """``cls.__tensor_unflatten__`` on the inner tensors, checked to give a ``cls`` of the outer shape."""
+    try:
+        value = cls.__tensor_unflatten__(inner, context, torch.Size(shape), tuple(stride))
+    except Exception as e:  # the class's own code refused what the file holds
+        raise bad(f"{where}: {cls.__qualname__}.__tensor_unflatten__ refused the file's inner tensors "
+                  f"({type(e).__name__}: {str(e)[:200]}).") from None
+    if not isinstance(value, cls) or list(value.shape) != list(shape):
+        raise bad(f"{where}: {cls.__qualname__}.__tensor_unflatten__ did not rebuild a {cls.__qualname__} "
+                  f"of shape {list(shape)}.")
+    return value
+
+
+def _rebuild_subclass(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor], depth: int = 0
+                      ) -> torch.Tensor:
+    inner_described = d.get("inner")
+    shape, stride = d.get("shape"), d.get("stride")
+    if not (isinstance(inner_described, dict) and isinstance(shape, list) and isinstance(stride, list)
+            and len(shape) == len(stride) and all(type(x) is int and x >= 0 for x in (*shape, *stride))):
+        raise bad(f"The description of tensor subclass {name!r} is malformed.")
+    if depth > 16:
+        raise bad(f"Tensor {name!r} nests subclasses too deeply.")
+    cls = find_subclass(d.get("subclass"), f"tensor {name!r}")
+    inner: dict[str, torch.Tensor] = {}
+    for attr, sub in inner_described.items():
+        if not (isinstance(attr, str) and attr.isidentifier() and isinstance(sub, dict)) or "alias_of" in sub:
+            raise bad(f"The inner tensor {attr!r:.80} of {name!r} is malformed.")
+        inner[attr] = (_rebuild_subclass(f"{name}.{attr}", sub, blobs, depth + 1) if "subclass" in sub
+                       else _rebuild(f"{name}.{attr}", sub, blobs))
+    value = unflatten_subclass(cls, inner, decode_value(d.get("context")), shape, stride, f"tensor {name!r}")
+    if d.get("parameter"):
+        return torch.nn.Parameter(value, requires_grad=bool(d.get("requires_grad")))
+    if d.get("requires_grad") and value.is_floating_point():
+        value.requires_grad_(True)
+    return value
+
+
 def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if not isinstance(described, dict):
         raise bad("The tensor table is malformed.")
@@ -224,7 +336,7 @@ def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch
         if not isinstance(d, dict):
             raise bad(f"The description of tensor {name!r} is malformed.")
         if "alias_of" not in d and name not in skipped:
-            out[name] = _rebuild(name, d, blobs)
+            out[name] = _rebuild_subclass(name, d, blobs) if "subclass" in d else _rebuild(name, d, blobs)
     for name, d in described.items():
         if "alias_of" in d and name not in skipped:
             target = out.get(d["alias_of"]) if isinstance(d["alias_of"], str) else None
@@ -272,12 +384,15 @@ def checksums(data: bytes) -> dict[str, Any]:
     return {"algorithm": "crc32", "header": _crc(memoryview(data)[:8 + n]), "storages": storages}
 
 
-def _storage_users(described: Any) -> dict[str, list[str]]:
+def _storage_users(described: Any, prefix: str = "") -> dict[str, list[str]]:
     users: dict[str, list[str]] = {}
     if isinstance(described, dict):
         for name, d in described.items():
             if isinstance(d, dict) and isinstance(d.get("storage"), str):
-                users.setdefault(d["storage"], []).append(name)
+                users.setdefault(d["storage"], []).append(prefix + str(name))
+            elif isinstance(d, dict) and isinstance(d.get("inner"), dict):  # a subclass: its inner tensors
+                for key, names in _storage_users(d["inner"], f"{prefix}{name}.").items():
+                    users.setdefault(key, []).extend(names)
     return users
 
 

@@ -6,8 +6,9 @@ until it is today's ``FORMAT_VERSION``; only then is it checked against the
 declared schema (``schema.PROGRAM``) and decoded. A format bump that changes
 what program.json holds adds its step here, so every version in
 ``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
-Version 1 → 2 is the identity (version 2 only allows weights without data), and
-2 → 3 adds optional fields and clears the root call-graph entry's value lists.
+Version 1 → 2 is the identity (version 2 only allows weights without data),
+2 → 3 adds optional fields and clears the root call-graph entry's value lists,
+and 3 → 4 is the identity (version 4 only allows tensor-subclass state and annotations).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
@@ -56,7 +57,14 @@ def _v2_to_v3(program: dict[str, Any]) -> dict[str, Any]:
     return program
 
 
-FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(program: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 only allows more (tensor-subclass state and values, annotations): a version-3 program.json
+    is one."""
+    return program
+
+
+FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3,
+                                                                           3: _v3_to_v4}
 
 
 def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:

@@ -139,6 +139,21 @@ def has_unbacked_symbols(env: Any) -> bool:
     return bool(env.unbacked_symfloat_counter or env.unbacked_symint_counter)
 
 
+def reserve_unbacked_names(env: Any, names: Any) -> None:
+    """Move ``env``'s unbacked-symbol counters past every unbacked symbol among ``names``
+    (``u3`` -> the next one made is ``u4``; ``zuf1`` for floats), so a later trace over a loaded
+    program's symbols makes new ones instead of reusing a name the program already binds.
+
+    Relies on ``ShapeEnv.unbacked_symint_counter`` / ``unbacked_symfloat_counter`` and on
+    torch's names for unbacked symbols (``u<n>``, ``zuf<n>``)."""
+    for name in names:
+        for prefix, counter in (("zuf", "unbacked_symfloat_counter"), ("u", "unbacked_symint_counter")):
+            rest = name[len(prefix):] if name.startswith(prefix) else ""
+            if rest.isdigit():
+                setattr(env, counter, max(getattr(env, counter), int(rest) + 1))
+                break
+
+
 def stack_summary(env: Any) -> Callable[..., Any]:
     """The (bound) function ``env`` calls to locate a guard: ``(is_debug, framework_loc) -> (SLoc, str)``.
 
