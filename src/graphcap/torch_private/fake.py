@@ -8,6 +8,9 @@ identity.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -29,6 +32,8 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensorMode._dispatch_impl": ("self", "func", "types", "args", "kwargs"),
     "torch._ops.OpOverload#is_view": None,
     "torch.Tensor._is_view": None,
+    # the slice fake kernel's index clamp, looked up as a module global on every call
+    "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
 }
 
 SAMPLES = {
@@ -36,8 +41,8 @@ SAMPLES = {
     "torch.UntypedStorage": lambda: torch.UntypedStorage(1),
 }
 
-__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage", "storage_key",
-           "fake_from_meta", "fake_of_plain_leaf"]
+__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
+           "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
@@ -182,3 +187,70 @@ SAMPLES.update({
     "torch._subclasses.fake_tensor.FakeTensorConverter": _sample_converter,
     "torch._subclasses.meta_utils.MetaConverter": lambda: _sample_converter().meta_converter,
 })
+
+
+# --- slice bounds the shape engine cannot order (torch 2.10 to 2.12) ------------------------------
+
+_slice_state = threading.local()
+_slice_lock = threading.Lock()
+_slice_count = 0
+_slice_original: Any = None
+
+
+def _slice_clamps_undecided_bounds() -> bool:
+    """Whether this torch's slice fake kernel already clamps a bound it cannot order against the
+    size (``Min(end, size)``), from torch 2.13 on; before, it gives the slice an unbacked size."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 13)
+
+
+def _clamped_slice_index(size: Any, index: Any) -> Any:
+    """torch's own clamp of a slice bound into ``[0, size]``; where it cannot decide on which side
+    of the size a bound lies (on the exporting thread only), the clamp as a symbolic expression."""
+    found = _slice_original(size, index)
+    if found is not None or getattr(_slice_state, "depth", 0) == 0:
+        return found
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+    if guard_or_false(index >= 0):
+        return torch.sym_min(index, size)
+    if guard_or_false(index < 0):
+        return torch.sym_max(index + size, 0)
+    return None
+
+
+@contextlib.contextmanager
+def slice_ends_clamped_symbolically() -> Iterator[None]:
+    """While tracing on this thread, ``t[..., :n]`` with a symbolic ``n`` the shape engine cannot
+    order against the size gets the size ``Min(n, size)``, as from torch 2.13 on.
+
+    Before 2.13 the slice fake kernel gave such a slice a new unbacked size,
+    and the copy into it (``mask[..., :n] = v``, the causal-mask update of
+    decoder models) then failed on a data-dependent guard that eager never
+    meets. The kernel clamps its bounds through a module-level helper; while a
+    recording runs on an older torch, that helper is one that adds the
+    symbolic clamp for the exporting thread and is torch's own for every other
+    thread (set by the first recording, restored by the last). A no-op from
+    torch 2.13 on.
+
+    Relies on ``torch._subclasses.fake_impls._compute_slice_index(size, index)``,
+    a module global the slice kernel calls, returning None for an undecided bound.
+    """
+    global _slice_count, _slice_original
+    if _slice_clamps_undecided_bounds():
+        yield
+        return
+    from torch._subclasses import fake_impls
+    with _slice_lock:
+        if _slice_count == 0:
+            _slice_original = fake_impls._compute_slice_index
+            fake_impls._compute_slice_index = _clamped_slice_index
+        _slice_count += 1
+    _slice_state.depth = getattr(_slice_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _slice_state.depth -= 1
+        with _slice_lock:
+            _slice_count -= 1
+            if _slice_count == 0:
+                fake_impls._compute_slice_index = _slice_original

@@ -27,6 +27,7 @@ from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..torch_private import fx as fx_private
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
+from ..torch_private import fake as fake_private
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.messages import custom_op_without_fake_kernel
 from ..torch_private.modules import reparametrized
@@ -211,6 +212,7 @@ def record(
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
+                    fake_private.slice_ends_clamped_symbolically(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 fx_private.code_generated_on_first_use():
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
