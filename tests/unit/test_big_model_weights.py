@@ -21,7 +21,9 @@ from torch.export import Dim
 
 import graphcap
 from graphcap.errors import SerializationError
+from graphcap.errors import UnsupportedError
 from graphcap.serialize import archive, schema
+from graphcap.torch_private.fake import EMBEDDING_OF_META_WEIGHTS_SINCE, embedding_takes_meta_weights
 
 import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
 
@@ -50,6 +52,9 @@ def export_llama(model):
 
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def llama_case(request, tmp_path_factory):
+    if not embedding_takes_meta_weights():
+        pytest.skip(f"torch {torch.__version__}: exporting meta weights with real indices needs torch "
+                    f"{EMBEDDING_OF_META_WEIGHTS_SINCE} (test_meta_weights_with_real_indices_need_their_release)")
     tie = request.param
     config = tiny_llama_config(tie)
     ep = export_llama(meta_llama(config))
@@ -302,3 +307,27 @@ def test_fake_weights_export_and_save_structure(tmp_path):
     graphcap.save(ep, tmp_path / "fake.pt2", weights=False)
     loaded = graphcap.load(tmp_path / "fake.pt2", weights={"weight": torch.eye(3, 4), "bias": torch.zeros(3)})
     torch.testing.assert_close(loaded.module()(torch.ones(5, 4)), torch.eye(3, 4).sum(1).expand(5, 3))
+
+
+class MetaEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.device("meta"):
+            self.embed = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.embed(ids) * 2
+
+
+def test_meta_weights_with_real_indices_need_their_release():
+    """Weights on meta, indices on the CPU: exported (weights kept on meta) where torch's fake
+    tensors take the two devices, else refused naming the torch release that does."""
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    if embedding_takes_meta_weights():
+        ep = graphcap.export(MetaEmbedding(), (ids,))
+        assert ep.state_dict["embed.weight"].device.type == "meta"
+        return
+    with pytest.raises(UnsupportedError) as info:
+        graphcap.export(MetaEmbedding(), (ids,))
+    assert f"torch {EMBEDDING_OF_META_WEIGHTS_SINCE} or newer" in info.value.what
+    assert "meta device" in info.value.what and "self.embed(ids)" in (info.value.where or "")

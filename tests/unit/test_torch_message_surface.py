@@ -73,3 +73,14 @@ def test_cond_frame_locals_hold_the_branches():
     found = messages.cond_call_locals(error.__traceback__)
     assert found is not None and found.get("true_fn") is true_fn and found.get("false_fn") is false_fn, (
         f"{_where(messages.cond_call_locals)}: torch.cond's frame locals are now {sorted(found or {})}")
+
+
+def test_fake_device_mismatch_names_the_operator_and_devices():
+    from graphcap.torch_private.fake import FakeTensorMode
+    with FakeTensorMode() as mode:
+        a = mode.from_tensor(torch.ones(2, 2))
+        b = mode.from_tensor(torch.empty(2, 2, device="meta"))
+        error = _raised(lambda: torch.mm(a, b))
+    found = messages.fake_device_mismatch(error)
+    assert found is not None and found[0].startswith("aten.mm") and set(found[1:]) == {"cpu", "meta"}, (
+        f"{_where(messages.fake_device_mismatch)}: found {found!r} in {str(error)[:300]!r}")

@@ -32,7 +32,8 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensorMode._dispatch_impl": ("self", "func", "types", "args", "kwargs"),
     "torch._ops.OpOverload#is_view": None,
     "torch.Tensor._is_view": None,
-    # the slice fake kernel's index clamp, looked up as a module global on every call
+    # the fake kernels by operator (read at each call) and the slice kernel's bound clamp
+    "torch._subclasses.fake_impls.op_implementations_dict": None,
     "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
 }
 
@@ -42,7 +43,8 @@ SAMPLES = {
 }
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
-           "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically"]
+           "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
+           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
@@ -194,21 +196,22 @@ SAMPLES.update({
 _slice_state = threading.local()
 _slice_lock = threading.Lock()
 _slice_count = 0
-_slice_original: Any = None
+_slice_originals: dict[str, Any] = {}
 
 
-def _slice_clamps_undecided_bounds() -> bool:
-    """Whether this torch's slice fake kernel already clamps a bound it cannot order against the
-    size (``Min(end, size)``), from torch 2.13 on; before, it gives the slice an unbacked size."""
+def _slice_keeps_undecided_sizes_symbolic() -> bool:
+    """Whether this torch's slice fake kernel already gives a slice whose bounds it cannot order a
+    symbolic size (``Min(n, size)``, ``Max(0, end - start)``), from torch 2.13 on; before, it gives
+    such a slice a new unbacked size."""
     major, minor = (int(p) for p in torch.__version__.split(".")[:2])
     return (major, minor) >= (2, 13)
 
 
-def _clamped_slice_index(size: Any, index: Any) -> Any:
-    """torch's own clamp of a slice bound into ``[0, size]``; where it cannot decide on which side
-    of the size a bound lies (on the exporting thread only), the clamp as a symbolic expression."""
-    found = _slice_original(size, index)
-    if found is not None or getattr(_slice_state, "depth", 0) == 0:
+def _slice_bound(size: Any, index: Any) -> Any:
+    """A slice bound clamped into ``[0, size]``: torch's own clamp where it decides, else the clamp
+    as a symbolic expression (None where even the sign of ``index`` is unknown)."""
+    found = _slice_originals["index"](size, index)
+    if found is not None:
         return found
     from torch.fx.experimental.symbolic_shapes import guard_or_false
     if guard_or_false(index >= 0):
@@ -218,32 +221,64 @@ def _clamped_slice_index(size: Any, index: Any) -> Any:
     return None
 
 
+def _symbolic_slice(fake_mode: Any, func: Any, self: Any, dim: int = 0, start: Any = None, end: Any = None,
+                    step: int = 1) -> Any:
+    """``aten.slice.Tensor`` on fake tensors, on the exporting thread: bounds clamped into the size
+    (symbolically where the shape engine cannot decide), and the view's length ``Max(0, end -
+    start)`` where it cannot order them, instead of a new unbacked size. torch's own kernel does the
+    rest (other threads, 0-dim and quantized tensors, bad steps, a bound of unknown sign)."""
+    original = _slice_originals["slice"]
+    if getattr(_slice_state, "depth", 0) == 0 or self.dim() == 0 or step <= 0 or self.is_quantized:
+        return original(fake_mode, func, self, dim, start, end, step)
+    import sys
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
+    dim = dim % self.dim()
+    sizes, strides = list(self.size()), list(self.stride())
+    first = 0 if start is None else _slice_bound(sizes[dim], start)
+    stop = sizes[dim] if end is None or statically_known_true(end == sys.maxsize) else _slice_bound(sizes[dim], end)
+    if first is None or stop is None:
+        return original(fake_mode, func, self, dim, start, end, step)  # a bound of unknown sign: torch's answer
+    if guard_or_false(stop >= first):
+        length = (stop - first + step - 1) // step
+    elif guard_or_false(first >= stop):
+        length = 0
+    else:
+        length = (torch.sym_max(stop - first, 0) + step - 1) // step
+    offset = self.storage_offset() + first * strides[dim]
+    sizes[dim], strides[dim] = length, strides[dim] * step
+    return self.as_strided(sizes, strides, offset)
+
+
 @contextlib.contextmanager
 def slice_ends_clamped_symbolically() -> Iterator[None]:
-    """While tracing on this thread, ``t[..., :n]`` with a symbolic ``n`` the shape engine cannot
-    order against the size gets the size ``Min(n, size)``, as from torch 2.13 on.
+    """While tracing on this thread, ``t[..., :n]`` / ``t[k:]`` whose bounds the shape engine cannot
+    order against the size (or each other) get a symbolic length (``Min(n, size)``,
+    ``Max(0, size - Min(k, size))``), as from torch 2.13 on.
 
-    Before 2.13 the slice fake kernel gave such a slice a new unbacked size,
-    and the copy into it (``mask[..., :n] = v``, the causal-mask update of
-    decoder models) then failed on a data-dependent guard that eager never
-    meets. The kernel clamps its bounds through a module-level helper; while a
-    recording runs on an older torch, that helper is one that adds the
-    symbolic clamp for the exporting thread and is torch's own for every other
-    thread (set by the first recording, restored by the last). A no-op from
-    torch 2.13 on.
+    Before 2.13 the slice fake kernel gave such a slice a new unbacked size:
+    the copy into it (``mask[..., :n] = v``, the causal-mask update of decoder
+    models) failed on a data-dependent guard eager never meets, and ``x + y[4:]``
+    lost its relation between the dims of ``x`` and ``y``. While a recording
+    runs on an older torch, the fake kernel registered for ``aten.slice.Tensor``
+    and its bound clamp are graphcap's for the exporting thread and torch's own
+    for every other thread (set by the first recording, restored by the last).
+    A no-op from torch 2.13 on.
 
-    Relies on ``torch._subclasses.fake_impls._compute_slice_index(size, index)``,
-    a module global the slice kernel calls, returning None for an undecided bound.
+    Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (the fake
+    kernels by operator, read at each call) and ``_compute_slice_index(size,
+    index)`` (None for a bound it cannot decide).
     """
-    global _slice_count, _slice_original
-    if _slice_clamps_undecided_bounds():
+    global _slice_count
+    if _slice_keeps_undecided_sizes_symbolic():
         yield
         return
     from torch._subclasses import fake_impls
+    slice_op = torch.ops.aten.slice.Tensor
     with _slice_lock:
         if _slice_count == 0:
-            _slice_original = fake_impls._compute_slice_index
-            fake_impls._compute_slice_index = _clamped_slice_index
+            _slice_originals["index"] = fake_impls._compute_slice_index
+            _slice_originals["slice"] = fake_impls.op_implementations_dict[slice_op]
+            fake_impls.op_implementations_dict[slice_op] = _symbolic_slice
         _slice_count += 1
     _slice_state.depth = getattr(_slice_state, "depth", 0) + 1
     try:
@@ -253,4 +288,19 @@ def slice_ends_clamped_symbolically() -> Iterator[None]:
         with _slice_lock:
             _slice_count -= 1
             if _slice_count == 0:
-                fake_impls._compute_slice_index = _slice_original
+                fake_impls.op_implementations_dict[slice_op] = _slice_originals["slice"]
+
+
+# --- aten.embedding with meta weights and real indices (torch 2.12 on) ----------------------------
+
+# the first torch release whose fake tensors run aten.embedding on weights on the meta device and
+# indices on another device (the meta kernel's output, on meta), as eager does
+EMBEDDING_OF_META_WEIGHTS_SINCE = "2.12"
+
+
+def embedding_takes_meta_weights() -> bool:
+    """Whether this torch's fake tensors accept ``aten.embedding`` over meta weights and indices on
+    another device: what exporting a model built on the meta device with real example inputs needs
+    (a Llama's first operator). Before it, the fake tensor refuses the two devices."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= tuple(int(p) for p in EMBEDDING_OF_META_WEIGHTS_SINCE.split("."))
