@@ -20,8 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch.export import Dim
 
 import graphcap
-from graphcap.errors import SerializationError
-from graphcap.errors import UnsupportedError
+from graphcap.errors import SerializationError, UnsupportedError
 from graphcap.serialize import archive, schema
 from graphcap.torch_private.fake import EMBEDDING_OF_META_WEIGHTS_SINCE, embedding_takes_meta_weights
 

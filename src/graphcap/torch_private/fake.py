@@ -191,7 +191,7 @@ SAMPLES.update({
 })
 
 
-# --- slice bounds the shape engine cannot order (torch 2.10 to 2.12) ------------------------------
+# --- slice bounds the shape engine cannot order (torch 2.10, 2.11) ------------------------------
 
 _slice_state = threading.local()
 _slice_lock = threading.Lock()
@@ -201,10 +201,10 @@ _slice_originals: dict[str, Any] = {}
 
 def _slice_keeps_undecided_sizes_symbolic() -> bool:
     """Whether this torch's slice fake kernel already gives a slice whose bounds it cannot order a
-    symbolic size (``Min(n, size)``, ``Max(0, end - start)``), from torch 2.13 on; before, it gives
+    symbolic size (``Min(n, size)``, ``Max(0, end - start)``), from torch 2.12 on; before, it gives
     such a slice a new unbacked size."""
     major, minor = (int(p) for p in torch.__version__.split(".")[:2])
-    return (major, minor) >= (2, 13)
+    return (major, minor) >= (2, 12)
 
 
 def _slice_bound(size: Any, index: Any) -> Any:
@@ -231,6 +231,7 @@ def _symbolic_slice(fake_mode: Any, func: Any, self: Any, dim: int = 0, start: A
     if getattr(_slice_state, "depth", 0) == 0 or self.dim() == 0 or step <= 0 or self.is_quantized:
         return original(fake_mode, func, self, dim, start, end, step)
     import sys
+
     from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
     dim = dim % self.dim()
     sizes, strides = list(self.size()), list(self.stride())
@@ -253,16 +254,16 @@ def _symbolic_slice(fake_mode: Any, func: Any, self: Any, dim: int = 0, start: A
 def slice_ends_clamped_symbolically() -> Iterator[None]:
     """While tracing on this thread, ``t[..., :n]`` / ``t[k:]`` whose bounds the shape engine cannot
     order against the size (or each other) get a symbolic length (``Min(n, size)``,
-    ``Max(0, size - Min(k, size))``), as from torch 2.13 on.
+    ``Max(0, size - Min(k, size))``), as from torch 2.12 on.
 
-    Before 2.13 the slice fake kernel gave such a slice a new unbacked size:
+    Before 2.12 the slice fake kernel gave such a slice a new unbacked size:
     the copy into it (``mask[..., :n] = v``, the causal-mask update of decoder
     models) failed on a data-dependent guard eager never meets, and ``x + y[4:]``
     lost its relation between the dims of ``x`` and ``y``. While a recording
     runs on an older torch, the fake kernel registered for ``aten.slice.Tensor``
     and its bound clamp are graphcap's for the exporting thread and torch's own
     for every other thread (set by the first recording, restored by the last).
-    A no-op from torch 2.13 on.
+    A no-op from torch 2.12 on.
 
     Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (the fake
     kernels by operator, read at each call) and ``_compute_slice_index(size,
@@ -291,11 +292,11 @@ def slice_ends_clamped_symbolically() -> Iterator[None]:
                 fake_impls.op_implementations_dict[slice_op] = _slice_originals["slice"]
 
 
-# --- aten.embedding with meta weights and real indices (torch 2.12 on) ----------------------------
+# --- aten.embedding with meta weights and real indices (torch 2.13 on) ----------------------------
 
 # the first torch release whose fake tensors run aten.embedding on weights on the meta device and
 # indices on another device (the meta kernel's output, on meta), as eager does
-EMBEDDING_OF_META_WEIGHTS_SINCE = "2.12"
+EMBEDDING_OF_META_WEIGHTS_SINCE = "2.13"
 
 
 def embedding_takes_meta_weights() -> bool:

@@ -54,7 +54,7 @@ def custom_op_without_fake_kernel(error: BaseException) -> Optional[str]:
     return (found.group(1) or found.group(2)) if found else None
 
 
-def fake_device_mismatch(error: BaseException) -> Optional[tuple[str, str, str]]:
+def fake_device_mismatch(error: BaseException) -> tuple[str, str, str] | None:
     """``(operator, device, device)`` when ``error`` is a fake tensor refusing an operator whose
     tensors lie on two devices (``aten.embedding.default``, ``meta``, ``cpu``), else None."""
     found = _FAKE_DEVICE_MISMATCH.search(str(error))
