@@ -16,15 +16,19 @@ import warnings
 
 import pytest
 import torch
+import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
 from safetensors.torch import load_file, save_file
 from torch.export import Dim
 
 import graphcap
+from conftest import TORCH_LINE
 from graphcap.errors import SerializationError, UnsupportedError
 from graphcap.serialize import archive, schema
 from graphcap.torch_private.fake import EMBEDDING_OF_META_WEIGHTS_SINCE, embedding_takes_meta_weights
 
-import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
+_NEEDS_META_EMBEDDING = pytest.mark.skipif(
+    TORCH_LINE < (2, 13), reason="meta weights with real indices need torch 2.13 (an older one refuses them: "
+                                 "test_big_model_weights.py::test_meta_weights_with_real_indices_need_their_release)")
 
 
 def tiny_llama_config(tie: bool):
@@ -51,9 +55,6 @@ def export_llama(model):
 
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def llama_case(request, tmp_path_factory):
-    if not embedding_takes_meta_weights():
-        pytest.skip(f"torch {torch.__version__}: exporting meta weights with real indices needs torch "
-                    f"{EMBEDDING_OF_META_WEIGHTS_SINCE} (test_meta_weights_with_real_indices_need_their_release)")
     tie = request.param
     config = tiny_llama_config(tie)
     ep = export_llama(meta_llama(config))
@@ -67,6 +68,7 @@ def llama_case(request, tmp_path_factory):
     return ep, structure, checkpoint, eager
 
 
+@_NEEDS_META_EMBEDDING
 def test_meta_export_keeps_weights_on_meta_and_the_sequence_dynamic(llama_case):
     ep, *_ = llama_case
     assert ep.state_dict and all(t.device.type == "meta" for t in ep.state_dict.values())
@@ -77,6 +79,7 @@ def test_meta_export_keeps_weights_on_meta_and_the_sequence_dynamic(llama_case):
     assert all(t.device.type == "meta" for t in decomposed.state_dict.values())
 
 
+@_NEEDS_META_EMBEDDING
 def test_structure_file_holds_metadata_not_weights(llama_case):
     ep, structure, *_ = llama_case
     entries = archive.read_entries(structure)
@@ -96,6 +99,7 @@ def test_structure_file_holds_metadata_not_weights(llama_case):
     assert program["state"]["constants"]["model.rotary_emb.inv_freq"]["storage"] is not None
 
 
+@_NEEDS_META_EMBEDDING
 def test_sharded_checkpoint_attaches_and_matches_eager(llama_case):
     ep, structure, checkpoint, eager = llama_case
     shards = [f for f in os.listdir(checkpoint) if f.endswith(".safetensors")]
@@ -114,6 +118,7 @@ def test_sharded_checkpoint_attaches_and_matches_eager(llama_case):
         torch.testing.assert_close(got, want)
 
 
+@_NEEDS_META_EMBEDDING
 def test_structure_only_file_needs_weights(llama_case):
     ep, structure, *_ = llama_case
     with pytest.raises(SerializationError, match="saved with weights=False"):
@@ -124,6 +129,7 @@ def test_structure_only_file_needs_weights(llama_case):
         shell.module()
 
 
+@_NEEDS_META_EMBEDDING
 def test_saving_meta_weights_needs_weights_false(llama_case, tmp_path):
     ep, *_ = llama_case
     with pytest.raises(SerializationError, match=r"(?s)no data .*weights=False"):
