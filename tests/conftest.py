@@ -25,6 +25,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# the installed torch's (major, minor): a test of a feature an older supported line lacks is marked
+# skipif(TORCH_LINE < (2, 13), reason="... torch 2.13 ...") (docs/torch-versions.md lists each)
+TORCH_LINE = tuple(int(p) for p in torch.__version__.split(".")[:2])
 ZOO_DIR = ROOT.parent / "shared" / "zoo"
 HAVE_SHARED_ZOO = (ZOO_DIR / "zoo.py").is_file()
 if HAVE_SHARED_ZOO and str(ZOO_DIR) not in sys.path:

@@ -60,7 +60,7 @@ _GRAPHCAP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # graphcap files whose frames stand for the user's own call: the builtins it
 # replaces while tracing and the attribute reads of tensor subclasses it records
 # re-raise what the user's own call raised
-_GRAPHCAP_TRANSPARENT = tuple("trace" + os.sep + name for name in ("python_overrides.py", "subclass_access.py"))
+GRAPHCAP_TRANSPARENT_FILES = tuple("trace" + os.sep + name for name in ("python_overrides.py", "subclass_access.py"))
 # torch's tracing machinery (mode stacks, tracers, fake tensors, operator
 # dispatch, control-flow operators), as opposed to the operators' own input checks
 # (meta kernels, references, decompositions, nn.functional), which speak for the user
@@ -85,7 +85,7 @@ def raised_internally(e: BaseException) -> bool:
         return False
     path = os.path.abspath(frames[-1].filename)
     if path.startswith(_GRAPHCAP_DIR):
-        return not path.endswith(_GRAPHCAP_TRANSPARENT)
+        return not path.endswith(GRAPHCAP_TRANSPARENT_FILES)
     posix = path.replace(os.sep, "/")
     return isinstance(e, _BUG_TYPES) and any(part in posix for part in _TORCH_MACHINERY)
 

@@ -16,14 +16,19 @@ import warnings
 
 import pytest
 import torch
+import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
 from safetensors.torch import load_file, save_file
 from torch.export import Dim
 
 import graphcap
-from graphcap.errors import SerializationError
+from conftest import TORCH_LINE
+from graphcap.errors import SerializationError, UnsupportedError
 from graphcap.serialize import archive, schema
+from graphcap.torch_private.fake import EMBEDDING_OF_META_WEIGHTS_SINCE, embedding_takes_meta_weights
 
-import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
+_NEEDS_META_EMBEDDING = pytest.mark.skipif(
+    TORCH_LINE < (2, 13), reason="meta weights with real indices need torch 2.13 (an older one refuses them: "
+                                 "test_big_model_weights.py::test_meta_weights_with_real_indices_need_their_release)")
 
 
 def tiny_llama_config(tie: bool):
@@ -63,6 +68,7 @@ def llama_case(request, tmp_path_factory):
     return ep, structure, checkpoint, eager
 
 
+@_NEEDS_META_EMBEDDING
 def test_meta_export_keeps_weights_on_meta_and_the_sequence_dynamic(llama_case):
     ep, *_ = llama_case
     assert ep.state_dict and all(t.device.type == "meta" for t in ep.state_dict.values())
@@ -73,6 +79,7 @@ def test_meta_export_keeps_weights_on_meta_and_the_sequence_dynamic(llama_case):
     assert all(t.device.type == "meta" for t in decomposed.state_dict.values())
 
 
+@_NEEDS_META_EMBEDDING
 def test_structure_file_holds_metadata_not_weights(llama_case):
     ep, structure, *_ = llama_case
     entries = archive.read_entries(structure)
@@ -92,6 +99,7 @@ def test_structure_file_holds_metadata_not_weights(llama_case):
     assert program["state"]["constants"]["model.rotary_emb.inv_freq"]["storage"] is not None
 
 
+@_NEEDS_META_EMBEDDING
 def test_sharded_checkpoint_attaches_and_matches_eager(llama_case):
     ep, structure, checkpoint, eager = llama_case
     shards = [f for f in os.listdir(checkpoint) if f.endswith(".safetensors")]
@@ -110,6 +118,7 @@ def test_sharded_checkpoint_attaches_and_matches_eager(llama_case):
         torch.testing.assert_close(got, want)
 
 
+@_NEEDS_META_EMBEDDING
 def test_structure_only_file_needs_weights(llama_case):
     ep, structure, *_ = llama_case
     with pytest.raises(SerializationError, match="saved with weights=False"):
@@ -120,6 +129,7 @@ def test_structure_only_file_needs_weights(llama_case):
         shell.module()
 
 
+@_NEEDS_META_EMBEDDING
 def test_saving_meta_weights_needs_weights_false(llama_case, tmp_path):
     ep, *_ = llama_case
     with pytest.raises(SerializationError, match=r"(?s)no data .*weights=False"):
@@ -302,3 +312,27 @@ def test_fake_weights_export_and_save_structure(tmp_path):
     graphcap.save(ep, tmp_path / "fake.pt2", weights=False)
     loaded = graphcap.load(tmp_path / "fake.pt2", weights={"weight": torch.eye(3, 4), "bias": torch.zeros(3)})
     torch.testing.assert_close(loaded.module()(torch.ones(5, 4)), torch.eye(3, 4).sum(1).expand(5, 3))
+
+
+class MetaEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.device("meta"):
+            self.embed = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.embed(ids) * 2
+
+
+def test_meta_weights_with_real_indices_need_their_release():
+    """Weights on meta, indices on the CPU: exported (weights kept on meta) where torch's fake
+    tensors take the two devices, else refused naming the torch release that does."""
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    if embedding_takes_meta_weights():
+        ep = graphcap.export(MetaEmbedding(), (ids,))
+        assert ep.state_dict["embed.weight"].device.type == "meta"
+        return
+    with pytest.raises(UnsupportedError) as info:
+        graphcap.export(MetaEmbedding(), (ids,))
+    assert f"torch {EMBEDDING_OF_META_WEIGHTS_SINCE} or newer" in info.value.what
+    assert "meta device" in info.value.what and "self.embed(ids)" in (info.value.where or "")

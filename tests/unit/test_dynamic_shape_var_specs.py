@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.dynamic_spec import IntVar, ParamsSpec, SeqSpec, ShapesSpec, ShapeVar, STATIC, TensorSpec
+
+from conftest import TORCH_LINE
+
+if TORCH_LINE >= (2, 13):
+    from torch.fx.experimental.dynamic_spec import STATIC, IntVar, ParamsSpec, SeqSpec, ShapesSpec, ShapeVar, TensorSpec
+else:  # torch 2.10 to 2.12 have no such spec objects (no user can pass one): the module is skipped
+    STATIC = IntVar = ParamsSpec = SeqSpec = ShapesSpec = ShapeVar = TensorSpec = None
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 import graphcap
+
+pytestmark = pytest.mark.skipif(TORCH_LINE < (2, 13), reason="torch.fx.experimental.dynamic_spec ships with torch 2.13")
 
 
 class Sum0(torch.nn.Module):

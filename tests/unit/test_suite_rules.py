@@ -47,7 +47,7 @@ def test_no_test_turns_an_error_into_a_skip():
 
 
 # condition's word -> what the reason must name
-_OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo"}
+_OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo", "TORCH_LINE": "torch 2."}
 
 
 def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():

@@ -73,3 +73,23 @@ def test_cond_frame_locals_hold_the_branches():
     found = messages.cond_call_locals(error.__traceback__)
     assert found is not None and found.get("true_fn") is true_fn and found.get("false_fn") is false_fn, (
         f"{_where(messages.cond_call_locals)}: torch.cond's frame locals are now {sorted(found or {})}")
+
+
+def test_fake_device_mismatch_names_the_operator_and_devices():
+    """Where this torch's fake tensors refuse aten.embedding over meta weights and CPU indices
+    (graphcap then names the release that takes them), the refusal is read from torch's text;
+    where they take them, ``embedding_takes_meta_weights`` says so."""
+    from graphcap.torch_private.fake import FakeTensorMode, embedding_takes_meta_weights
+    with FakeTensorMode() as mode:
+        weight = mode.from_tensor(torch.empty(10, 4, device="meta"))
+        ids = mode.from_tensor(torch.zeros(3, dtype=torch.long))
+        try:
+            out = torch.ops.aten.embedding.default(weight, ids)
+        except Exception as error:  # the error is what the test reads
+            assert not embedding_takes_meta_weights(), f"torch {torch.__version__} refuses it: {error}"
+            found = messages.fake_device_mismatch(error)
+            assert found is not None and found[0].startswith("aten.embedding") and set(found[1:]) == {"cpu", "meta"}, (
+                f"{_where(messages.fake_device_mismatch)}: found {found!r} in {str(error)[:300]!r}")
+            return
+    assert embedding_takes_meta_weights() and out.device.type == "meta", (
+        f"torch {torch.__version__} takes meta weights with CPU indices: EMBEDDING_OF_META_WEIGHTS_SINCE is too late")

@@ -12,11 +12,11 @@ import sympy
 from ..torch_private.symbolic import int_oo
 from ..torch_private.symbolic import ValueRanges
 
-from ..user_frames import ENGINE_PACKAGE_DIRS
+from ..user_frames import ENGINE_PACKAGE_DIRS, GRAPHCAP_TRANSPARENT_FILES
 from .symbols import RootSymbol
 from ..torch_private.shapes import count_deferred_assert, deferred_asserts
 
-_TORCH_DIR = ENGINE_PACKAGE_DIRS[0]
+_TORCH_DIR, _GRAPHCAP_DIR = ENGINE_PACKAGE_DIRS
 
 
 def finite_int(v: Any) -> Optional[int]:
@@ -56,9 +56,17 @@ def where_text(sloc: Any) -> str:
 
 
 def in_framework(sloc: Any) -> bool:
-    """Whether a guard was raised inside torch (an operator's own logic), not by user code."""
+    """Whether a guard was raised inside torch (an operator's own logic), not by user code.
+
+    An operator's C++ code (``t[..., :n] = v`` checking the value's sizes against
+    the slice's) has no Python frame: the innermost one is then graphcap's own
+    function mode passing the call on, which counts as torch's too (graphcap's
+    replacements of the user's builtins excepted: they speak for the user)."""
     frame = getattr(sloc, "framework_loc", None)
-    return isinstance(frame, traceback.FrameSummary) and frame.filename.startswith(_TORCH_DIR)
+    if not isinstance(frame, traceback.FrameSummary):
+        return False
+    return frame.filename.startswith(_TORCH_DIR) or (
+        frame.filename.startswith(_GRAPHCAP_DIR) and not frame.filename.endswith(GRAPHCAP_TRANSPARENT_FILES))
 
 
 class DimNamer:

@@ -8,6 +8,9 @@ identity.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -29,6 +32,9 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensorMode._dispatch_impl": ("self", "func", "types", "args", "kwargs"),
     "torch._ops.OpOverload#is_view": None,
     "torch.Tensor._is_view": None,
+    # the fake kernels by operator (read at each call) and the slice kernel's bound clamp
+    "torch._subclasses.fake_impls.op_implementations_dict": None,
+    "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
 }
 
 SAMPLES = {
@@ -36,8 +42,9 @@ SAMPLES = {
     "torch.UntypedStorage": lambda: torch.UntypedStorage(1),
 }
 
-__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage", "storage_key",
-           "fake_from_meta", "fake_of_plain_leaf"]
+__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
+           "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
+           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
@@ -182,3 +189,119 @@ SAMPLES.update({
     "torch._subclasses.fake_tensor.FakeTensorConverter": _sample_converter,
     "torch._subclasses.meta_utils.MetaConverter": lambda: _sample_converter().meta_converter,
 })
+
+
+# --- slice bounds the shape engine cannot order (torch 2.10, 2.11) ------------------------------
+
+_slice_state = threading.local()
+_slice_lock = threading.Lock()
+_slice_count = 0
+_slice_originals: dict[str, Any] = {}
+
+
+def _slice_keeps_undecided_sizes_symbolic() -> bool:
+    """Whether this torch's slice fake kernel already gives a slice whose bounds it cannot order a
+    symbolic size (``Min(n, size)``, ``Max(0, end - start)``), from torch 2.12 on; before, it gives
+    such a slice a new unbacked size."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 12)
+
+
+def _slice_bound(size: Any, index: Any) -> Any:
+    """A slice bound clamped into ``[0, size]``: torch's own clamp where it decides, else the clamp
+    as a symbolic expression (None where even the sign of ``index`` is unknown)."""
+    found = _slice_originals["index"](size, index)
+    if found is not None:
+        return found
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+    if guard_or_false(index >= 0):
+        return torch.sym_min(index, size)
+    if guard_or_false(index < 0):
+        return torch.sym_max(index + size, 0)
+    return None
+
+
+def _symbolic_slice(fake_mode: Any, func: Any, self: Any, dim: int = 0, start: Any = None, end: Any = None,
+                    step: int = 1) -> Any:
+    """``aten.slice.Tensor`` on fake tensors, on the exporting thread: bounds clamped into the size
+    (symbolically where the shape engine cannot decide), and the view's length ``Max(0, end -
+    start)`` where it cannot order them, instead of a new unbacked size. torch's own kernel does the
+    rest (other threads, 0-dim and quantized tensors, bad steps, a bound of unknown sign)."""
+    original = _slice_originals["slice"]
+    if getattr(_slice_state, "depth", 0) == 0 or self.dim() == 0 or step <= 0 or self.is_quantized:
+        return original(fake_mode, func, self, dim, start, end, step)
+    import sys
+
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
+    dim = dim % self.dim()
+    sizes, strides = list(self.size()), list(self.stride())
+    first = 0 if start is None else _slice_bound(sizes[dim], start)
+    stop = sizes[dim] if end is None or statically_known_true(end == sys.maxsize) else _slice_bound(sizes[dim], end)
+    if first is None or stop is None:
+        return original(fake_mode, func, self, dim, start, end, step)  # a bound of unknown sign: torch's answer
+    if guard_or_false(stop >= first):
+        length = (stop - first + step - 1) // step
+    elif guard_or_false(first >= stop):
+        length = 0
+    else:
+        length = (torch.sym_max(stop - first, 0) + step - 1) // step
+    offset = self.storage_offset() + first * strides[dim]
+    sizes[dim], strides[dim] = length, strides[dim] * step
+    return self.as_strided(sizes, strides, offset)
+
+
+@contextlib.contextmanager
+def slice_ends_clamped_symbolically() -> Iterator[None]:
+    """While tracing on this thread, ``t[..., :n]`` / ``t[k:]`` whose bounds the shape engine cannot
+    order against the size (or each other) get a symbolic length (``Min(n, size)``,
+    ``Max(0, size - Min(k, size))``), as from torch 2.12 on.
+
+    Before 2.12 the slice fake kernel gave such a slice a new unbacked size:
+    the copy into it (``mask[..., :n] = v``, the causal-mask update of decoder
+    models) failed on a data-dependent guard eager never meets, and ``x + y[4:]``
+    lost its relation between the dims of ``x`` and ``y``. While a recording
+    runs on an older torch, the fake kernel registered for ``aten.slice.Tensor``
+    and its bound clamp are graphcap's for the exporting thread and torch's own
+    for every other thread (set by the first recording, restored by the last).
+    A no-op from torch 2.12 on.
+
+    Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (the fake
+    kernels by operator, read at each call) and ``_compute_slice_index(size,
+    index)`` (None for a bound it cannot decide).
+    """
+    global _slice_count
+    if _slice_keeps_undecided_sizes_symbolic():
+        yield
+        return
+    from torch._subclasses import fake_impls
+    slice_op = torch.ops.aten.slice.Tensor
+    with _slice_lock:
+        if _slice_count == 0:
+            _slice_originals["index"] = fake_impls._compute_slice_index
+            _slice_originals["slice"] = fake_impls.op_implementations_dict[slice_op]
+            fake_impls.op_implementations_dict[slice_op] = _symbolic_slice
+        _slice_count += 1
+    _slice_state.depth = getattr(_slice_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _slice_state.depth -= 1
+        with _slice_lock:
+            _slice_count -= 1
+            if _slice_count == 0:
+                fake_impls.op_implementations_dict[slice_op] = _slice_originals["slice"]
+
+
+# --- aten.embedding with meta weights and real indices (torch 2.13 on) ----------------------------
+
+# the first torch release whose fake tensors run aten.embedding on weights on the meta device and
+# indices on another device (the meta kernel's output, on meta), as eager does
+EMBEDDING_OF_META_WEIGHTS_SINCE = "2.13"
+
+
+def embedding_takes_meta_weights() -> bool:
+    """Whether this torch's fake tensors accept ``aten.embedding`` over meta weights and indices on
+    another device: what exporting a model built on the meta device with real example inputs needs
+    (a Llama's first operator). Before it, the fake tensor refuses the two devices."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= tuple(int(p) for p in EMBEDDING_OF_META_WEIGHTS_SINCE.split("."))

@@ -23,7 +23,7 @@ RELIES_ON = {
 }
 
 __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_cond_container_operands_refusal",
-           "cond_call_locals", "while_loop_call_locals"]
+           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch"]
 
 # "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)). ..."
 _DATA_DEPENDENT_EXPRESSION = re.compile(r"data-dependent expression (.+?) \(unhinted")
@@ -32,6 +32,10 @@ _DATA_DEPENDENT_EXPRESSION = re.compile(r"data-dependent expression (.+?) \(unhi
 # Meta kernel, called on fake tensors
 _NO_FAKE_KERNEL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\w+)\)>|"
                              r"(\w+::\w+)(?:\.\w+)?: attempted to run this operator with Meta tensors")
+
+# a fake tensor refusing an operator whose tensors are on two devices (a RuntimeError before torch 2.14)
+_FAKE_DEVICE_MISMATCH = re.compile(r"Unhandled FakeTensor Device Propagation for (\S+), found two different devices "
+                                   r"(\S+), (\S+)")
 
 # torch.cond's check of its operands (a dict / list / tuple among them, with cond bound before export)
 _COND_CONTAINER_OPERANDS = re.compile(
@@ -48,6 +52,13 @@ def custom_op_without_fake_kernel(error: BaseException) -> Optional[str]:
     """``ns::name`` of the custom operator whose missing fake kernel ``error``'s message reports, or None."""
     found = _NO_FAKE_KERNEL.search(str(error))
     return (found.group(1) or found.group(2)) if found else None
+
+
+def fake_device_mismatch(error: BaseException) -> tuple[str, str, str] | None:
+    """``(operator, device, device)`` when ``error`` is a fake tensor refusing an operator whose
+    tensors lie on two devices (``aten.embedding.default``, ``meta``, ``cpu``), else None."""
+    found = _FAKE_DEVICE_MISMATCH.search(str(error))
+    return (found.group(1), found.group(2).rstrip(","), found.group(3)) if found else None
 
 
 def is_cond_container_operands_refusal(error: BaseException) -> bool:

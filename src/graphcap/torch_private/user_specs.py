@@ -23,6 +23,10 @@ RELIES_ON = {
     "torch.export.dynamic_shapes._IntWrapper": None,
 }
 
+# torch's structured spec objects (torch.fx.experimental.dynamic_spec) first ship with 2.13: before
+# it no user can pass one, and the functions reading them meet none
+SINCE = {path: "2.13" for path in RELIES_ON if path.startswith("torch.fx.experimental.dynamic_spec.")}
+
 
 def _sample_tensor_spec():
     from torch.fx.experimental.dynamic_spec import TensorSpec

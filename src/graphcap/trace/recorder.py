@@ -27,8 +27,9 @@ from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..torch_private import fx as fx_private
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
+from ..torch_private import fake as fake_private
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
-from ..torch_private.messages import custom_op_without_fake_kernel
+from ..torch_private.messages import custom_op_without_fake_kernel, fake_device_mismatch
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 
@@ -211,6 +212,7 @@ def record(
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
                 _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
+                    fake_private.slice_ends_clamped_symbolically(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 fx_private.code_generated_on_first_use():
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
@@ -258,6 +260,26 @@ def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
     return None
 
 
+def _meta_weights_refused_by_older_torch(e: Exception, program_name: str, where: Any) -> Optional[GraphcapError]:
+    """The clear refusal when this torch's fake tensors cannot run ``aten.embedding`` over weights
+    on the meta device and real indices (exporting a model built on ``torch.device("meta")``)."""
+    mismatch = fake_device_mismatch(e)
+    if mismatch is None or fake_private.embedding_takes_meta_weights():
+        return None
+    op, *devices = mismatch
+    if not op.startswith("aten.embedding") or "meta" not in devices:
+        return None
+    other = next((d for d in devices if d != "meta"), "meta")
+    since = fake_private.EMBEDDING_OF_META_WEIGHTS_SINCE
+    return UnsupportedError(
+        f"While tracing {program_name}, {op} met weights on the meta device and indices on {other}: "
+        f"exporting a model whose weights are on the meta device with example inputs on a real device "
+        f"needs torch {since} or newer (torch {torch.__version__}'s fake tensors refuse the two devices).",
+        where=where,
+        fix=f"Install torch {since} or newer (pip install 'torch>={since}'), or build the model on a "
+            f"real device for the export.")
+
+
 def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     frame = user_frame(e.__traceback__)
     where = describe_frame(frame)
@@ -279,6 +301,9 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     control_flow = control_flow_errors.explain_failure(e, program_name)
     if control_flow is not None:
         return control_flow
+    older_torch = _meta_weights_refused_by_older_torch(e, program_name, where)
+    if older_torch is not None:
+        return older_torch
     if "DataDependent" in name or "data-dependent" in str(e).lower():
         from .data_dependent import explain_data_dependent
         return explain_data_dependent(e, program_name, where)
