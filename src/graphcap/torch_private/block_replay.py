@@ -41,6 +41,10 @@ RELIES_ON = {
     "torch.nn.Module#_forward_pre_hooks": None,
     "torch.nn.Module#_backward_hooks": None,
     "torch.nn.Module#_backward_pre_hooks": None,
+    "torch.fx.experimental.proxy_tensor.set_proxy_slot": ("obj", "tracer", "proxy"),
+    "torch.fx.experimental.proxy_tensor._ProxyTensor": None,
+    "torch.utils._python_dispatch._disable_current_modes": (),
+    "torch._C.DisableTorchFunction": None,
 }
 
 SAMPLES = {
@@ -49,7 +53,8 @@ SAMPLES = {
 }
 
 __all__ = ["module_stack", "module_call_counts", "torch_fn_counts", "torch_fn_metadata", "set_torch_fn_state",
-           "is_attr_proxy", "global_module_hooks", "module_hooks", "shape_env_knowledge"]
+           "is_attr_proxy", "global_module_hooks", "module_hooks", "shape_env_knowledge", "track_tensor_as",
+           "outside_tracing"]
 
 
 def module_stack(tracer: Any) -> Any:
@@ -108,3 +113,21 @@ def shape_env_knowledge(env: Any) -> Any:
     return (len(shapes.guards(env)), len(shapes.replacements(env)),
             sum(len(v) for v in asserts.values()), len(shapes.example_values(env)),
             tuple(shapes.symbol_ranges(env).items()))
+
+
+def track_tensor_as(tensor: torch.Tensor, node: torch.fx.Node, tracer: Any) -> None:
+    """Have ``tracer`` read ``tensor`` as the value of ``node`` from now on (what an operator's result
+    gets). Relies on ``proxy_tensor.set_proxy_slot`` and ``proxy_tensor._ProxyTensor``."""
+    proxy_tensor.set_proxy_slot(tensor, tracer, proxy_tensor._ProxyTensor(torch.fx.Proxy(node, tracer), None))
+
+
+def outside_tracing() -> Any:
+    """A context manager within which tensor code runs on no mode (nothing recorded, no fake mode
+    entered; a fake tensor's own dispatch still applies). Relies on
+    ``torch.utils._python_dispatch._disable_current_modes`` and ``torch._C.DisableTorchFunction``."""
+    import contextlib
+    from torch.utils._python_dispatch import _disable_current_modes
+    stack = contextlib.ExitStack()
+    stack.enter_context(_disable_current_modes())
+    stack.enter_context(torch._C.DisableTorchFunction())
+    return stack

@@ -51,7 +51,7 @@ from torch.fx.experimental import proxy_tensor
 from ..errors import InternalError
 from ..torch_private import block_replay as tracer_state
 from ..torch_private import pytree
-from ..torch_private.fake import FakeTensorMode
+from ..torch_private.fake import FakeTensorMode, fake_from_meta, storage_key
 from ..torch_private.ops import OpOverload, schema_of
 from . import module_paths
 
@@ -264,6 +264,12 @@ class _Recording:
     out_spec: Any = None
     out_leaves: list = field(default_factory=list)
     usable: bool = False
+    # the copy plan (static shapes): each node's value layout and which storage it shares, the
+    # block's outputs' runtime layout, inputs the tracer reads as a node of the call afterwards
+    copyable: bool = False
+    value_plan: dict = field(default_factory=dict)
+    output_layouts: dict = field(default_factory=dict)
+    retracked: list = field(default_factory=list)
 
 
 @dataclass
@@ -532,6 +538,11 @@ class BlockReuse:
                 rec.out_leaves.append(("plain", leaf))
             else:
                 raise _Unproven("an output that is not a tensor or a Python scalar")
+        try:
+            self._plan_copy(rec, prepared, out_leaves, segment)
+            rec.copyable = True
+        except _Unproven:
+            rec.copyable = False
 
     def _check_recorded_node(self, rec: _Recording, node: torch.fx.Node, segment: set,
                              input_symbols: dict[int, int]) -> None:
@@ -573,6 +584,125 @@ class BlockReuse:
                 continue
             raise _Unproven(f"node {node.name} reads {arg.name}, made outside the call")
 
+
+    # -- the copy plan: replay by copying nodes, for static shapes --
+
+    def _plan_copy(self, rec: _Recording, prepared: dict, out_leaves: list, segment: set) -> None:
+        """How to make a later call's nodes by copying: each value's layout and the storage it shares
+        (an input's, or an earlier value's of the call), checked to need no operator run."""
+        external_storage: dict[Any, int] = {}
+        for node, index in rec.external.items():
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                external_storage.setdefault(storage_key(val), index)
+        seen: dict[Any, tuple] = {}
+        for node in rec.nodes:
+            if set(node.meta) - _COPIED_META:
+                raise _Unproven("metadata the copy does not make")
+            val = node.meta["val"]
+            values = val if isinstance(val, (tuple, list)) else (val,)
+            layouts = []
+            for j, t in enumerate(values):
+                if t is None:
+                    layouts.append(None)
+                    continue
+                if not isinstance(t, torch.Tensor) or not _static(t) or type(t) is not proxy_tensor.FakeTensor:
+                    raise _Unproven("a symbolic or unusual value")
+                key = storage_key(t)
+                if key is None:
+                    raise _Unproven("a value without storage")
+                if key in external_storage:
+                    origin: Any = ("input", external_storage[key])
+                elif key in seen:
+                    origin = ("node", seen[key])
+                else:
+                    if t.storage_offset() != 0:
+                        raise _Unproven("a first view of a storage")
+                    origin = None
+                    seen[key] = (node, j)
+                layouts.append((origin, tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device,
+                                t.requires_grad))
+            rec.value_plan[node] = (isinstance(val, (tuple, list)), type(val), layouts)
+        for leaf in out_leaves:
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            node = proxy_tensor.get_proxy_slot(leaf, self.tracer).proxy.node
+            if node not in segment:
+                continue
+            if not _static(leaf) or leaf._base is not None or not leaf.is_contiguous() \
+                    or leaf.storage_offset() != 0:  # noqa: SLF001
+                raise _Unproven("an output the copy cannot make")
+            if storage_key(leaf) in external_storage:
+                raise _Unproven("an output sharing an input's storage")
+            rec.output_layouts[node] = (tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device,
+                                        leaf.requires_grad, type(leaf))
+        for index, t in enumerate(prepared["tensors"]):
+            after = proxy_tensor.get_proxy_slot(t, self.tracer).proxy.node
+            if after is prepared["tensor_nodes"][index]:
+                continue
+            if after not in segment:
+                raise _Unproven("an input read as another node after the call")
+            rec.retracked.append((index, after))
+
+    def _copy(self, rec: _Recording, prepared: dict, replay: "_Replay") -> Optional[dict]:
+        """The later call's nodes, copied; None (nothing made) when its values cannot be built."""
+        tensors, inputs = prepared["tensors"], prepared["tensor_nodes"]
+        values: dict[torch.fx.Node, Any] = {}
+        runtime: dict[torch.fx.Node, Any] = {}
+        metas: dict[tuple, torch.Tensor] = {}
+        try:
+            with tracer_state.outside_tracing():
+                for node, layout in rec.output_layouts.items():
+                    shape, stride, dtype, device, requires_grad, _ = layout
+                    leaf = fake_from_meta(self.fake_mode, torch.empty_strided(shape, stride, dtype=dtype,
+                                                                              device="meta"), device)
+                    if requires_grad:
+                        with torch.enable_grad():
+                            leaf.requires_grad_(True)
+                            runtime[node] = leaf.clone()
+                    else:
+                        runtime[node] = leaf
+                for node in rec.nodes:
+                    is_seq, seq_type, layouts = rec.value_plan[node]
+                    made = []
+                    for j, layout in enumerate(layouts):
+                        if layout is None:
+                            made.append(None)
+                            continue
+                        origin, shape, stride, offset, dtype, device, requires_grad = layout
+                        if origin is None and node in runtime and not is_seq:
+                            storage = runtime[node].untyped_storage()
+                        elif origin is None:
+                            storage = torch.empty_strided(shape, stride, dtype=dtype, device="meta").untyped_storage()
+                        elif origin[0] == "input":
+                            storage = inputs[origin[1]].meta["val"].untyped_storage()
+                        else:
+                            storage = metas[origin[1]].untyped_storage()
+                        meta = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+                        metas[(node, j)] = meta
+                        fake = fake_from_meta(self.fake_mode, meta, device)
+                        if requires_grad:
+                            fake.requires_grad_(True)
+                        made.append(fake)
+                    values[node] = seq_type(made) if is_seq else made[0]
+        except Exception:  # noqa: BLE001 - a value the copy cannot build: the operators are replayed instead
+            return None
+        env: dict[torch.fx.Node, torch.fx.Node] = {node: inputs[index] for node, index in rec.external.items()}
+        graph = self.tracer.graph
+        for node in rec.nodes:
+            new = graph.create_node("call_function", node.target, torch.fx.node.map_arg(node.args, env.__getitem__),
+                                    torch.fx.node.map_arg(node.kwargs, env.__getitem__), self.names.get(node))
+            env[node] = new
+            new.meta["val"] = values[node]
+            if "tensor_meta" in node.meta:
+                new.meta["tensor_meta"] = node.meta["tensor_meta"]
+            self._copy_metadata(replay, node, new)
+        for node, out in runtime.items():
+            tracer_state.track_tensor_as(out, env[node], self.tracer)
+        for index, node in rec.retracked:
+            tracer_state.track_tensor_as(tensors[index], env[node], self.tracer)
+        return runtime
+
     # -- matching and replay --
 
     def _matches(self, rec: _Recording, m: torch.nn.Module, prepared: dict) -> bool:
@@ -601,8 +731,14 @@ class BlockReuse:
                          dict(tracer_state.module_call_counts(self.tracer)),
                          dict(tracer_state.torch_fn_counts(self.tracer)),
                          tracer_state.torch_fn_metadata(self.tracer), queue=rec.nodes)
-        runtime: dict[torch.fx.Node, Any] = {}
         tensors = prepared["tensors"]
+        copied = self._copy(rec, prepared, replay) if rec.copyable else None
+        if copied is not None:
+            self._advance_counters(rec, replay)
+            LAST_STATS["replayed"] = LAST_STATS.get("replayed", 0) + 1
+            LAST_STATS["copied"] = LAST_STATS.get("copied", 0) + 1
+            return self._outputs(rec, copied, tensors)
+        runtime: dict[torch.fx.Node, Any] = {}
         for node, index in rec.external.items():
             runtime[node] = tensors[index]
         for node, index in rec.external_symbols.items():
@@ -641,6 +777,9 @@ class BlockReuse:
             self.replaying = None
         self._advance_counters(rec, replay)
         LAST_STATS["replayed"] = LAST_STATS.get("replayed", 0) + 1
+        return self._outputs(rec, runtime, tensors)
+
+    def _outputs(self, rec: _Recording, runtime: dict, tensors: list) -> Any:
         out = []
         for kind, value in rec.out_leaves:
             if kind == "node":
@@ -737,6 +876,13 @@ class BlockReuse:
             self.fn_of[node] = (fn, new_count)
         else:
             node.meta.pop("torch_fn", None)
+
+
+_COPIED_META = {"val", "tensor_meta", "nn_module_stack", "stack_trace", "torch_fn"}
+
+
+def _static(t: torch.Tensor) -> bool:
+    return not any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 def _writes(op: OpOverload) -> bool:
