@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+import harness
 
 
 def llama(layers: int):
@@ -34,6 +34,7 @@ def llama(layers: int):
 
 def measure(layers: int, dynamic: bool, repeats: int) -> dict:
     import torch
+
     import graphcap
     from graphcap.trace import block_reuse
     model = llama(layers)
@@ -53,8 +54,8 @@ def measure(layers: int, dynamic: bool, repeats: int) -> dict:
         return torch.export.export(model, (ids,), dynamic_shapes=torch_spec, strict=False)
 
     with torch.no_grad():
-        timings = harness.interleaved({"torch": torch_export, "graphcap": graphcap_reuse, "graphcap_full": graphcap_full},
-                                      repeats=repeats)
+        timings = harness.interleaved({"torch": torch_export, "graphcap": graphcap_reuse,
+                                       "graphcap_full": graphcap_full}, repeats=repeats)
         graphcap_reuse()
         stats = dict(block_reuse.LAST_STATS)
     row = {"layers": layers, "dynamic": dynamic, "replayed": stats.get("replayed", 0)}

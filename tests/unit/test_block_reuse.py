@@ -255,13 +255,13 @@ def test_reuse_turned_off():
 
 
 def test_environment_variable_turns_reuse_off():
+    here, tests = os.path.dirname(__file__), os.path.dirname(os.path.dirname(__file__))
     code = ("import torch, graphcap\n"
             "from graphcap.trace import block_reuse\n"
-            "import sys; sys.path[:0] = [%r, %r]\n"
+            f"import sys; sys.path[:0] = [{here!r}, {tests!r}]\n"
             "from test_block_reuse import Stack\n"
             "graphcap.export(Stack().eval(), (torch.randn(2, 8),))\n"
-            "print(block_reuse.LAST_STATS.get('replayed', 0))\n") % (os.path.dirname(__file__),
-                                                                     os.path.dirname(os.path.dirname(__file__)))
+            "print(block_reuse.LAST_STATS.get('replayed', 0))\n")
     env = {**os.environ, "GRAPHCAP_REUSE_BLOCKS": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,8 @@ functions read and set them:
 - ``proxy_tensor._AttrProxy``: the stand-in the tracer puts for a module
   shared under two names (such calls are never replayed);
 - nn.Module's process-wide hook registries (``_global_forward_hooks`` ...): a
-  hook anywhere means calls are traced, not replayed;
+  hook anywhere means calls are traced, not replayed (a module's own hooks and
+  attributes: ``torch_private.modules``);
 - what a ShapeEnv knows (its guards, replacements, ranges, deferred asserts),
   as one comparable value: replay needs the same knowledge before the call, and
   a recorded call must have added none.
@@ -37,14 +38,10 @@ RELIES_ON = {
     "torch.nn.modules.module._global_forward_pre_hooks": None,
     "torch.nn.modules.module._global_backward_hooks": None,
     "torch.nn.modules.module._global_backward_pre_hooks": None,
-    "torch.nn.Module#_forward_hooks": None,
-    "torch.nn.Module#_forward_pre_hooks": None,
-    "torch.nn.Module#_backward_hooks": None,
-    "torch.nn.Module#_backward_pre_hooks": None,
     "torch.fx.experimental.proxy_tensor.set_proxy_slot": ("obj", "tracer", "proxy"),
     "torch.fx.experimental.proxy_tensor._ProxyTensor": None,
-    "torch.utils._python_dispatch._disable_current_modes": (),
     "torch._C.DisableTorchFunction": None,
+    "torch.Tensor._base": None,
 }
 
 SAMPLES = {
@@ -53,8 +50,8 @@ SAMPLES = {
 }
 
 __all__ = ["module_stack", "module_call_counts", "torch_fn_counts", "torch_fn_metadata", "set_torch_fn_state",
-           "is_attr_proxy", "global_module_hooks", "module_hooks", "shape_env_knowledge", "track_tensor_as",
-           "outside_tracing"]
+           "is_attr_proxy", "global_module_hooks", "shape_env_knowledge", "track_tensor_as",
+           "outside_tracing", "is_view"]
 
 
 def module_stack(tracer: Any) -> Any:
@@ -96,13 +93,6 @@ def global_module_hooks() -> bool:
                 or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks)
 
 
-def module_hooks(module: torch.nn.Module) -> bool:
-    """Whether ``module`` itself has a forward or backward hook."""
-    d = module.__dict__
-    return bool(d.get("_forward_hooks") or d.get("_forward_pre_hooks") or d.get("_backward_hooks")
-                or d.get("_backward_pre_hooks"))
-
-
 def shape_env_knowledge(env: Any) -> Any:
     """What ``env`` knows about its symbols, as one value that compares equal while nothing was learnt:
     the number of guards, replacements and deferred asserts, the example values' count, and
@@ -124,10 +114,17 @@ def track_tensor_as(tensor: torch.Tensor, node: torch.fx.Node, tracer: Any) -> N
 def outside_tracing() -> Any:
     """A context manager within which tensor code runs on no mode (nothing recorded, no fake mode
     entered; a fake tensor's own dispatch still applies). Relies on
-    ``torch.utils._python_dispatch._disable_current_modes`` and ``torch._C.DisableTorchFunction``."""
+    ``dispatch.disable_current_modes`` and ``torch._C.DisableTorchFunction``."""
     import contextlib
+
     from torch.utils._python_dispatch import _disable_current_modes
     stack = contextlib.ExitStack()
     stack.enter_context(_disable_current_modes())
     stack.enter_context(torch._C.DisableTorchFunction())
     return stack
+
+
+
+def is_view(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a view of another tensor (``Tensor._base`` is set)."""
+    return t._base is not None

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import operator
 import os
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import torch
 import torch.fx
@@ -50,7 +52,7 @@ from torch.fx.experimental import proxy_tensor
 
 from ..errors import InternalError
 from ..torch_private import block_replay as tracer_state
-from ..torch_private import pytree
+from ..torch_private import modules, pytree
 from ..torch_private.fake import FakeTensorMode, fake_from_meta, storage_key
 from ..torch_private.ops import OpOverload, schema_of
 from . import module_paths
@@ -58,9 +60,6 @@ from . import module_paths
 ENV_VAR = "GRAPHCAP_REUSE_BLOCKS"
 _setting = threading.local()
 
-# Modules of the subtree whose fields are state or hooks, compared apart from the attributes.
-_STATE_FIELDS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
-_IGNORED_FIELD_PREFIXES = ("_forward", "_backward", "_state_dict", "_load_state_dict", "_is_full_backward_hook")
 _MAX_RECORDINGS_PER_CLASS = 3
 
 
@@ -85,7 +84,8 @@ def reuse_repeated_blocks(enabled: bool) -> Iterator[None]:
 
 
 LAST_STATS: dict[str, int] = {}
-"""Of the last export on any thread: ``recorded`` calls kept for replay, ``replayed`` calls (for tests and benchmarks)."""
+"""Of the last export: ``recorded`` calls kept for replay, ``replayed`` calls (for tests and benchmarks)."""
+log = logging.getLogger("graphcap.block_reuse")
 
 
 class _Unproven(Exception):
@@ -132,14 +132,7 @@ def _value_fingerprint(value: Any, keep: list, depth: int = 0) -> Any:
 
 
 def _attribute_fingerprints(module: torch.nn.Module, keep: list) -> dict[str, Any]:
-    out = {}
-    for name, value in module.__dict__.items():
-        if name in _STATE_FIELDS or name.startswith(_IGNORED_FIELD_PREFIXES):
-            continue
-        out[name] = _value_fingerprint(value, keep)
-    nonpersistent = module.__dict__.get("_non_persistent_buffers_set")
-    out["<non-persistent>"] = tuple(sorted(nonpersistent or ()))
-    return out
+    return {name: _value_fingerprint(value, keep) for name, value in modules.plain_attributes(module)}
 
 
 def _tensor_fingerprint(t: torch.Tensor, symbols: list) -> tuple:
@@ -151,7 +144,7 @@ def _tensor_fingerprint(t: torch.Tensor, symbols: list) -> tuple:
             return ("sym", s.node.expr)
         return s
     return (type(t), t.dtype, t.device, t.layout, t.requires_grad, tuple(dim(s) for s in t.shape),
-            tuple(dim(s) for s in t.stride()), dim(t.storage_offset()), t._base is not None)  # noqa: SLF001
+            tuple(dim(s) for s in t.stride()), dim(t.storage_offset()), tracer_state.is_view(t))
 
 
 def _builtin_structure(spec: Any) -> bool:
@@ -197,7 +190,7 @@ class _AttributeWatch:
     write on a module of a block being recorded is noted in that recording.
     """
 
-    def __init__(self, name: str, reuse: "BlockReuse"):
+    def __init__(self, name: str, reuse: BlockReuse):
         self.name = name
         self.reuse = reuse
 
@@ -295,13 +288,13 @@ class BlockReuse:
         self.fake_mode = fake_mode
         self.frame_keys = frame_keys
         self.format_keys = format_keys
-        self.keys: dict[torch.fx.Node, Optional[tuple]] = {}
+        self.keys: dict[torch.fx.Node, tuple | None] = {}
         self.names: dict[torch.fx.Node, Any] = {}
         self.fn_of: dict[torch.fx.Node, tuple] = {}
         self.active: list[_Recording] = []
         self.recordings: dict[type, list[_Recording]] = {}
         self.attempts: dict[type, int] = {}
-        self.replaying: Optional[_Replay] = None
+        self.replaying: _Replay | None = None
         self._watched: list[tuple[type, str]] = []
         self._original_call_module = tracer.call_module
         self._varying: set[tuple[type, str]] = set()
@@ -349,7 +342,7 @@ class BlockReuse:
 
     # -- what the recorder tells us about each node --
 
-    def note(self, node: torch.fx.Node, keys: Optional[tuple], name: Any) -> None:
+    def note(self, node: torch.fx.Node, keys: tuple | None, name: Any) -> None:
         self.keys[node] = keys
         self.names[node] = name
         if "torch_fn" in node.meta:
@@ -360,7 +353,7 @@ class BlockReuse:
 
     def _call_module(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.replaying is not None or m is self.root or not reuse_enabled() \
-                or tracer_state.is_attr_proxy(m) or not m._modules:  # noqa: SLF001 - nn.Module's own registry
+                or tracer_state.is_attr_proxy(m) or not modules.children_of(m):
             return self._original_call_module(m, forward, args, kwargs)
 
         def intercepted(*a: Any, **k: Any) -> Any:
@@ -375,8 +368,7 @@ class BlockReuse:
                 for rec in recs:
                     if self._matches(rec, m, prepared):
                         return self._replay(rec, prepared)
-                if os.environ.get("GRAPHCAP_REUSE_DEBUG"):
-                    print(f"[block reuse] {type(m).__name__} not matched", file=sys.stderr)
+                log.debug("block reuse: a call of %s matches no recording: traced", type(m).__name__)
         if self.attempts.get(type(m), 0) >= _MAX_RECORDINGS_PER_CLASS or not self._current_tracer_is_ours():
             return forward(*args, **kwargs)
         return self._record(m, forward, args, kwargs)
@@ -390,7 +382,7 @@ class BlockReuse:
     def _subtree(self, m: torch.nn.Module) -> list:
         return list(m.named_modules(remove_duplicate=False))
 
-    def _prepare(self, m: torch.nn.Module, args: tuple, kwargs: dict) -> Optional[dict]:
+    def _prepare(self, m: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
         """The call's inputs, state and fingerprints, or None when they cannot be compared."""
         if tracer_state.global_module_hooks():
             return None
@@ -400,7 +392,7 @@ class BlockReuse:
             if not _builtin_structure(spec):
                 return None
             subtree = self._subtree(m)
-            if any(tracer_state.module_hooks(sub) for _, sub in subtree):
+            if any(modules.has_hooks(sub) for _, sub in subtree):
                 return None
             state = list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers(remove_duplicate=False))
             state_tensors = [t for _, t in state]
@@ -424,8 +416,8 @@ class BlockReuse:
         except _Unproven:
             return None
         return {"m": m, "leaves": leaves, "spec": spec, "subtree": subtree, "state_tensors": state_tensors,
-                "tensors": tensors, "tensor_nodes": tensor_nodes, "symbols": symbols, "input_fp": input_fp, "state_fp": state_fp, "keep": keep,
-                "args": args, "kwargs": kwargs}
+                "tensors": tensors, "tensor_nodes": tensor_nodes, "symbols": symbols, "input_fp": input_fp,
+                "state_fp": state_fp, "keep": keep, "args": args, "kwargs": kwargs}
 
     def _knowledge(self) -> Any:
         return tracer_state.shape_env_knowledge(self.fake_mode.shape_env)
@@ -465,8 +457,7 @@ class BlockReuse:
             self.recordings.setdefault(type(m), []).append(rec)
             LAST_STATS["recorded"] = LAST_STATS.get("recorded", 0) + 1
         except _Unproven as why:
-            if os.environ.get("GRAPHCAP_REUSE_DEBUG"):
-                print(f"[block reuse] {rec.call_path} not kept: {why}", file=sys.stderr)
+            log.debug("block reuse: the call of %s is not replayable: %s", rec.call_path, why)
         return out
 
     def _globals_snapshot(self, subtree: list) -> dict:
@@ -629,8 +620,8 @@ class BlockReuse:
             node = proxy_tensor.get_proxy_slot(leaf, self.tracer).proxy.node
             if node not in segment:
                 continue
-            if not _static(leaf) or leaf._base is not None or not leaf.is_contiguous() \
-                    or leaf.storage_offset() != 0:  # noqa: SLF001
+            if not _static(leaf) or tracer_state.is_view(leaf) or not leaf.is_contiguous() \
+                    or leaf.storage_offset() != 0:
                 raise _Unproven("an output the copy cannot make")
             if storage_key(leaf) in external_storage:
                 raise _Unproven("an output sharing an input's storage")
@@ -644,7 +635,7 @@ class BlockReuse:
                 raise _Unproven("an input read as another node after the call")
             rec.retracked.append((index, after))
 
-    def _copy(self, rec: _Recording, prepared: dict, replay: "_Replay") -> Optional[dict]:
+    def _copy(self, rec: _Recording, prepared: dict, replay: _Replay) -> dict | None:
         """The later call's nodes, copied; None (nothing made) when its values cannot be built."""
         tensors, inputs = prepared["tensors"], prepared["tensor_nodes"]
         values: dict[torch.fx.Node, Any] = {}
@@ -685,7 +676,7 @@ class BlockReuse:
                             fake.requires_grad_(True)
                         made.append(fake)
                     values[node] = seq_type(made) if is_seq else made[0]
-        except Exception:  # noqa: BLE001 - a value the copy cannot build: the operators are replayed instead
+        except Exception:
             return None
         env: dict[torch.fx.Node, torch.fx.Node] = {node: inputs[index] for node, index in rec.external.items()}
         graph = self.tracer.graph
@@ -707,21 +698,18 @@ class BlockReuse:
 
     def _matches(self, rec: _Recording, m: torch.nn.Module, prepared: dict) -> bool:
         if not rec.usable or rec.input_fp != prepared["input_fp"] or rec.state_fp != prepared["state_fp"]:
-            if os.environ.get("GRAPHCAP_REUSE_DEBUG"):
-                print("input", rec.input_fp != prepared["input_fp"], rec.input_fp, prepared["input_fp"], file=sys.stderr)
             return False
         if rec.context_fp != _context_fingerprint() or rec.knowledge != self._knowledge():
-            if os.environ.get("GRAPHCAP_REUSE_DEBUG"):
-                print("knowledge", rec.knowledge, self._knowledge(), file=sys.stderr)
             return False
         keep = prepared["keep"]
-        for (rel, sub), (rel_a, sub_a) in zip(prepared["subtree"], rec.modules):
+        for (rel, sub), (rel_a, _) in zip(prepared["subtree"], rec.modules):
             mine, theirs = _attribute_fingerprints(sub, keep), rec.attributes[rel_a]
             if mine == theirs:
                 continue
             cls = type(sub)
             for name in set(mine) | set(theirs):
-                if mine.get(name) != theirs.get(name) and ((rel, name) in rec.reads or not self._watchable(cls, name)):
+                if mine.get(name) != theirs.get(name) and (
+                        (rel, name) in rec.reads or not self._watchable(cls, name)):
                     return False
         return True
 
