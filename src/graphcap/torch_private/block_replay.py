@@ -40,6 +40,7 @@ RELIES_ON = {
     "torch.nn.modules.module._global_backward_pre_hooks": None,
     "torch.fx.experimental.proxy_tensor.set_proxy_slot": ("obj", "tracer", "proxy"),
     "torch.fx.experimental.proxy_tensor._ProxyTensor": None,
+    "torch.fx.experimental.proxy_tensor.track_tensor": ("tensor", "proxy"),
     "torch._C.DisableTorchFunction": None,
     "torch.Tensor._base": None,
 }
@@ -51,7 +52,7 @@ SAMPLES = {
 
 __all__ = ["module_stack", "module_call_counts", "torch_fn_counts", "torch_fn_metadata", "set_torch_fn_state",
            "is_attr_proxy", "global_module_hooks", "shape_env_knowledge", "track_tensor_as",
-           "outside_tracing", "is_view"]
+           "outside_tracing", "is_view", "track_tensor_with_sizes"]
 
 
 def module_stack(tracer: Any) -> Any:
@@ -128,3 +129,9 @@ def outside_tracing() -> Any:
 def is_view(t: torch.Tensor) -> bool:
     """Whether ``t`` is a view of another tensor (``Tensor._base`` is set)."""
     return t._base is not None
+
+
+def track_tensor_with_sizes(tensor: torch.Tensor, node: torch.fx.Node, tracer: Any) -> None:
+    """As an operator's result is tracked: ``tensor`` reads as ``node``, and each of its symbolic sizes
+    that has no node yet gets one made on first use. Relies on ``proxy_tensor.track_tensor``."""
+    proxy_tensor.track_tensor(tensor, torch.fx.Proxy(node, tracer), constant=None, tracer=tracer)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch.fx.experimental import proxy_tensor
@@ -275,6 +276,7 @@ class _Replay:
     fn_last_before: Any
     queue: list
     position: int = 0
+    extras_only: bool = False  # copying: every node the tracer makes is a size read made on the way
     made: list = field(default_factory=list)
 
 
@@ -532,7 +534,8 @@ class BlockReuse:
         try:
             self._plan_copy(rec, prepared, out_leaves, segment)
             rec.copyable = True
-        except _Unproven:
+        except _Unproven as why:
+            log.debug("block reuse: the call of %s is replayed by its operators, not copied: %s", rec.call_path, why)
             rec.copyable = False
 
     def _check_recorded_node(self, rec: _Recording, node: torch.fx.Node, segment: set,
@@ -587,18 +590,26 @@ class BlockReuse:
             if isinstance(val, torch.Tensor):
                 external_storage.setdefault(storage_key(val), index)
         seen: dict[Any, tuple] = {}
+        input_symbols: dict[int, int] = {}
+        for index, symbol in enumerate(prepared["symbols"]):
+            input_symbols.setdefault(id(symbol.node), index)
         for node in rec.nodes:
             if set(node.meta) - _COPIED_META:
                 raise _Unproven("metadata the copy does not make")
             val = node.meta["val"]
+            if isinstance(val, _SYM_TYPES):
+                if node.target in _SYM_READS and node.args[0] not in segment:
+                    raise _Unproven("a size of an input read first inside the call")
+                rec.value_plan[node] = ("sym", val)
+                continue
             values = val if isinstance(val, (tuple, list)) else (val,)
             layouts = []
             for j, t in enumerate(values):
                 if t is None:
                     layouts.append(None)
                     continue
-                if not isinstance(t, torch.Tensor) or not _static(t) or type(t) is not proxy_tensor.FakeTensor:
-                    raise _Unproven("a symbolic or unusual value")
+                if not isinstance(t, torch.Tensor) or type(t) is not proxy_tensor.FakeTensor:
+                    raise _Unproven("an unusual value")
                 key = storage_key(t)
                 if key is None:
                     raise _Unproven("a value without storage")
@@ -620,13 +631,18 @@ class BlockReuse:
             node = proxy_tensor.get_proxy_slot(leaf, self.tracer).proxy.node
             if node not in segment:
                 continue
-            if not _static(leaf) or tracer_state.is_view(leaf) or not leaf.is_contiguous() \
-                    or leaf.storage_offset() != 0:
+            if tracer_state.is_view(leaf) or not _dense_contiguous(leaf) or leaf.storage_offset() != 0:
                 raise _Unproven("an output the copy cannot make")
             if storage_key(leaf) in external_storage:
                 raise _Unproven("an output sharing an input's storage")
-            rec.output_layouts[node] = (tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device,
-                                        leaf.requires_grad, type(leaf))
+
+            def dim(d: Any) -> Any:
+                if not isinstance(d, torch.SymInt):
+                    return d
+                k = input_symbols.get(id(d.node))
+                return ("input", k) if k is not None else ("fresh", d)
+            rec.output_layouts[node] = (tuple(dim(d) for d in leaf.shape), tuple(dim(d) for d in leaf.stride()),
+                                        leaf.dtype, leaf.device, leaf.requires_grad, type(leaf))
         for index, t in enumerate(prepared["tensors"]):
             after = proxy_tensor.get_proxy_slot(t, self.tracer).proxy.node
             if after is prepared["tensor_nodes"][index]:
@@ -641,20 +657,46 @@ class BlockReuse:
         values: dict[torch.fx.Node, Any] = {}
         runtime: dict[torch.fx.Node, Any] = {}
         metas: dict[tuple, torch.Tensor] = {}
+        symbols = prepared["symbols"]
+        fresh: dict[int, Any] = {}
+
+        def dim(d: Any) -> Any:
+            if not isinstance(d, tuple):
+                return d
+            if d[0] == "input":
+                return symbols[d[1]]
+            if id(d[1].node) not in fresh:  # a size of the call's own making: a symbol object of its own
+                fresh[id(d[1].node)] = torch.SymInt(d[1].node.with_shape_env(d[1].node.shape_env))
+            return fresh[id(d[1].node)]
+
         try:
+            for index in rec.external_symbols.values():
+                if proxy_tensor.get_proxy_slot(symbols[index], self.tracer, None) is None:
+                    log.debug("block reuse: an input size of the call has no node: replayed by its operators")
+                    return None
             with tracer_state.outside_tracing():
                 for node, layout in rec.output_layouts.items():
                     shape, stride, dtype, device, requires_grad, _ = layout
+                    shape, stride = [dim(d) for d in shape], [dim(d) for d in stride]
                     leaf = fake_from_meta(self.fake_mode, torch.empty_strided(shape, stride, dtype=dtype,
                                                                               device="meta"), device)
                     if requires_grad:
                         with torch.enable_grad():
                             leaf.requires_grad_(True)
-                            runtime[node] = leaf.clone()
+                            out = leaf.clone()
+                        if not _same_dims((*out.shape, *out.stride()), (*shape, *stride), symbols):
+                            log.debug("block reuse: an output's clone has symbols of its own: "
+                                      "replayed by its operators")
+                            return None  # a full trace's sizes would differ
+                        runtime[node] = out
                     else:
                         runtime[node] = leaf
                 for node in rec.nodes:
-                    is_seq, seq_type, layouts = rec.value_plan[node]
+                    plan = rec.value_plan[node]
+                    if plan[0] == "sym":
+                        values[node] = plan[1]
+                        continue
+                    is_seq, seq_type, layouts = plan
                     made = []
                     for j, layout in enumerate(layouts):
                         if layout is None:
@@ -680,7 +722,18 @@ class BlockReuse:
             return None
         env: dict[torch.fx.Node, torch.fx.Node] = {node: inputs[index] for node, index in rec.external.items()}
         graph = self.tracer.graph
-        for node in rec.nodes:
+        replay.extras_only = True
+        for position, node in enumerate(rec.nodes):
+            for arg in node.all_input_nodes:
+                if arg in rec.external_symbols and arg not in env:
+                    # an input's size, read here first: a full trace makes its node here too
+                    replay.position = position
+                    self.replaying = replay
+                    try:
+                        proxy = proxy_tensor.get_proxy_slot(symbols[rec.external_symbols[arg]], self.tracer).force()
+                    finally:
+                        self.replaying = None
+                    env[arg] = proxy.node
             new = graph.create_node("call_function", node.target, torch.fx.node.map_arg(node.args, env.__getitem__),
                                     torch.fx.node.map_arg(node.kwargs, env.__getitem__), self.names.get(node))
             env[node] = new
@@ -688,8 +741,9 @@ class BlockReuse:
             if "tensor_meta" in node.meta:
                 new.meta["tensor_meta"] = node.meta["tensor_meta"]
             self._copy_metadata(replay, node, new)
-        for node, out in runtime.items():
-            tracer_state.track_tensor_as(out, env[node], self.tracer)
+        with tracer_state.outside_tracing():  # as an operator's result is tracked: nothing recorded meanwhile
+            for node, out in runtime.items():
+                tracer_state.track_tensor_with_sizes(out, env[node], self.tracer)
         for index, node in rec.retracked:
             tracer_state.track_tensor_as(tensors[index], env[node], self.tracer)
         return runtime
@@ -814,6 +868,10 @@ class BlockReuse:
         replay = self.replaying
         assert replay is not None
         kind, target = args[0], args[1]
+        if replay.extras_only:
+            node = create(*args, **kwargs)
+            self._copy_metadata(replay, replay.queue[replay.position], node)
+            return node
         if target in _SYM_READS and (replay.position >= len(replay.queue)
                                      or replay.queue[replay.position].target is not target):
             # a size of an input the call's operator reads first here: a full trace makes it here too,
@@ -869,8 +927,32 @@ class BlockReuse:
 _COPIED_META = {"val", "tensor_meta", "nn_module_stack", "stack_trace", "torch_fn"}
 
 
-def _static(t: torch.Tensor) -> bool:
-    return not any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride(), t.storage_offset()))
+def _same_dims(got: tuple, planned: tuple, inputs: list) -> bool:
+    """Whether sizes ``got`` are ``planned`` as a full trace would make them: an input's symbol the
+    same object, a symbol of the call's own making a new object of the same expression, sharing alike."""
+    own = {id(s.node) for s in inputs}
+    for a, b in zip(got, planned):
+        if isinstance(b, torch.SymInt) and id(b.node) in own:
+            if a is not b and getattr(a, "node", None) is not b.node:
+                return False
+        elif isinstance(b, torch.SymInt):
+            if not isinstance(a, torch.SymInt) or id(a.node) in own or a.node.expr != b.node.expr:
+                return False
+        elif isinstance(a, torch.SymInt) or a != b:
+            return False
+    return _alias_pattern([getattr(a, "node", a) for a in got if isinstance(a, torch.SymInt)]) == \
+        _alias_pattern([b.node for b in planned if isinstance(b, torch.SymInt)])
+
+
+def _dense_contiguous(t: torch.Tensor) -> bool:
+    """Whether ``t``'s strides are the contiguous ones, compared as expressions (no guard)."""
+    expected: Any = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        got = stride.node.expr if isinstance(stride, torch.SymInt) else stride
+        if sympy.expand(got - expected) != 0:
+            return False
+        expected = expected * (size.node.expr if isinstance(size, torch.SymInt) else size)
+    return True
 
 
 def _writes(op: OpOverload) -> bool:
