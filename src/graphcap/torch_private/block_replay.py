@@ -52,7 +52,7 @@ SAMPLES = {
 
 __all__ = ["module_stack", "module_call_counts", "torch_fn_counts", "torch_fn_metadata", "set_torch_fn_state",
            "is_attr_proxy", "global_module_hooks", "shape_env_knowledge", "track_tensor_as",
-           "outside_tracing", "is_view", "track_tensor_with_sizes"]
+           "outside_tracing", "is_view", "track_tensor_with_sizes", "no_torch_function"]
 
 
 def module_stack(tracer: Any) -> Any:
@@ -135,3 +135,9 @@ def track_tensor_with_sizes(tensor: torch.Tensor, node: torch.fx.Node, tracer: A
     """As an operator's result is tracked: ``tensor`` reads as ``node``, and each of its symbolic sizes
     that has no node yet gets one made on first use. Relies on ``proxy_tensor.track_tensor``."""
     proxy_tensor.track_tensor(tensor, torch.fx.Proxy(node, tracer), constant=None, tracer=tracer)
+
+
+def no_torch_function() -> Any:
+    """A context manager within which tensor methods skip every torch-function mode (reading a fake
+    tensor's metadata then costs no Python mode call). Relies on ``torch._C.DisableTorchFunction``."""
+    return torch._C.DisableTorchFunction()

@@ -386,6 +386,10 @@ class BlockReuse:
 
     def _prepare(self, m: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
         """The call's inputs, state and fingerprints, or None when they cannot be compared."""
+        with tracer_state.no_torch_function():
+            return self._prepare_facts(m, args, kwargs)
+
+    def _prepare_facts(self, m: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
         if tracer_state.global_module_hooks():
             return None
         keep: list = []
@@ -454,7 +458,8 @@ class BlockReuse:
         finally:
             self.active.remove(rec)
         try:
-            self._finish_recording(rec, prepared, last, out, globals_before)
+            with tracer_state.no_torch_function():
+                self._finish_recording(rec, prepared, last, out, globals_before)
             rec.usable = True
             self.recordings.setdefault(type(m), []).append(rec)
             LAST_STATS["recorded"] = LAST_STATS.get("recorded", 0) + 1

@@ -207,6 +207,7 @@ def record(
         # (torch.cond branches, ...), made inside this call, keep it, and no process-wide flag changes.
         tracer = fx_private.current_make_fx_tracer().fx_tracer
         tracer.record_stack_traces = False
+        block_reuse.LAST_STATS.clear()
         reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
             block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
             if scope is not None and block_reuse.reuse_enabled() else None))
