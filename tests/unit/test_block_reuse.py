@@ -281,3 +281,20 @@ def test_llama_layers_replayed(dynamic):
     assert_same_program(a, b)
     assert stats["replayed"] >= 2  # layers 1 and 2 (layer_idx differs, never read without a cache)
     torch.testing.assert_close(a.module()(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+def test_graph_module_children_are_traced_inline():
+    """The tracer inlines a graph module's call in no module scope (torch.export's hints_wrapper
+    bodies, a symbolically traced submodule): such calls are never recorded or replayed."""
+    class Traced(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([torch.fx.symbolic_trace(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+                                         for _ in range(3)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    _check(Traced(), (torch.randn(2, 8),), replayed=False)

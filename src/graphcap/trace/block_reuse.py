@@ -355,7 +355,8 @@ class BlockReuse:
 
     def _call_module(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.replaying is not None or m is self.root or not reuse_enabled() \
-                or tracer_state.is_attr_proxy(m) or not modules.children_of(m):
+                or isinstance(m, torch.fx.GraphModule) or tracer_state.is_attr_proxy(m) \
+                or not modules.children_of(m):  # (the tracer inlines a graph module's call, in no module scope)
             return self._original_call_module(m, forward, args, kwargs)
 
         def intercepted(*a: Any, **k: Any) -> Any:
@@ -363,6 +364,8 @@ class BlockReuse:
         return self._original_call_module(m, intercepted, args, kwargs)
 
     def _run(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if not tracer_state.module_stack(self.tracer):  # a call the tracer keeps no scope for
+            return forward(*args, **kwargs)
         recs = self.recordings.get(type(m), ())
         if recs and self._current_tracer_is_ours():
             prepared = self._prepare(m, args, kwargs)
