@@ -17,6 +17,7 @@ RELIES_ON = {
     "torch.nn.Module#_forward_hooks": None,
     "torch.nn.Module#_forward_pre_hooks": None,
     "torch.nn.Module#_backward_hooks": None,
+    "torch.nn.Module#_backward_pre_hooks": None,
     "torch.nn.Module#_modules": None,
     "torch.nn.Module#_non_persistent_buffers_set": None,
     "torch.nn.Module._apply": ("self", "fn", "recurse"),
@@ -33,7 +34,7 @@ REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
 # Prefixes of the instance fields holding nn.Module's hooks (``_forward_hooks``, ``_backward_pre_hooks``, ...).
 HOOK_FIELD_PREFIXES = ("_forward", "_backward")
 
-__all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors"]
+__all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors", "has_hooks", "plain_attributes"]
 
 
 def buffers_of(module: torch.nn.Module) -> dict[str, Any]:
@@ -79,3 +80,26 @@ class MovesExtraTensors:
 
     def move_extra_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Apply ``fn`` to the tensors the subclass keeps outside nn.Module's registries."""
+
+
+def has_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` itself has a forward or backward hook (its ``_forward_hooks``,
+    ``_forward_pre_hooks``, ``_backward_hooks`` or ``_backward_pre_hooks`` is not empty)."""
+    d = module.__dict__
+    return bool(d.get("_forward_hooks") or d.get("_forward_pre_hooks") or d.get("_backward_hooks")
+                or d.get("_backward_pre_hooks"))
+
+
+def plain_attributes(module: torch.nn.Module) -> Any:
+    """The module's own attributes (``self.layer_idx``, ``self.training``, ...) as ``(name, value)``
+    pairs: its instance fields less nn.Module's registries and hook tables (and state-dict hook
+    tables); then, under the name ``<non-persistent>``, its non-persistent buffer names."""
+    for name, value in module.__dict__.items():
+        if name in _ATTRIBUTE_FIELDS_SKIPPED or name.startswith(_HOOK_AND_STATE_DICT_PREFIXES):
+            continue
+        yield name, value
+    yield "<non-persistent>", tuple(sorted(non_persistent_buffer_names(module)))
+
+
+_ATTRIBUTE_FIELDS_SKIPPED = {*REGISTRY_FIELDS, "_non_persistent_buffers_set"}
+_HOOK_AND_STATE_DICT_PREFIXES = (*HOOK_FIELD_PREFIXES, "_state_dict", "_load_state_dict", "_is_full_backward_hook")

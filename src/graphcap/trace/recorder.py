@@ -37,7 +37,7 @@ from ..errors import GraphcapError, InternalError, MissingFakeKernelError, Trace
 from ..user_frames import describe_frame, raised_internally, user_frame
 from .. import module_inputs
 from ..pytree import auto_register
-from . import control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
+from . import block_reuse, control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 
 
@@ -92,7 +92,8 @@ def _restore_grad_mode():
         set_grad_enabled(enabled)
 
 
-def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
+def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Callable[[Any], tuple],
+                                                                            Callable[[tuple], str]], Any]) -> Any:
     """Give each node the user frames of the stack that created it.
 
     torch's tracer formats the whole Python stack (50+ frames, each with its
@@ -101,38 +102,54 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer) -> None:
     them by the same rule — frames of a ``forward``, of functions registered
     as stack-trace anchors (the exported function), never torch's own files —
     and formats each distinct stack once: consecutive nodes mostly share it.
+
+    ``reuse_of(frame_keys, format_keys)`` makes the block reuse of this recording (or None):
+    it is told each node's frames, and makes the nodes of a replayed call itself.
     """
     anchors = fx_private.stack_trace_anchors()
     internal = engine_files()
     create = tracer.create_node
     formatted: dict[tuple, str] = {}
 
+    def frame_keys(frame: Any) -> tuple:
+        keys = []
+        while frame is not None:
+            code = frame.f_code
+            file, name = code.co_filename, code.co_name
+            if (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
+                    and file not in internal:
+                keys.append((file, frame.f_lineno, name))
+            frame = frame.f_back
+        return tuple(reversed(keys))
+
+    def format_keys(stack: tuple) -> str:
+        text = formatted.get(stack)
+        if text is None:
+            frames = [traceback.FrameSummary(f, line, n) for f, line, n in stack]
+            text = "".join(traceback.StackSummary.from_list(frames).format()).strip()
+            formatted[stack] = text
+        return text
+
+    reuse = reuse_of(frame_keys, format_keys)
+
     def create_node(*args, **kwargs):
+        if reuse is not None and reuse.replaying is not None:
+            return reuse.create_replayed(create, args, kwargs)
         node = create(*args, **kwargs)
         _drop_torch_disable_annotation(node, sys._getframe(1))
+        stack = None
         if node.op not in ("placeholder", "output") and not node.stack_trace:
-            keys = []
-            frame = sys._getframe(1)
-            while frame is not None:
-                code = frame.f_code
-                file, name = code.co_filename, code.co_name
-                if (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
-                        and file not in internal:
-                    keys.append((file, frame.f_lineno, name))
-                frame = frame.f_back
-            if keys:
-                stack = tuple(reversed(keys))
-                text = formatted.get(stack)
-                if text is None:
-                    frames = [traceback.FrameSummary(f, line, n) for f, line, n in stack]
-                    text = "".join(traceback.StackSummary.from_list(frames).format()).strip()
-                    formatted[stack] = text
-                node.stack_trace = text
+            stack = frame_keys(sys._getframe(1))
+            if stack:
+                node.stack_trace = format_keys(stack)
             elif node.op == "call_function":
                 node.meta["stack_trace"] = None  # recorded: no user frame made it (e.g. a decorator's wrapper)
+        if reuse is not None:
+            reuse.note(node, stack, args[4] if len(args) > 4 else kwargs.get("name"))
         return node
 
     tracer.create_node = create_node
+    return reuse
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -191,15 +208,23 @@ def record(
         # (torch.cond branches, ...), made inside this call, keep it, and no process-wide flag changes.
         tracer = fx_private.current_make_fx_tracer().fx_tracer
         tracer.record_stack_traces = False
-        _record_user_stack_traces(tracer)
+        block_reuse.LAST_STATS.clear()
+        reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
+            block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
+            if scope is not None and block_reuse.reuse_enabled() else None))
+        box["reuse"] = reuse
         box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
         ctx = (reparametrized(root, state, tie_weights=True, strict=False, stack_weights=True)
                if root is not None else contextlib.nullcontext())
-        with ctx:
-            out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
-            reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
+        try:
+            with ctx:
+                out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
+                reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
+        finally:
+            if reuse is not None:
+                reuse.close()
         auto_register(out, "outputs")
         flat_out, box["spec"] = pytree.tree_flatten(out)
         box["reassigned"] = list(reassigned)
