@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -297,12 +298,19 @@ def matrix(models: list[str], consumers: list[str], dynamic: bool, log=print) ->
     rows = []
     for name in models:
         case = zoo_case(name, dynamic)
-        for exporter in EXPORTERS:
+        programs: dict[str, Any] = {}
+        # torch.export's first: handing graphcap's program over registers the classes graphcap
+        # flattened by attributes with torch's pytree, after which torch.export takes them too
+        for exporter in reversed(EXPORTERS):
             try:
-                ep = export_case(exporter, case)
+                programs[exporter] = export_case(exporter, case)
             except Exception as e:
+                programs[exporter] = e
+        for exporter in EXPORTERS:
+            ep = programs[exporter]
+            if isinstance(ep, Exception):
                 for consumer in consumers:
-                    rows.append((name, consumer, exporter, f"FAIL export: {first_line(e)}"))
+                    rows.append((name, consumer, exporter, f"FAIL export: {first_line(ep)}"))
                 continue
             for consumer in consumers:
                 # a copy each: running torch.export's ep.module() (pt2e) writes a buffer update
@@ -359,6 +367,16 @@ def _short(cell: str) -> str:
     return "FAIL" if cell.startswith("FAIL") else cell
 
 
+def _as_json(rows: list) -> str:
+    return "[\n" + ",\n".join(json.dumps(list(r)) for r in rows) + "\n]\n"
+
+
+def _merged(earlier: list, rows: list) -> list:
+    """Earlier runs' cells, then this run's; a cell this run has replaces the earlier one."""
+    fresh = {r[:3] for r in rows}
+    return [r for r in earlier if r[:3] not in fresh] + list(rows)
+
+
 def main(argv=None) -> int:
     import zoo
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -366,7 +384,10 @@ def main(argv=None) -> int:
                                                      "takes them (default: the whole public zoo)")
     parser.add_argument("--consumers", default=",".join(CONSUMERS), help="comma-separated: " + ", ".join(CONSUMERS))
     parser.add_argument("--dynamic", action="store_true", help="export with each model's dynamic spec")
-    parser.add_argument("--out", default=None, help="results file (default bench/CONSUMERS[_dynamic].md)")
+    parser.add_argument("--out", default=None, help="results file (default bench/CONSUMERS[_dynamic].md); "
+                                                    "its cells are also kept in the same name with .json")
+    parser.add_argument("--merge", default="", help="comma-separated .json files of earlier runs: their cells "
+                                                    "go into the table too (this run's win where both have one)")
     ns = parser.parse_args(argv)
     # exact names in the order given; anything else as zoo.select takes it (globs, substrings, families)
     models = list(dict.fromkeys(n for item in ns.models.split(",") if item
@@ -374,11 +395,16 @@ def main(argv=None) -> int:
     models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
+    earlier = [tuple(r) for f in ns.merge.split(",") if f for r in json.loads(Path(f).read_text())]
     rows: list = []
-    for name in models:  # the file is rewritten after each model: a long run leaves what it did
+    if ns.models == "" and earlier:  # only merging: no model named, no run
+        models = []
+    for name in models:  # the files are rewritten after each model: a long run leaves what it did
         rows += matrix([name], consumers, ns.dynamic)
-        out.write_text(render(rows, ns.dynamic, consumers))
-    text = render(rows, ns.dynamic, consumers)
+        out.with_suffix(".json").write_text(_as_json(rows))
+        out.write_text(render(_merged(earlier, rows), ns.dynamic, consumers))
+    text = render(_merged(earlier, rows), ns.dynamic, consumers)
+    out.write_text(text)
     print(text)
     print(f"written to {out}")
     return 0

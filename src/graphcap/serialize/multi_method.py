@@ -25,6 +25,7 @@ import torch
 
 from ..errors import SerializationError
 from ..program import ExportedProgram
+from ..signature import call_graph_of
 from . import tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .pt2 import extra_file_entries, load as load_program, read_extra_files, save as save_program
@@ -52,7 +53,7 @@ def _without_state(ep: ExportedProgram, fqns: set[str]) -> ExportedProgram:
         return memo[id(t)]
     state = {k: meta(v) if k in fqns else v for k, v in ep.state_dict.items()}
     constants = {k: meta(v) if k in fqns else v for k, v in ep.constants.items()}
-    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, ep.module_call_graph,
+    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, call_graph_of(ep),
                            example_inputs=None, constants=constants, verify=False, verifiers=ep.verifiers)
 
 
