@@ -267,9 +267,29 @@ def coreml(ep, case: Case, exporter: str) -> float:
     return check("coremltools", max_difference(eager(case), [torch.as_tensor(v) for v in got.values()]), 1e-2)
 
 
+def model_explorer(ep, case: Case, exporter: str) -> float:
+    """Model Explorer's PyTorch adapter (``model_explorer.config().add_model_from_pytorch``'s
+    conversion, without its server): one graph node per fx node, each operator node with its
+    output metadata and its layer (from ``nn_module_stack``). Nothing runs: difference 0.0."""
+    require("model_explorer")
+    from model_explorer.consts import DEFAULT_SETTINGS
+    from model_explorer.pytorch_exported_program_adapter_impl import PytorchExportedProgramAdapterImpl
+    graphs = PytorchExportedProgramAdapterImpl(ep, dict(DEFAULT_SETTINGS)).convert()["graphs"]
+    nodes = graphs[0].nodes
+    fx_nodes = list(ep.graph_module.graph.nodes)
+    if len(nodes) != len(fx_nodes):
+        raise AssertionError(f"Model Explorer shows {len(nodes)} nodes, the graph has {len(fx_nodes)}")
+    for node, fx_node in zip(nodes, fx_nodes):
+        if isinstance(fx_node.meta.get("val"), torch.Tensor) and not node.outputsMetadata:
+            raise AssertionError(f"Model Explorer shows no output metadata for {fx_node.name}")
+    if not any(node.namespace for node in nodes):
+        raise AssertionError("Model Explorer shows no layer for any node (nn_module_stack)")
+    return 0.0
+
+
 CONSUMERS: dict[str, Callable[[Any, Case, str], float]] = {
     "et_xnnpack": et_xnnpack, "et_portable": et_portable, "pt2e": pt2e,
-    "onnx": onnx, "aoti": aoti, "coreml": coreml,
+    "onnx": onnx, "aoti": aoti, "coreml": coreml, "model_explorer": model_explorer,
 }
 
 

@@ -40,8 +40,14 @@ NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
                                 reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
 NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") is None,
                                        reason="coremltools not installed (the consumers extra, torch 2.14 line)")
+# Model Explorer is pinned in the consumers extra of the 2.14 line; its adapter converts in the
+# process (no server), so it needs no GPU or display.
+NEEDS_MODEL_EXPLORER = pytest.mark.skipif(importlib.util.find_spec("model_explorer") is None,
+                                          reason="ai-edge-model-explorer not installed (the consumers extra, "
+                                                 "torch 2.14 line)")
 MARKS = {"et_xnnpack": [NEEDS_EXECUTORCH], "et_portable": [NEEDS_EXECUTORCH],
-         "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": []}
+         "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": [],
+         "model_explorer": [NEEDS_MODEL_EXPLORER]}
 
 
 class TinyConvNet(torch.nn.Module):
@@ -104,6 +110,7 @@ MATRIX = [
     ("pt2e", "tiny_conv"), ("pt2e", "tiny_mlp_dynamic"),
     ("onnx", "tiny_conv_dynamic"), ("onnx", "custom_dict_list_io"), ("onnx", "custom_buffer_inplace"),
     ("aoti", "tiny_mlp_dynamic"),
+    ("model_explorer", "tiny_conv_dynamic"), ("model_explorer", "custom_dict_list_io"),
 ]
 
 
