@@ -73,7 +73,7 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
         return [getattr(obj, k) for k in spec.context[0]]
 
     _KNOWN[cls] = AutoNode(flatten, unflatten, flatten_with_keys, f"{cls.__module__}.{cls.__qualname__}",
-                           flatten_by_spec, context_to_text, context_from_text)
+                           flatten_by_spec)
     return _KNOWN[cls]
 
 
@@ -194,9 +194,13 @@ def register_for_torch(spec: Optional[Any]) -> None:
         with pytree.registry_lock():
             if pytree.registered_node(spec.type) is None:
                 node = _KNOWN[spec.type]
+                # torch writes the context as text (treespec_dumps): an attribute-flattened node's
+                # through context_to_text; graphcap's own files keep their own encoding of it
+                to_text, from_text = (node.to_dumpable, node.from_dumpable) if spec.type in _OWN \
+                    else (context_to_text, context_from_text)
                 pytree.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
                                                    node.flatten_with_keys_fn, node.serialized_type_name,
-                                                   node.to_dumpable, node.from_dumpable)
+                                                   to_text, from_text)
     for child in spec.children():
         register_for_torch(child)
 
