@@ -364,9 +364,10 @@ def render(rows, dynamic: bool, consumers: list[str]) -> str:
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     lines.append("")
     for c in consumers:
-        g = sum(passed(cells.get((m, c, "graphcap"), "")) for m in models)
-        t = sum(passed(cells.get((m, c, "torch"), "")) for m in models)
-        lines.append(f"- {c}: graphcap {g}/{len(models)}, torch.export {t}/{len(models)}")
+        tried = [m for m in models if (m, c, "graphcap") in cells or (m, c, "torch") in cells]
+        g = sum(passed(cells.get((m, c, "graphcap"), "")) for m in tried)
+        t = sum(passed(cells.get((m, c, "torch"), "")) for m in tried)
+        lines.append(f"- {c}: graphcap {g}/{len(tried)}, torch.export {t}/{len(tried)}")
     worse = [(m, c) for m in models for c in consumers
              if passed(cells.get((m, c, "torch"), "")) and not passed(cells.get((m, c, "graphcap"), ""))]
     lines.append("")
@@ -421,10 +422,11 @@ def main(argv=None) -> int:
         models = []
     for name in models:  # the files are rewritten after each model: a long run leaves what it did
         rows += matrix([name], consumers, ns.dynamic)
-        out.with_suffix(".json").write_text(_as_json(rows))
+        out.with_suffix(".json").write_text(_as_json(_merged(earlier, rows)))
         out.write_text(render(_merged(earlier, rows), ns.dynamic, consumers))
     text = render(_merged(earlier, rows), ns.dynamic, consumers)
     out.write_text(text)
+    out.with_suffix(".json").write_text(_as_json(_merged(earlier, rows)))
     print(text)
     print(f"written to {out}")
     return 0
