@@ -109,6 +109,7 @@ MATRIX = [
     ("et_portable", "tiny_mlp"), ("et_portable", "custom_kwargs_only"), ("et_portable", "custom_buffer_inplace"),
     ("pt2e", "tiny_conv"), ("pt2e", "tiny_mlp_dynamic"),
     ("onnx", "tiny_conv_dynamic"), ("onnx", "custom_dict_list_io"), ("onnx", "custom_buffer_inplace"),
+    ("onnx", "custom_dict_list_io_dynamic"),
     ("aoti", "tiny_mlp_dynamic"),
     ("model_explorer", "tiny_conv_dynamic"), ("model_explorer", "custom_dict_list_io"),
 ]
