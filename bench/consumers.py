@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -266,9 +267,29 @@ def coreml(ep, case: Case, exporter: str) -> float:
     return check("coremltools", max_difference(eager(case), [torch.as_tensor(v) for v in got.values()]), 1e-2)
 
 
+def model_explorer(ep, case: Case, exporter: str) -> float:
+    """Model Explorer's PyTorch adapter (``model_explorer.config().add_model_from_pytorch``'s
+    conversion, without its server): one graph node per fx node, each operator node with its
+    output metadata and its layer (from ``nn_module_stack``). Nothing runs: difference 0.0."""
+    require("model_explorer")
+    from model_explorer.consts import DEFAULT_SETTINGS
+    from model_explorer.pytorch_exported_program_adapter_impl import PytorchExportedProgramAdapterImpl
+    graphs = PytorchExportedProgramAdapterImpl(ep, dict(DEFAULT_SETTINGS)).convert()["graphs"]
+    nodes = graphs[0].nodes
+    fx_nodes = list(ep.graph_module.graph.nodes)
+    if len(nodes) != len(fx_nodes):
+        raise AssertionError(f"Model Explorer shows {len(nodes)} nodes, the graph has {len(fx_nodes)}")
+    for node, fx_node in zip(nodes, fx_nodes):
+        if isinstance(fx_node.meta.get("val"), torch.Tensor) and not node.outputsMetadata:
+            raise AssertionError(f"Model Explorer shows no output metadata for {fx_node.name}")
+    if not any(node.namespace for node in nodes):
+        raise AssertionError("Model Explorer shows no layer for any node (nn_module_stack)")
+    return 0.0
+
+
 CONSUMERS: dict[str, Callable[[Any, Case, str], float]] = {
     "et_xnnpack": et_xnnpack, "et_portable": et_portable, "pt2e": pt2e,
-    "onnx": onnx, "aoti": aoti, "coreml": coreml,
+    "onnx": onnx, "aoti": aoti, "coreml": coreml, "model_explorer": model_explorer,
 }
 
 
@@ -297,12 +318,19 @@ def matrix(models: list[str], consumers: list[str], dynamic: bool, log=print) ->
     rows = []
     for name in models:
         case = zoo_case(name, dynamic)
-        for exporter in EXPORTERS:
+        programs: dict[str, Any] = {}
+        # torch.export's first: handing graphcap's program over registers the classes graphcap
+        # flattened by attributes with torch's pytree, after which torch.export takes them too
+        for exporter in reversed(EXPORTERS):
             try:
-                ep = export_case(exporter, case)
+                programs[exporter] = export_case(exporter, case)
             except Exception as e:
+                programs[exporter] = e
+        for exporter in EXPORTERS:
+            ep = programs[exporter]
+            if isinstance(ep, Exception):
                 for consumer in consumers:
-                    rows.append((name, consumer, exporter, f"FAIL export: {first_line(e)}"))
+                    rows.append((name, consumer, exporter, f"FAIL export: {first_line(ep)}"))
                 continue
             for consumer in consumers:
                 # a copy each: running torch.export's ep.module() (pt2e) writes a buffer update
@@ -336,9 +364,10 @@ def render(rows, dynamic: bool, consumers: list[str]) -> str:
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     lines.append("")
     for c in consumers:
-        g = sum(passed(cells.get((m, c, "graphcap"), "")) for m in models)
-        t = sum(passed(cells.get((m, c, "torch"), "")) for m in models)
-        lines.append(f"- {c}: graphcap {g}/{len(models)}, torch.export {t}/{len(models)}")
+        tried = [m for m in models if (m, c, "graphcap") in cells or (m, c, "torch") in cells]
+        g = sum(passed(cells.get((m, c, "graphcap"), "")) for m in tried)
+        t = sum(passed(cells.get((m, c, "torch"), "")) for m in tried)
+        lines.append(f"- {c}: graphcap {g}/{len(tried)}, torch.export {t}/{len(tried)}")
     worse = [(m, c) for m in models for c in consumers
              if passed(cells.get((m, c, "torch"), "")) and not passed(cells.get((m, c, "graphcap"), ""))]
     lines.append("")
@@ -359,6 +388,16 @@ def _short(cell: str) -> str:
     return "FAIL" if cell.startswith("FAIL") else cell
 
 
+def _as_json(rows: list) -> str:
+    return "[\n" + ",\n".join(json.dumps(list(r)) for r in rows) + "\n]\n"
+
+
+def _merged(earlier: list, rows: list) -> list:
+    """Earlier runs' cells, then this run's; a cell this run has replaces the earlier one."""
+    fresh = {r[:3] for r in rows}
+    return [r for r in earlier if r[:3] not in fresh] + list(rows)
+
+
 def main(argv=None) -> int:
     import zoo
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -366,7 +405,10 @@ def main(argv=None) -> int:
                                                      "takes them (default: the whole public zoo)")
     parser.add_argument("--consumers", default=",".join(CONSUMERS), help="comma-separated: " + ", ".join(CONSUMERS))
     parser.add_argument("--dynamic", action="store_true", help="export with each model's dynamic spec")
-    parser.add_argument("--out", default=None, help="results file (default bench/CONSUMERS[_dynamic].md)")
+    parser.add_argument("--out", default=None, help="results file (default bench/CONSUMERS[_dynamic].md); "
+                                                    "its cells are also kept in the same name with .json")
+    parser.add_argument("--merge", default="", help="comma-separated .json files of earlier runs: their cells "
+                                                    "go into the table too (this run's win where both have one)")
     ns = parser.parse_args(argv)
     # exact names in the order given; anything else as zoo.select takes it (globs, substrings, families)
     models = list(dict.fromkeys(n for item in ns.models.split(",") if item
@@ -374,11 +416,17 @@ def main(argv=None) -> int:
     models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
+    earlier = [tuple(r) for f in ns.merge.split(",") if f for r in json.loads(Path(f).read_text())]
     rows: list = []
-    for name in models:  # the file is rewritten after each model: a long run leaves what it did
+    if ns.models == "" and earlier:  # only merging: no model named, no run
+        models = []
+    for name in models:  # the files are rewritten after each model: a long run leaves what it did
         rows += matrix([name], consumers, ns.dynamic)
-        out.write_text(render(rows, ns.dynamic, consumers))
-    text = render(rows, ns.dynamic, consumers)
+        out.with_suffix(".json").write_text(_as_json(_merged(earlier, rows)))
+        out.write_text(render(_merged(earlier, rows), ns.dynamic, consumers))
+    text = render(_merged(earlier, rows), ns.dynamic, consumers)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(_as_json(_merged(earlier, rows)))
     print(text)
     print(f"written to {out}")
     return 0

@@ -14,6 +14,7 @@ graphcap's own table of such classes where torch's registry has no entry.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 from .torch_private import pytree
@@ -48,7 +49,8 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
 
     def split(obj):
         attrs = vars(obj)
-        keys = tuple(k for k, v in attrs.items() if holds_tensor(v))
+        built_with = _rebuilt_keys(obj)
+        keys = tuple(k for k, v in attrs.items() if holds_tensor(v) or k in built_with)
         return keys, tuple((k, v) for k, v in attrs.items() if k not in keys)
 
     def flatten(obj):
@@ -64,6 +66,7 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
         obj = cls.__new__(cls)
         obj.__dict__.update(static)
         obj.__dict__.update(zip(keys, values))
+        _remember_keys(obj, keys)
         return obj
 
     def flatten_by_spec(obj, spec):
@@ -72,6 +75,62 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
     _KNOWN[cls] = AutoNode(flatten, unflatten, flatten_with_keys, f"{cls.__module__}.{cls.__qualname__}",
                            flatten_by_spec)
     return _KNOWN[cls]
+
+
+# The children each object rebuilt by a node's unflatten was built with. torch's tools rebuild a
+# structure from placeholder leaves and flatten it again to read its spec (ExecuTorch's emitter
+# does, with integers for leaves): the rebuilt object must flatten to the same children although
+# its attributes hold no tensor.
+_BUILT_WITH: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
+
+
+def _remember_keys(obj: Any, keys: tuple) -> None:
+    try:
+        _BUILT_WITH[obj] = keys
+    except TypeError:  # an unhashable or unweakreferenceable class: children by their tensors only
+        pass
+
+
+def _rebuilt_keys(obj: Any) -> tuple:
+    try:
+        return _BUILT_WITH.get(obj, ())
+    except TypeError:
+        return ()
+
+
+def context_to_text(context: tuple) -> str:
+    """An attribute-flattened node's context ``(keys, static)`` as JSON text.
+
+    torch's pytree writes a registered class's context with this function
+    (``treespec_dumps``): ExecuTorch's emitter, AOTInductor's package and
+    ``torch.export.save`` do, for a program handed to them (the static values
+    are dtypes, devices, flags: graphcap's value encoding writes them).
+    """
+    import json
+
+    from .serialize.values import encode_value
+
+    def extra(v: Any) -> Any:
+        if isinstance(v, type):
+            return {"type": f"{v.__module__}.{v.__qualname__}"}
+        return NotImplemented
+    return json.dumps(encode_value(context, extra))
+
+
+def context_from_text(text: str) -> tuple:
+    """The context :func:`context_to_text` wrote (``treespec_loads``: AOTInductor's loaded package)."""
+    import json
+
+    from .serialize import class_lookup
+    from .serialize.values import bad, decode_value
+
+    def extra(tag: str, payload: Any) -> Any:
+        found = class_lookup.find_class(payload) if tag == "type" else None
+        if found is None:
+            raise bad(f"A flattened class's context names {payload!r:.80}, which is not found in this process.")
+        return found
+    keys, static = decode_value(json.loads(text), extra)
+    return tuple(keys), tuple(tuple(pair) for pair in static)
 
 
 def add_own_node(cls: type, node: AutoNode) -> None:
@@ -135,9 +194,13 @@ def register_for_torch(spec: Optional[Any]) -> None:
         with pytree.registry_lock():
             if pytree.registered_node(spec.type) is None:
                 node = _KNOWN[spec.type]
+                # torch writes the context as text (treespec_dumps): an attribute-flattened node's
+                # through context_to_text; graphcap's own files keep their own encoding of it
+                to_text, from_text = (node.to_dumpable, node.from_dumpable) if spec.type in _OWN \
+                    else (context_to_text, context_from_text)
                 pytree.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
                                                    node.flatten_with_keys_fn, node.serialized_type_name,
-                                                   node.to_dumpable, node.from_dumpable)
+                                                   to_text, from_text)
     for child in spec.children():
         register_for_torch(child)
 

@@ -24,7 +24,7 @@ from .input_guards import placeholder_leaves
 from .input_structure import drawn_structure, other_structure
 from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
-from .signature import InputKind
+from .signature import InputKind, call_graph_of, call_spec_of
 from .trace.naming import builtins_called_by_name
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
@@ -94,13 +94,13 @@ class InputChecker:
     """The checks of one program's inputs; ``check_structure`` then ``check_leaves`` (or call it)."""
 
     def __init__(self, ep):
-        in_spec = ep.call_spec[0]
+        in_spec = call_spec_of(ep)[0]
         self._in_spec = in_spec
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         user_specs = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
         dummy = auto_flatten.unflatten(placeholder_leaves(in_spec), in_spec)
         paths = [input_path_str(p) for p, _ in auto_flatten.flatten_with_path(dummy)[0]]
-        root = ep.module_call_graph[0].signature if ep.module_call_graph else None
+        root = call_graph_of(ep)[0].signature if call_graph_of(ep) else None
         self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
                                               avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)

@@ -31,7 +31,7 @@ import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 from .torch_private import pytree
 
-from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
+from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .tracing_lock import TRACING_LOCK
 from .torch_logs import quiet_torch_logs
 from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
@@ -141,6 +141,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         >>> core = ep.run_decompositions()
     """
 
+    _handed_over = False  # whether _hand_over_to_torch ran for this program
+
     def __init__(
         self,
         graph_module: torch.fx.GraphModule,
@@ -160,7 +162,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         self._graph_signature = graph_signature
         self._state_dict = state_dict
         self._range_constraints = range_constraints
-        self._module_call_graph = module_call_graph
+        self._call_graph = module_call_graph  # graphcap's code reads it here (signature.call_graph_of)
         self._example_inputs = example_inputs
         self._constants = constants if constants is not None else {}
         self._verifiers = _as_torch_verifiers(verifiers)
@@ -202,7 +204,31 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     @property
     def module_call_graph(self) -> list[ModuleCallEntry]:
-        return self._module_call_graph
+        """How the program and each preserved submodule are called. Read from outside graphcap
+        (ExecuTorch, ``torch.export.save``, ...): see :meth:`_hand_over_to_torch`."""
+        self._hand_over_to_torch()
+        return self._call_graph
+
+    @property
+    def _module_call_graph(self) -> list[ModuleCallEntry]:
+        """torch's own field, which torch's and ExecuTorch's code read directly."""
+        self._hand_over_to_torch()
+        return self._call_graph
+
+    def _hand_over_to_torch(self) -> None:
+        """Register with torch's pytree registry the classes graphcap flattened by their attributes
+        that the program's structure names (a ``DynamicCache`` output): the program's structure is
+        being read by code other than graphcap's (only graphcap's code reads ``_call_graph``), which
+        rebuilds and writes it with torch's pytree (ExecuTorch's emitter, ``torch.export.save``).
+        As :func:`graphcap.to_torch` does; a class already registered (by the user) is left as it is."""
+        if self._handed_over:
+            return
+        from . import auto_flatten
+        for entry in self._call_graph:
+            if entry.signature is not None:
+                auto_flatten.register_for_torch(entry.signature.in_spec)
+                auto_flatten.register_for_torch(entry.signature.out_spec)
+        self._handed_over = True
 
     @property
     def tensor_constants(self) -> dict[str, torch.Tensor]:
@@ -217,16 +243,14 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     def example_inputs(self, value: Optional[tuple[tuple, dict]]) -> None:
         """Replace the stored example inputs; they must have the program's input structure."""
         from .input_checks import check_example_inputs
-        check_example_inputs(value, self.call_spec.in_spec)
+        check_example_inputs(value, call_spec_of(self)[0])
         self._example_inputs = value
 
     @property
     def call_spec(self) -> CallSpec:
-        """(in_spec, out_spec) of the whole program."""
-        if not self._module_call_graph:
-            return CallSpec(None, None)
-        sig = self._module_call_graph[0].signature
-        return CallSpec(sig.in_spec, sig.out_spec)
+        """(in_spec, out_spec) of the whole program (read from outside graphcap: :meth:`_hand_over_to_torch`)."""
+        self._hand_over_to_torch()
+        return CallSpec(*call_spec_of(self))
 
     @property
     def verifiers(self) -> list[type]:
@@ -277,7 +301,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         produce their result. The graph may be one the user edited: new nodes get the metadata
         they lack and duplicate ``getitem`` nodes are merged (:mod:`graphcap.edited_graphs`)
         before the new program is verified."""
-        call_graph = copy.deepcopy(self._module_call_graph)
+        call_graph = copy.deepcopy(self._call_graph)
         if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
             graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
         normalize_edited_graph(graph_module, graph_signature, call_graph)

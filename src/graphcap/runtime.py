@@ -39,7 +39,7 @@ from . import auto_flatten
 from .dynamic.assert_messages import explain_failure, explanations
 from .errors import UnsupportedError
 from .input_checks import InputChecker
-from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
+from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind, call_spec_of
 from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
@@ -195,7 +195,7 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
             call.meta["nn_module_stack"] = stack
 
     # Own arguments in, original structure out.
-    in_spec, out_spec = ep.call_spec
+    in_spec, out_spec = call_spec_of(ep)
     set_pytree_codegen(graph, checker.arg_names, in_spec, out_spec,
                        own_walks=any(map(auto_flatten.mentions_known_class, (in_spec, out_spec))))
 

@@ -342,3 +342,24 @@ class ModuleCallEntry:
 
     fqn: str
     signature: Optional[ModuleCallSignature] = None
+
+
+def call_graph_of(ep: Any) -> list:
+    """``ep.module_call_graph`` as graphcap's own code reads it.
+
+    Reading the public field of graphcap's program hands the program to torch
+    (the classes its structure names are registered with torch's pytree,
+    ``ExportedProgram._hand_over_to_torch``); graphcap's own reads must not.
+    A torch program has only the public field.
+    """
+    own = getattr(ep, "_call_graph", None)
+    return own if own is not None else ep.module_call_graph
+
+
+def call_spec_of(ep: Any) -> tuple[Any, Any]:
+    """``(in_spec, out_spec)`` of the whole program, read as :func:`call_graph_of` reads."""
+    graph = call_graph_of(ep)
+    if not graph or graph[0].signature is None:
+        return None, None
+    return graph[0].signature.in_spec, graph[0].signature.out_spec
+

@@ -20,7 +20,7 @@ from .torch_private.ops import HigherOrderOperator, OpOverload, legacy_sym_sqrt
 
 from .errors import VerificationError
 from .node_facts import aliased_input, subgraph_operands, writes_to_argument
-from .signature import ConstantArgument, InputKind, OutputKind
+from .signature import ConstantArgument, InputKind, OutputKind, call_graph_of
 
 if TYPE_CHECKING:
     from .program import ExportedProgram
@@ -251,7 +251,7 @@ def rule_call_graph_names_nodes(ep) -> Iterator[Violation]:
     """Every module_call_graph signature argument names a node of the graph (or is a constant):
     unflatten rebuilds preserved calls from those names."""
     names = {n.name for n in ep.graph.nodes}
-    for entry in ep.module_call_graph or []:
+    for entry in call_graph_of(ep) or []:
         sig = entry.signature
         for arg in [*sig.inputs, *sig.outputs] if sig is not None else []:
             if isinstance(arg, ConstantArgument) or not isinstance(getattr(arg, "name", None), str):

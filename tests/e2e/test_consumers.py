@@ -40,8 +40,14 @@ NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
                                 reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
 NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") is None,
                                        reason="coremltools not installed (the consumers extra, torch 2.14 line)")
+# Model Explorer is pinned in the consumers extra of the 2.14 line; its adapter converts in the
+# process (no server), so it needs no GPU or display.
+NEEDS_MODEL_EXPLORER = pytest.mark.skipif(importlib.util.find_spec("model_explorer") is None,
+                                          reason="ai-edge-model-explorer not installed (the consumers extra, "
+                                                 "torch 2.14 line)")
 MARKS = {"et_xnnpack": [NEEDS_EXECUTORCH], "et_portable": [NEEDS_EXECUTORCH],
-         "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": []}
+         "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": [],
+         "model_explorer": [NEEDS_MODEL_EXPLORER]}
 
 
 class TinyConvNet(torch.nn.Module):
@@ -103,7 +109,9 @@ MATRIX = [
     ("et_portable", "tiny_mlp"), ("et_portable", "custom_kwargs_only"), ("et_portable", "custom_buffer_inplace"),
     ("pt2e", "tiny_conv"), ("pt2e", "tiny_mlp_dynamic"),
     ("onnx", "tiny_conv_dynamic"), ("onnx", "custom_dict_list_io"), ("onnx", "custom_buffer_inplace"),
+    ("onnx", "custom_dict_list_io_dynamic"),
     ("aoti", "tiny_mlp_dynamic"),
+    ("model_explorer", "tiny_conv_dynamic"), ("model_explorer", "custom_dict_list_io"),
 ]
 
 
@@ -234,6 +242,117 @@ def test_torchs_methods_on_graphcaps_program_are_graphcaps():
     ep.validate()
     for name in ("module", "run_decompositions", "validate", "_update", "__str__", "graph_signature", "verifier"):
         assert name in vars(graphcap.ExportedProgram), name
+
+
+# -- a program whose outputs hold a class graphcap flattens by its attributes -------
+
+class KVState:
+    """Neither a registered pytree node nor a dataclass (like transformers' DynamicCache):
+    graphcap flattens it by its attributes; torch.export refuses it."""
+
+    def __init__(self, keys, values, dtype):
+        self.keys, self.values, self.dtype, self.step = keys, values, dtype, 1
+
+
+class ReturnsState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h.relu(), KVState([h * 2, h + 1], [h - 1, h * h], h.dtype)
+
+
+def _state_case(dynamic: bool = False) -> consumers.Case:
+    torch.manual_seed(0)
+    spec = ({0: torch.export.Dim("batch", min=1, max=32)},) if dynamic else None
+    return consumers.Case("returns_state", ReturnsState().eval(), (torch.randn(3, 8),), {}, spec,
+                          (torch.randn(5, 8),), {})
+
+
+@pytest.fixture
+def unregistered_state():
+    """KVState out of torch's registry before and after the test (the hand-over registers it)."""
+    from graphcap.torch_private import pytree as private_pytree
+    assert KVState not in private_pytree.pytree_registry_snapshot()["nodes"]
+    yield
+    if KVState in private_pytree.pytree_registry_snapshot()["nodes"]:
+        private_pytree.deregister_python_node(KVState)
+
+
+@NEEDS_EXECUTORCH
+@pytest.mark.usefixtures("unregistered_state")
+@pytest.mark.parametrize("consumer", ["et_portable", "et_xnnpack"])
+def test_a_program_returning_a_class_graphcap_flattens_reaches_executorch(consumer):
+    """ExecuTorch's emitter rebuilds the output structure with torch's pytree (placeholder leaves)
+    and writes it as text: the hand-over registers the class, and its context (a dtype) is written."""
+    from graphcap.torch_private import pytree as private_pytree
+    case = _state_case(dynamic=consumer == "et_xnnpack")
+    with quiet_warnings():
+        ep = graphcap.export(copy.deepcopy(case.model), case.args, dynamic_shapes=case.dynamic_shapes)
+    assert KVState not in private_pytree.pytree_registry_snapshot()["nodes"]  # export registers nothing
+    with quiet_warnings():
+        diff = consumers.CONSUMERS[consumer](ep, case, "graphcap")
+    assert diff < 1e-5
+    assert KVState in private_pytree.pytree_registry_snapshot()["nodes"]  # handed over to torch
+
+
+@pytest.mark.usefixtures("unregistered_state")
+def test_a_program_returning_a_class_graphcap_flattens_saves_with_torch():
+    case = _state_case()
+    with quiet_warnings():
+        ep = graphcap.export(copy.deepcopy(case.model), case.args)
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    loaded = torch.export.load(io.BytesIO(buf.getvalue()))
+    out, state = loaded.module()(*copy.deepcopy(case.args))
+    assert isinstance(state, KVState) and state.dtype == torch.float32 and state.step == 1
+    assert consumers.max_difference(consumers.eager(case), consumers.flat_values((out, state))) < 1e-6
+
+
+@pytest.mark.usefixtures("unregistered_state")
+def test_graphcaps_own_calls_do_not_hand_the_program_over():
+    """export, module() and running it, run_decompositions, graphcap.save / load, printing and
+    unflatten read the structure graphcap's way: nothing is registered with torch until code
+    other than graphcap's reads the program's module_call_graph or call_spec."""
+    from graphcap.torch_private import pytree as private_pytree
+    case = _state_case(dynamic=True)
+    with quiet_warnings():
+        ep = graphcap.export(copy.deepcopy(case.model), case.args, dynamic_shapes=case.dynamic_shapes)
+        ep.module()(*case.args2)
+        core = ep.run_decompositions()
+        core.module()(*case.args)
+        buf = io.BytesIO()
+        graphcap.save(core, buf)
+        graphcap.load(io.BytesIO(buf.getvalue())).module()(*case.args)
+        str(ep)
+        graphcap.unflatten(ep)(*case.args)
+    assert KVState not in private_pytree.pytree_registry_snapshot()["nodes"]
+    assert ep.call_spec.out_spec.children()[1].type is KVState
+    assert KVState in private_pytree.pytree_registry_snapshot()["nodes"]
+
+
+@pytest.mark.usefixtures("unregistered_state")
+def test_a_rebuilt_instance_flattens_to_the_spec_it_was_built_from():
+    """torch's tools rebuild the structure from placeholder leaves (ExecuTorch: integers) and
+    flatten it again: the same spec comes back though no attribute holds a tensor."""
+    import torch.utils._pytree as torch_pytree
+    case = _state_case()
+    with quiet_warnings():
+        ep = graphcap.export(copy.deepcopy(case.model), case.args)
+    out_spec = ep.call_spec.out_spec
+    rebuilt = torch_pytree.tree_unflatten(list(range(out_spec.num_leaves)), out_spec)
+    leaves, spec = torch_pytree.tree_flatten(rebuilt)
+    assert spec == out_spec and leaves == list(range(out_spec.num_leaves))
+    assert torch_pytree.treespec_loads(torch_pytree.treespec_dumps(out_spec)) == out_spec
+
+
+@NEEDS_EXECUTORCH
+@pytest.mark.slow
+def test_gpt2_returning_its_cache_reaches_executorch():
+    """The zoo's GPT-2 returning its DynamicCache (torch.export refuses it) through XNNPACK."""
+    assert hand_over("et_xnnpack", "hf_gpt2_cache") < 1e-3
 
 
 # -- a program a consumer cannot take -----------------------------------------

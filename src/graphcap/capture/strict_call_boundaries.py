@@ -40,6 +40,7 @@ import torch
 from torch.fx import immutable_collections
 
 from ..errors import StrictCaptureError
+from ..signature import call_graph_of
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import pytree
 
@@ -131,7 +132,7 @@ def marked_in_branches(gm: torch.fx.GraphModule, marker: Any) -> set[str]:
 
 def warn_unrecorded_calls(ep: Any, in_branches: set[str]) -> None:
     """Warn about preserved submodules called in a branch whose call signature is not recorded."""
-    recorded = {e.fqn for e in ep.module_call_graph if e.signature is not None}
+    recorded = {e.fqn for e in call_graph_of(ep) if e.signature is not None}
     lost = sorted(fqn for fqn in in_branches if fqn not in recorded)
     if lost:
         warnings.warn(

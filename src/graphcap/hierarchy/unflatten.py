@@ -20,7 +20,7 @@ import torch
 
 from ..errors import UnsupportedError
 from ..input_checks import InputChecker
-from ..signature import InputKind
+from ..signature import InputKind, call_graph_of, call_spec_of
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .preserved import PreservedModule
@@ -102,9 +102,9 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
     read_no_op_conversions_as_their_input(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
-    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), ep.call_spec[1])
+    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), call_spec_of(ep)[1])
 
-    signatures = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
+    signatures = {e.fqn: e.signature for e in call_graph_of(ep)[1:] if e.signature is not None}
     preserved = {_split_call(name)[0] for name in signatures}
     classes = {s.fqn: s.class_name for s in root_scope.walk() if s.fqn}
     modules: dict[str, SubmoduleGraph] = {"": root}
@@ -121,7 +121,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
         modules[fqn] = made
         return made
 
-    for entry in ep.module_call_graph[1:]:  # the model's tree, in its order
+    for entry in call_graph_of(ep)[1:]:  # the model's tree, in its order
         fqn, index = _split_call(entry.fqn)
         if index == 0 and fqn:
             module_at(fqn)

@@ -44,6 +44,7 @@ from ..torch_private.symbolic import ValueRanges
 
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..signature import call_graph_of
 from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
                          mutation_key)
 from ..trace import metadata
@@ -255,7 +256,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     n_old_mutations = sum(1 for s in sig.output_specs if s.kind in MUTATION_OUTPUT_KINDS)
     box: dict[str, Any] = {}
     inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
-    carry = CallGraphCarry(gm, ep.module_call_graph)  # the signatures' values, found again in the new graph
+    carry = CallGraphCarry(gm, call_graph_of(ep))  # the signatures' values, found again in the new graph
 
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
@@ -314,7 +315,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     # edits the result's tables in place (ExecuTorch drops unused parameters, lifts constants)
     # leaves the program it came from as it was.
     new_ep = ep._new_program(new_gm, new_sig, dict(ep.state_dict), _ranges_with_new_symbols(new_gm, ep, fake_mode),
-                             carry.call_graph(ep.module_call_graph, user_outputs), ep.example_inputs,
+                             carry.call_graph(call_graph_of(ep), user_outputs), ep.example_inputs,
                              dict(ep.constants), verify=False)
     return unalias_outputs_pass(new_ep)
 

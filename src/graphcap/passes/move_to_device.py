@@ -18,7 +18,7 @@ from ..torch_private import pytree
 from ..torch_private.fake import FakeTensor
 
 from ..errors import ExportInputError
-from ..signature import ModuleCallEntry
+from ..signature import ModuleCallEntry, call_graph_of
 from .manager import Pass, run_passes
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def _move(ep: ExportedProgram, move) -> ExportedProgram:
     state = {k: _move_tensor(v, move) for k, v in ep.state_dict.items()}
     constants = {k: _move_tensor(v, move) if isinstance(v, torch.Tensor) else v for k, v in ep.constants.items()}
     return ep._new_program(gm, ep.graph_signature, state, dict(ep.range_constraints),
-                           [ModuleCallEntry(e.fqn, e.signature) for e in ep.module_call_graph],
+                           [ModuleCallEntry(e.fqn, e.signature) for e in call_graph_of(ep)],
                            ep.example_inputs, constants, verify=False)
 
 

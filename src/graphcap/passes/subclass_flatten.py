@@ -34,7 +34,7 @@ import torch.fx
 
 from ..errors import SubclassDecompositionError
 from ..pytree import sanitize_name
-from ..signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
+from ..signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument, call_graph_of
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def flatten_subclass_state(ep: ExportedProgram) -> ExportedProgram:
     new_gm = torch.fx.GraphModule(gm, graph)
     new_gm.meta.update(gm.meta)
     new_sig = ExportGraphSignature(new_specs, list(ep.graph_signature.output_specs))
-    return ep._new_program(new_gm, new_sig, state_dict, ep.range_constraints, ep.module_call_graph,
+    return ep._new_program(new_gm, new_sig, state_dict, ep.range_constraints, call_graph_of(ep),
                            ep.example_inputs, constants, verify=False)
 
 
@@ -240,7 +240,7 @@ def _refuse_subclass_outputs(gm: torch.fx.GraphModule) -> None:
 def _refuse_preserved_calls_with_subclasses(ep: ExportedProgram) -> None:
     """A preserved submodule call (``preserve_module_call_signature``) that takes or returns a subclass is refused."""
     nodes = {n.name: n for n in ep.graph_module.graph.nodes}
-    for entry in ep.module_call_graph:
+    for entry in call_graph_of(ep):
         if not entry.fqn or entry.signature is None:
             continue
         for arg in [*entry.signature.inputs, *entry.signature.outputs]:

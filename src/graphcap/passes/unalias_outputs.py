@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from ..node_facts import aliased_input
+from ..signature import call_graph_of
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -49,7 +50,7 @@ def unalias_outputs_pass(ep: ExportedProgram) -> ExportedProgram:
     for spec in ep.graph_signature.output_specs:
         if spec.arg.name in names and not hasattr(spec.arg, "value"):
             spec.arg = type(spec.arg)(names[spec.arg.name])
-    root = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    root = call_graph_of(ep)[0].signature if call_graph_of(ep) else None
     if root is not None:
         root.outputs = [type(a)(names[a.name]) if a.name in names and not hasattr(a, "value") else a
                         for a in root.outputs]

@@ -21,6 +21,7 @@ import torch.fx
 
 from .. import auto_flatten
 from ..errors import SerializationError
+from ..signature import call_graph_of, call_spec_of
 from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from . import schema
@@ -310,7 +311,7 @@ def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], di
     w = _Writer(ep)
     graph = w.graph_module(ep.graph_module, "")
     signature = w.signature(ep.graph_signature)
-    call_graph = w.call_graph(ep.module_call_graph)
+    call_graph = w.call_graph(call_graph_of(ep))
     range_constraints = [[w.expr(k), _bound(v.lower), _bound(v.upper)] for k, v in ep.range_constraints.items()]
     if with_weights:
         weights_bytes, weights = pack(dict(ep.state_dict))
@@ -379,7 +380,7 @@ def _example_inputs(ep) -> tuple[Any, bytes]:
     if ep.example_inputs is None:
         return None, b""
     leaves, spec = auto_flatten.flatten(ep.example_inputs)
-    if spec != ep.call_spec[0]:
+    if spec != call_spec_of(ep)[0]:
         return None, b""
     tensors: dict[str, torch.Tensor] = {}
     encoded = []

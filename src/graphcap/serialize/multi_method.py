@@ -31,6 +31,7 @@ import torch
 
 from ..errors import SerializationError
 from ..program import ExportedProgram
+from ..signature import call_graph_of
 from . import attach, checkpoints, tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .pt2 import extra_file_entries, load as load_program, read_extra_files, save as save_program
@@ -54,7 +55,7 @@ def _without_state(ep: ExportedProgram, fqns: set[str]) -> ExportedProgram:
         return _meta_of(t, memo)
     state = {k: meta(v) if k in fqns else v for k, v in ep.state_dict.items()}
     constants = {k: meta(v) if k in fqns else v for k, v in ep.constants.items()}
-    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, ep.module_call_graph,
+    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, call_graph_of(ep),
                            example_inputs=None, constants=constants, verify=False, verifiers=ep.verifiers)
 
 

@@ -19,7 +19,7 @@ import torch
 
 from .. import auto_flatten
 from ..input_guards import forward_names, leaf_sources
-from ..signature import InputKind
+from ..signature import InputKind, call_graph_of, call_spec_of
 from ..torch_private.ops import schema_of
 from ..torch_private.symbolic import int_oo
 
@@ -65,10 +65,10 @@ class ProgramInputs:
     """The user inputs of one program, and the symbols their sizes are made of."""
 
     def __init__(self, ep, example_inputs: Optional[tuple] = None):
-        self.in_spec = ep.call_spec.in_spec
+        self.in_spec = call_spec_of(ep)[0]
         if self.in_spec is None:
             raise ValueError("the program has no input structure (module_call_graph is empty)")
-        root = ep.module_call_graph[0].signature
+        root = call_graph_of(ep)[0].signature
         names = leaf_sources(self.in_spec, forward_names(getattr(root, "forward_arg_names", None), self.in_spec))
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         user_specs = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
