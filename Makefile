@@ -84,9 +84,10 @@ bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, s
 consumers: $(STAMP)     ## the consumer matrix: every public zoo model's program (graphcap's, torch.export's) to ExecuTorch, pt2e, ONNX, AOTInductor, coremltools; writes bench/CONSUMERS.md
 	$(PY) bench/consumers.py
 
-# The suite files compat runs: every file of ../shared/torch_suite (about 20 minutes), or a list
+# The suite files compat runs: "listed" (test_export.py and every file with a list in
+# compat/known_passes/), "all" (every file of ../shared/torch_suite, about 20 minutes), or a list
 #   make compat COMPAT_FILES="test_export.py test_verifier.py"
-COMPAT_FILES ?= all
+COMPAT_FILES ?= listed
 
 compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause, per file
 	$(PY) compat/compat.py --files "$(COMPAT_FILES)"
