@@ -100,6 +100,11 @@ def rule_state_present(ep) -> Iterator[Violation]:
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.PARAMETER and spec.target not in ep.state_dict:
             yield (spec.arg.name, f"parameter {spec.target!r} is not in the state dict")
+        elif spec.kind == InputKind.PARAMETER and not isinstance(ep.state_dict[spec.target], torch.nn.Parameter):
+            # module() registers it as a parameter, and consumers read it as one
+            value = ep.state_dict[spec.target]
+            yield (spec.arg.name, f"parameter {spec.target!r} in the state dict is a {type(value).__name__}, "
+                                  f"not an instance of torch.nn.Parameter")
         if spec.kind == InputKind.BUFFER:
             store = ep.constants if spec.persistent is False else ep.state_dict
             if spec.target not in store:

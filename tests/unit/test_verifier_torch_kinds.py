@@ -90,3 +90,13 @@ def test_non_persistent_buffer_missing_from_constants_is_refused():
     ep.constants.pop("nb")
     with pytest.raises(VerificationError, match="buffer 'nb' is not in the constants"):
         ep.validate()
+
+
+def test_a_parameter_spec_whose_state_is_a_plain_tensor_is_refused():
+    ep = _program()
+    ep.state_dict["a"] = torch.randn(4)  # a weight, but no longer a Parameter
+    with pytest.raises(VerificationError, match="'a' in the state dict is a Tensor, not an instance of "
+                                                "torch.nn.Parameter"):
+        ep.validate()
+    ep.state_dict["a"] = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    ep.validate()  # a frozen Parameter is still a Parameter
