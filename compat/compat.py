@@ -320,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         junits = {MAIN_FILE: args.junit}
     elif args.results:
         junits = {f: junit_path(args.results, f, "graphcap") for f in files}
+        absent = [str(j) for j in junits.values() if not j.exists()]
+        if absent:
+            raise SystemExit(f"--results {args.results}: no results for {', '.join(absent)} (run.sh graphcap "
+                             f"{args.results} with FILES=... writes them; or pick files with --files)")
     else:
         junits = run_suite("graphcap", args.outdir, args.python, extra, files)
     known = read_known()
