@@ -40,7 +40,7 @@ $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); doc
 endif
 endif
 
-.PHONY: demo consumers lint test test-all test-torch-versions test-torch-ci drop-venv bench compat compat-check compat-reference compat-torch lock clean
+.PHONY: demo consumers lint test test-all test-torch-versions test-torch-ci drop-venv bench compat compat-check compat-record compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -84,14 +84,22 @@ bench: $(STAMP)         ## speed table (cold/warm/run_decompositions), export, s
 consumers: $(STAMP)     ## the consumer matrix: every public zoo model's program (graphcap's, torch.export's) to ExecuTorch, pt2e, ONNX, AOTInductor, coremltools; writes bench/CONSUMERS.md
 	$(PY) bench/consumers.py
 
-compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause
-	$(PY) compat/compat.py
+# The suite files compat runs: "listed" (test_export.py and every file with a list in
+# compat/known_passes/), "all" (every file of ../shared/torch_suite, about 20 minutes), or a list
+#   make compat COMPAT_FILES="test_export.py test_verifier.py"
+COMPAT_FILES ?= listed
 
-compat-check: compat-torch $(STAMP)  ## the same, as CI's ratchet against compat/known_differences.txt
-	$(PY) compat/compat.py --check
+compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause, per file
+	$(PY) compat/compat.py --files "$(COMPAT_FILES)"
 
-compat-reference: compat-torch $(STAMP)  ## rerun the suite with torch.export itself: rewrites compat/torch_passes.txt
-	$(PY) compat/compat.py --reference
+compat-check: compat-torch $(STAMP)  ## the same, as CI's ratchet (compat/known_differences.txt, compat/known_passes/)
+	$(PY) compat/compat.py --check --files "$(COMPAT_FILES)"
+
+compat-record: compat-torch $(STAMP)  ## run the suite and add graphcap's new passes to compat/known_passes/
+	$(PY) compat/compat.py --record --files "$(COMPAT_FILES)"
+
+compat-reference: compat-torch $(STAMP)  ## rerun the suite with torch.export itself: rewrites compat/torch_passes*
+	$(PY) compat/compat.py --reference --files "$(COMPAT_FILES)"
 
 compat-torch:
 	@test "$(TORCH)" = "$(COMPAT_TORCH)" || { echo "make compat runs on torch $(COMPAT_TORCH) only: the suite and compat/torch_passes.txt are torch 2.14.1's (README: torch versions)"; exit 2; }

@@ -13,6 +13,9 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from .torch_private.dynamo import UserError as _TorchUserError
 from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
+from .torch_private.export_program import torch_spec_violation_error
+
+_TorchSpecViolationError = torch_spec_violation_error()
 
 
 def _compose(what: str, where: Optional[str], fix: Optional[str]) -> str:
@@ -285,10 +288,12 @@ class InputStructureError(RuntimeInputError, ValueError):
     """
 
 
-class VerificationError(GraphcapError):
+class VerificationError(GraphcapError, _TorchSpecViolationError):
     """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``).
 
-    The message names the rule and the node that breaks it.
+    The message names the rule and the node that breaks it. Also torch's
+    ``SpecViolationError``, which torch.export's ``ep.validate()`` raises, so code
+    written against torch catches it unchanged.
 
     Attributes:
         what: what went wrong.

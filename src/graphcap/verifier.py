@@ -86,7 +86,8 @@ def rule_outputs_match_signature(ep) -> Iterator[Violation]:
     values = _output_values(ep)
     specs = ep.graph_signature.output_specs
     if len(values) != len(specs):
-        yield ("output", f"{len(values)} outputs but {len(specs)} output specs")
+        yield ("output", f"Number of output nodes ({len(values)}) differs from the number of output "
+                         f"specs in the graph signature ({len(specs)})")
     for value, spec in zip(values, specs):
         if isinstance(spec.arg, ConstantArgument):
             if isinstance(value, torch.fx.Node):
@@ -98,14 +99,19 @@ def rule_outputs_match_signature(ep) -> Iterator[Violation]:
 def rule_state_present(ep) -> Iterator[Violation]:
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.PARAMETER and spec.target not in ep.state_dict:
-            yield (spec.arg.name, f"parameter {spec.target!r} missing from state_dict")
+            yield (spec.arg.name, f"parameter {spec.target!r} is not in the state dict")
+        elif spec.kind == InputKind.PARAMETER and not isinstance(ep.state_dict[spec.target], torch.nn.Parameter):
+            # module() registers it as a parameter, and consumers read it as one
+            value = ep.state_dict[spec.target]
+            yield (spec.arg.name, f"parameter {spec.target!r} in the state dict is a {type(value).__name__}, "
+                                  f"not an instance of torch.nn.Parameter")
         if spec.kind == InputKind.BUFFER:
             store = ep.constants if spec.persistent is False else ep.state_dict
             if spec.target not in store:
                 where = "constants" if spec.persistent is False else "state_dict"
-                yield (spec.arg.name, f"buffer {spec.target!r} missing from {where}")
+                yield (spec.arg.name, f"buffer {spec.target!r} is not in the {where.replace('_', ' ')}")
         if spec.kind == InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
-            yield (spec.arg.name, f"constant {spec.target!r} missing from constants")
+            yield (spec.arg.name, f"constant {spec.target!r} is not in the constants")
 
 
 def rule_state_is_real(ep) -> Iterator[Violation]:

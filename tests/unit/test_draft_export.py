@@ -181,3 +181,131 @@ def test_a_fake_kernel_that_disagrees_with_the_real_one_is_reported_and_the_real
     out = ep.module()(x)
     assert out.shape == (3, 2)
     torch.testing.assert_close(out, UsesWrongFakeKernel()(x))
+
+
+# --- the report in the order the trace met its problems, and torch's operator profiles ---
+
+@torch.library.custom_op("graphcap_draft_test::pair_sum", mutates_args=())
+def pair_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+class CustomOpThenItemThenCustomOp(torch.nn.Module):
+    """A kernel-less custom op, a branch on data, then the same op on inputs of another rank."""
+
+    def forward(self, a, b, n, c, d):
+        first = torch.ops.graphcap_draft_test.pair_sum(a, b)
+        k = n.item()
+        if k > 1:
+            first = first * k
+        return first, torch.ops.graphcap_draft_test.pair_sum(c, d)
+
+
+def _op_profile_types():
+    from torch._library.fake_profile import OpProfile, TensorMetadata
+    return OpProfile, TensorMetadata
+
+
+def _mixed_example():
+    return (torch.ones(3, 4), torch.ones(3, 4), torch.tensor(3), torch.ones(2, 3, 4), torch.ones(2, 3, 4))
+
+
+def test_problems_are_listed_in_the_order_the_trace_met_them():
+    from torch.export._draft_export import FailureType  # the names code written against torch compares with
+    ep = graphcap.draft_export(CustomOpThenItemThenCustomOp(), _mixed_example())
+    kinds = [p.failure_type for p in ep.report.failures]
+    assert kinds == [FailureType.MISSING_FAKE_KERNEL, FailureType.DATA_DEPENDENT_ERROR]
+    # the second call of the same operator is the same problem, met again
+    assert ep.report.failures[0].occurrences == 2
+
+
+def test_item_before_the_custom_op_is_listed_first():
+    class ItemFirst(torch.nn.Module):
+        def forward(self, a, n):
+            k = n.item()
+            if k > 1:
+                a = a * k
+            return torch.ops.graphcap_draft_test.pair_sum(a, a)
+
+    ep = graphcap.draft_export(ItemFirst(), (torch.ones(3), torch.tensor(2)))
+    assert [p.kind for p in ep.report.failures] == ["data_dependent", "missing_fake_kernel"]
+
+
+def test_op_profiles_are_torchs_profiles_keyed_by_overload_one_per_distinct_call():
+    OpProfile, TensorMetadata = _op_profile_types()
+    ep = graphcap.draft_export(CustomOpThenItemThenCustomOp(), _mixed_example())
+    profiles = ep.report.op_profiles
+    assert set(profiles) == {"graphcap_draft_test.pair_sum.default"}
+    (calls,) = profiles.values()
+    assert isinstance(calls, set) and len(calls) == 2
+    assert all(isinstance(p, OpProfile) for p in calls)
+    ranks = sorted(p.out_profile.rank for p in calls)
+    assert ranks == [2, 3]
+    meta = next(p for p in calls if p.out_profile.rank == 2)
+    assert meta.args_profile == (TensorMetadata(2, torch.float32, torch.device("cpu"), torch.strided),) * 2
+    # the report stays plain data
+    assert all(isinstance(s, str) for s in ep.report.as_data()[0]["details"]["profiles"])
+
+
+def test_op_profiles_let_torch_register_fake_kernels_to_decompose_the_program():
+    from torch._library.fake_profile import unsafe_generate_fake_kernels
+    ep = graphcap.draft_export(CustomOpThenItemThenCustomOp(), _mixed_example())
+    with unsafe_generate_fake_kernels(ep.report.op_profiles):
+        decomposed = ep.run_decompositions()
+    args = _mixed_example()
+    for got, want in zip(decomposed.module()(*args), CustomOpThenItemThenCustomOp()(*args)):
+        torch.testing.assert_close(got, want)
+
+
+@torch.library.custom_op("graphcap_draft_test::three_ways", mutates_args=())
+def three_ways(a: torch.Tensor) -> list[torch.Tensor]:
+    return [a + 1, a.repeat(1, 3), a.to(torch.float64)]
+
+
+@three_ways.register_fake
+def _(a):
+    # right, wrong size (the real one has 3x the columns), wrong dtype
+    return [torch.empty_like(a), torch.empty_like(a), torch.empty_like(a)]
+
+
+def test_each_disagreeing_output_of_a_fake_kernel_is_its_own_problem_with_the_engines_reason():
+    from torch.export._draft_export import FailureType
+
+    class M(torch.nn.Module):
+        def forward(self, a):
+            return torch.ops.graphcap_draft_test.three_ways(a)
+
+    a = torch.randn(2, 5)
+    ep = graphcap.draft_export(M(), (a,))
+    failures = ep.report.failures
+    assert [f.failure_type for f in failures] == [FailureType.MISMATCHED_FAKE_KERNEL] * 2
+    reasons = sorted(f.data["reason"] for f in failures)
+    assert "float64" in reasons[0] and "float32" in reasons[0]
+    assert "5" in reasons[1] and "15" in reasons[1]
+    for got, want in zip(ep.module()(a), M()(a)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    assert set(ep.report.op_profiles) == {"graphcap_draft_test.three_ways.default"}
+
+
+@torch.library.custom_op("graphcap_draft_test::fresh_pair", mutates_args=())
+def fresh_pair(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return a * 2, a - 1
+
+
+@fresh_pair.register_fake
+def _(a):
+    return a, torch.empty_like(a)  # wrong: returns its input, which the real kernel never does
+
+
+def test_a_fake_kernel_returning_its_input_is_an_aliasing_problem_and_outputs_are_fresh():
+    class M(torch.nn.Module):
+        def forward(self, a):
+            return torch.ops.graphcap_draft_test.fresh_pair(a)
+
+    a = torch.randn(3)
+    ep = graphcap.draft_export(M(), (a,))
+    (failure,) = ep.report.failures
+    assert "aliasing" in failure.data["reason"]
+    for got, want in zip(ep.module()(a), M()(a)):
+        torch.testing.assert_close(got, want)

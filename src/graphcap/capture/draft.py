@@ -22,6 +22,7 @@ verifier), so the program is an ExportedProgram like any other.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from typing import Any, Optional
@@ -34,8 +35,8 @@ from ..program import ExportedProgram
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.shapes import real_unbacked_values
 from ..torch_private.real_values import (cross_check_custom_operators_only, has_fake_kernel,
-                                         infer_kernels_from_real_mismatches, is_builtin_operator, real_tensor_of,
-                                         real_tensor_propagation, watch_real_value_decisions)
+                                         infer_kernels_from_real_mismatches, is_builtin_operator, op_profile,
+                                         real_tensor_of, real_tensor_propagation, watch_real_value_decisions)
 from ..trace import fakify
 from . import draft_spec
 from .front_ends import run_front_end
@@ -53,20 +54,32 @@ class _Session:
 
     def __init__(self) -> None:
         self.decisions: list[Decision] = []
-        self.mismatched_kernels: list[Any] = []  # custom operators whose fake kernel disagreed with the real one
+        # custom operators whose fake kernel disagreed with the real one: (operator, reasons, when)
+        self.mismatched_kernels: list[tuple[Any, list[str], int]] = []
         self.mode: Any = None
+        # one clock for every event of the trace, so the report lists problems in the order met
+        self._clock = itertools.count()
+        self.decided_at: list[int] = []  # beside decisions
+        self.first_call: dict[str, int] = {}  # custom operator overload -> when it was first called
 
     def build_mode(self, plain: Any) -> Any:
         with real_tensor_propagation():
             mode = plain()
         if mode.shape_env is not None:
             watch_real_value_decisions(mode.shape_env, self._decided)
-        cross_check_custom_operators_only(mode, self.mismatched_kernels.append)
+        cross_check_custom_operators_only(mode, self._mismatched, self._custom_call)
         self.mode = mode
         return mode
 
     def _decided(self, condition: Any) -> None:
         self.decisions.append(record_decision(condition))
+        self.decided_at.append(next(self._clock))
+
+    def _custom_call(self, op: Any) -> None:
+        self.first_call.setdefault(str(op), next(self._clock))
+
+    def _mismatched(self, op: Any, reasons: list[str]) -> None:
+        self.mismatched_kernels.append((op, reasons, next(self._clock)))
 
 
 class _DropRealValueWarnings(logging.Filter):
@@ -102,9 +115,11 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
             mod, args, kwargs, dynamic_shapes, strict=strict,
             preserve_module_call_signature=preserve_module_call_signature,
             prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
-    problems += _data_dependent_problems(session.decisions)
-    problems += _missing_kernel_problems(ep.graph_module, _example_values(session))
-    problems += _mismatched_kernel_problems(session.mismatched_kernels)
+    met = _data_dependent_problems(session.decisions, session.decided_at)
+    met += _missing_kernel_problems(ep.graph_module, _example_values(session), session.first_call)
+    met += _mismatched_kernel_problems(ep.graph_module, session.mismatched_kernels)
+    # the spec refinements came from earlier attempts; the rest in the order the trace met them
+    problems += sorted(met, key=lambda p: p.seen_at)
     _name_assumptions_in_asserts(ep.graph_module, session.decisions)
     name = type(mod).__name__ if isinstance(mod, torch.nn.Module) else getattr(mod, "__qualname__", repr(mod))
     ep.report = DraftReport(problems, refined, name)
@@ -142,12 +157,12 @@ def spelled_symbols(d: Decision) -> set[str]:
     return set(re.findall(r"\bu\d+\b", d.spelled))
 
 
-def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
+def _data_dependent_problems(decisions: list[Decision], decided_at: list[int]) -> list[Problem]:
     """One problem per (line, condition as the user would write it); a loop counts occurrences.
     The fix is code the user pastes at the line (graphcap.trace.data_checks): a check over the
     user's names, or the line rewritten to name the value it reads from data."""
     grouped: dict[tuple, Problem] = {}
-    for d in decisions:
+    for d, when in zip(decisions, decided_at):
         where = d.where
         written = write_check(d.condition, d.names, where.filename if where else None,
                               where.lineno if where else None, set(d.taken))
@@ -174,7 +189,7 @@ def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
             f"the program branched on {words}, which depends on tensor data; it held on the example, so the "
             f"program takes that path and asserts it at runtime{note}.",
             where, fix,
-            details={"condition": str(d.condition), "check": check})
+            details={"condition": str(d.condition), "check": check}, seen_at=when)
     return list(grouped.values())
 
 
@@ -187,46 +202,66 @@ def _example_values(session: _Session) -> dict[Any, Any]:
     return real_unbacked_values(getattr(session.mode, "shape_env", None))
 
 
-def _missing_kernel_problems(gm: torch.fx.GraphModule, example: dict[Any, Any]) -> list[Problem]:
+def _custom_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The nodes (of the graph and its subgraphs) that call a custom operator."""
+    return [node for mod in gm.modules() if isinstance(mod, torch.fx.GraphModule) for node in mod.graph.nodes
+            if node.op == "call_function" and isinstance(node.target, OpOverload)
+            and not is_builtin_operator(node.target)]
+
+
+def _profiles(gm: torch.fx.GraphModule, overload: str) -> set[Any]:
+    """torch's operator profiles of every call of ``overload`` in the program (one per distinct
+    input/output metadata), which torch's ``unsafe_generate_fake_kernels`` turns into fake kernels."""
+    return {op_profile(node) for node in _custom_calls(gm) if str(node.target) == overload}
+
+
+def _missing_kernel_problems(gm: torch.fx.GraphModule, example: dict[Any, Any],
+                             first_call: dict[str, int]) -> list[Problem]:
     """Custom operators called without a fake kernel: their output metadata came from the real call."""
     seen: dict[str, Problem] = {}
-    for mod in gm.modules():
-        if not isinstance(mod, torch.fx.GraphModule):
+    for node in _custom_calls(gm):
+        op = node.target
+        if has_fake_kernel(op):
             continue
-        for node in mod.graph.nodes:
-            op = node.target
-            if node.op != "call_function" or not isinstance(op, OpOverload) or is_builtin_operator(op) \
-                    or has_fake_kernel(op):
-                continue
-            name = _operator_name(op)
-            if name in seen:
-                seen[name].occurrences += 1
-                continue
-            seen[name] = Problem(
-                MISSING_FAKE_KERNEL,
-                f"custom operator {name} has no fake kernel; its outputs' metadata came from a real call on the "
-                f"example ({_real_outputs(node, example)}), with each output size a data-dependent size checked at "
-                f"runtime.",
-                _node_source_line(node),
-                _register_fake_snippet(op, node),
-                details={"operator": name})
+        name = _operator_name(op)
+        if name in seen:
+            seen[name].occurrences += 1
+            continue
+        seen[name] = Problem(
+            MISSING_FAKE_KERNEL,
+            f"custom operator {name} has no fake kernel; its outputs' metadata came from a real call on the "
+            f"example ({_real_outputs(node, example)}), with each output size a data-dependent size checked at "
+            f"runtime.",
+            _node_source_line(node),
+            _register_fake_snippet(op, node),
+            details={"operator": name, "overload": str(op), "profiles": _profiles(gm, str(op))},
+            seen_at=first_call.get(str(op), len(first_call)))
     return list(seen.values())
 
 
-def _mismatched_kernel_problems(ops: list[Any]) -> list[Problem]:
-    """Custom operators whose fake kernel disagreed with the real call: the real call's metadata was used."""
-    counts: dict[str, int] = {}
-    for op in ops:
-        counts[_operator_name(op)] = counts.get(_operator_name(op), 0) + 1
-    return [Problem(ASSUMPTION,
-                    f"the fake kernel of custom operator {name} gave outputs whose metadata (dtype, sizes, "
-                    f"aliasing) differ from its real kernel's on the example; the program uses the real "
-                    f"call's metadata, with each size a data-dependent size checked at runtime.",
-                    None,
-                    f"Fix the fake kernel registered for {name} (torch.library.register_fake(\"{name}\")) so "
-                    f"its outputs match the real kernel's.",
-                    occurrences=n, details={"operator": name, "mismatched_fake_kernel": True})
-            for name, n in counts.items()]
+def _mismatched_kernel_problems(gm: torch.fx.GraphModule, mismatches: list[tuple[Any, list[str], int]]) \
+        -> list[Problem]:
+    """Custom operators whose fake kernel disagreed with the real call (the real call's metadata was
+    used): one problem per operator and disagreement, with the fake-tensor engine's reason."""
+    grouped: dict[tuple[str, str], Problem] = {}
+    for op, reasons, when in mismatches:
+        name = _operator_name(op)
+        for reason in reasons or ["its outputs' metadata differ from the real kernel's"]:
+            if (name, reason) in grouped:
+                grouped[(name, reason)].occurrences += 1
+                continue
+            grouped[(name, reason)] = Problem(
+                ASSUMPTION,
+                f"the fake kernel of custom operator {name} disagrees with its real kernel on the example "
+                f"({reason}); the program uses the real call's metadata, with each size a data-dependent "
+                f"size checked at runtime.",
+                None,
+                f"Fix the fake kernel registered for {name} (torch.library.register_fake(\"{name}\")) so "
+                f"its outputs match the real kernel's.",
+                details={"operator": name, "overload": str(op), "mismatched_fake_kernel": True, "reason": reason,
+                         "profiles": _profiles(gm, str(op))},
+                seen_at=when)
+    return list(grouped.values())
 
 
 def _real_outputs(node: torch.fx.Node, example: dict[Any, Any]) -> str:

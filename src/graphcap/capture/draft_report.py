@@ -85,6 +85,7 @@ class Problem:
     fix: str
     occurrences: int = 1
     details: dict[str, Any] = field(default_factory=dict)
+    seen_at: int = 0  # when the trace met it (the report lists problems in that order)
 
     @property
     def failure_type(self) -> FailureType:
@@ -107,7 +108,10 @@ class Problem:
     xfail = False  # torch's report marks expected failures; graphcap reports none as expected
 
     def as_data(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        plain = dataclasses.replace(self, details={k: v for k, v in self.details.items() if k != "profiles"})
+        out = dataclasses.asdict(plain)
+        if "profiles" in self.details:  # torch's OpProfile objects, as text (the data stays JSON-ready)
+            out["details"]["profiles"] = sorted(str(p) for p in self.details["profiles"])
         out["where"] = dataclasses.asdict(self.where) if self.where is not None else None
         return out
 
@@ -159,14 +163,16 @@ class DraftReport:
         return not self.problems
 
     @property
-    def op_profiles(self) -> dict[str, list[Any]]:
-        """Custom operator name -> the output metadata seen for it (torch's report field), from the
-        problems about operators without (or with wrong) fake kernels."""
-        out: dict[str, list[Any]] = {}
+    def op_profiles(self) -> dict[str, set[Any]]:
+        """Custom operator overload (``"mylib.foo.default"``) -> torch's ``OpProfile`` of each of its
+        calls (input and output ranks, dtypes, devices, layouts), for the operators without (or with
+        wrong) fake kernels: what ``torch._library.fake_profile.unsafe_generate_fake_kernels`` takes
+        to register fake kernels while the program is decomposed or re-traced."""
+        out: dict[str, set[Any]] = {}
         for p in self.problems:
-            name = p.details.get("operator")
-            if name and (p.kind == MISSING_FAKE_KERNEL or p.details.get("mismatched_fake_kernel")):
-                out.setdefault(name, []).extend(p.details.get("profiles", []))
+            overload = p.details.get("overload")
+            if overload and (p.kind == MISSING_FAKE_KERNEL or p.details.get("mismatched_fake_kernel")):
+                out.setdefault(overload, set()).update(p.details.get("profiles", ()))
         return out
 
     def of_kind(self, kind: str) -> list[Problem]:

@@ -20,9 +20,22 @@ from __future__ import annotations
 RELIES_ON = {
     # the base class of torch's verifiers (the ATEN dialect's), as the program's module names it
     "torch.export.exported_program.Verifier": None,
+    # the exception torch's verifier raises from ep.validate(), found in the module that defines
+    # that Verifier class: code written against torch.export catches it
+    "torch.export.exported_program.Verifier.__module__#SpecViolationError": None,
     # read by torch.export's save (its serializer) and torch's module(): shape guards as Python text
     "torch.export.exported_program.ExportedProgram#_guards_code": None,
 }
+
+
+
+def _verifier_module() -> object:
+    import sys
+    return sys.modules[_torch_verifier_base().__module__]
+
+
+# the "instance" the SpecViolationError entry is checked on: the module that defines torch's Verifier
+SAMPLES = {"torch.export.exported_program.Verifier.__module__": _verifier_module}
 
 
 def set_torch_only_fields(ep: object) -> None:
@@ -39,6 +52,12 @@ def set_torch_only_fields(ep: object) -> None:
 def _torch_verifier_base() -> type:
     import torch.export.exported_program as torch_program
     return torch_program.Verifier
+
+
+def torch_spec_violation_error() -> type:
+    """The exception class torch's ``ExportedProgram.validate()`` raises for a broken program; it is
+    defined beside torch's ``Verifier``, so it is read from the module that class names."""
+    return _verifier_module().SpecViolationError
 
 
 def torch_verifier_for(dialect: str) -> type:

@@ -24,6 +24,16 @@ RELIES_ON = {
     "torch._functorch.config.generate_fake_kernels_from_real_mismatches": None,
     "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out":
         ("self", "func", "fake_in", "real_in", "fake_out", "real_out"),
+    # the fake-tensor engine's own comparisons of a fake output with the real one; their
+    # MetadataMismatchError's reason says what a wrong fake kernel got wrong
+    "torch._subclasses.fake_utils._check_alias_info": ("context", "real_out", "real_in", "fake_out", "fake_in"),
+    # asked again, with inference off, for the reason of an output it replaced
+    "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake": ("self", "func", "path", "fake", "real"),
+    "torch._subclasses.fake_tensor.MetadataMismatchError": None,
+    # torch's record of a custom operator's input and output metadata, which
+    # torch._library.fake_profile.unsafe_generate_fake_kernels turns into fake kernels
+    "torch._library.fake_profile.OpProfile": None,
+    "torch._library.fake_profile.TensorMetadata.maybe_from_tensor": ("t",),
 }
 
 
@@ -39,6 +49,7 @@ SAMPLES = {"torch._subclasses.fake_tensor.FakeTensor": _sample_fake_tensor}
 REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
 
 __all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
+           "op_profile",
            "watch_real_value_decisions", "has_fake_kernel", "is_builtin_operator",
            "real_tensor_of", "REAL_VALUE_ASSERT_PREFIX"]
 
@@ -68,9 +79,12 @@ def infer_kernels_from_real_mismatches() -> Iterator[None]:
         yield
 
 
-def cross_check_custom_operators_only(mode: Any, on_mismatch: Callable[[Any], None]) -> None:
-    """Compare fake and real outputs only for custom operators; call ``on_mismatch(op)`` when
-    a custom operator's fake kernel disagreed with its real kernel (its outputs were inferred).
+def cross_check_custom_operators_only(mode: Any, on_mismatch: Callable[[Any, list[str]], None],
+                                      on_custom_call: Callable[[Any], None] | None = None) -> None:
+    """Compare fake and real outputs only for custom operators; call ``on_mismatch(op, reasons)``
+    when a custom operator's fake kernel disagreed with its real kernel (its outputs were
+    inferred), with one reason per disagreeing output (or one for the aliasing of them all), and
+    ``on_custom_call(op)`` for every custom operator call met, in the order of the program.
 
     With real tensors propagated, torch compares every operator's fake output with its
     real one. torch's own meta kernels are trusted (the comparison costs a check per
@@ -84,13 +98,72 @@ def cross_check_custom_operators_only(mode: Any, on_mismatch: Callable[[Any], No
     def cross_check(func: Any, fake_in: Any, real_in: Any, fake_out: Any, real_out: Any) -> Any:
         if is_builtin_operator(func):
             return fake_out
+        if on_custom_call is not None:
+            on_custom_call(func)
         out = inner(func, fake_in, real_in, fake_out, real_out)
         from .pytree import tree_leaves
-        if any(a is not b for a, b in zip(tree_leaves(out), tree_leaves(fake_out))):
-            on_mismatch(func)
+        replaced = [i for i, (a, b) in enumerate(zip(tree_leaves(out), tree_leaves(fake_out))) if a is not b]
+        if replaced:
+            on_mismatch(func, _mismatch_reasons(mode, func, fake_in, real_in, fake_out, real_out, replaced))
         return out
 
     mode._maybe_infer_fake_kernel_from_pytree_out = cross_check
+
+
+def _metadata_mismatch(check: Callable[[], Any]) -> str | None:
+    """The reason torch's fake-tensor engine gives for a mismatch ``check()`` finds, or None."""
+    from torch._subclasses.fake_tensor import MetadataMismatchError
+    try:
+        check()
+    except MetadataMismatchError as exc:
+        return exc.reason
+    return None
+
+
+def _mismatch_reasons(mode: Any, func: Any, fake_in: Any, real_in: Any, fake_out: Any, real_out: Any,
+                      replaced: list[int]) -> list[str]:
+    """Why a custom operator's fake outputs were replaced by ones inferred from the real call, as
+    the fake-tensor engine words it: an aliasing disagreement (the fake kernel returns an input,
+    or a view of one, where the real one does not, or the reverse) for the whole output, else per
+    replaced output the engine's finding (dtype, layout, device, a size), read from the error
+    its own comparison raises when it may not infer a kernel."""
+    import torch._functorch.config as config
+    from torch._subclasses.fake_tensor import MetadataMismatchError
+    from torch._subclasses.fake_utils import _check_alias_info
+
+    from .pytree import tree_flatten_with_path, tree_leaves
+    aliasing = _metadata_mismatch(lambda: _check_alias_info("", real_out, real_in, fake_out, fake_in))
+    if aliasing is not None:
+        return [f"Mismatched aliasing spec between fake kernel and real kernel: {aliasing.strip()}"]
+    reasons = []
+    paths, reals = tree_flatten_with_path(fake_out)[0], tree_leaves(real_out)
+    for i in replaced:
+        if i >= len(paths) or i >= len(reals):
+            continue
+        path, fake = paths[i]
+        try:
+            with config.patch(generate_fake_kernels_from_real_mismatches=False):
+                mode._maybe_infer_fake(func, path, fake, reals[i])
+        except MetadataMismatchError as exc:
+            cause = exc.__cause__
+            reasons.append(cause.reason if isinstance(cause, MetadataMismatchError) else exc.reason)
+    return reasons
+
+
+def op_profile(node: Any) -> Any:
+    """torch's ``OpProfile`` of a custom operator call node: the metadata (rank, dtype, device,
+    layout) of its tensor arguments and outputs, read from the nodes' ``val``."""
+    import torch
+    from torch._library.fake_profile import OpProfile, TensorMetadata
+
+    def meta(value: Any) -> Any:
+        return TensorMetadata.maybe_from_tensor(value)
+
+    args = tuple(meta(a.meta.get("val")) if isinstance(a, torch.fx.Node) else None
+                 for a in (*node.args, *node.kwargs.values()))
+    val = node.meta.get("val")
+    out = meta(val) if isinstance(val, torch.Tensor) else tuple(meta(v) for v in (val or ()))
+    return OpProfile(args, out)
 
 
 def watch_real_value_decisions(env: Any, on_decision: Callable[[Any], None]) -> None:
