@@ -81,14 +81,14 @@ def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS) -
                         ("torch", lambda m, a, k: torch.export.export(m, a, k, strict=False))):
         try:
             ep = export(model, args, kwargs)
-        except Exception as e:  # noqa: BLE001 - a failing exporter is a result, not a crash
+        except Exception as e:  # a failing exporter is a result, not a crash
             figures[key].error = "export: " + _describe(e)
             continue
         calls[key] = lambda ep=ep: ep.run_decompositions()
     for key, call in list(calls.items()):  # warm-up; counts nodes and finds failures
         try:
             figures[key].op_nodes = _op_nodes(call())
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             figures[key].error = _describe(e)
             del calls[key]
     for _ in range(repeats):

@@ -164,7 +164,7 @@ def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS,
     for key, call in calls.items():  # warm-up; also counts the nodes and finds failures
         try:
             figures[key].nodes, figures[key].op_nodes = _count_nodes(call())
-        except Exception as e:  # noqa: BLE001 - a failing exporter is a result, not a crash
+        except Exception as e:  # a failing exporter is a result, not a crash
             figures[key].error = _describe(e)
     live = [k for k in calls if figures[k].error is None]
     for _ in range(repeats):

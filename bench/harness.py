@@ -97,7 +97,7 @@ def interleaved(calls: dict[str, Callable[[], Any]], repeats: int = REPEATS,
         t = timings.setdefault(key, Timing())
         try:
             call()
-        except Exception as e:  # noqa: BLE001 - a failure is a result, not a crash
+        except Exception as e:  # a failure is a result, not a crash
             t.error = describe(e)
             continue
         live.append(key)

@@ -66,7 +66,7 @@ def _check(ep, built, hand) -> tuple[bool, bool, str]:
             want = built.model(*a, **k)
             try:
                 got = runnable(*a, **k)
-            except Exception as e:  # noqa: BLE001 (a refusal is a result here)
+            except Exception as e:  # a refusal is a result here
                 return False, hand <= _program_dynamic(ep), f"refuses a sample: {type(e).__name__}"
         if not _same(want, got):
             return False, hand <= _program_dynamic(ep), "differs from eager"
@@ -83,7 +83,7 @@ def run_case(case) -> dict[str, Any]:
         shapes = graphcap.infer_dynamic_shapes(built.model, samples)
         ok, keeps, why = _check(shapes.program, built, hand)
         row["inferred"] = (ok, keeps, why, len(shapes.dims))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         row["inferred"] = (False, False, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}", 0)
     row["inferred_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -91,7 +91,7 @@ def run_case(case) -> dict[str, Any]:
         ep = graphcap.export(built.model, tuple(built.args), dict(built.kwargs or {}), dynamic_shapes=_auto_spec(built))
         ok, keeps, why = _check(ep, built, hand)
         row["auto"] = (ok, keeps, why, len(ep.range_constraints))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         row["auto"] = (False, False, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}", 0)
     row["auto_s"] = time.perf_counter() - t
     return row

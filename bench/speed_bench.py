@@ -89,7 +89,7 @@ def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool =
             # the first export as a user's script meets it: no collection beforehand (harness.timed)
             wall, cpu, ep = timed(lambda: _exporter(key)(model, args, kwargs, dynamic_shapes=shapes), keep=True,
                                   collect_first=key != first)
-        except Exception as e:  # noqa: BLE001 - a failure is a result
+        except Exception as e:  # a failure is a result
             out["errors"][key] = harness.describe(e)
             continue
         programs[key] = ep

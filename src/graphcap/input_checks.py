@@ -86,7 +86,7 @@ def _user_names(ep) -> dict[Any, str]:
     from .dynamic.symbol_names import dim_names
     try:
         return dim_names(ep)
-    except Exception:  # noqa: BLE001 (names only serve messages: without them, symbols print as they are)
+    except Exception:  # names only serve messages: without them, symbols print as they are
         return {}
 
 

@@ -93,7 +93,7 @@ def test_import_graphcap_is_lazy_and_keeps_its_public_names():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-2000:]
     import graphcap
-    assert set(graphcap._CORE_NAMES) == set(graphcap._import_core())  # noqa: SLF001 (the lazy table is complete)
+    assert set(graphcap._CORE_NAMES) == set(graphcap._import_core())  # the lazy table is complete
 
 
 # -- exit statuses -------------------------------------------------------------------------------------

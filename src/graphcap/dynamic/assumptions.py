@@ -62,7 +62,7 @@ def _where(sloc: Any) -> str:
 def _text(expr: Any, namer: DimNamer) -> str:
     try:
         return namer(expr)
-    except Exception:  # noqa: BLE001 (an expression sympy cannot re-print: keep its own text)
+    except Exception:  # an expression sympy cannot re-print: keep its own text
         return str(expr)
 
 

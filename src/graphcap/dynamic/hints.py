@@ -105,7 +105,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
             holds = bound_sympy(g, {sym: traced})
             if holds.lower and holds.upper:
                 continue
-        except Exception:  # noqa: BLE001 (not boundable: keep it as an assert)
+        except Exception:  # not boundable: keep it as an assert
             pass
         bound = _bound_of(_without_min_max(g), sym)
         if bound is not None:

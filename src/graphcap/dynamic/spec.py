@@ -42,7 +42,7 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
     if _is_leaf(value):
         return None
-    node = pytree.node_type(value)  # noqa: SLF001
+    node = pytree.node_type(value)
     handler = pytree.SUPPORTED_NODES[node]
     children, context = handler.flatten_fn(value)
     if handler.flatten_with_keys_fn is not None:

@@ -73,7 +73,7 @@ def _verifier(examples: list) -> Callable[[Any], None]:
             ex_args, ex_kwargs = unwrap_int_wrappers(tuple(ex_args), dict(ex_kwargs or {}))
             try:
                 runnable._checker(ex_args, ex_kwargs)
-            except Exception as e:  # noqa: BLE001 (re-raised with which example failed)
+            except Exception as e:  # re-raised with which example failed
                 raise DynamicSpecError(
                     f"Additional example input set {i} is not accepted by the exported program: {e}",
                     where="AdditionalInputs",

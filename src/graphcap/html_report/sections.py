@@ -86,7 +86,7 @@ def _storage_key(t: Any) -> Any:
     a tensor with no memory of its own (meta, fake) is only itself."""
     try:
         ptr = t.untyped_storage().data_ptr()
-    except Exception:  # noqa: BLE001 (a tensor subclass without a storage)
+    except Exception:  # a tensor subclass without a storage
         ptr = 0
     if not ptr:
         return ("object", id(t))

@@ -97,7 +97,7 @@ def find_class(name: str) -> Optional[type]:
                 continue
             try:
                 module = importlib.import_module(module_name)
-            except Exception:  # noqa: BLE001 (not a module of that name: try a shorter prefix)
+            except Exception:  # not a module of that name: try a shorter prefix
                 continue
         obj: Any = module
         for attr in qual:

@@ -54,7 +54,7 @@ def _rebuilt(module: torch.nn.Module, names: list[str]) -> Optional[dict[str, to
     try:
         with torch.device("cpu"):
             fresh = type(module)(**arguments)
-    except Exception:  # noqa: BLE001 (a class that cannot be built this way keeps its buffers without data)
+    except Exception:  # a class that cannot be built this way keeps its buffers without data
         return None
     if any(True for _ in fresh.parameters()):
         return None

@@ -30,7 +30,7 @@ def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     for var, value in frame.f_locals.items():
         try:
             leaves = pytree.tree_leaves_with_path(value)
-        except Exception:  # noqa: BLE001 (a local pytree cannot walk: skip it)
+        except Exception:  # a local pytree cannot walk: skip it
             continue
         for path, leaf in leaves:
             name = var + pytree.keystr(path)
