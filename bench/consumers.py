@@ -48,7 +48,7 @@ from typing import Any, Callable, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402  (puts ../shared/zoo on the path)
+import harness  # puts ../shared/zoo on the path
 
 EXPORTERS = ("graphcap", "torch")
 

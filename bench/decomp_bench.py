@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
+import harness  # the shared timing harness; also puts ../shared/zoo on the path
 from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
 
 import torch  # noqa: E402

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
+import harness  # the shared timing harness; also puts ../shared/zoo on the path
 from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
 
 import torch  # noqa: E402
@@ -305,7 +305,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="with --profile, also write <model>.prof files here")
     opts = parser.parse_args(argv)
 
-    import zoo  # noqa: E402 (lives in ../shared/zoo)
+    import zoo  # lives in ../shared/zoo
     cases = zoo.select(opts.models)
     if not cases:
         parser.error(f"--models {opts.models!r} selects no zoo model; names: {', '.join(zoo.REGISTRY)}")

@@ -42,7 +42,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-import harness  # noqa: F401 - also puts ../shared/zoo on the path
+import harness  # also puts ../shared/zoo on the path
 from harness import GOAL_RATIO, REPEATS, Timing, fmt_ratio, median, ratio, timed
 
 EXPORTERS = ("graphcap", "torch")

@@ -25,7 +25,7 @@ import graphcap
 from graphcap.errors import GraphcapError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import consumers  # noqa: E402  (bench/consumers.py)
+import consumers  # bench/consumers.py
 
 from conftest import quiet_warnings  # noqa: E402
 

@@ -23,7 +23,7 @@ import graphcap
 from graphcap.errors import SerializationError
 from graphcap.serialize import archive, schema
 
-import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
+import transformers  # a test dependency: pyproject's test extra
 
 
 def tiny_llama_config(tie: bool):

@@ -14,7 +14,7 @@ import torch
 
 import graphcap
 
-import torchvision  # noqa: E402  (a test dependency: pyproject's test extra)
+import torchvision  # a test dependency: pyproject's test extra
 
 # (builder, constructor options): images are resized to 224 (ssdlite: its fixed 320) to stay small
 MODELS = {

@@ -34,7 +34,7 @@ def _config(module) -> dict:
 
 
 def snapshot() -> dict:
-    import torch._dynamo  # noqa: F401 (its counters and config)
+    import torch._dynamo  # its counters and config
     import torch.fx.experimental._config as fx_experimental_config
     from torch._dynamo.utils import counters
 

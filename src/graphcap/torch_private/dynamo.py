@@ -295,8 +295,8 @@ def _wrapper_codes() -> list:
         import inspect
         import sys
         import types
-        import torch._higher_order_ops.associative_scan  # noqa: F401 (each named for sys.modules below:
-        import torch._higher_order_ops.cond  # noqa: F401  the package's attribute "cond" is the function)
+        import torch._higher_order_ops.associative_scan  # each imported for sys.modules below:
+        import torch._higher_order_ops.cond  # the package's attribute "cond" is the function
         import torch._higher_order_ops.map  # noqa: F401
         import torch._higher_order_ops.scan  # noqa: F401
         import torch._higher_order_ops.while_loop  # noqa: F401
