@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import platform
@@ -31,11 +30,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import harness  # the shared timing harness; also puts ../shared/zoo on the path
-from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
+import torch
+from harness import GOAL_RATIO, REPEATS
+from harness import describe as _describe
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 
 @dataclass

@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import harness  # the shared timing harness; also puts ../shared/zoo on the path
-from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
+import torch
+from harness import GOAL_RATIO, REPEATS
+from harness import describe as _describe
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 
 @dataclass

@@ -27,8 +27,8 @@ import torch
 
 import graphcap
 from graphcap import Dim
-from graphcap.dynamic.named_inputs import combined_inputs
 from graphcap.capture.inferred_shapes import _same  # outputs compared by their tensors, caches included
+from graphcap.dynamic.named_inputs import combined_inputs
 from graphcap.dynamic.spec import match_spec
 from graphcap.torch_private import pytree
 

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import harness  # noqa: F401  (puts ../shared/zoo on the path)
+import zoo
 
 import graphcap
-import zoo
 
 
 def main() -> int:

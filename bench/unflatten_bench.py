@@ -20,11 +20,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import torch
 from harness import wall_seconds  # also puts ../shared/zoo on the path
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 REPEATS = 3
 TARGET_SECONDS = 0.5

@@ -61,13 +61,13 @@ def build_zoo(name: str):
         return builder()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_case(name: str):
     """Zoo model ``name``, built once per session: copy the model and inputs before changing them."""
     return build_zoo(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_export(name: str, dynamic: bool = False):
     """``graphcap.export`` of the shared ``zoo_case(name)`` (with its dynamic spec if ``dynamic``), once per
     session. Read it, run ``ep.module()`` copies, derive new programs from it: never change it in place."""

@@ -14,18 +14,37 @@ def _import_core():
     """The names every export needs: they load together, on the first use of any of them."""
     from .api import draft_export, export, export_methods, load, save
     from .capture.draft_report import DraftReport
-    from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
     from .capture.inferred_shapes import InferredShapes, infer_dynamic_shapes
+    from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
     from .decomp_table import CustomDecompTable, default_decompositions
     from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
-    from .errors import (ConstraintViolationError, ExportInputError, GraphcapError, MissingFakeKernelError,
-                         RuntimeInputError, SerializationError, TraceError, InternalError, UnsupportedError,
-                         VerificationError)
+    from .errors import (
+        ConstraintViolationError,
+        ExportInputError,
+        GraphcapError,
+        InternalError,
+        MissingFakeKernelError,
+        RuntimeInputError,
+        SerializationError,
+        TraceError,
+        UnsupportedError,
+        VerificationError,
+    )
     from .program import ExportedProgram
     from .pytree import register_dataclass, register_flattenable
+    from .signature import (
+        ConstantArgument,
+        ExportGraphSignature,
+        InputKind,
+        InputSpec,
+        ModuleCallEntry,
+        ModuleCallSignature,
+        OutputKind,
+        OutputSpec,
+        SymIntArgument,
+        TensorArgument,
+    )
     from .torch_logs import show_torch_logs
-    from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
-                            ModuleCallSignature, OutputKind, OutputSpec, SymIntArgument, TensorArgument)
     values = dict(locals())
     return values
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-
 from .program import ExportedProgram
 from .tracing_lock import TRACING_LOCK  # noqa: F401  (re-exported) public here too: the README's "Threads" section names graphcap.api.TRACING_LOCK
 

@@ -15,17 +15,18 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from .torch_private import pytree
-from .torch_private.symbolic import int_oo
-from .torch_private.symbolic import bound_sympy
 
-from . import auto_flatten, input_guards as guards, module_inputs
+from . import auto_flatten, module_inputs
+from . import input_guards as guards
+from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .input_guards import placeholder_leaves
 from .input_structure import drawn_structure, other_structure
-from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind
+from .torch_private import pytree
+from .torch_private.symbolic import bound_sympy, int_oo
 from .trace.naming import builtins_called_by_name
+
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
     """How to make dimension ``dim`` of the input at ``source`` (``x``, ``L['x']``) dynamic, written as the

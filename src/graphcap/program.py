@@ -29,15 +29,15 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
-from .torch_private import pytree
 
-from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
-from .tracing_lock import TRACING_LOCK
-from .torch_logs import quiet_torch_logs
-from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
-from .young_heap import trace_allocations_only
-from .verifier import verify
 from .edited_graphs import normalize_edited_graph
+from .signature import ExportGraphSignature, InputKind, ModuleCallEntry
+from .torch_logs import quiet_torch_logs
+from .torch_private import pytree
+from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
+from .tracing_lock import TRACING_LOCK
+from .verifier import verify
+from .young_heap import trace_allocations_only
 
 
 class CallSpec(NamedTuple):

@@ -14,8 +14,8 @@ import torch
 import torch.utils._pytree as pytree
 
 import graphcap
-from graphcap.auto_flatten import register_for_torch
 from conftest import assert_same_outputs, quiet_warnings, save_load, zoo_case, zoo_export, zoo_params
+from graphcap.auto_flatten import register_for_torch
 
 _LIGHT = ("hf_", "custom_", "tv_resnet18", "tv_squeezenet1_0")
 

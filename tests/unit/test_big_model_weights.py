@@ -16,14 +16,13 @@ import warnings
 
 import pytest
 import torch
+import transformers  # a test dependency: pyproject's test extra
 from safetensors.torch import load_file, save_file
 from torch.export import Dim
 
 import graphcap
 from graphcap.errors import SerializationError
 from graphcap.serialize import archive, schema
-
-import transformers  # a test dependency: pyproject's test extra
 
 
 def tiny_llama_config(tie: bool):

@@ -17,9 +17,9 @@ import warnings
 import pytest
 import sympy
 import torch
+from functorch.experimental.control_flow import map as ft_map
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from functorch.experimental.control_flow import map as ft_map
 from torch._higher_order_ops.while_loop import while_loop
 from torch.utils._sympy.numbers import int_oo
 

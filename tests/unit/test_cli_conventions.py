@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from graphcap.cli import COMMANDS, EXIT_STATUSES, build_parser, main
@@ -263,8 +262,9 @@ def test_run_refuses_negative_samples_and_takes_given_shapes_and_files(tmp_path,
 
 def test_run_given_inputs_give_the_programs_result(tmp_path, capsys, monkeypatch):
     """The tensors of an inputs file are the ones the program runs on (its output equals eager's)."""
-    import graphcap
     from safetensors.torch import save_file
+
+    import graphcap
     from graphcap.cli.factory import load_factory
     monkeypatch.chdir(tmp_path)
     model = load_factory(f"{FACTORIES}:dynamic").model  # the same model, for eager

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import transformers  # noqa: F401 (a pinned test dependency: the factories use it)
 
 ROOT = Path(__file__).resolve().parents[2]

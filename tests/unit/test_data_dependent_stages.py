@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
 from conftest import assert_same_outputs, save_load
+from graphcap import verifier
 
 ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg}
 

@@ -12,7 +12,6 @@ from graphcap.dynamic.range_decide import holds_over_ranges
 from graphcap.torch_private.symbolic import ValueRanges, int_oo
 from graphcap.torch_private.symbolic import functions as sym_fns
 
-
 b = sympy.Symbol("b", integer=True, positive=True)
 c = sympy.Symbol("c", integer=True, positive=True)
 

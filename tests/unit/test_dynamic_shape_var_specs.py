@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.dynamic_spec import IntVar, ParamsSpec, SeqSpec, ShapesSpec, ShapeVar, STATIC, TensorSpec
+from torch.fx.experimental.dynamic_spec import STATIC, IntVar, ParamsSpec, SeqSpec, ShapesSpec, ShapeVar, TensorSpec
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 import graphcap

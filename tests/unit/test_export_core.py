@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 import graphcap
-from graphcap.trace.mutations import written_placeholders
+from conftest import assert_same_outputs
 from graphcap import InputKind, OutputKind
-from conftest import assert_same_outputs, run_eager_and_exported
+from graphcap.trace.mutations import written_placeholders
 
 
 def _kinds(specs):

@@ -11,11 +11,10 @@ import warnings
 
 import pytest
 import torch
+import transformers
 
 import graphcap
 from graphcap.serialize.meta_buffers import materialise
-
-import transformers
 
 SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)

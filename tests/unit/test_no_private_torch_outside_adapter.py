@@ -78,12 +78,14 @@ _ERROR_NAMES = {"e", "err", "exc", "error", "exception", "cause"}
 def _engine_fields() -> set[str]:
     """Instance fields of a fresh ShapeEnv and FakeTensorMode (public names included)."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     from graphcap.torch_private.fake import FakeTensorMode
     fields = set(vars(ShapeEnv())) | set(vars(FakeTensorMode()))
     # and every field the adapter declares for them, under each name any supported torch line uses
     # ("ShapeEnv#backed_var_to_val|var_to_val"): a line that lacks one still refuses it elsewhere
     import importlib
     import pkgutil
+
     import graphcap.torch_private as package
     for info in pkgutil.iter_modules(package.__path__):
         for path in getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "RELIES_ON", {}):

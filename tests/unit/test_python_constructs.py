@@ -107,7 +107,7 @@ def test_decorators_and_class_and_static_methods():
         def step(self, x):
             return self.square(x) * 0.5
 
-        @functools.lru_cache(maxsize=None)
+        @functools.cache
         def table(self, n):  # a Python-side cache keyed on a Python int
             return list(range(n))
 

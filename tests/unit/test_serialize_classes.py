@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import warnings
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from graphcap.serialize.archive import read_entries, write_archive
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
-import transformers
 
 
 def fresh(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:

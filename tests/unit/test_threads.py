@@ -13,10 +13,8 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import api
-from graphcap.trace import recorder
-
 from conftest import build_zoo
+from graphcap.trace import recorder
 
 
 class SmallTransformer(torch.nn.Module):

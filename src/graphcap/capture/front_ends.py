@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..program import ExportedProgram
+from ..torch_logs import quiet_torch_logs
 from ..torch_private.dispatch import disable_current_modes
 from ..tracing_lock import TRACING_LOCK
-from ..torch_logs import quiet_torch_logs
 
 
 def run_front_end(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,

@@ -11,23 +11,24 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from ..torch_private import pytree
-from ..torch_private.modules import non_persistent_buffer_names
 
-from .. import auto_flatten, module_inputs, pytree as gp_pytree, young_heap
-from ..errors import ExportArgsError, ExportInputError
+from .. import auto_flatten, module_inputs, young_heap
+from .. import pytree as gp_pytree
 from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
-from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import size_one_checks as dyn_size_one
+from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..dynamic.symbol_names import name_symbols_in_error, names_of_roots, recorded_dim_names
+from ..errors import ExportArgsError, ExportInputError
 from ..program import ExportedProgram
+from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
-from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
+from ..torch_private import pytree
+from ..torch_private.modules import non_persistent_buffer_names
 from ..trace import before_lifting, fakify, graph_module_replay, leaks, lifting, metadata, recorder, subgraph_names
-from . import call_signatures
 from ..trace.conversion_asserts import insert_conversion_asserts
+from . import call_signatures
 
 
 @dataclass

@@ -27,9 +27,9 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from ..errors import ExportInputError, GraphcapError
-from ..user_frames import describe_frame, user_frame
 from ..program import ExportedProgram
 from ..torch_private import pytree
+from ..user_frames import describe_frame, user_frame
 
 RELAXES = {
     "non_strict": "nothing the program needs: guards are proven for every input; the Python runs as it is "

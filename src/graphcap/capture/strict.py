@@ -36,9 +36,9 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
-from . import non_strict, strict_refusals, strict_shapes
 from ..trace import recorder
 from ..trace.module_paths import call_key
+from . import non_strict, strict_refusals, strict_shapes
 
 
 def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,

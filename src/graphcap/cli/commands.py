@@ -159,6 +159,7 @@ def _infer_shapes(args, built: Factory):
                          where="--infer-shapes", fix="Drop --infer-shapes to keep the factory's spec, or return "
                                                      "(model, args, kwargs) from the factory.")
     import graphcap
+
     from .factory import load_samples
     from .sample_inputs import samples_from_sizes
     samples: list = []
@@ -220,8 +221,8 @@ def inspect_command(args) -> int:
 
 
 def _render_inspect(args, ep, facts) -> None:
-    from rich.table import Table
     from rich.markup import escape
+    from rich.table import Table
     out = console()
     out.print(f"[bold]{escape(args.program)}[/bold]: graphcap format version {facts.format_version}, "
               f"{facts.dialect or 'TRAINING'} IR")
@@ -321,6 +322,7 @@ def run_command(args) -> int:
 def _leaf_values(inputs, plan) -> list:
     """The value of each int input under a size plan (None for the other inputs)."""
     import sympy
+
     from ..verification.signature_inputs import IntInput, evaluate
     subs = {s: sympy.Integer(v) for s, v in plan.bindings.items()}
     return [evaluate(leaf.expr, subs) if isinstance(leaf, IntInput) else None for leaf in inputs.leaves]

@@ -17,10 +17,10 @@ import sys
 from typing import Any, Callable, Optional
 
 import torch
-from ..torch_private import pytree
-from ..torch_private.user_specs import is_torch_dim_hint
 
 from ..errors import ExportInputError
+from ..torch_private import pytree
+from ..torch_private.user_specs import is_torch_dim_hint
 from .named_inputs import combined_inputs
 
 INT_MAX = sys.maxsize - 1  # the "no upper bound" of a Dim, as torch's int_oo prints it

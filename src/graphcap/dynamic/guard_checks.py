@@ -20,19 +20,28 @@ import logging
 from typing import Any
 
 import sympy
-from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
+from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
+from ..torch_private.symbolic import ValueRanges
 from . import hints as dyn_hints
-from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
-                          where_text)
-from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
-                        new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
-                        tie_at_example)
+from .guard_words import DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words, where_text
+from .relations import (
+    defer_range_asserts,
+    divisor_guard,
+    is_affine_in_one,
+    narrowed_only_by_asserts,
+    new_root_fixes,
+    new_root_step,
+    only_solution,
+    ranges_meet,
+    rebase_on_new_roots,
+    specialization_problem,
+    tie_at_example,
+)
 from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 log = logging.getLogger("graphcap.dynamic")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import sympy
+
 from ..torch_private.symbolic import ValueRanges, bound_sympy, int_oo
 
 # How many boxes one guard may cost before it is left undecided (not accepted).

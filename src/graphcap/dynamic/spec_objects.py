@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..errors import DynamicSpecError
 from ..torch_private import pytree
 from ..torch_private.user_specs import additional_inputs_examples, is_torch_int_wrapper
-
-from ..errors import DynamicSpecError
 
 
 def is_spec_builder(spec: Any) -> bool:

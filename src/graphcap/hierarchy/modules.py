@@ -27,7 +27,6 @@ from .. import auto_flatten
 from ..torch_private import unflatten as private
 
 
-
 class SubmoduleGraph(torch.nn.Module):
     """A submodule rebuilt from the program; see the module docstring."""
 

@@ -24,9 +24,10 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import GraphcapError
 from .. import auto_flatten
+from ..errors import GraphcapError
 from .modules import LazyForward, SubmoduleGraph
+
 
 class _NotConstant:
     """Marks a call input that was a traced value (a tensor, a size), not a baked-in constant.

@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import page, sections
 from ..signature import InputKind
+from . import page, sections
 from .names import SymbolNames
 from .svg import view_svg
 from .views import ROOT, ModuleTree

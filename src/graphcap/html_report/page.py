@@ -204,7 +204,7 @@ SCRIPT = """
   function search(){
     var q=input.value.trim().toLowerCase(); results.innerHTML='';
     if(!q){results.hidden=true;return;}
-    var words=q.split(/\s+/), hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
+    var words=q.split(/\\s+/), hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
     for(var i=0;i<hits.length;i++){
       var text=hits[i].getAttribute('data-s'), all=true;
       for(var w=0;w<words.length;w++){if(text.indexOf(words[w])<0){all=false;break;}}

@@ -22,10 +22,9 @@ asked.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
-
-import re
 
 import torch
 

@@ -26,36 +26,40 @@ still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-from ..torch_private import pytree
-from ..torch_private.dispatch import enable_python_dispatcher
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..composite_kernels import steer_composites
+from ..decomp_table import TableView, as_table, can_keep_composite
+from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..signature import (
+    MUTATION_OUTPUT_KINDS,
+    ExportGraphSignature,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+    mutation_key,
+)
+from ..torch_private import functional, pytree
+from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
 from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
-from ..torch_private import functional
-from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import interpreting_node
 from ..torch_private.ops import OpOverload
-from torch.fx.experimental.proxy_tensor import make_fx
+from ..torch_private.shapes import symbol_ranges
 from ..torch_private.symbolic import ValueRanges
-
-from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
-from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
-                         mutation_key)
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
-from ..composite_kernels import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
-from ..torch_private.shapes import symbol_ranges
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram

@@ -27,7 +27,7 @@ not tensors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
 import torch.fx

@@ -17,12 +17,23 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.fx
+
+from ..signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    ModuleCallEntry,
+    ModuleCallSignature,
+    OutputKind,
+    OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+)
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.symbolic import ValueRanges
-
-from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
-                         ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
-                         SymIntArgument, TensorArgument)
 from ..trace.naming import builtin_name_allowed, set_node_name
 from . import schema, upgrade
 from .checked_fields import field, ident
@@ -31,7 +42,6 @@ from .operator_lookup import resolve_hop, resolve_op
 from .pytree_specs import _registered_types, json_to_spec
 from .symbol_table import SymbolTable, range_bound
 from .values import bad, decode_value
-
 
 # ---------------------------------------------------------------------------
 # graphs

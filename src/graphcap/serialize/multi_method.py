@@ -27,7 +27,9 @@ from ..errors import SerializationError
 from ..program import ExportedProgram
 from . import tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
-from .pt2 import extra_file_entries, load as load_program, read_extra_files, save as save_program
+from .pt2 import extra_file_entries, read_extra_files
+from .pt2 import load as load_program
+from .pt2 import save as save_program
 
 LAYOUT_ENTRY = "multi_method.json"
 STATE_ENTRY = "state.safetensors"

@@ -38,6 +38,7 @@ from ..signature import ExportGraphSignature, OutputKind
 from . import schema
 from .values import bad
 
+
 # version N -> the function turning version N's program.json into version N+1's (returns the new dict).
 def _v1_to_v2(program: dict[str, Any]) -> dict[str, Any]:
     """Version 2 only allows more (weights described without data): a version-1 program.json is one."""

@@ -107,6 +107,7 @@ def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any
 def _own_walks_codegen() -> type:
     """torch's pytree code generator with graphcap's flatten/unflatten in place of torch's."""
     from torch.fx.graph import _PyTreeCodeGen
+
     from .. import auto_flatten
 
     class OwnWalksCodeGen(_PyTreeCodeGen):

@@ -33,9 +33,15 @@ import sympy
 from torch.fx.experimental.symbolic_shapes import ShapeGuard
 
 from ..torch_private import shapes
+from ..torch_private.shapes import (
+    example_values,
+    replacement_locations,
+    replacements,
+    symbol_range_locations,
+    symbol_ranges,
+)
 from ..torch_private.symbolic import ValueRanges, int_oo
 from .symbol_intervals import interval_around, solve_for
-from ..torch_private.shapes import example_values, replacement_locations, replacements, symbol_range_locations, symbol_ranges
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 

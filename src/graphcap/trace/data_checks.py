@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import linecache
 import re
 import warnings
-import linecache
 from dataclasses import dataclass, field
 from typing import Any, Optional
 

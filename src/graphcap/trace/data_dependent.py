@@ -15,12 +15,13 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private import pytree
 
 from ..errors import DataDependentError
+from ..torch_private import pytree
 from ..torch_private.messages import data_dependent_expression
 from ..user_frames import user_traceback_entry
 from .data_checks import unnamed_check, write_check
+
 
 def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     """Symbol → an expression over the frame's locals that holds it (``n``, ``y.shape[0]``)."""

@@ -11,9 +11,9 @@ from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Optional
 
 import torch
-from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode, fake_of_plain_leaf, storage_key
-from ..torch_private.shapes import new_shape_env
 
+from ..torch_private.fake import FakeTensor, FakeTensorMode, fake_of_plain_leaf, storage_key, tracing_fake_mode
+from ..torch_private.shapes import new_shape_env
 
 # Set by graphcap.capture.draft while it runs: builds each export's fake mode
 # (real tensors propagated beside the fake ones) from the plain constructor below.

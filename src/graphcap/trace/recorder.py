@@ -19,23 +19,22 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
-from ..torch_private import pytree
 from torch.fx.experimental.proxy_tensor import make_fx
-from ..torch_private.engine_files import engine_files
-from ..torch_private.tensor_meta import tensor_metadata_cached
 
+from .. import module_inputs
+from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..pytree import auto_register
 from ..torch_private import fx as fx_private
+from ..torch_private import pytree
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
+from ..torch_private.engine_files import engine_files
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.messages import custom_op_without_fake_kernel
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
-
-from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
-from .. import module_inputs
-from ..pytree import auto_register
 from . import control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 

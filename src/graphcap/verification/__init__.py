@@ -21,11 +21,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from .. import auto_flatten
+from ..capture.progress import StepProgress
 from ..errors import RuntimeInputError
 from .compare import OutputCheck, compare_outputs, compare_tensors
 from .generate import DEFAULT_MAX_ELEMENTS, element_count, make_inputs, size_plans
 from .refusals import refusal_cases
-from ..capture.progress import StepProgress
 from .result import InputSetResult, RefusalResult, VerificationResult
 from .signature_inputs import ProgramInputs, TensorInput
 
