@@ -161,7 +161,7 @@ class SetattrOnTensor(torch.nn.Module):
     during the trace; the graph is the tensor computation."""
 
     def forward(self, x):
-        x.note = "seen"
+        setattr(x, "note", "seen")
         return x + (1 if getattr(x, "note", None) == "seen" else 0)
 
 
