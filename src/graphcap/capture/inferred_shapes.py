@@ -23,6 +23,7 @@ from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
 from ..dynamic.named_inputs import combined_inputs
 from ..dynamic.suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
 from ..errors import ConstraintViolationError, ExportInputError, GraphcapError, VerificationError
+from ..program import ExportedProgram
 from ..torch_private import pytree
 from .front_ends import run_front_end
 
@@ -570,7 +571,7 @@ def spec_code(spec: Any, dims: dict[str, Any]) -> str:
 
 def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optional[dict], *, dynamic_shapes: Any,
                                 samples: Optional[list], strict: bool,
-                                preserve_module_call_signature: tuple[str, ...]) -> Any:
+                                preserve_module_call_signature: tuple[str, ...]) -> ExportedProgram:
     """``graphcap.export(..., dynamic_shapes="infer", samples=[...])``: infer the spec, then export with it.
 
     The example ``args``/``kwargs``, when given, are one more sample; without them
