@@ -109,7 +109,8 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(header))
     for r in rows:
         g, t = r.graphcap, r.torch
-        fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+        def fmt(v):
+            return "-" if v is None else f"{v:.3f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         print(f"{r.model:34s} {fmt(g.time_s):>10s} {fmt(t.time_s):>9s} {ratio:>7s} "
               f"{g.op_nodes if g.op_nodes is not None else '-':>7} {t.op_nodes if t.op_nodes is not None else '-':>9}")

@@ -87,7 +87,7 @@ def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool =
     for key in order:  # the first is cold; the second only warms up here
         try:
             # the first export as a user's script meets it: no collection beforehand (harness.timed)
-            wall, cpu, ep = timed(lambda: _exporter(key)(model, args, kwargs, dynamic_shapes=shapes), keep=True,
+            wall, cpu, ep = timed(lambda key=key: _exporter(key)(model, args, kwargs, dynamic_shapes=shapes), keep=True,
                                   collect_first=key != first)
         except Exception as e:  # a failure is a result
             out["errors"][key] = harness.describe(e)
@@ -95,7 +95,8 @@ def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool =
         programs[key] = ep
         if key == first:
             out["cold"][key] = {"wall": wall, "cpu": cpu}
-    exports = {k: (lambda f=_exporter(k): f(model, args, kwargs, dynamic_shapes=shapes)) for k in programs}
+    # each lambda binds its exporter now (B008's call in a default is the point)
+    exports = {k: (lambda f=_exporter(k): f(model, args, kwargs, dynamic_shapes=shapes)) for k in programs}  # noqa: B008
     warm = harness.interleaved(exports, repeats)
     decomps = harness.interleaved({k: ep.run_decompositions for k, ep in programs.items()}, repeats) \
         if decompose else {}
@@ -229,7 +230,8 @@ def render(rows: list[dict], header: dict[str, str], command: str, label: str = 
     lines += ["", "<details><summary>per model</summary>", "",
               "| model | mode | cold gc/torch s | cold | warm gc/torch s | warm | decomp gc/torch s | decomp |",
               "|---|---|---|---|---|---|---|---|"]
-    s = (lambda v: "-" if v is None else f"{v:.3f}")
+    def s(v):
+        return "-" if v is None else f"{v:.3f}"
     for r in rows:
         cg, ct = r.get("cold_graphcap"), r.get("cold_torch")
         lines.append(

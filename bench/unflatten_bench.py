@@ -43,7 +43,7 @@ def bench_model(name: str) -> dict[str, Any]:
     except Exception as e:  # torch's unflatten may refuse a program; graphcap's figure still counts
         print(f"  {name}: torch.export.unflatten failed: {type(e).__name__}: {e}", file=sys.stderr)
     times: dict[str, list[float]] = {k: [] for k in steps}
-    for key, fn in steps.items():
+    for fn in steps.values():
         fn()  # warm-up
     for _ in range(REPEATS):
         for key, fn in steps.items():

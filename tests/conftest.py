@@ -125,7 +125,7 @@ def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
             assert isinstance(b, torch.Tensor), f"leaf {i}: expected a tensor, got {type(b)}"
             assert a.dtype == b.dtype, f"leaf {i}: dtype {b.dtype} != eager {a.dtype}"
             assert a.shape == b.shape, f"leaf {i}: shape {tuple(b.shape)} != eager {tuple(a.shape)}"
-            torch.testing.assert_close(b, a, rtol=rtol, atol=atol, msg=lambda m: f"leaf {i}: {m}")
+            torch.testing.assert_close(b, a, rtol=rtol, atol=atol, msg=lambda m, i=i: f"leaf {i}: {m}")
         else:
             assert a == b, f"leaf {i}: {b!r} != eager {a!r}"
 

@@ -22,7 +22,8 @@ def shell(*args: str, cwd: Path) -> tuple[int, dict, str]:
     try:
         doc = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"graphcap {' '.join(args)} printed no JSON document:\n{done.stdout}\n{done.stderr}")
+        raise AssertionError(f"graphcap {' '.join(args)} printed no JSON document:\n{done.stdout}\n{done.stderr}") \
+            from None
     return done.returncode, doc, done.stderr
 
 

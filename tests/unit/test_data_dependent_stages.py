@@ -132,7 +132,7 @@ def test_every_stage_matches_eager_on_good_data(case):
 
 def test_every_stage_refuses_data_that_breaks_a_check(case):
     _, ep, _, bad = case
-    for stage, program in _stages(ep).items():
+    for program in _stages(ep).values():
         runnable = program.module()
         for args in bad:
             with pytest.raises((RuntimeError, AssertionError)):

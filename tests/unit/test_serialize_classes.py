@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-
 def fresh(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(cwd)]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=env,
@@ -46,7 +45,6 @@ def gpt2_files(tmp_path_factory):
     finally:
         sys.path.remove(str(HERE))
     folder = tmp_path_factory.mktemp("gpt2")
-    outputs = {}
     for name in ("gpt2", "gpt2_cache"):
         model, args = getattr(factories, name)()
         with warnings.catch_warnings():

@@ -53,7 +53,7 @@ def test_the_heap_is_given_back_when_the_export_fails():
         def forward(self, x):
             raise ValueError("user error")
 
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.TraceError):
         graphcap.export(Fails(), (torch.ones(2),))
     assert gc.get_freeze_count() == 0
 

@@ -63,7 +63,7 @@ def render() -> str:
     for c in cases.values():
         topics.setdefault(c.topic, []).append(c)
     out += ["| case | tags | status |", "|---|---|---|"]
-    for topic, group in topics.items():
+    for group in topics.values():
         for c in group:
             beyond = " (beyond torch.export)" if c.beyond_torch else ""
             out.append(f"| [{c.name}](#{c.name.replace('_', '-')}) | {', '.join(sorted(c.tags))} | "

@@ -132,7 +132,6 @@ def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: lis
     try:
         eager_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
         expected, err = _run(mod, eager_call)
-        eager_state = _state_snapshot(mod)
         if err is not None:
             return f"eager raised {type(err).__name__} there"
         _restore(mod, saved)

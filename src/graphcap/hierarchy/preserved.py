@@ -150,7 +150,7 @@ class PreservedModule(SubmoduleGraph):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = auto_flatten.flatten((args, kwargs))
-        for name, in_spec, constants, out_spec, compiled, _ in self._calls:
+        for _, in_spec, constants, out_spec, compiled, _ in self._calls:
             if spec != in_spec or not all((v is not None) if c is _NOT_CONSTANT else _same_constant(c, v)
                                           for c, v in zip(constants, leaves)):  # None is no traced value
                 continue

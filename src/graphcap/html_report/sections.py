@@ -240,7 +240,7 @@ def assumptions(ep: Any, names: SymbolNames = NoNames()) -> str:
     recorded = getattr(ep, "export_assumptions", None)
     rows = []
     for a in recorded or []:
-        field = a.get if isinstance(a, dict) else lambda k, d=None: getattr(a, k, d)  # records or their data
+        field = a.get if isinstance(a, dict) else lambda k, d=None, a=a: getattr(a, k, d)  # records or their data
         where = field("where") or ("(inside torch)" if field("framework") else "")
         text = names(field("text") or "")
         if not text.strip():

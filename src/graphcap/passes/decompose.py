@@ -218,7 +218,8 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
 def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: torch.fx.GraphModule) -> None:
     """The user's ``custom`` annotations on the inputs and the output stay where they were (the
     replay carries those of operator nodes; inputs and the output are made by the tracer)."""
-    ends = lambda gm: [n for n in gm.graph.nodes if n.op in ("placeholder", "output")]
+    def ends(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+        return [n for n in gm.graph.nodes if n.op in ("placeholder", "output")]
     for new, old in zip(ends(new_gm), ends(old_gm)):
         if new.op == old.op and old.meta.get("custom") and "custom" not in new.meta:
             new.meta["custom"] = dict(old.meta["custom"])

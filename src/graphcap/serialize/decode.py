@@ -94,7 +94,7 @@ class _GraphReader:
             if name in env:
                 raise bad(f"Node name {name} is used twice.")
 
-            def extra(tag: str, payload: Any) -> Any:
+            def extra(tag: str, payload: Any, name: str = name, where: str = where) -> Any:
                 if tag == "node":
                     if not isinstance(payload, str) or payload not in env:
                         raise bad(f"Node {name} uses {payload!r:.80} before it is defined.")

@@ -68,7 +68,7 @@ def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = N
                                      fix="Save a multi-method program whose weights are loaded.")
     data, described = tensors.pack(shared)
     entries: dict[str, bytes] = {STATE_ENTRY: data}
-    for i, (name, ep) in enumerate(progs.items()):
+    for i, ep in enumerate(progs.values()):
         buf = io.BytesIO()
         save_program(_without_state(ep, set(shared)), buf, weights=False)
         entries[f"{METHOD_PREFIX}{i}.pt2"] = buf.getvalue()
