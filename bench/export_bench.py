@@ -211,7 +211,8 @@ def print_table(rows: list[Row], meta: dict[str, Any]) -> None:
     table = Table(title=f"graphcap.export vs torch.export.export (non-strict, static shapes) — "
                         f"median of {meta['repeats']} after a warm-up",
                   caption="gc = graphcap. time, cpu, mem, nodes: graphcap/torch ratios; goal: time ≤ 0.5x "
-                          "(green). time: wall clock; cpu: process CPU time. MiB: tracemalloc peak of one export; RSS+: largest resident-set rise "
+                          "(green). time: wall clock; cpu: process CPU time. MiB: tracemalloc peak of one export; "
+                          "RSS+: largest resident-set rise "
                           "in a timed export (bench/README.md says why).")
     table.add_column("model", no_wrap=True)
     table.add_column("gc s", justify="right")

@@ -54,8 +54,9 @@ def _program_dynamic(ep) -> set[tuple[int, int]]:
 
 def _auto_spec(built) -> Any:
     combined = combined_inputs(built.model, tuple(built.args), dict(built.kwargs or {}))
-    return {k: pytree.tree_map(lambda v: {d: Dim.AUTO for d in range(v.dim())} if isinstance(v, torch.Tensor) else None, v)
-            for k, v in combined.items()}
+    def auto(v: Any) -> Any:
+        return {d: Dim.AUTO for d in range(v.dim())} if isinstance(v, torch.Tensor) else None
+    return {k: pytree.tree_map(auto, v) for k, v in combined.items()}
 
 
 def _check(ep, built, hand) -> tuple[bool, bool, str]:
@@ -109,7 +110,8 @@ def main(argv: list[str]) -> None:
         rows.append(run_case(case))
         r = rows[-1]
         print(f"{r['case']}: inferred={r['inferred']} auto={r['auto']}", file=sys.stderr, flush=True)
-    print("| case | hand-written dynamic dims | inferred: matches eager / keeps (Dims) | auto: matches eager / keeps (symbols) | note |")
+    print("| case | hand-written dynamic dims | inferred: matches eager / keeps (Dims) "
+          "| auto: matches eager / keeps (symbols) | note |")
     print("|---|---|---|---|---|")
     for r in rows:
         fi, fa = r["inferred"], r["auto"]

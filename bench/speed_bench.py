@@ -221,7 +221,8 @@ def render(rows: list[dict], header: dict[str, str], command: str, label: str = 
             lines.append(f"| {mode} | " + " | ".join(_cell(rows, mode, c) for c in ("cold", "warm", "decomp")) + " |")
     meta = [r for r in rows if r.get("meta_forward_s")]
     if meta:
-        lines += ["", "Warm export against the same forward pass on the meta device, run with is_exporting() True as the exporters run it (goal for graphcap: ≤ 3x):", "",
+        lines += ["", "Warm export against the same forward pass on the meta device, run with is_exporting() True "
+                      "as the exporters run it (goal for graphcap: ≤ 3x):", "",
                   "| model | meta forward s | graphcap warm / meta | torch warm / meta |", "|---|---|---|---|"]
         for r in meta:
             lines.append(f"| {r['model']} | {r['meta_forward_s']:.4f} | {fmt_ratio(r['warm_vs_meta'])} "
@@ -235,7 +236,8 @@ def render(rows: list[dict], header: dict[str, str], command: str, label: str = 
     for r in rows:
         cg, ct = r.get("cold_graphcap"), r.get("cold_torch")
         lines.append(
-            f"| {r['model']} | {r['mode']} | {s(cg and cg['wall'])}/{s(ct and ct['wall'])} | {fmt_ratio(r.get('cold'))} "
+            f"| {r['model']} | {r['mode']} | {s(cg and cg['wall'])}/{s(ct and ct['wall'])} "
+            f"| {fmt_ratio(r.get('cold'))} "
             f"| {s(r.get('warm_graphcap_s'))}/{s(r.get('warm_torch_s'))} | {fmt_ratio(r.get('warm'))} "
             f"| {s(r.get('decomp_graphcap_s'))}/{s(r.get('decomp_torch_s'))} | {fmt_ratio(r.get('decomp'))} |")
     lines += ["", "</details>", ""]

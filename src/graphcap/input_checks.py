@@ -184,7 +184,8 @@ class InputChecker:
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
-                got = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
+                got = ", ".join(f"{names[s]} = {bindings[s]}"
+                                for s in sorted(relation.free_symbols, key=lambda s: names[s]))
                 raise InputGuardError(
                     guards.with_guard(
                         f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",

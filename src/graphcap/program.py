@@ -332,7 +332,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         for spec in self._graph_signature.input_specs:
             if spec.kind is InputKind.USER_INPUT:
                 continue
-            in_state = spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
+            in_state = spec.kind is InputKind.PARAMETER \
+                or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
             state.append((self._state_dict if in_state else self._constants)[spec.target])
         return (*state, *leaves)
 

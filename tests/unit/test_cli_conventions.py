@@ -71,7 +71,8 @@ def test_python_m_graphcap_version_and_json_export(tmp_path):
 def test_help_version_and_completion_import_no_torch(tmp_path):
     """--help, --version and completion answer without importing torch (the seconds --help took)."""
     code = ("import sys\nfrom graphcap.cli import main\n"
-            "for argv in (['--help'], ['export', '--help'], ['--version'], ['completion', 'bash'], ['completion', 'zsh']):\n"
+            "for argv in (['--help'], ['export', '--help'], ['--version'], ['completion', 'bash'],"
+            " ['completion', 'zsh']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print('TORCH IMPORTED', 'torch' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))

@@ -164,8 +164,9 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
                 dotted = _is_module_patch(target)
                 if dotted:
                     hits.append(f"{where}:{node.lineno}: process-wide patch of {dotted}")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
-                    and node.args and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("setattr", "delattr") and node.args \
+                    and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
                 hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}({_dotted(node.args[0])}, ...)")
     return hits
 

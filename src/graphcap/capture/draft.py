@@ -164,7 +164,8 @@ def _data_dependent_problems(decisions: list[Decision]) -> list[Problem]:
             note = (" (value: the number read from tensor data that the condition depends on; name it "
                     "where it is read, value = t.item(), and write the check right after that line)"
                     if check != f"torch._check({d.spelled})" else "")
-            fix = f"{check}  # before this line, if it always holds for your data; if both outcomes happen, use torch.cond"
+            fix = (f"{check}  # before this line, if it always holds for your data; "
+                   "if both outcomes happen, use torch.cond")
         else:
             check, words, note = written.check, written.condition, ""
             fix = (f"{check}  # before this line, if it always holds for your data; if both outcomes happen, "

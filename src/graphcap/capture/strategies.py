@@ -164,9 +164,9 @@ class CaptureError(GraphcapError):
         super().__init__(what, where=where, fix=fix)
 
 
-def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
-            strategies: Sequence[str] = STRATEGIES, verify: bool = True, progress: Optional[bool] = None,
-            **export_options: Any) -> CaptureResult:
+def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, Any]] = None, *,
+            dynamic_shapes: Any = None, strategies: Sequence[str] = STRATEGIES, verify: bool = True,
+            progress: Optional[bool] = None, **export_options: Any) -> CaptureResult:
     """Try each strategy in order; return the first verified program and the record of every attempt.
 
     Args:

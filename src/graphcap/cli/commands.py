@@ -345,7 +345,8 @@ def verify_command(args) -> int:
         built = load_factory(targets[0], args.factory_args)
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
-        built = load_factory(targets[1], args.factory_args)  # first: the classes the factory's modules define are then the real ones
+        # the factory first: the classes its modules define are then the real ones
+        built = load_factory(targets[1], args.factory_args)
         ep = load_program(targets[0])
     else:
         raise UsageError(f"verify takes FILE.py:FACTORY or OUT.pt2 FILE.py:FACTORY, got {' '.join(targets)}.",

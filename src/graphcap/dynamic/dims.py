@@ -223,7 +223,8 @@ def as_dim(obj: Any) -> Any:
         kind = DimHint.Kind[obj.type.name]
         return DimHint(kind, getattr(obj, "min", None), getattr(obj, "max", None))
     name = getattr(obj, "__name__", None)
-    if isinstance(name, str) and hasattr(obj, "min") and hasattr(obj, "max") and type(obj).__module__.startswith("torch"):
+    if isinstance(name, str) and hasattr(obj, "min") and hasattr(obj, "max") \
+            and type(obj).__module__.startswith("torch"):
         if hasattr(obj, "root") and hasattr(obj, "fn"):
             root = as_dim(obj.root)
             return DerivedDim(root, obj.fn, name)

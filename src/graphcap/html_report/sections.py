@@ -226,8 +226,8 @@ def runtime_asserts(ep: Any, names: SymbolNames = NoNames()) -> list[list[Any]]:
                 continue
             if not cond.strip():
                 cond = f"{node.name} ({_op_name(node.target)})"  # never an empty condition cell
-            dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} |
-                                    {n for n in names.names.values() if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", cond)}))
+            named = {n for n in names.names.values() if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", cond)}
+            dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} | named))
             rows.append([kind, dims, Raw(f"<code>{escape(cond)}</code>"),
                          _user_line(node.meta.get("stack_trace", ""))])
     return rows

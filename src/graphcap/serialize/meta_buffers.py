@@ -64,7 +64,8 @@ def _rebuilt(module: torch.nn.Module, names: list[str]) -> Optional[dict[str, to
         return None
     out: dict[str, torch.Tensor] = {}
     for name in names:
-        old, new = dict(module.named_buffers(recurse=False)).get(name), dict(fresh.named_buffers(recurse=False)).get(name)
+        old = dict(module.named_buffers(recurse=False)).get(name)
+        new = dict(fresh.named_buffers(recurse=False)).get(name)
         if old is None or new is None or tuple(new.shape) != tuple(old.shape) or new.device.type == "meta":
             return None
         out[name] = new.detach().to(dtype=old.dtype)

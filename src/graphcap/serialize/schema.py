@@ -193,8 +193,8 @@ MODULE_CALL = Record("ModuleCall", {"fqn": Str, "signature": Union("MaybeModuleC
 
 # Weights, constants, example inputs: name -> where the tensor's bytes are (serialize/tensors.py).
 TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), Record("TensorView", {
-    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int), "offset": Int,
-    "device": Str, "requires_grad": Bool, "parameter": Bool})))
+    "storage": Union("MaybeStorage", Str, Null), "dtype": Str, "shape": ListOf(Int), "stride": ListOf(Int),
+    "offset": Int, "device": Str, "requires_grad": Bool, "parameter": Bool})))
 EXAMPLE_VALUE = _tagged_values("ExampleValue", {"tensor": Str})
 
 PROGRAM = Record("Program", {

@@ -10,8 +10,9 @@ Version 1 → 2 is the identity (version 2 only allows weights without data), an
 2 → 3 adds optional fields and clears the root call-graph entry's value lists.
 
 **The program's form** (``writes_into_graph``), for files whose format did not
-change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
-program updates as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
+change but whose program an older graphcap built differently. Until 2026-11-23
+graphcap's training IR listed every buffer or user input the program updates
+as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
 placeholder itself for an in-place write (the write was already an operator
 of the graph), the new tensor for a buffer forward reassigned. torch's
 training IR — and graphcap's since — keeps the writes in the graph and lists

@@ -36,8 +36,8 @@ SAMPLES = {
     "torch.UntypedStorage": lambda: torch.UntypedStorage(1),
 }
 
-__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage", "storage_key",
-           "fake_from_meta", "fake_of_plain_leaf"]
+__all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
+           "storage_key", "fake_from_meta", "fake_of_plain_leaf"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:

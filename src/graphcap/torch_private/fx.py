@@ -86,7 +86,8 @@ __all__ = ["set_pytree_codegen", "rename_in_namespace", "rename_node", "rename_n
 
 def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any, out_spec: Any,
                        own_walks: bool = False) -> None:
-    """Make ``graph``'s generated ``forward`` take ``arg_names``, flatten them by ``in_spec``, rebuild outputs by ``out_spec``.
+    """Make ``graph``'s generated ``forward`` take ``arg_names``, flatten them by ``in_spec``, rebuild outputs by
+    ``out_spec``.
 
     ``own_walks`` makes the generated code take inputs apart and build outputs
     with graphcap's walks (``graphcap.auto_flatten``) instead of torch's pytree:

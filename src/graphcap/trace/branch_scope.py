@@ -142,9 +142,12 @@ class _Snapshot:
     def restore(self) -> None:
         """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
         env = self.env
-        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:] if not g.expr.free_symbols & self.symbols]
-        for saved, current in ((self.var_to_range, symbol_ranges(env)), (self.var_to_range_sloc, symbol_range_locations(env)),
-                               (self.replacements, replacements(env)), (self.replacements_slocs, replacement_locations(env))):
+        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:]
+                                            if not g.expr.free_symbols & self.symbols]
+        for saved, current in ((self.var_to_range, symbol_ranges(env)),
+                               (self.var_to_range_sloc, symbol_range_locations(env)),
+                               (self.replacements, replacements(env)),
+                               (self.replacements_slocs, replacement_locations(env))):
             for s in [s for s in current if s in self.symbols and s not in saved]:
                 del current[s]
             current.update(saved)

@@ -53,7 +53,8 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
 
 
-def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor], others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
+def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor],
+               others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
     """Static fake copies of a module's parameters and buffers, keyed by ``id`` of the real tensor.
 
     A tensor held under two names (tied weights) gets one fake copy. Plain

@@ -205,11 +205,13 @@ def record(
 
     scope = module_paths.ScopeRoot(root) if root is not None else None
     if scope is not None:
-        fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
+        # lets make_fx record nn_module_stack against the user's module tree
+        fx_private.set_module_stack_root(traced, scope)
     target = getattr(call, "__func__", call)
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), \
+                python_overrides.installed(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 fx_private.code_generated_on_first_use():
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,

@@ -109,7 +109,8 @@ def _check_set(inputs: ProgramInputs, plan, model, runnable, state: "_StateGuard
     shapes = {leaf.name: shape for leaf, shape in zip(inputs.leaves, inputs.shapes(plan.bindings))
               if isinstance(leaf, TensorInput)}
     out = InputSetResult(plan.label, {str(s): v for s, v in plan.bindings.items()}, shapes)
-    eager_in, program_in = make_inputs(inputs, plan.bindings, seed, plan.values), make_inputs(inputs, plan.bindings, seed, plan.values)
+    eager_in = make_inputs(inputs, plan.bindings, seed, plan.values)
+    program_in = make_inputs(inputs, plan.bindings, seed, plan.values)
     expected, eager_error = _call(model, eager_in, seed)
     eager_state = state.changed_in(model)
     state.restore()
