@@ -66,7 +66,7 @@ def render() -> str:
     for group in topics.values():
         for c in group:
             beyond = " (beyond torch.export)" if c.beyond_torch else ""
-            out.append(f"| [{c.name}](#{c.name.replace('_', '-')}) | {', '.join(sorted(c.tags))} | "
+            out.append(f"| [{c.name}](#{c.name}) | {', '.join(sorted(c.tags))} | "
                        f"{c.status}{beyond} |")
     out.append("")
     for topic, group in topics.items():
