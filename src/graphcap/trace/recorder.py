@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -161,6 +161,35 @@ def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
         del node.meta["custom"]
 
 
+@dataclass
+class _LearnedWhileTracing:
+    """What the traced function learns as it runs, for the :class:`Recording` made once make_fx returns."""
+
+    out_spec: Optional[pytree.TreeSpec] = None
+    reassigned_buffers: list[str] = dataclasses.field(default_factory=list)
+    tracked: Any = None  # the top-level tracer's fake tensor → proxy map, held weakly
+
+
+@contextlib.contextmanager
+def _recording_under(target: Any, fake_mode: FakeTensorMode, root: Optional[torch.nn.Module],
+                     flat_inputs: list[Any]) -> Iterator[None]:
+    """Everything one trace runs under, entered in this order and left in reverse."""
+    with (
+        fx_private.stack_trace_anchor(target),  # the user's frames count in recorded stack traces
+        fake_mode,  # the inputs and state are its fake tensors
+        _exporting_flags(),  # is_compiling() / is_exporting() answer True
+        backend_neutral(),  # no cuDNN / MKL-DNN / NNPACK choices baked into the graph
+        _restore_grad_mode(),  # the caller's grad mode, whatever forward sets
+        preserved_module_attributes(root),  # attribute writes forward makes are undone
+        hop_capture.capturing(root),  # torch.cond & co. with graphcap's branches
+        python_overrides.installed(),  # the Python constructs graphcap makes traceable
+        subclass_access.recorded(flat_inputs),  # reads of tensor subclasses' inner tensors
+        tensor_metadata_cached(),  # make_fx's tensor_meta once per static layout
+        fx_private.code_generated_on_first_use(),  # graph modules write their code when first used
+    ):
+        yield
+
+
 def record(
     call: Callable[..., Any],
     root: Optional[torch.nn.Module],
@@ -181,7 +210,7 @@ def record(
     that forward reassigned.
     """
     n_state = len(state_names)
-    box: dict[str, Any] = {}
+    learned = _LearnedWhileTracing()
 
     def traced(*flat):
         # The top-level tracer's nodes get graphcap's stack recording (_record_user_stack_traces), so
@@ -190,7 +219,7 @@ def record(
         tracer = fx_private.current_make_fx_tracer().fx_tracer
         tracer.record_stack_traces = False
         _record_user_stack_traces(tracer)
-        box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
+        learned.tracked = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
         ctx = (reparametrized(root, state, tie_weights=True, strict=False, stack_weights=True)
@@ -199,8 +228,8 @@ def record(
             out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
             reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         auto_register(out, "outputs")
-        flat_out, box["spec"] = pytree.tree_flatten(out)
-        box["reassigned"] = list(reassigned)
+        flat_out, learned.out_spec = pytree.tree_flatten(out)
+        learned.reassigned_buffers = list(reassigned)
         return tuple(flat_out) + tuple(reassigned.values())
 
     scope = module_paths.ScopeRoot(root) if root is not None else None
@@ -209,11 +238,7 @@ def record(
         fx_private.set_module_stack_root(traced, scope)
     target = getattr(call, "__func__", call)
     try:
-        with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), \
-                python_overrides.installed(), \
-                subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
-                fx_private.code_generated_on_first_use():
+        with _recording_under(target, fake_mode, root, flat_inputs):
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
         fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
@@ -223,7 +248,7 @@ def record(
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
     module_paths.normalize_module_stacks(gm)
-    return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
+    return Recording(gm, learned.out_spec, learned.reassigned_buffers, learned.tracked)
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
