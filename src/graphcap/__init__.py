@@ -137,6 +137,14 @@ def _import_verification() -> dict[str, Any]:
     return {"verify": verify, "VerificationResult": VerificationResult}
 
 
+def _import_errors_module() -> dict[str, Any]:
+    # the documented `graphcap.errors.StrictCaptureError` after a plain `import graphcap`: the
+    # import system sets the attribute only once something has imported the submodule (and
+    # `from . import errors` would ask this module's __getattr__ first)
+    from .errors import GraphcapError
+    return {"errors": _sys.modules[GraphcapError.__module__]}
+
+
 _CORE_NAMES = (
     "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError",
     "CaptureResult", "capture", "InferredShapes", "infer_dynamic_shapes",
@@ -153,6 +161,7 @@ _LAZY: dict[str, Callable[[], dict[str, Any]]] = {
     "unflatten": _import_unflatten, "from_torch": _import_interop, "to_torch": _import_interop,
     "move_to_device_pass": _import_move_to_device, "FORMAT_VERSION": _import_format_version,
     "report": _import_report, "verify": _import_verification, "VerificationResult": _import_verification,
+    "errors": _import_errors_module,
 }
 
 

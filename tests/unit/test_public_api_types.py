@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import graphcap
@@ -36,3 +39,12 @@ def test_type_checking_block_names_every_public_name():
 def test_type_checking_block_binds_the_runtime_objects():
     for public, (module, name) in _type_checking_imports().items():
         assert getattr(importlib.import_module(module), name) is getattr(graphcap, public), public
+
+
+def test_the_errors_module_is_reached_from_a_plain_import():
+    """``graphcap.errors.StrictCaptureError`` (as the docs write it) after ``import graphcap`` alone."""
+    code = ("import sys, graphcap\nassert 'torch' not in sys.modules\n"
+            "print(graphcap.errors.DataDependentError.__name__, 'errors' in dir(graphcap))\n")
+    env = dict(os.environ, PYTHONPATH=str(INIT.parents[1]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["DataDependentError", "True"], out.stderr[-2000:]
