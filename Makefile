@@ -102,7 +102,7 @@ compat-reference: compat-torch $(STAMP)  ## rerun the suite with torch.export it
 	$(PY) compat/compat.py --reference --files "$(COMPAT_FILES)"
 
 compat-torch:
-	@test "$(TORCH)" = "$(COMPAT_TORCH)" || { echo "make compat runs on torch $(COMPAT_TORCH) only: the suite and compat/torch_passes.txt are torch 2.14.1's (README: torch versions)"; exit 2; }
+	@test "$(TORCH)" = "$(COMPAT_TORCH)" || { echo "make compat runs on torch $(COMPAT_TORCH) only: the suite and compat/torch_passes.txt are torch 2.14.1's (docs/torch-versions.md)"; exit 2; }
 
 # A new torch release: resolve pyproject.toml afresh with the given torch and torchvision in
 # $(VENV) (made anew) and freeze the result into constraints/torch-$(TORCH).txt.

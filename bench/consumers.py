@@ -49,7 +49,7 @@ from typing import Any, Callable, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402  (puts ../shared/zoo on the path)
+import harness  # puts ../shared/zoo on the path
 
 EXPORTERS = ("graphcap", "torch")
 
@@ -195,8 +195,10 @@ def et_portable(ep, case: Case, exporter: str) -> float:
 def pt2e(ep, case: Case, exporter: str) -> float:
     """pt2e int8 quantization of the program's module, exported again and lowered to XNNPACK."""
     require("executorch", "torchao")
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
-                                                                         get_symmetric_quantization_config)
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
     prepared = prepare_pt2e(ep.module(), quantizer)

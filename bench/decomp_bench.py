@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import platform
@@ -30,12 +29,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
-from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
+import harness  # the shared timing harness; also puts ../shared/zoo on the path
+import torch
+from harness import GOAL_RATIO, REPEATS
+from harness import describe as _describe
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 
 @dataclass
@@ -81,14 +80,14 @@ def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS) -
                         ("torch", lambda m, a, k: torch.export.export(m, a, k, strict=False))):
         try:
             ep = export(model, args, kwargs)
-        except Exception as e:  # noqa: BLE001 - a failing exporter is a result, not a crash
+        except Exception as e:  # a failing exporter is a result, not a crash
             figures[key].error = "export: " + _describe(e)
             continue
         calls[key] = lambda ep=ep: ep.run_decompositions()
     for key, call in list(calls.items()):  # warm-up; counts nodes and finds failures
         try:
             figures[key].op_nodes = _op_nodes(call())
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             figures[key].error = _describe(e)
             del calls[key]
     for _ in range(repeats):
@@ -110,7 +109,8 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(header))
     for r in rows:
         g, t = r.graphcap, r.torch
-        fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+        def fmt(v):
+            return "-" if v is None else f"{v:.3f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         print(f"{r.model:34s} {fmt(g.time_s):>10s} {fmt(t.time_s):>9s} {ratio:>7s} "
               f"{g.op_nodes if g.op_nodes is not None else '-':>7} {t.op_nodes if t.op_nodes is not None else '-':>9}")

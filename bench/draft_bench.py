@@ -43,7 +43,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, float, str]:
     try:
         fn()
         status = "ok"
-    except Exception as e:  # noqa: BLE001 (a failing exporter is a result of the benchmark)
+    except Exception as e:  # a failing exporter is a result of the benchmark
         status = f"failed: {type(e).__name__}"
     return time.perf_counter() - start, time.process_time() - cpu, status
 
@@ -59,8 +59,8 @@ def main() -> None:
     rows = []
     for name in opts.models:
         model, args = _build(name, opts.full)
-        runs = {"graphcap": lambda: graphcap.draft_export(model, args),
-                "torch": lambda: torch.export.draft_export(model, args)}
+        runs = {"graphcap": lambda model=model, args=args: graphcap.draft_export(model, args),
+                "torch": lambda model=model, args=args: torch.export.draft_export(model, args)}
         order = ["torch", "graphcap"] if opts.torch_first else ["graphcap", "torch"]
         times = {}
         for who in order:

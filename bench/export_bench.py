@@ -38,12 +38,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import harness  # noqa: E402 - the shared timing harness; also puts ../shared/zoo on the path
-from harness import GOAL_RATIO, REPEATS, describe as _describe  # noqa: E402
+import harness  # the shared timing harness; also puts ../shared/zoo on the path
+import torch
+from harness import GOAL_RATIO, REPEATS
+from harness import describe as _describe
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 
 @dataclass
@@ -164,7 +164,7 @@ def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS,
     for key, call in calls.items():  # warm-up; also counts the nodes and finds failures
         try:
             figures[key].nodes, figures[key].op_nodes = _count_nodes(call())
-        except Exception as e:  # noqa: BLE001 - a failing exporter is a result, not a crash
+        except Exception as e:  # a failing exporter is a result, not a crash
             figures[key].error = _describe(e)
     live = [k for k in calls if figures[k].error is None]
     for _ in range(repeats):
@@ -211,7 +211,8 @@ def print_table(rows: list[Row], meta: dict[str, Any]) -> None:
     table = Table(title=f"graphcap.export vs torch.export.export (non-strict, static shapes) — "
                         f"median of {meta['repeats']} after a warm-up",
                   caption="gc = graphcap. time, cpu, mem, nodes: graphcap/torch ratios; goal: time ≤ 0.5x "
-                          "(green). time: wall clock; cpu: process CPU time. MiB: tracemalloc peak of one export; RSS+: largest resident-set rise "
+                          "(green). time: wall clock; cpu: process CPU time. MiB: tracemalloc peak of one export; "
+                          "RSS+: largest resident-set rise "
                           "in a timed export (bench/README.md says why).")
     table.add_column("model", no_wrap=True)
     table.add_column("gc s", justify="right")
@@ -305,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="with --profile, also write <model>.prof files here")
     opts = parser.parse_args(argv)
 
-    import zoo  # noqa: E402 (lives in ../shared/zoo)
+    import zoo  # lives in ../shared/zoo
     cases = zoo.select(opts.models)
     if not cases:
         parser.error(f"--models {opts.models!r} selects no zoo model; names: {', '.join(zoo.REGISTRY)}")

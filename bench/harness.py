@@ -97,7 +97,7 @@ def interleaved(calls: dict[str, Callable[[], Any]], repeats: int = REPEATS,
         t = timings.setdefault(key, Timing())
         try:
             call()
-        except Exception as e:  # noqa: BLE001 - a failure is a result, not a crash
+        except Exception as e:  # a failure is a result, not a crash
             t.error = describe(e)
             continue
         live.append(key)
@@ -123,8 +123,9 @@ def fmt_ratio(r: Optional[float]) -> str:
 
 def machine_header() -> dict[str, str]:
     """Date, versions and machine, as a results file names them."""
-    import torch
     from importlib.metadata import PackageNotFoundError, version
+
+    import torch
     try:
         gc_version = version("graphcap")
     except PackageNotFoundError:
@@ -136,7 +137,7 @@ def machine_header() -> dict[str, str]:
     except OSError:
         pass
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "graphcap": gc_version,
         "python": platform.python_version(),

@@ -27,8 +27,8 @@ import torch
 
 import graphcap
 from graphcap import Dim
-from graphcap.dynamic.named_inputs import combined_inputs
 from graphcap.capture.inferred_shapes import _same  # outputs compared by their tensors, caches included
+from graphcap.dynamic.named_inputs import combined_inputs
 from graphcap.dynamic.spec import match_spec
 from graphcap.torch_private import pytree
 
@@ -54,8 +54,9 @@ def _program_dynamic(ep) -> set[tuple[int, int]]:
 
 def _auto_spec(built) -> Any:
     combined = combined_inputs(built.model, tuple(built.args), dict(built.kwargs or {}))
-    return {k: pytree.tree_map(lambda v: {d: Dim.AUTO for d in range(v.dim())} if isinstance(v, torch.Tensor) else None, v)
-            for k, v in combined.items()}
+    def auto(v: Any) -> Any:
+        return {d: Dim.AUTO for d in range(v.dim())} if isinstance(v, torch.Tensor) else None
+    return {k: pytree.tree_map(auto, v) for k, v in combined.items()}
 
 
 def _check(ep, built, hand) -> tuple[bool, bool, str]:
@@ -66,7 +67,7 @@ def _check(ep, built, hand) -> tuple[bool, bool, str]:
             want = built.model(*a, **k)
             try:
                 got = runnable(*a, **k)
-            except Exception as e:  # noqa: BLE001 (a refusal is a result here)
+            except Exception as e:  # a refusal is a result here
                 return False, hand <= _program_dynamic(ep), f"refuses a sample: {type(e).__name__}"
         if not _same(want, got):
             return False, hand <= _program_dynamic(ep), "differs from eager"
@@ -83,7 +84,7 @@ def run_case(case) -> dict[str, Any]:
         shapes = graphcap.infer_dynamic_shapes(built.model, samples)
         ok, keeps, why = _check(shapes.program, built, hand)
         row["inferred"] = (ok, keeps, why, len(shapes.dims))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         row["inferred"] = (False, False, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}", 0)
     row["inferred_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -91,7 +92,7 @@ def run_case(case) -> dict[str, Any]:
         ep = graphcap.export(built.model, tuple(built.args), dict(built.kwargs or {}), dynamic_shapes=_auto_spec(built))
         ok, keeps, why = _check(ep, built, hand)
         row["auto"] = (ok, keeps, why, len(ep.range_constraints))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         row["auto"] = (False, False, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}", 0)
     row["auto_s"] = time.perf_counter() - t
     return row
@@ -109,7 +110,8 @@ def main(argv: list[str]) -> None:
         rows.append(run_case(case))
         r = rows[-1]
         print(f"{r['case']}: inferred={r['inferred']} auto={r['auto']}", file=sys.stderr, flush=True)
-    print("| case | hand-written dynamic dims | inferred: matches eager / keeps (Dims) | auto: matches eager / keeps (symbols) | note |")
+    print("| case | hand-written dynamic dims | inferred: matches eager / keeps (Dims) "
+          "| auto: matches eager / keeps (symbols) | note |")
     print("|---|---|---|---|---|")
     for r in rows:
         fi, fa = r["inferred"], r["auto"]

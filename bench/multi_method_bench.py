@@ -19,11 +19,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import torch
 from harness import wall_seconds
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 
 def build(layers: int, hidden: int):

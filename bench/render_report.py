@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import harness  # noqa: F401  (puts ../shared/zoo on the path)
+import zoo
 
 import graphcap
-import zoo
 
 
 def main() -> int:
@@ -43,7 +43,8 @@ def main() -> int:
         return 1
     png = out / f"{args.model}.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--window-size=1400,{args.height}", f"--screenshot={png}", html.resolve().as_uri() + (f"#view={args.view}" if args.view else "")],
+                    f"--window-size=1400,{args.height}", f"--screenshot={png}",
+                    html.resolve().as_uri() + (f"#view={args.view}" if args.view else "")],
                    check=True, capture_output=True, timeout=120)
     print(f"screenshot {png}")
     return 0

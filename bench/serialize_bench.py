@@ -25,11 +25,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 from harness import wall_seconds  # also puts ../shared/zoo on the path
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 REPEATS = 3
 

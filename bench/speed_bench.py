@@ -42,7 +42,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-import harness  # noqa: F401 - also puts ../shared/zoo on the path
+import harness  # also puts ../shared/zoo on the path
 from harness import GOAL_RATIO, REPEATS, Timing, fmt_ratio, median, ratio, timed
 
 EXPORTERS = ("graphcap", "torch")
@@ -87,15 +87,16 @@ def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool =
     for key in order:  # the first is cold; the second only warms up here
         try:
             # the first export as a user's script meets it: no collection beforehand (harness.timed)
-            wall, cpu, ep = timed(lambda: _exporter(key)(model, args, kwargs, dynamic_shapes=shapes), keep=True,
+            wall, cpu, ep = timed(lambda key=key: _exporter(key)(model, args, kwargs, dynamic_shapes=shapes), keep=True,
                                   collect_first=key != first)
-        except Exception as e:  # noqa: BLE001 - a failure is a result
+        except Exception as e:  # a failure is a result
             out["errors"][key] = harness.describe(e)
             continue
         programs[key] = ep
         if key == first:
             out["cold"][key] = {"wall": wall, "cpu": cpu}
-    exports = {k: (lambda f=_exporter(k): f(model, args, kwargs, dynamic_shapes=shapes)) for k in programs}
+    # each lambda binds its exporter now (B008's call in a default is the point)
+    exports = {k: (lambda f=_exporter(k): f(model, args, kwargs, dynamic_shapes=shapes)) for k in programs}  # noqa: B008
     warm = harness.interleaved(exports, repeats)
     decomps = harness.interleaved({k: ep.run_decompositions for k, ep in programs.items()}, repeats) \
         if decompose else {}
@@ -220,7 +221,8 @@ def render(rows: list[dict], header: dict[str, str], command: str, label: str = 
             lines.append(f"| {mode} | " + " | ".join(_cell(rows, mode, c) for c in ("cold", "warm", "decomp")) + " |")
     meta = [r for r in rows if r.get("meta_forward_s")]
     if meta:
-        lines += ["", "Warm export against the same forward pass on the meta device, run with is_exporting() True as the exporters run it (goal for graphcap: ≤ 3x):", "",
+        lines += ["", "Warm export against the same forward pass on the meta device, run with is_exporting() True "
+                      "as the exporters run it (goal for graphcap: ≤ 3x):", "",
                   "| model | meta forward s | graphcap warm / meta | torch warm / meta |", "|---|---|---|---|"]
         for r in meta:
             lines.append(f"| {r['model']} | {r['meta_forward_s']:.4f} | {fmt_ratio(r['warm_vs_meta'])} "
@@ -229,11 +231,13 @@ def render(rows: list[dict], header: dict[str, str], command: str, label: str = 
     lines += ["", "<details><summary>per model</summary>", "",
               "| model | mode | cold gc/torch s | cold | warm gc/torch s | warm | decomp gc/torch s | decomp |",
               "|---|---|---|---|---|---|---|---|"]
-    s = (lambda v: "-" if v is None else f"{v:.3f}")
+    def s(v):
+        return "-" if v is None else f"{v:.3f}"
     for r in rows:
         cg, ct = r.get("cold_graphcap"), r.get("cold_torch")
         lines.append(
-            f"| {r['model']} | {r['mode']} | {s(cg and cg['wall'])}/{s(ct and ct['wall'])} | {fmt_ratio(r.get('cold'))} "
+            f"| {r['model']} | {r['mode']} | {s(cg and cg['wall'])}/{s(ct and ct['wall'])} "
+            f"| {fmt_ratio(r.get('cold'))} "
             f"| {s(r.get('warm_graphcap_s'))}/{s(r.get('warm_torch_s'))} | {fmt_ratio(r.get('warm'))} "
             f"| {s(r.get('decomp_graphcap_s'))}/{s(r.get('decomp_torch_s'))} | {fmt_ratio(r.get('decomp'))} |")
     lines += ["", "</details>", ""]

@@ -20,11 +20,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import torch
 from harness import wall_seconds  # also puts ../shared/zoo on the path
 
-import torch  # noqa: E402
-
-import graphcap  # noqa: E402
+import graphcap
 
 REPEATS = 3
 TARGET_SECONDS = 0.5
@@ -44,7 +43,7 @@ def bench_model(name: str) -> dict[str, Any]:
     except Exception as e:  # torch's unflatten may refuse a program; graphcap's figure still counts
         print(f"  {name}: torch.export.unflatten failed: {type(e).__name__}: {e}", file=sys.stderr)
     times: dict[str, list[float]] = {k: [] for k in steps}
-    for key, fn in steps.items():
+    for fn in steps.values():
         fn()  # warm-up
     for _ in range(REPEATS):
         for key, fn in steps.items():

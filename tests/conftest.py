@@ -64,13 +64,13 @@ def build_zoo(name: str):
         return builder()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_case(name: str):
     """Zoo model ``name``, built once per session: copy the model and inputs before changing them."""
     return build_zoo(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_export(name: str, dynamic: bool = False):
     """``graphcap.export`` of the shared ``zoo_case(name)`` (with its dynamic spec if ``dynamic``), once per
     session. Read it, run ``ep.module()`` copies, derive new programs from it: never change it in place."""
@@ -128,7 +128,7 @@ def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
             assert isinstance(b, torch.Tensor), f"leaf {i}: expected a tensor, got {type(b)}"
             assert a.dtype == b.dtype, f"leaf {i}: dtype {b.dtype} != eager {a.dtype}"
             assert a.shape == b.shape, f"leaf {i}: shape {tuple(b.shape)} != eager {tuple(a.shape)}"
-            torch.testing.assert_close(b, a, rtol=rtol, atol=atol, msg=lambda m: f"leaf {i}: {m}")
+            torch.testing.assert_close(b, a, rtol=rtol, atol=atol, msg=lambda m, i=i: f"leaf {i}: {m}")
         else:
             assert a == b, f"leaf {i}: {b!r} != eager {a!r}"
 

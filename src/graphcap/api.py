@@ -1,11 +1,10 @@
 """The public entry points. Thin: each checks its arguments and delegates."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
-
+from typing import Any, Optional, Sequence, cast
 
 from .program import ExportedProgram
-from .tracing_lock import TRACING_LOCK  # noqa: F401  (re-exported) public here too: the README's "Threads" section names graphcap.api.TRACING_LOCK
+from .tracing_lock import TRACING_LOCK as TRACING_LOCK  # public here too (docs/threads.md)
 
 
 def export(
@@ -17,7 +16,7 @@ def export(
     strict: bool = False,
     preserve_module_call_signature: tuple[str, ...] = (),
     prefer_deferred_runtime_asserts_over_guards: bool = False,
-    samples: Optional[list] = None,
+    samples: Optional[list[Any]] = None,
 ) -> ExportedProgram:
     """Capture ``mod`` called on ``args``/``kwargs`` into an ExportedProgram.
 
@@ -282,8 +281,10 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
     reader = ArchiveReader(f)
     try:
         if _methods_file.is_multi_method_archive(reader):  # written from a MultiMethodProgram
-            return _methods_file.load(reader, extra_files=extra_files, mmap=mmap, weights=weights,
-                                      import_modules=import_modules, stand_ins=stand_ins)
+            # a MultiMethodProgram: torch's signature says ExportedProgram, so the cast keeps its contract
+            return cast(ExportedProgram, _methods_file.load(reader, extra_files=extra_files, mmap=mmap,
+                                                            weights=weights, import_modules=import_modules,
+                                                            stand_ins=stand_ins))
     finally:
         reader.release()
     if not is_path(f):

@@ -22,6 +22,7 @@ from collections.abc import MutableMapping
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
+
 from .torch_private.decomp import core_aten_decompositions_post_autograd, should_decompose_because_unsafe
 from .torch_private.dispatch import DispatchKey, has_kernel, has_kernel_for_dispatch_key, registrations_for_dispatch_key
 from .torch_private.ops import OpOverload, schema_of
@@ -44,7 +45,7 @@ def is_composite(op: Any) -> bool:
     return _CIA in op.py_kernels or has_kernel_for_dispatch_key(op.name(), _CIA)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_functional_schema(op: OpOverload) -> bool:
     schema = schema_of(op)
     return not schema.is_mutable and all(a.alias_info is None for a in schema.arguments) \

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
 from .torch_private.dynamo import UserError as _TorchUserError
 from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 from .torch_private.export_program import torch_spec_violation_error
 
 _TorchSpecViolationError = torch_spec_violation_error()

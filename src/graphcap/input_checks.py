@@ -15,17 +15,18 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from .torch_private import pytree
-from .torch_private.symbolic import int_oo
-from .torch_private.symbolic import bound_sympy
 
-from . import auto_flatten, input_guards as guards, module_inputs
+from . import auto_flatten, module_inputs
+from . import input_guards as guards
+from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .input_guards import placeholder_leaves
 from .input_structure import drawn_structure, other_structure
-from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .pytree import input_path_str
 from .signature import InputKind, call_graph_of, call_spec_of
+from .torch_private import pytree
+from .torch_private.symbolic import bound_sympy, int_oo
 from .trace.naming import builtins_called_by_name
+
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
     """How to make dimension ``dim`` of the input at ``source`` (``x``, ``L['x']``) dynamic, written as the
@@ -86,7 +87,7 @@ def _user_names(ep) -> dict[Any, str]:
     from .dynamic.symbol_names import dim_names
     try:
         return dim_names(ep)
-    except Exception:  # noqa: BLE001 (names only serve messages: without them, symbols print as they are)
+    except Exception:  # names only serve messages: without them, symbols print as they are
         return {}
 
 
@@ -188,7 +189,8 @@ class InputChecker:
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
-                got = ", ".join(f"{names[s]} = {bindings[s]}" for s in sorted(relation.free_symbols, key=lambda s: names[s]))
+                got = ", ".join(f"{names[s]} = {bindings[s]}"
+                                for s in sorted(relation.free_symbols, key=lambda s: names[s]))
                 raise InputGuardError(
                     guards.with_guard(
                         f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",

@@ -13,6 +13,7 @@ import math
 from typing import Any, Optional, Sequence
 
 import sympy
+
 from .torch_private import pytree
 
 

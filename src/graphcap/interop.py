@@ -20,9 +20,10 @@ import torch
 import torch.export.exported_program as tep
 import torch.export.graph_signature as tsig
 
-from . import auto_flatten, signature as gsig
-from .errors import SerializationError
+from . import auto_flatten
+from . import signature as gsig
 from .edited_graphs import normalize_edited_graph
+from .errors import SerializationError
 from .program import ExportedProgram
 from .trace.naming import copy_placeholder_names
 

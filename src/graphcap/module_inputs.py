@@ -26,11 +26,11 @@ import json
 from typing import Any, Optional
 
 import torch
-from .torch_private import pytree
-from .torch_private.modules import BUFFER_REGISTRY, MODULE_REGISTRY, PARAMETER_REGISTRY
 
 from . import auto_flatten
 from .errors import UnsupportedError
+from .torch_private import pytree
+from .torch_private.modules import BUFFER_REGISTRY, MODULE_REGISTRY, PARAMETER_REGISTRY
 
 # Attribute values that are settings of a module: compared between the exported
 # instance and the one given later.

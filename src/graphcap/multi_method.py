@@ -357,8 +357,8 @@ def _split_inputs(name: str, example: Any) -> tuple[tuple, Optional[dict]]:
     return example, None
 
 
-def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Optional[Mapping[str, Any]] = None,
-                   strict: bool = False) -> MultiMethodProgram:
+def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any],
+                   dynamic_shapes: Optional[Mapping[str, Any]] = None, strict: bool = False) -> MultiMethodProgram:
     """Export several methods of ``model`` into one :class:`MultiMethodProgram` (see the module docstring)."""
     from .capture.front_ends import run_front_end
     if not isinstance(model, torch.nn.Module):

@@ -29,15 +29,15 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
-from .torch_private import pytree
 
-from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
-from .tracing_lock import TRACING_LOCK
-from .torch_logs import quiet_torch_logs
-from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
-from .young_heap import trace_allocations_only
-from .verifier import verify
 from .edited_graphs import normalize_edited_graph
+from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
+from .torch_logs import quiet_torch_logs
+from .torch_private import pytree
+from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
+from .tracing_lock import TRACING_LOCK
+from .verifier import verify
+from .young_heap import trace_allocations_only
 
 
 class CallSpec(NamedTuple):
@@ -356,7 +356,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         for spec in self._graph_signature.input_specs:
             if spec.kind is InputKind.USER_INPUT:
                 continue
-            in_state = spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
+            in_state = spec.kind is InputKind.PARAMETER \
+                or (spec.kind is InputKind.BUFFER and spec.persistent is not False)
             state.append((self._state_dict if in_state else self._constants)[spec.target])
         return (*state, *leaves)
 

@@ -22,10 +22,10 @@ import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from .torch_private import pytree
 
 from . import auto_flatten
 from .errors import ExportInputError
+from .torch_private import pytree
 
 # Types that are leaves as they are: either tensors, or Python values that
 # export specializes on (baked into the graph and checked by ``module()``).

@@ -21,9 +21,19 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 # public names of graphcap.signature (documented there); defined in graph_arguments
-from .graph_arguments import (ArgumentSpec, ConstantArgument, CustomObjArgument, InputKind,  # noqa: F401
-                              OutputKind, SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument,
-                              TokenArgument, as_argument)
+from .graph_arguments import (  # noqa: F401
+    ArgumentSpec,
+    ConstantArgument,
+    CustomObjArgument,
+    InputKind,
+    OutputKind,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+    TokenArgument,
+    as_argument,
+)
 
 
 @dataclasses.dataclass

@@ -15,7 +15,6 @@ from typing import Optional
 
 import torch
 
-
 # torch's and graphcap's frames are told by the directories the packages were imported from,
 # not by a path part: a user's project in a folder named "graphcap" or "torch" (a clone of this
 # repository, for one) is user code, and its lines belong in messages.

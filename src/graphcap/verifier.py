@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.fx
-from .torch_private import pytree
-from .torch_private.dispatch import set_grad_enabled
-from .torch_private.fx import predispatch_functions
-from .torch_private.ops import HigherOrderOperator, OpOverload, legacy_sym_sqrt
 
 from .errors import VerificationError
 from .node_facts import aliased_input, subgraph_operands, writes_to_argument
 from .signature import ConstantArgument, InputKind, OutputKind, call_graph_of
+from .torch_private import pytree
+from .torch_private.dispatch import set_grad_enabled
+from .torch_private.fx import predispatch_functions
+from .torch_private.ops import HigherOrderOperator, OpOverload, legacy_sym_sqrt
 
 if TYPE_CHECKING:
     from .program import ExportedProgram

@@ -25,9 +25,9 @@ import graphcap
 from graphcap.errors import GraphcapError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import consumers  # noqa: E402  (bench/consumers.py)
+import consumers  # bench/consumers.py
 
-from conftest import quiet_warnings  # noqa: E402
+from conftest import quiet_warnings
 
 # The consumer packages are installed on the torch line ExecuTorch pairs with (2.14); elsewhere
 # these consumers are not there to try (docs/consumers.md, "torch lines").

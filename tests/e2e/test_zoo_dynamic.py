@@ -14,10 +14,9 @@ import torch
 import torch.utils._pytree as pytree
 
 import graphcap
+from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names
 from graphcap.dynamic.dims import INT_MAX, DerivedDim, as_dim
 from graphcap.dynamic.spec import match_spec
-
-from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names
 
 FAST = ["custom_dict_list_io", "custom_kwargs_only", "custom_buffer_inplace", "tv_resnet18", "hf_bert"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_zoo_blocks import BLOCKS
 
 import graphcap
 from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_names, zoo_params
-from test_zoo_blocks import BLOCKS
 
 # The heavy vision models run full-size with -m slow; their shrunk builds (same classes,
 # same forward code) run by default in test_zoo_blocks.py with the same assertions.

@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 import torch
-import transformers  # noqa: E402  (a test dependency: pyproject's test extra)
+import transformers
 from safetensors.torch import load_file, save_file
 from torch.export import Dim
 

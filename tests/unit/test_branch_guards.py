@@ -17,9 +17,9 @@ import warnings
 import pytest
 import sympy
 import torch
+from functorch.experimental.control_flow import map as ft_map
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from functorch.experimental.control_flow import map as ft_map
 from torch._higher_order_ops.while_loop import while_loop
 from torch.utils._sympy.numbers import int_oo
 
@@ -112,7 +112,8 @@ def test_cond_inside_a_map_body_is_scoped_too():
     model = CondInMap()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep = graphcap.export(model, (torch.randn(2, 6, 3),), dynamic_shapes={"xs": {1: graphcap.Dim("b", min=2, max=20)}})
+        ep = graphcap.export(model, (torch.randn(2, 6, 3),),
+                             dynamic_shapes={"xs": {1: graphcap.Dim("b", min=2, max=20)}})
     assert _range(ep) == (2, 20)
     for name, program in _variants(ep).items():
         for n in (2, 4, 5, 20):
@@ -363,7 +364,8 @@ def test_random_branch_programs_against_a_declared_range(t, u, v, k, example):
                 warnings.simplefilter("ignore")
                 ep = graphcap.export(model, (torch.randn(example, 3),), dynamic_shapes=refined)
             vr = next(iter(ep.range_constraints.values()), None)
-            accepted = [b for b in _SIZES if vr is None and b == example or vr is not None and vr.lower <= b <= vr.upper]
+            accepted = [b for b in _SIZES
+                        if vr is None and b == example or vr is not None and vr.lower <= b <= vr.upper]
             assert example in accepted
         for b in accepted:
             x = torch.randn(b, 3)

@@ -10,10 +10,10 @@ import inspect
 
 import pytest
 import torch
+from test_draft_export import BranchOnItem  # only draft gets past its branch on .item()
 
 import graphcap
 from graphcap import CaptureError, CaptureResult
-from test_draft_export import BranchOnItem  # only draft gets past its branch on .item()
 
 
 def _line_of(fn, text: str) -> int:

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 import graphcap
-from graphcap.cases import all_cases
-from graphcap.cases import docs
+from graphcap.cases import all_cases, docs
 
 CASES = all_cases()
 

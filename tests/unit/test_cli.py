@@ -36,7 +36,7 @@ def test_help_on_every_command(capsys):
         out = capsys.readouterr().out
         assert "usage: graphcap" in out
     assert {"export", "inspect", "run", "verify", "diff", "report", "completion"} <= set(
-        build_parser()._subparsers._group_actions[0].choices)  # noqa: SLF001 (argparse's own structure)
+        build_parser()._subparsers._group_actions[0].choices)  # argparse's own structure
 
 
 def test_builtin_example_export_inspect_run_verify(tmp_path, capsys, monkeypatch):

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from graphcap.cli import COMMANDS, EXIT_STATUSES, build_parser, main
@@ -72,7 +71,8 @@ def test_python_m_graphcap_version_and_json_export(tmp_path):
 def test_help_version_and_completion_import_no_torch(tmp_path):
     """--help, --version and completion answer without importing torch (the seconds --help took)."""
     code = ("import sys\nfrom graphcap.cli import main\n"
-            "for argv in (['--help'], ['export', '--help'], ['--version'], ['completion', 'bash'], ['completion', 'zsh']):\n"
+            "for argv in (['--help'], ['export', '--help'], ['--version'], ['completion', 'bash'],"
+            " ['completion', 'zsh']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print('TORCH IMPORTED', 'torch' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
@@ -93,7 +93,7 @@ def test_import_graphcap_is_lazy_and_keeps_its_public_names():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-2000:]
     import graphcap
-    assert set(graphcap._CORE_NAMES) == set(graphcap._import_core())  # noqa: SLF001 (the lazy table is complete)
+    assert set(graphcap._CORE_NAMES) == set(graphcap._import_core())  # the lazy table is complete
 
 
 # -- exit statuses -------------------------------------------------------------------------------------
@@ -263,8 +263,9 @@ def test_run_refuses_negative_samples_and_takes_given_shapes_and_files(tmp_path,
 
 def test_run_given_inputs_give_the_programs_result(tmp_path, capsys, monkeypatch):
     """The tensors of an inputs file are the ones the program runs on (its output equals eager's)."""
-    import graphcap
     from safetensors.torch import save_file
+
+    import graphcap
     from graphcap.cli.factory import load_factory
     monkeypatch.chdir(tmp_path)
     model = load_factory(f"{FACTORIES}:dynamic").model  # the same model, for eager

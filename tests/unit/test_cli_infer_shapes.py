@@ -47,7 +47,7 @@ def test_samples_file_gives_a_dynamic_batch_and_pasteable_code(tmp_path):
     runnable = ep.module()
     out = runnable(torch.randn(9, 8), torch.rand(9, 3) > 0.5)
     assert out.shape == (9, 4)
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.RuntimeInputError):
         runnable(torch.randn(9, 5), torch.rand(9, 3) > 0.5)
     assert [r["upper"] for r in doc["program"]["ranges"]] == [None]  # unbounded: JSON null, not a crash
 

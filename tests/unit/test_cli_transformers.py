@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import transformers  # noqa: F401 (a pinned test dependency: the factories use it)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +22,8 @@ def shell(*args: str, cwd: Path) -> tuple[int, dict, str]:
     try:
         doc = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"graphcap {' '.join(args)} printed no JSON document:\n{done.stdout}\n{done.stderr}")
+        raise AssertionError(f"graphcap {' '.join(args)} printed no JSON document:\n{done.stdout}\n{done.stderr}") \
+            from None
     return done.returncode, doc, done.stderr
 
 

@@ -129,7 +129,8 @@ def test_cond_bound_before_export_with_container_operands_is_refused_with_the_fi
                 return ops["a"] + ops["b"][0]
             return cond(y.sum() > 0, t, t, ({"a": x, "b": [y]},))
 
-    with pytest.raises(graphcap.UnsupportedError, match=r"(?s)operands hold a container.*torch\.cond\(.*one by one") as info:
+    with pytest.raises(graphcap.UnsupportedError,
+                       match=r"(?s)operands hold a container.*torch\.cond\(.*one by one") as info:
         _export(M(), (torch.randn(3), torch.randn(3)))
     assert "test_control_flow.py" in str(info.value)
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import graphcap
-from graphcap.errors import MissingFakeKernelError
 from conftest import assert_same_outputs
+from graphcap.errors import MissingFakeKernelError
 
 CALLS = {"scaled_sin": 0}
 

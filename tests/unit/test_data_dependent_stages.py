@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
 from conftest import assert_same_outputs, save_load
+from graphcap import verifier
 
 ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg}
 
@@ -132,7 +132,7 @@ def test_every_stage_matches_eager_on_good_data(case):
 
 def test_every_stage_refuses_data_that_breaks_a_check(case):
     _, ep, _, bad = case
-    for stage, program in _stages(ep).items():
+    for program in _stages(ep).values():
         runnable = program.module()
         for args in bad:
             with pytest.raises((RuntimeError, AssertionError)):

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torchvision  # a test dependency: pyproject's test extra
 
 import graphcap
-
-import torchvision  # noqa: E402  (a test dependency: pyproject's test extra)
 
 # (builder, constructor options): images are resized to 224 (ssdlite: its fixed 320) to stay small
 MODELS = {

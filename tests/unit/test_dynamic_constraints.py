@@ -12,7 +12,8 @@ import torch
 import torch.export as te
 
 import graphcap
-from graphcap import Dim, refine_dynamic_shapes_from_suggested_fixes as refine
+from graphcap import Dim
+from graphcap import refine_dynamic_shapes_from_suggested_fixes as refine
 from graphcap.dynamic.suggested_fixes import parse_suggested_fixes
 
 

@@ -12,7 +12,6 @@ from graphcap.dynamic.range_decide import holds_over_ranges
 from graphcap.torch_private.symbolic import ValueRanges, int_oo
 from graphcap.torch_private.symbolic import functions as sym_fns
 
-
 b = sympy.Symbol("b", integer=True, positive=True)
 c = sympy.Symbol("c", integer=True, positive=True)
 
@@ -63,7 +62,7 @@ def test_chunk_of_cat_exports_for_every_batch_and_matches_eager():
     for n in (1, 2, 7, 16):
         a, bb = torch.randn(n, 4), torch.randn(n, 4)
         torch.testing.assert_close(ep.module()(a, bb), m(a, bb))
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.RuntimeInputError):
         ep.module()(torch.randn(17, 4), torch.randn(17, 4))
 
 

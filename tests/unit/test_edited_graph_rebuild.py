@@ -77,7 +77,7 @@ def test_new_node_without_a_source_runs_in_the_root_module():
         half = gm.graph.call_function(torch.ops.aten.slice.Tensor, (doubled, 0, 0, 2))
     add.args = (add.args[0], half)
     gm.recompile()
-    new = ep._update(gm, ep.graph_signature)
+    ep._update(gm, ep.graph_signature)
     assert doubled.meta["stack_trace"] is None  # it reads only an input: no user line to claim
     assert [fqn for fqn, _ in doubled.meta["nn_module_stack"].values()] == [""]
     assert half.meta["val"].shape == (2, 3)

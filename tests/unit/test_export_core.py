@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 import graphcap
-from graphcap.trace.mutations import written_placeholders
+from conftest import assert_same_outputs
 from graphcap import InputKind, OutputKind
-from conftest import assert_same_outputs, run_eager_and_exported
+from graphcap.trace.mutations import written_placeholders
 
 
 def _kinds(specs):
@@ -197,11 +197,13 @@ def test_python_scalars_are_specialized_and_checked():
 def test_runtime_checks_dtype_rank_shape_structure():
     ep = graphcap.export(lambda x, y: x @ y, (torch.randn(2, 3), torch.randn(3, 4)))
     m = ep.module()
-    with pytest.raises(graphcap.RuntimeInputError, match=r"\*args\[0\] to have dtype torch.float32, but got torch.float64"):
+    with pytest.raises(graphcap.RuntimeInputError,
+                       match=r"\*args\[0\] to have dtype torch.float32, but got torch.float64"):
         m(torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 4))
     with pytest.raises(graphcap.RuntimeInputError, match=r"\*args\[1\] to have 2 dimensions, but got 3"):
         m(torch.randn(2, 3), torch.randn(3, 4, 1))
-    with pytest.raises(graphcap.RuntimeInputError, match=r"Expected input at \*args\[0\]\.shape\[0\] to be equal to 2, but got 5"):
+    with pytest.raises(graphcap.RuntimeInputError,
+                       match=r"Expected input at \*args\[0\]\.shape\[0\] to be equal to 2, but got 5"):
         m(torch.randn(5, 3), torch.randn(3, 4))
     with pytest.raises(graphcap.RuntimeInputError, match="structure"):
         m(torch.randn(2, 3))

@@ -4,12 +4,11 @@ import importlib.util
 
 import pytest
 import torch
+import transformers  # noqa: F401 (a pinned test dependency)
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
 import graphcap
-
-import transformers  # noqa: F401 (a pinned test dependency)
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
-from transformers.integrations.executorch import TorchExportableModuleWithStaticCache  # noqa: E402
 
 PROMPT = torch.tensor([[3, 14, 15, 9]])
 

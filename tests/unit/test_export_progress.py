@@ -82,7 +82,7 @@ def test_hook_is_gone_after_a_failed_export(drawn):
             return self.lin(x).view(-1, 7)
 
     model = Fails()
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.TraceError):
         graphcap.export(model, (torch.randn(2, 4),))
     entered = bars[0].entered
     model.lin(torch.randn(2, 4))

@@ -6,9 +6,9 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 import graphcap
-from torch._subclasses.fake_tensor import FakeTensor
 
 
 def _export_quietly(*args, **kwargs):

@@ -84,7 +84,7 @@ def _imported_names(module: str, is_package: bool, node: ast.Import | ast.Import
             yield from (a for a in _ancestors(name) if a in modules)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def import_edges(package_dir: Path = PACKAGE_DIR) -> dict[str, dict[str, ImportSite]]:
     """module -> {module it imports -> the first statement that does}; edges into the module's own
     enclosing packages are left out (they run before the module does)."""

@@ -7,6 +7,7 @@ import graphcap
 from graphcap import Dim, ExportInputError
 from graphcap.dynamic.dims import DerivedDim
 
+
 def _zoo_case(name):
     from conftest import build_zoo  # the public zoo, or the repository's own small models without it
     return build_zoo(name)

@@ -107,7 +107,8 @@ def test_exported_make_fx_graph_keeps_annotations():
 def test_run_decompositions_keeps_annotations_of_inputs_and_output():
     ep, x, scale = _annotated_program()
     decomposed = ep.run_decompositions()
-    ends = lambda p: [n.meta.get("custom") for n in p.graph.nodes if n.op in ("placeholder", "output")]
+    def ends(p):
+        return [n.meta.get("custom") for n in p.graph.nodes if n.op in ("placeholder", "output")]
     assert ends(decomposed) == ends(ep)
     assert all(n.meta.get("custom", {}).get("origin") for n in decomposed.graph.nodes if n.op == "call_function")
 

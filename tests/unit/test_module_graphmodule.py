@@ -165,7 +165,7 @@ def test_module_calls_from_threads_are_independent():
     def work():
         try:
             results.append(ep.module()(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 (reported below)
+        except Exception as e:  # reported below
             errors.append(e)
 
     threads = [threading.Thread(target=work) for _ in range(4)]

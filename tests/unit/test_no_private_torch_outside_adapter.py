@@ -78,12 +78,14 @@ _ERROR_NAMES = {"e", "err", "exc", "error", "exception", "cause"}
 def _engine_fields() -> set[str]:
     """Instance fields of a fresh ShapeEnv and FakeTensorMode (public names included)."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     from graphcap.torch_private.fake import FakeTensorMode
     fields = set(vars(ShapeEnv())) | set(vars(FakeTensorMode()))
     # and every field the adapter declares for them, under each name any supported torch line uses
     # ("ShapeEnv#backed_var_to_val|var_to_val"): a line that lacks one still refuses it elsewhere
     import importlib
     import pkgutil
+
     import graphcap.torch_private as package
     for info in pkgutil.iter_modules(package.__path__):
         for path in getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "RELIES_ON", {}):
@@ -162,8 +164,9 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
                 dotted = _is_module_patch(target)
                 if dotted:
                     hits.append(f"{where}:{node.lineno}: process-wide patch of {dotted}")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
-                    and node.args and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("setattr", "delattr") and node.args \
+                    and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
                 hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}({_dotted(node.args[0])}, ...)")
     return hits
 

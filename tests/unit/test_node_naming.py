@@ -106,6 +106,6 @@ def forward(self, x):
     wrap_with_set_grad_enabled = torch.ops.higher_order.wrap_with_set_grad_enabled(False, submod_6, add);  submod_6 = add = None
     sub = wrap_with_set_grad_enabled[0]
     mul_1 = wrap_with_set_grad_enabled[1];  wrap_with_set_grad_enabled = None
-    return (sub, mul_1)"""
+    return (sub, mul_1)"""  # noqa: E501 (the program's code as torch prints it)
     x = torch.randn(3)
     torch.testing.assert_close(ep.module()(x), Bar()(x))

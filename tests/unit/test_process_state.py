@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import collections
-import copy
 import dataclasses
 import io
 import math
@@ -24,9 +23,8 @@ import torch
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import graphcap
-from graphcap.torch_private import pytree as private_pytree
-
 from conftest import build_zoo
+from graphcap.torch_private import pytree as private_pytree
 
 
 def _config(module) -> dict:
@@ -34,7 +32,7 @@ def _config(module) -> dict:
 
 
 def snapshot() -> dict:
-    import torch._dynamo  # noqa: F401 (its counters and config)
+    import torch._dynamo  # its counters and config
     import torch.fx.experimental._config as fx_experimental_config
     from torch._dynamo.utils import counters
 

@@ -10,8 +10,15 @@ import torch.export.graph_signature as tsig
 from torch import nn
 
 import graphcap
-from graphcap.signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,
-                                OutputSpec, TensorArgument)
+from graphcap.signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
 
 
 class Counter(nn.Module):

@@ -107,7 +107,7 @@ def test_decorators_and_class_and_static_methods():
         def step(self, x):
             return self.square(x) * 0.5
 
-        @functools.lru_cache(maxsize=None)
+        @functools.cache  # noqa: B019 (the user code under test caches on a method)
         def table(self, n):  # a Python-side cache keyed on a Python int
             return list(range(n))
 
@@ -205,7 +205,7 @@ def test_python_branch_on_shape_and_value_specializes():
 def test_warnings_inside_forward_do_not_break_tracing():
     class M(torch.nn.Module):
         def forward(self, x):
-            warnings.warn("deprecated path", DeprecationWarning)
+            warnings.warn("deprecated path", DeprecationWarning)  # noqa: B028 (user code as it is often written)
             return x.tanh()
 
     _export_and_compare(M(), torch.randn(4))

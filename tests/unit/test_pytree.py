@@ -1,7 +1,6 @@
 """Input/output flattening: dataclasses, unknown classes, paths and names."""
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import pytest
@@ -9,8 +8,8 @@ import torch
 import torch.utils._pytree as pytree
 
 import graphcap
-from graphcap import pytree as gp
 from conftest import assert_same_outputs
+from graphcap import pytree as gp
 
 
 def test_input_path_strings():

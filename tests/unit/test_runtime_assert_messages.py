@@ -84,8 +84,9 @@ def test_module_graph_keeps_torchs_message_and_copies_explain_too():
 
 def test_size_only_asserts_keep_torchs_message_to_its_end():
     # torch's own tests match these to the end of the message ($)
-    from graphcap.dynamic.assert_messages import explain
     import sympy
+
+    from graphcap.dynamic.assert_messages import explain
     s = sympy.Symbol("s77", integer=True, positive=True)
     msg = "Runtime assertion failed for expression Eq(Mod(s77, 4), 0) on node 'eq'"
     assert explain(msg, {}, {s: "batch"}, {}) is None

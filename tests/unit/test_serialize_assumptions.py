@@ -1,12 +1,10 @@
 """The export's assumptions (graphcap.dynamic.assumptions) travel in the file and come back on load."""
 import torch
+from test_export_record import Branchy  # a specialization, a guard and a relation
 
 import graphcap
 from graphcap import Dim
 from graphcap.dynamic.assumptions import Assumption
-
-
-from test_export_record import Branchy  # a specialization, a guard and a relation
 
 
 def _export():

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import warnings
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,6 @@ from graphcap.serialize.archive import read_entries, write_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-
-import transformers
 
 
 def fresh(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -48,7 +45,6 @@ def gpt2_files(tmp_path_factory):
     finally:
         sys.path.remove(str(HERE))
     folder = tmp_path_factory.mktemp("gpt2")
-    outputs = {}
     for name in ("gpt2", "gpt2_cache"):
         model, args = getattr(factories, name)()
         with warnings.catch_warnings():

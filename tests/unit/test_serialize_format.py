@@ -287,6 +287,7 @@ def test_custom_operator_round_trip_and_schema_check():
 def test_symbolic_expressions_parse_safely():
     import sympy
     from torch.utils._sympy import functions as F
+
     from graphcap.serialize.exprs import expr_to_str, str_to_expr
     s0 = sympy.Symbol("s0", integer=True, positive=True)
     s1 = sympy.Symbol("s77", integer=True, positive=True)

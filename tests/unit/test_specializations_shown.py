@@ -3,13 +3,12 @@ dynamic: in ``graphcap inspect`` (table and --json) and in the HTML report (issu
 import json
 
 import torch
+from test_export_record import Branchy  # a specialization, a guard and a relation
 
 import graphcap
 from graphcap import Dim
 from graphcap.cli import main
 from graphcap.dynamic.assumptions import how_to_keep_dynamic
-
-from test_export_record import Branchy  # a specialization, a guard and a relation
 
 
 class WeightFixed(torch.nn.Module):

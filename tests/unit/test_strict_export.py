@@ -291,5 +291,5 @@ def test_dynamic_int_input_is_specialized_and_said_so():
     with pytest.raises(graphcap.errors.ConstraintViolationError, match="specialized it to be a constant"):
         graphcap.export(Scale(), (torch.randn(3), 4), dynamic_shapes={"x": None, "n": Dim.DYNAMIC}, strict=True)
     ep = graphcap.export(Scale(), (torch.randn(3), 4), strict=True)
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.RuntimeInputError):
         ep.module()(torch.ones(3), 5)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_process_state import Branchy, ShapeEnvCacheProbe, _compile_counter, assert_unchanged, snapshot
 
 import graphcap
-
-from test_process_state import Branchy, ShapeEnvCacheProbe, _compile_counter, assert_unchanged, snapshot
 
 
 class Net(torch.nn.Module):

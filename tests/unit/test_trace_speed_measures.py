@@ -53,7 +53,7 @@ def test_the_heap_is_given_back_when_the_export_fails():
         def forward(self, x):
             raise ValueError("user error")
 
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.TraceError):
         graphcap.export(Fails(), (torch.ones(2),))
     assert gc.get_freeze_count() == 0
 
@@ -184,8 +184,9 @@ def test_the_tracing_mode_is_torchs_class_so_control_flow_finds_its_fake_rules()
 
 
 def test_symbolic_views_give_what_the_cached_path_gives():
-    from graphcap.torch_private.shapes import new_shape_env
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    from graphcap.torch_private.shapes import new_shape_env
     results, hits = [], []
     for make in (tracing_fake_mode, FakeTensorMode):
         mode = make(shape_env=new_shape_env(), allow_non_fake_inputs=True)

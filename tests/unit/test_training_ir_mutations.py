@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import graphcap
+from conftest import save_load
 from graphcap.signature import OutputKind, OutputSpec, TensorArgument
 from graphcap.verifier import violations
-
-from conftest import save_load
 
 aten = torch.ops.aten
 MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)

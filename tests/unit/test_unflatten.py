@@ -117,7 +117,7 @@ def test_inputs_are_checked_as_the_program_checks_them_at_every_size_it_accepts(
         unf(torch.randn(1, 4))
     with pytest.raises(Exception, match="dtype|float64"):
         unf(torch.randn(3, 4, dtype=torch.float64))
-    with pytest.raises(Exception):
+    with pytest.raises(graphcap.RuntimeInputError):
         unf(torch.randn(3, 4), torch.randn(3, 4))
     assert unf.first.calls.item() == 3  # the refused calls computed nothing
 

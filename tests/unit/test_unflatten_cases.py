@@ -15,9 +15,8 @@ import torch
 import torch.utils._pytree as pytree
 
 import graphcap
-from graphcap.hierarchy import unflatten
-
 from conftest import save_load
+from graphcap.hierarchy import unflatten
 
 
 def _check(model, args, kwargs=None, *, others=(), loaded=False, **export_kw):

@@ -7,12 +7,10 @@ import copy
 
 import pytest
 import torch
+from preserved_block_models import Net
 
 import graphcap
 from graphcap.hierarchy import SubmoduleSignatureError, unflatten
-
-
-from preserved_block_models import Net  # noqa: E402
 
 
 def _unflattened(model, x, preserve=("block", "other")):

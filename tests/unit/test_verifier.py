@@ -1,8 +1,6 @@
 """The verifier names the rule and the node that break an invariant."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 

@@ -6,16 +6,15 @@ import json
 import pytest
 import torch
 import torch.nn as nn
+from cli_factories import Counter
 
 import graphcap
+from conftest import build_zoo
 from graphcap import Dim
 from graphcap.demo import example
-from cli_factories import Counter
 from graphcap.verification.compare import compare_tensors
 from graphcap.verification.generate import make_inputs, size_plans
 from graphcap.verification.signature_inputs import ProgramInputs
-
-from conftest import build_zoo
 
 
 class Pair(nn.Module):

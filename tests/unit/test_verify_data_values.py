@@ -19,7 +19,8 @@ class ReadsN(torch.nn.Module):
         self.seen: list[int] = []
 
     def forward(self, x, n):
-        self.seen.append(int(n)) if not torch.compiler.is_compiling() and not isinstance(n, torch._subclasses.FakeTensor) else None
+        if not torch.compiler.is_compiling() and not isinstance(n, torch._subclasses.FakeTensor):
+            self.seen.append(int(n))
         k = n.item()
         torch._check(k >= 0)
         torch._check(k <= 10)

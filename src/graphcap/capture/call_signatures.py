@@ -21,13 +21,13 @@ import warnings
 from typing import Any, Optional, Sequence
 
 import torch
-from ..torch_private import pytree
-from ..torch_private.fx import current_make_fx_tracer
-from ..torch_private.modules import children_of
 from torch.fx.experimental import proxy_tensor
 
 from ..errors import ExportInputError
 from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, TensorArgument
+from ..torch_private import pytree
+from ..torch_private.fx import current_make_fx_tracer
+from ..torch_private.modules import children_of
 from ..trace import module_paths
 from . import progress
 

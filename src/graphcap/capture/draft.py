@@ -33,17 +33,24 @@ import torch
 from ..errors import ConstraintViolationError
 from ..program import ExportedProgram
 from ..torch_private.ops import OpOverload, schema_of
+from ..torch_private.real_values import (
+    cross_check_custom_operators_only,
+    has_fake_kernel,
+    infer_kernels_from_real_mismatches,
+    is_builtin_operator,
+    op_profile,
+    real_tensor_of,
+    real_tensor_propagation,
+    watch_real_value_decisions,
+)
 from ..torch_private.shapes import real_unbacked_values
-from ..torch_private.real_values import (cross_check_custom_operators_only, has_fake_kernel,
-                                         infer_kernels_from_real_mismatches, is_builtin_operator, op_profile,
-                                         real_tensor_of, real_tensor_propagation, watch_real_value_decisions)
-from ..trace import fakify
-from . import draft_spec
-from .front_ends import run_front_end
-from .draft_conditions import Decision, record_decision
 from ..torch_private.user_specs import draft_report_where_torch_reads_it
+from ..trace import fakify
 from ..trace.data_checks import unnamed_check, write_check
-from .draft_report import (ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine)
+from . import draft_spec
+from .draft_conditions import Decision, record_decision
+from .draft_report import ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine
+from .front_ends import run_front_end
 
 # A spec refined this many times and still violated is reported as the export's error.
 _MAX_REFINEMENTS = 4
@@ -173,7 +180,8 @@ def _data_dependent_problems(decisions: list[Decision], decided_at: list[int]) -
             note = (" (value: the number read from tensor data that the condition depends on; name it "
                     "where it is read, value = t.item(), and write the check right after that line)"
                     if check != f"torch._check({d.spelled})" else "")
-            fix = f"{check}  # before this line, if it always holds for your data; if both outcomes happen, use torch.cond"
+            fix = (f"{check}  # before this line, if it always holds for your data; "
+                   "if both outcomes happen, use torch.cond")
         else:
             check, words, note = written.check, written.condition, ""
             fix = (f"{check}  # before this line, if it always holds for your data; if both outcomes happen, "

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import sympy
 import torch
 
-from ..trace.data_checks import python_condition  # noqa: F401  (its home is below, in trace)
+from ..trace.data_checks import python_condition  # its home is below, in trace
 from ..user_frames import is_user_file
 from .draft_report import SourceLine
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..program import ExportedProgram
+from ..torch_logs import quiet_torch_logs
 from ..torch_private.dispatch import disable_current_modes
 from ..tracing_lock import TRACING_LOCK
-from ..torch_logs import quiet_torch_logs
 
 
-def run_front_end(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
-                strict: bool = False, preserve_module_call_signature: tuple[str, ...] = (),
+def run_front_end(mod: Any, args: Optional[tuple[Any, ...]], kwargs: Optional[dict[str, Any]] = None, *,
+                dynamic_shapes: Any = None, strict: bool = False, preserve_module_call_signature: tuple[str, ...] = (),
                 prefer_deferred_runtime_asserts_over_guards: bool = False) -> ExportedProgram:
     """Capture ``mod(*args, **kwargs)`` with the front end ``strict`` names; the arguments are
     those of ``graphcap.export``. Any dispatch mode active around the call (a caller's fake

@@ -23,6 +23,7 @@ from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
 from ..dynamic.named_inputs import combined_inputs
 from ..dynamic.suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
 from ..errors import ConstraintViolationError, ExportInputError, GraphcapError, VerificationError
+from ..program import ExportedProgram
 from ..torch_private import pytree
 from .front_ends import run_front_end
 
@@ -116,7 +117,8 @@ class InferredShapes:
 # --------------------------------------------------------------------------
 
 def _as_call(sample: Any, i: int) -> tuple[tuple, dict]:
-    """A sample as ``(args, kwargs)``: a tuple of args, ``(args_tuple, kwargs_dict)``, a dict of kwargs, or one tensor."""
+    """A sample as ``(args, kwargs)``: a tuple of args, ``(args_tuple, kwargs_dict)``, a dict of kwargs, or one
+    tensor."""
     if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], tuple) and isinstance(sample[1], dict):
         return sample[0], dict(sample[1])
     if isinstance(sample, tuple):
@@ -185,7 +187,8 @@ def _flatten_samples(target: Any, calls: list[tuple[tuple, dict]]) -> tuple[Any,
         try:
             inspect.signature(sig_target).bind(*args, **kwargs)
         except TypeError as e:
-            raise ExportInputError(f"A sample does not fit the signature of {getattr(sig_target, '__qualname__', sig_target)}: {e}.",
+            target_name = getattr(sig_target, '__qualname__', sig_target)
+            raise ExportInputError(f"A sample does not fit the signature of {target_name}: {e}.",
                                    where=f"samples[{len(flats)}]",
                                    fix="Give each sample as the model is called: (args,) or (args, kwargs).") from None
         except ValueError:
@@ -345,7 +348,8 @@ def _scalar_spec(path: str, values: list[Any], taken: set[str], named: dict[str,
     raise ExportInputError(f"Input {path} is {values[0]!r} in samples[0] and "
                            f"{next(v for v in values if v != values[0])!r} in another sample; only tensor "
                            f"sizes and ints can be dynamic.", where=path,
-                           fix="Keep this value the same in every sample (export once per value), or pass it as a tensor.")
+                           fix="Keep this value the same in every sample (export once per value), "
+                               "or pass it as a tensor.")
 
 
 # --------------------------------------------------------------------------
@@ -368,14 +372,17 @@ def _roots_in(spec: Any) -> dict[str, Dim]:
 
 def _leaf_specs(spec: Any, tree_spec: Any) -> list[Any]:
     """The spec's entry per flat input leaf (its dicts {dim: Dim} are leaves here)."""
-    return pytree.tree_flatten(spec, is_leaf=lambda x: x is None or (isinstance(x, dict) and all(isinstance(k, int) for k in x)))[0]
+    def is_leaf(x: Any) -> bool:
+        return x is None or (isinstance(x, dict) and all(isinstance(k, int) for k in x))
+    return pytree.tree_flatten(spec, is_leaf=is_leaf)[0]
 
 
 def _ranged(ep: Any, spec: Any, calls_example: tuple[tuple, dict], target: Any) -> tuple[Any, dict[str, Dim]]:
     """The spec with each root Dim's range set to what the program allows (its range_constraints)."""
     args, kwargs = calls_example
     flat_call = [v for v in pytree.tree_leaves((args, kwargs))]
-    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in set(ep.graph_signature.user_inputs)]
+    placeholders = [n for n in ep.graph.nodes
+                    if n.op == "placeholder" and n.name in set(ep.graph_signature.user_inputs)]
     ph_by_leaf: dict[int, Any] = {}
     tensor_ph = [n for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
     tensor_leaves = [v for v in flat_call if isinstance(v, torch.Tensor)]
@@ -557,7 +564,8 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
         dd.spec = entry.get(dd.dim) if isinstance(entry, dict) else None
         if isinstance(dd.spec, int) or dd.spec is None:
             static.append((dd.path, dd.dim, "the program specializes it (suggested fix of a constraint violation)"))
-    result = InferredShapes(spec=spec, dims=named, dynamic=[dd for dd in dynamic if not isinstance(dd.spec, (int, type(None)))],
+    result = InferredShapes(spec=spec, dims=named,
+                            dynamic=[dd for dd in dynamic if not isinstance(dd.spec, (int, type(None)))],
                             static=static, example=example, program=ep, refinements=refinements,
                             assumptions=list(getattr(ep, "export_assumptions", None) or []))
     if verify:
@@ -605,7 +613,7 @@ def spec_code(spec: Any, dims: dict[str, Any]) -> str:
 
 def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optional[dict], *, dynamic_shapes: Any,
                                 samples: Optional[list], strict: bool,
-                                preserve_module_call_signature: tuple[str, ...]) -> Any:
+                                preserve_module_call_signature: tuple[str, ...]) -> ExportedProgram:
     """``graphcap.export(..., dynamic_shapes="infer", samples=[...])``: infer the spec, then export with it.
 
     The example ``args``/``kwargs``, when given, are one more sample; without them
@@ -632,7 +640,8 @@ def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optiona
 
 def spec_for_capture(mod: Any, args: Optional[tuple], kwargs: Optional[dict],
                      samples: Optional[list]) -> tuple[tuple, dict, Any]:
-    """``capture(..., dynamic_shapes="infer", samples=[...])``: the example and the inferred spec every strategy gets."""
+    """``capture(..., dynamic_shapes="infer", samples=[...])``: the example and the inferred spec every strategy
+    gets."""
     if not samples:
         raise ExportInputError("dynamic_shapes=\"infer\" needs samples to infer from.", where="capture(samples=...)",
                                fix="Pass samples=[(x1,), (x2,)]: two or more inputs with the sizes that vary.")

@@ -11,23 +11,24 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from ..torch_private import pytree
-from ..torch_private.modules import non_persistent_buffer_names
 
-from .. import auto_flatten, module_inputs, pytree as gp_pytree, young_heap
-from ..errors import ExportArgsError, ExportInputError
+from .. import auto_flatten, module_inputs, young_heap
+from .. import pytree as gp_pytree
 from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
-from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import size_one_checks as dyn_size_one
+from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
 from ..dynamic.symbol_names import name_symbols_in_error, names_of_roots, recorded_dim_names
+from ..errors import ExportArgsError, ExportInputError
 from ..program import ExportedProgram
+from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
-from ..signature import ModuleCallEntry, ModuleCallSignature, OutputKind
+from ..torch_private import pytree
+from ..torch_private.modules import non_persistent_buffer_names
 from ..trace import before_lifting, fakify, graph_module_replay, leaks, lifting, metadata, recorder, subgraph_names
-from . import call_signatures
 from ..trace.conversion_asserts import insert_conversion_asserts
+from . import call_signatures
 
 
 @dataclass
@@ -79,7 +80,18 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _state(root: Optional[torch.nn.Module]):
+@dataclass
+class RootState:
+    """The state of the module being exported, named every way the module tree reaches it."""
+
+    params: dict[str, torch.Tensor]  # FQN -> parameter; a shared one under each of its FQNs
+    buffers: dict[str, torch.Tensor]  # FQN -> buffer, the same way
+    non_persistent: set[str]  # the buffers' FQNs that stay out of the state_dict
+    constant_attrs: dict[int, list[str]]  # id of a plain tensor attribute -> every FQN reaching it
+    constant_tensors: list[torch.Tensor]  # those attributes' tensors, in the order first reached
+
+
+def _root_state(root: Optional[torch.nn.Module]) -> RootState:
     """Parameters, buffers, non-persistent buffer names, tensor attributes of ``root`` (id → FQNs)
     and those attributes' tensors.
 
@@ -91,7 +103,7 @@ def _state(root: Optional[torch.nn.Module]):
     under every FQN too, as ``named_buffers(remove_duplicate=False)`` names them.
     """
     if root is None:
-        return {}, {}, set(), {}, []
+        return RootState({}, {}, set(), {}, [])
     params = dict(root.named_parameters(remove_duplicate=False))
     buffers = dict(root.named_buffers(remove_duplicate=False))
     non_persistent = set()
@@ -108,7 +120,7 @@ def _state(root: Optional[torch.nn.Module]):
                 if id(value) not in constant_attrs:
                     constant_tensors.append(value)
                 constant_attrs.setdefault(id(value), []).append(prefix + attr)
-    return params, buffers, non_persistent, constant_attrs, constant_tensors
+    return RootState(params, buffers, non_persistent, constant_attrs, constant_tensors)
 
 
 def _unique(names: Sequence[str]) -> list[str]:
@@ -173,10 +185,11 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     clock.lap("inputs")
 
     fake_mode = fakify.new_fake_mode()
-    params, buffers, non_persistent, constant_attrs, constant_tensors = _state(target.root)
+    root_state = _root_state(target.root)
+    params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
     state_tensors = [*params.values(), *buffers.values()]
     # tensor attributes and inputs count for storage sharing: a view of a weight keeps aliasing it
-    others = [*user_leaves, *constant_tensors]
+    others = [*user_leaves, *root_state.constant_tensors]
     fakes = fakify.fake_state(fake_mode, state_tensors, others)
     state_names = [*params, *buffers]
     fake_state = [fakes[id(t)] for t in state_tensors]
@@ -207,7 +220,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     gm = before_lifting.hoist_constants_and_wrap_regions(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")
 
-    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, constant_attrs,
+    layout = lifting.StateLayout(list(params), list(buffers), non_persistent, root_state.constant_attrs,
                                  tensors={**params, **buffers})
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,

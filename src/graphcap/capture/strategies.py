@@ -27,9 +27,9 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from ..errors import ExportInputError, GraphcapError
-from ..user_frames import describe_frame, user_frame
 from ..program import ExportedProgram
 from ..torch_private import pytree
+from ..user_frames import describe_frame, user_frame
 
 RELAXES = {
     "non_strict": "nothing the program needs: guards are proven for every input; the Python runs as it is "
@@ -164,9 +164,9 @@ class CaptureError(GraphcapError):
         super().__init__(what, where=where, fix=fix)
 
 
-def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, Any]] = None, *, dynamic_shapes: Any = None,
-            strategies: Sequence[str] = STRATEGIES, verify: bool = True, progress: Optional[bool] = None,
-            **export_options: Any) -> CaptureResult:
+def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, Any]] = None, *,
+            dynamic_shapes: Any = None, strategies: Sequence[str] = STRATEGIES, verify: bool = True,
+            progress: Optional[bool] = None, **export_options: Any) -> CaptureResult:
     """Try each strategy in order; return the first verified program and the record of every attempt.
 
     Args:
@@ -219,7 +219,7 @@ def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, A
                 notes = _notes(strategy, ep)
                 if reference is not None:
                     reference.check(ep)
-            except Exception as e:  # noqa: BLE001 (each strategy's failure is recorded, the next is tried)
+            except Exception as e:  # each strategy's failure is recorded, the next is tried
                 attempts.append(_failed(strategy, e, time.perf_counter() - started))
                 continue
         attempts.append(Attempt(strategy, True, time.perf_counter() - started, RELAXES[strategy], notes=notes))
@@ -269,7 +269,7 @@ class _EagerReference:
             try:
                 mod = copy.deepcopy(self.mod) if isinstance(self.mod, torch.nn.Module) else self.mod
                 args, kwargs = copy.deepcopy((self.args, self.kwargs))
-            except Exception:  # noqa: BLE001 (a model that cannot be copied: run it as it is)
+            except Exception:  # a model that cannot be copied: run it as it is
                 mod, args, kwargs = self.mod, self.args, self.kwargs
             with torch.no_grad():
                 self._expected = mod(*args, **kwargs)

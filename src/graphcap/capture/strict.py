@@ -36,9 +36,9 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
-from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 from ..trace import recorder
 from ..trace.module_paths import call_key, call_name_of_key
+from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 
 
 def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
@@ -131,7 +131,8 @@ def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
     if not stack_trace:
         return stack_trace
     frames = re.split(r"(?m)^(?=\s*File \")", stack_trace)
-    kept = [f for f in frames if f.strip() and not (f'in {strict_refusals.ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
+    kept = [f for f in frames
+            if f.strip() and not (f'in {strict_refusals.ENTRY_NAME}' in f.splitlines()[0] and __file__ in f)]
     # without the caret lines under the code (graphcap's own stack traces have none)
     lines = [line for line in "".join(kept).splitlines() if not re.fullmatch(r"\s*[\^~]+\s*", line)]
     return "\n".join(lines)
@@ -229,7 +230,8 @@ class DynamoGraphReplay:
         self.out_spec = fx_private.pytree_specs_of(gm)[1]
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.attr_fqns = self._attribute_fqns()
-        self.files = {m for n in gm.graph.nodes for m in re.findall(r'File "([^"]+)", line', n.meta.get("stack_trace") or "")}
+        self.files = {m for n in gm.graph.nodes
+                      for m in re.findall(r'File "([^"]+)", line', n.meta.get("stack_trace") or "")}
         _prepare_metadata(gm, root)
 
     def _attribute_fqns(self) -> dict[str, str]:

@@ -159,6 +159,7 @@ def _infer_shapes(args, built: Factory):
                          where="--infer-shapes", fix="Drop --infer-shapes to keep the factory's spec, or return "
                                                      "(model, args, kwargs) from the factory.")
     import graphcap
+
     from .factory import load_samples
     from .sample_inputs import samples_from_sizes
     samples: list = []
@@ -234,6 +235,7 @@ def pick_method(loaded: Any, path: str, method: Optional[str], command: str):
 
 def inspect_command(args) -> int:
     import graphcap
+
     from ..multi_method import MultiMethodProgram
     if not os.path.isfile(args.program):
         raise UsageError(f"No such file: {args.program}", where=args.program,
@@ -305,8 +307,8 @@ def _written_buffers(ep) -> set:
 
 
 def _render_inspect(args, ep, facts) -> None:
-    from rich.table import Table
     from rich.markup import escape
+    from rich.table import Table
     out = console()
     method = f", method {escape(args.method)}" if getattr(args, "method", None) else ""
     out.print(f"[bold]{escape(args.program)}[/bold]{method}: graphcap format version {facts.format_version}, "
@@ -417,6 +419,7 @@ def run_command(args) -> int:
 def _leaf_values(inputs, plan) -> list:
     """The value of each int input under a size plan (None for the other inputs)."""
     import sympy
+
     from ..verification.signature_inputs import IntInput, evaluate
     subs = {s: sympy.Integer(v) for s, v in plan.bindings.items()}
     return [evaluate(leaf.expr, subs) if isinstance(leaf, IntInput) else None for leaf in inputs.leaves]
@@ -443,7 +446,8 @@ def verify_command(args) -> int:
         built = load_factory(targets[0], args.factory_args)
         ep = _export(built, args.strict)
     elif len(targets) == 2 and is_factory_spec(targets[1]) and not is_factory_spec(targets[0]):
-        built = load_factory(targets[1], args.factory_args)  # first: the classes the factory's modules define are then the real ones
+        # the factory first: the classes its modules define are then the real ones
+        built = load_factory(targets[1], args.factory_args)
         ep = load_program(targets[0], method=args.method, command="verify")
         if args.method:  # the factory's example inputs are forward's; the method's program guides its own
             model = getattr(built.model, args.method, None)

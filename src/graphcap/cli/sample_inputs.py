@@ -1,4 +1,5 @@
-"""``graphcap export --infer-shapes --sample-input 'x=2x8 mask=2x3'``: samples built from sizes given on the command line.
+"""``graphcap export --infer-shapes --sample-input 'x=2x8 mask=2x3'``: samples built from sizes given on the
+command line.
 
 Each ``--sample-input`` is one sample: space-separated ``NAME=SHAPE[:DTYPE]``
 items, NAME a parameter of the model's ``forward`` that the factory's example

@@ -7,7 +7,7 @@ keys them by argument name); ``symbols`` makes the symbolic fake inputs;
 the trace raised, ``runtime_asserts`` inserts runtime asserts, ``ranges``
 computes ``range_constraints``.
 """
-from .suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
 from .dims import AdditionalInputs, Dim, ShapesCollection, dims
+from .suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
 
 __all__ = ["Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes"]

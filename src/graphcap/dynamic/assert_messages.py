@@ -143,7 +143,7 @@ def _truth(expr: Any, sym: Any) -> Optional[bool]:
 def _parse(text: str, symbols: dict[str, sympy.Symbol]) -> Optional[Any]:
     try:
         return sympy.sympify(text, locals={k: v for k, v in symbols.items()})
-    except Exception:  # noqa: BLE001 (an expression sympy cannot read back: keep torch's message)
+    except Exception:  # an expression sympy cannot read back: keep torch's message
         return None
 
 
@@ -234,7 +234,7 @@ def explain_failure(e: BaseException, explainer: Optional[AssertExplainer]) -> N
         return
     try:
         text = explainer.explain(e.args[0])
-    except Exception:  # noqa: BLE001 (explaining must never hide the failure itself)
+    except Exception:  # explaining must never hide the failure itself
         text = None
     if text is not None:
         e.args = (text, *e.args[1:])

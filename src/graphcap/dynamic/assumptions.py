@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..torch_private.shapes import guards, replacement_locations, symbol_range_locations, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from .guard_words import DimNamer, in_framework, range_words
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def _where(sloc: Any) -> str:
 def _text(expr: Any, namer: DimNamer) -> str:
     try:
         return namer(expr)
-    except Exception:  # noqa: BLE001 (an expression sympy cannot re-print: keep its own text)
+    except Exception:  # an expression sympy cannot re-print: keep its own text
         return str(expr)
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from ..torch_private.symbolic import ValueRanges
 
+from ..torch_private.shapes import deferred_asserts, has_unbacked_symbols
+from ..torch_private.symbolic import ValueRanges
 from . import hints as dyn_hints
 from .guard_checks import check_guards
 from .ranges import defer_relations, range_constraints
 from .runtime_asserts import insert_runtime_asserts
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import deferred_asserts, has_unbacked_symbols
 
 
 def run_guards_step(gm: torch.fx.GraphModule, mode: Any, inputs: Optional[SymbolicInputs], name: str,

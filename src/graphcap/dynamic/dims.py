@@ -17,10 +17,10 @@ import sys
 from typing import Any, Callable, Optional
 
 import torch
-from ..torch_private import pytree
-from ..torch_private.user_specs import is_torch_dim_hint
 
 from ..errors import ExportInputError
+from ..torch_private import pytree
+from ..torch_private.user_specs import is_torch_dim_hint
 from .named_inputs import combined_inputs
 
 INT_MAX = sys.maxsize - 1  # the "no upper bound" of a Dim, as torch's int_oo prints it
@@ -223,7 +223,8 @@ def as_dim(obj: Any) -> Any:
         kind = DimHint.Kind[obj.type.name]
         return DimHint(kind, getattr(obj, "min", None), getattr(obj, "max", None))
     name = getattr(obj, "__name__", None)
-    if isinstance(name, str) and hasattr(obj, "min") and hasattr(obj, "max") and type(obj).__module__.startswith("torch"):
+    if isinstance(name, str) and hasattr(obj, "min") and hasattr(obj, "max") \
+            and type(obj).__module__.startswith("torch"):
         if hasattr(obj, "root") and hasattr(obj, "fn"):
             root = as_dim(obj.root)
             return DerivedDim(root, obj.fn, name)

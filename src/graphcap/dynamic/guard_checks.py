@@ -17,22 +17,32 @@ constant is an error (``hints``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
-from ..torch_private.symbolic import ValueRanges
 
 from ..errors import ConstraintViolationError
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
+from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
+from ..torch_private.symbolic import ValueRanges
 from . import hints as dyn_hints
-from .guard_words import (DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words,
-                          where_text)
-from .relations import (divisor_guard, is_affine_in_one, defer_range_asserts, ranges_meet, narrowed_only_by_asserts,
-                        new_root_fixes, new_root_step, only_solution, rebase_on_new_roots, specialization_problem,
-                        tie_at_example)
+from .guard_words import DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words, where_text
+from .relations import (
+    defer_range_asserts,
+    divisor_guard,
+    is_affine_in_one,
+    narrowed_only_by_asserts,
+    new_root_fixes,
+    new_root_step,
+    only_solution,
+    ranges_meet,
+    rebase_on_new_roots,
+    specialization_problem,
+    tie_at_example,
+)
 from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import SymbolicInputs
-from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
 
 log = logging.getLogger("graphcap.dynamic")
 
@@ -42,23 +52,36 @@ def _is_zero_one_check(g: Any, sym: Any) -> bool:
     return isinstance(g, sympy.Ne) and {g.lhs, g.rhs} in ({sym, sympy.Integer(0)}, {sym, sympy.Integer(1)})
 
 
-def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
-    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
+@dataclass
+class _Findings:
+    """What ``check_guards`` has found so far, and what it reads: the steps below fill it in turn."""
 
-    With ``prefer_deferred_asserts`` a relation between dims that the spec
-    does not guarantee is asserted in the graph instead (module() refuses
-    inputs that break it, before computing)."""
-    env = mode.shape_env
-    by_sym = inputs.by_symbol()
-    namer = DimNamer(inputs.roots)
-    problems: list[str] = []
-    range_problems: list[str] = []  # listed after the guards' problems, as torch.export lists them
-    fixes: dict[str, str] = {}
-    related: dict[str, Any] = {}  # fix name -> the expression over other dims' symbols it is set to
-    new_roots: dict[Any, Any] = {}  # dim symbol -> step*_d - c, for dims restricted to a residue class
-    example = example_values(env)
-    declared = [r for r in inputs.roots if r.hint is None]
-    covered: set[Any] = set()
+    env: Any  # the ShapeEnv of the trace
+    inputs: SymbolicInputs
+    namer: DimNamer
+    example: dict[Any, Any]  # symbol -> its size in the example
+    problems: list[str] = field(default_factory=list)
+    range_problems: list[str] = field(default_factory=list)  # listed after the guards', as torch.export does
+    fixes: dict[str, str] = field(default_factory=dict)
+    related: dict[str, Any] = field(default_factory=dict)  # fix name -> the expression over other dims' symbols
+    new_roots: dict[Any, Any] = field(default_factory=dict)  # dim symbol -> step*_d - c (a residue class)
+    covered: set[Any] = field(default_factory=set)  # symbols a problem already names
+    reported: set[Any] = field(default_factory=set)  # guards already turned into a problem or an assert
+    by_sym: dict[Any, Any] = field(init=False)  # symbol -> its root dim
+    declared: list[Any] = field(init=False)  # the root dims the spec declares (not hints)
+
+    def __post_init__(self) -> None:
+        self.by_sym = self.inputs.by_symbol()
+        self.declared = [r for r in self.inputs.roots if r.hint is None]
+
+
+def _check_each_dim(found: _Findings) -> None:
+    """Each root dim after the trace: specialized to a constant, replaced by an expression over other
+    dims, or narrowed to a smaller range; each is a problem (with its fix) or, for hints, a log line."""
+    env, inputs, namer = found.env, found.inputs, found.namer
+    by_sym = found.by_sym
+    problems, range_problems, fixes, related, covered = (
+        found.problems, found.range_problems, found.fixes, found.related, found.covered)
 
     for r in inputs.roots:
         expr = env.replace(r.symbol)
@@ -139,12 +162,19 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
                 f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
             fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
 
-    # other guards: relations that are not a replacement or a range of one symbol
+
+def _check_relations(found: _Findings, prefer_deferred_asserts: bool) -> None:
+    """The guards that are not a replacement or a range of one dim: divisibility, bounds from slices,
+    size special cases, relations between dims; each a problem, a pending check or a runtime assert."""
+    env, inputs, namer, example = found.env, found.inputs, found.namer, found.example
+    by_sym, declared = found.by_sym, found.declared
+    problems, fixes, related, new_roots, covered, reported = (
+        found.problems, found.fixes, found.related, found.new_roots, found.covered, found.reported)
+
     ranges = {r.symbol: r.declared for r in declared}
     for r in inputs.roots:
         if r.hint is not None:
             ranges[r.symbol] = symbol_ranges(env).get(r.symbol, r.declared)
-    reported: set[Any] = set()
     for guard in guards(env)[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check: no requirement of the program (see there)
@@ -227,6 +257,21 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
             defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
             continue
         problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
+
+
+def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
+    """Raise ``ConstraintViolationError`` if the trace needed more of a declared Dim than the spec gives.
+
+    With ``prefer_deferred_asserts`` a relation between dims that the spec
+    does not guarantee is asserted in the graph instead (module() refuses
+    inputs that break it, before computing)."""
+    env = mode.shape_env
+    found = _Findings(env, inputs, DimNamer(inputs.roots), example_values(env))
+    _check_each_dim(found)  # what the trace did to each declared dim: a constant, another dim, a range
+    _check_relations(found, prefer_deferred_asserts)  # the other guards: relations between dims
+    by_sym, declared, namer = found.by_sym, found.declared, found.namer
+    problems, range_problems, fixes, related, new_roots = (
+        found.problems, found.range_problems, found.fixes, found.related, found.new_roots)
 
     problems += range_problems
     if problems and inputs.pending_size_checks:  # no program to check them on: report them too

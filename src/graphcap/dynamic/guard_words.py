@@ -9,12 +9,11 @@ import traceback
 from typing import Any, Optional
 
 import sympy
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges
 
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts
+from ..torch_private.symbolic import ValueRanges, int_oo
 from ..user_frames import ENGINE_PACKAGE_DIRS, GRAPHCAP_TRANSPARENT_FILES
 from .symbols import RootSymbol
-from ..torch_private.shapes import count_deferred_assert, deferred_asserts
 
 _TORCH_DIR, _GRAPHCAP_DIR = ENGINE_PACKAGE_DIRS
 
@@ -89,6 +88,7 @@ def implied_by(guard: Any, ranges: dict) -> bool:
 def defer_assert(env: Any, cond: Any, message: str) -> None:
     """Assert ``cond`` in the graph (checked at run time) instead of requiring it of the spec."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+
     from ..torch_private.shapes import CapturedTraceback
     deferred_asserts(env).setdefault(None, []).append(
         RuntimeAssert(cond, message, CapturedTraceback.extract(skip=2)))

@@ -20,13 +20,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import sympy
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy
 
 from ..errors import DynamicSpecError
+from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
+from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy, int_oo
 from .dims import DimHint
 from .symbols import RootSymbol, SymbolicInputs
-from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
 
 
 def _bound_str(v: Any) -> str:
@@ -92,6 +91,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
     slice) become its range when they are a bound, else a runtime assert: either way the
     program refuses the sizes it was not traced for."""
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+
     from ..torch_private.shapes import CapturedTraceback
     hinted = {r.symbol: r for r in inputs.roots if r.hint is not None}
     for guard in guards(env)[first_guard:]:
@@ -105,7 +105,7 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
             holds = bound_sympy(g, {sym: traced})
             if holds.lower and holds.upper:
                 continue
-        except Exception:  # noqa: BLE001 (not boundable: keep it as an assert)
+        except Exception:  # not boundable: keep it as an assert
             pass
         bound = _bound_of(_without_min_max(g), sym)
         if bound is not None:
@@ -155,6 +155,7 @@ def equate_with_hints(env: Any, r: RootSymbol, expr: Any, namer: Any, sloc: Any)
 
 def log_equal(r: RootSymbol, other: str, sloc: Any) -> None:
     import logging
+
     from .guard_words import where_text
     logging.getLogger("graphcap.dynamic").info(
         "graphcap: dimension %s was found to equal %s%s", r.name, other, where_text(sloc))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import sympy
+
 from ..torch_private.symbolic import ValueRanges, bound_sympy, int_oo
 
 # How many boxes one guard may cost before it is left undecided (not accepted).
@@ -30,7 +31,7 @@ BOX_BUDGET = 512
 def _bounded(guard: Any, box: dict) -> Optional[bool]:
     try:
         vr = bound_sympy(guard, box)
-    except Exception:  # noqa: BLE001 (an expression the range analysis cannot bound)
+    except Exception:  # an expression the range analysis cannot bound
         return None
     if vr.lower and vr.upper:
         return True
@@ -42,7 +43,7 @@ def _bounded(guard: Any, box: dict) -> Optional[bool]:
 def _positive(expr: Any, box: dict) -> bool:
     try:
         return bool(bound_sympy(expr, box).lower > 0)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -72,7 +73,7 @@ def _proved(guard: Any, box: dict) -> Optional[bool]:
         return verdict
     try:
         rewritten = _as_differences(guard, box)
-    except Exception:  # noqa: BLE001 (a form the rewrite does not know: leave it to splitting)
+    except Exception:  # a form the rewrite does not know: leave it to splitting
         return None
     return _bounded(rewritten, box) if rewritten is not guard else None
 
@@ -85,7 +86,7 @@ def _value_at(guard: Any, point: dict) -> Optional[bool]:
     """The guard's truth at one point, or None if it does not evaluate to a boolean."""
     try:
         v = guard.xreplace({s: sympy.Integer(int(x)) for s, x in point.items()})
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if v is sympy.true or v is True:
         return True

@@ -5,13 +5,12 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges, bound_sympy
 
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
-from .guard_words import implied_by, DimNamer, where_text
-from .symbols import SymbolicInputs
 from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
+from ..torch_private.symbolic import ValueRanges, bound_sympy, int_oo
+from .guard_words import DimNamer, implied_by, where_text
+from .symbols import SymbolicInputs
 
 
 def _sizes(val: Any) -> list[Any]:
@@ -73,6 +72,7 @@ def defer_relations(mode: Any, inputs: SymbolicInputs) -> None:
     that equals a non-linear expression of other Dims, which is kept.)
     """
     from torch.fx.experimental.symbolic_shapes import RuntimeAssert
+
     from ..torch_private.shapes import CapturedTraceback
     env = mode.shape_env
     by_sym = inputs.by_symbol()

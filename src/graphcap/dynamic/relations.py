@@ -12,13 +12,12 @@ import re
 from typing import Any, Optional
 
 import sympy
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges
 
-from .dims import DerivedDim
-from .guard_words import finite_int, defer_assert, dim_fix, implied_by, DimNamer, where_text
-from .symbols import RootSymbol, SymbolicInputs
 from ..torch_private.shapes import deferred_asserts, guards, symbol_ranges
+from ..torch_private.symbolic import ValueRanges, int_oo
+from .dims import DerivedDim
+from .guard_words import DimNamer, defer_assert, dim_fix, finite_int, implied_by, where_text
+from .symbols import RootSymbol, SymbolicInputs
 
 
 def is_affine_in_one(expr: Any) -> bool:

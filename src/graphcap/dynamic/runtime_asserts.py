@@ -32,6 +32,7 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
     top-level pass never sees the value defined and the user's ``torch._check`` on it
     would vanish from the program."""
     from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+
     from ..torch_private.higher_order import region_wrappers
     wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
     for node in gm.graph.nodes:

@@ -130,6 +130,7 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
     import inspect
 
     import torch
+
     from .named_inputs import combined_inputs
     params = shapes_spec_params(spec) if _is(spec, "ShapesSpec") else spec
     if _is(spec, "ShapesSpec") and spec.assumptions:

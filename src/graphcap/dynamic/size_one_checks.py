@@ -121,7 +121,7 @@ def _run(fn: Callable, call: tuple, seed: int = 0) -> tuple[Any, Optional[BaseEx
         torch.manual_seed(seed)
         try:
             return fn(*args, **kwargs), None
-        except Exception as e:  # noqa: BLE001 (reported as why the size is refused)
+        except Exception as e:  # reported as why the size is refused
             return None, e
 
 
@@ -132,7 +132,6 @@ def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: lis
     try:
         eager_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
         expected, err = _run(mod, eager_call)
-        eager_state = _state_snapshot(mod)
         if err is not None:
             return f"eager raised {type(err).__name__} there"
         _restore(mod, saved)
@@ -172,7 +171,7 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
             else:
                 try:
                     verdicts[key] = _agree(mod, ep, call_of, cut)
-                except Exception as e:  # noqa: BLE001 (weights on meta, outputs that do not compare, ...)
+                except Exception as e:  # weights on meta, outputs that do not compare, ...
                     verdicts[key] = f"graphcap could not run the check ({type(e).__name__}: {e})"
         reason = verdicts[key]
         if reason is None:

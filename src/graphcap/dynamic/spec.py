@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
-from ..torch_private import pytree
 
 from ..errors import DynamicSpecError
+from ..torch_private import pytree
 from .dims import DerivedDim, Dim, DimHint, as_dim
 from .named_inputs import combined_inputs
 from .shape_var_specs import SpecSize
-
 
 # torch's own leaf test (registered types count as nodes); public from torch 2.14 on
 _is_leaf = pytree.is_leaf
@@ -42,7 +41,7 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     """One pytree level of ``value``: children, their path suffixes, context (None for a leaf)."""
     if _is_leaf(value):
         return None
-    node = pytree.node_type(value)  # noqa: SLF001
+    node = pytree.node_type(value)
     handler = pytree.SUPPORTED_NODES[node]
     children, context = handler.flatten_fn(value)
     if handler.flatten_with_keys_fn is not None:
@@ -268,8 +267,8 @@ def _signature_ordered(m: Any, kwargs: dict) -> dict:
 
 def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                               dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
-    from .spec_objects import is_spec_builder
     from .shape_var_specs import is_shape_var_spec, translate
+    from .spec_objects import is_spec_builder
     combined = combined_inputs(m, args, kwargs)
     if is_spec_builder(dynamic_shapes):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..errors import DynamicSpecError
 from ..torch_private import pytree
 from ..torch_private.user_specs import additional_inputs_examples, is_torch_int_wrapper
-
-from ..errors import DynamicSpecError
 
 
 def is_spec_builder(spec: Any) -> bool:
@@ -73,7 +72,7 @@ def _verifier(examples: list) -> Callable[[Any], None]:
             ex_args, ex_kwargs = unwrap_int_wrappers(tuple(ex_args), dict(ex_kwargs or {}))
             try:
                 runnable._checker(ex_args, ex_kwargs)
-            except Exception as e:  # noqa: BLE001 (re-raised with which example failed)
+            except Exception as e:  # re-raised with which example failed
                 raise DynamicSpecError(
                     f"Additional example input set {i} is not accepted by the exported program: {e}",
                     where="AdditionalInputs",

@@ -4,11 +4,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..torch_private import pytree
-
 from ..errors import ExportInputError
+from ..torch_private import pytree
 from .dims import DerivedDim, Dim, as_dim
-
 
 _FIX_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*(.+?)\s*$")
 _DIM_CALL = re.compile(r"^Dim\(\s*['\"]([A-Za-z_][A-Za-z_0-9]*)['\"]\s*((?:,\s*(?:min|max)\s*=\s*-?\d+\s*)*)\)$")

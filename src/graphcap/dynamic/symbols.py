@@ -20,16 +20,19 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.shapes import GuardSource, Source, guards
-from ..torch_private.fake import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import (DimDynamic, StatefulSymbolicContext, StrictMinMaxConstraint,
-                                                   SubclassSymbolicContext)
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges
-from ..torch_private import shapes
-from ..torch_private.dispatch import backend_kernel_switches, is_traceable_wrapper_subclass
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    StatefulSymbolicContext,
+    StrictMinMaxConstraint,
+    SubclassSymbolicContext,
+)
 
 from ..errors import DynamicSpecError
+from ..torch_private import shapes
+from ..torch_private.dispatch import backend_kernel_switches, is_traceable_wrapper_subclass
+from ..torch_private.fake import FakeTensorMode
+from ..torch_private.shapes import GuardSource, Source, guards
+from ..torch_private.symbolic import ValueRanges, int_oo
 from ..user_frames import is_user_file
 from .dims import INT_MAX, DerivedDim, Dim, DimHint
 from .spec import IntSpec, LeafSpec

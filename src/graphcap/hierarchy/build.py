@@ -387,7 +387,8 @@ def same_computation(a: torch.fx.Graph, b: torch.fx.Graph) -> bool:
     """Whether two graphs run the same operators on the same inputs, names aside."""
     def shape(graph: torch.fx.Graph) -> list:
         index = {n: i for i, n in enumerate(graph.nodes)}
-        rename = lambda arg: torch.fx.node.map_arg(arg, lambda n: ("%", index[n]))
+        def rename(arg: Any) -> Any:
+            return torch.fx.node.map_arg(arg, lambda n: ("%", index[n]))
         return [(n.op, n.target if n.op != "placeholder" else None, rename(n.args), rename(n.kwargs))
                 for n in graph.nodes]
     try:

@@ -27,7 +27,6 @@ from .. import auto_flatten
 from ..torch_private import unflatten as private
 
 
-
 class SubmoduleGraph(torch.nn.Module):
     """A submodule rebuilt from the program; see the module docstring."""
 
@@ -80,7 +79,7 @@ class SubmoduleGraph(torch.nn.Module):
     def print_readable(self, print_output: bool = True) -> str:
         """The Python of every rebuilt forward in this module's tree, by FQN."""
         parts = []
-        for name, module in self.named_modules():
+        for module in self.modules():
             if isinstance(module, SubmoduleGraph) and module.code:
                 parts.append(f"# {module._fqn or '<root>'}: {module._class_name}\n{module.code}")
         text = "\n".join(parts)
@@ -103,7 +102,7 @@ class SubmoduleGraph(torch.nn.Module):
             seen.add(id(module))
             if isinstance(module, SubmoduleGraph):
                 for forward in module._forwards():
-                    forward.source  # generates it
+                    forward.source  # noqa: B018 (reading the property generates the code)
             todo.extend(module.children())
             todo.extend(v for v in vars(module).values() if isinstance(v, torch.nn.Module))  # later calls' views
         super().compile(*args, **kwargs)

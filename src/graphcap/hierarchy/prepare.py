@@ -173,5 +173,5 @@ def _write_versions_between_calls(graph: torch.fx.Graph, dest: torch.fx.Node, fi
             copy_node = graph.call_function(torch.ops.aten.copy_.default, (dest, value))
         copy_node.meta.update(val=value.meta.get("val"),
                               nn_module_stack=dict(_stack_reaching(value.meta.get("nn_module_stack") or {}, names)))
-        value.replace_all_uses_with(dest, delete_user_cb=lambda user: user is not copy_node
-                                    and _call_path(user) != _call_path(value))
+        value.replace_all_uses_with(dest, delete_user_cb=lambda user, copy_node=copy_node, value=value:
+                                    user is not copy_node and _call_path(user) != _call_path(value))

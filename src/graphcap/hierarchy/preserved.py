@@ -24,9 +24,10 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import GraphcapError
 from .. import auto_flatten
+from ..errors import GraphcapError
 from .modules import LazyForward, SubmoduleGraph
+
 
 class _NotConstant:
     """Marks a call input that was a traced value (a tensor, a size), not a baked-in constant.
@@ -154,7 +155,7 @@ class PreservedModule(SubmoduleGraph):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = auto_flatten.flatten((args, kwargs))
-        for name, in_spec, constants, out_spec, compiled, _, aliased in self._calls:
+        for _name, in_spec, constants, out_spec, compiled, _, aliased in self._calls:
             if spec != in_spec or not all((v is not None) if c is _NOT_CONSTANT else _same_constant(c, v)
                                           for c, v in zip(constants, leaves)):  # None is no traced value
                 continue

@@ -23,10 +23,10 @@ from ..input_checks import InputChecker
 from ..signature import InputKind, call_graph_of, call_spec_of
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule
-from .preserved import PreservedModule
 from .prepare import copy_graph, name_inplace_targets, read_no_op_conversions_as_their_input, writes_from_outputs
-from .shared import merge_shared
+from .preserved import PreservedModule
 from .scopes import CallScope, build_scopes
+from .shared import merge_shared
 from .state import install_state, state_entries
 
 

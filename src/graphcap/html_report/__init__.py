@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import page, sections
 from ..signature import InputKind
+from . import page, sections
 from .names import SymbolNames
 from .svg import view_svg
 from .views import ROOT, ModuleTree
@@ -159,7 +159,8 @@ def _facts(ep: Any) -> list[tuple[str, str]]:
     nbytes = sum(t.numel() * t.element_size() for t, _ in weights)
     tied = sum(len(fqns) > 1 for _, fqns in weights)
     return [("nodes", str(len(nodes))), ("operators", str(ops)), ("weights", f"{numel:,} values, "
-            f"{nbytes / 2 ** 20:.1f} MiB in {len(weights)} tensor{'' if len(weights) == 1 else 's'}" + (f" ({tied} tied)" if tied else "")),
+            f"{nbytes / 2 ** 20:.1f} MiB in {len(weights)} tensor{'' if len(weights) == 1 else 's'}"
+            + (f" ({tied} tied)" if tied else "")),
             ("dynamic symbols", str(len(ep.range_constraints))), ("IR", getattr(ep, "dialect", "TRAINING"))]
 
 

@@ -80,5 +80,5 @@ class SymbolNames:
 class NoNames(SymbolNames):
     """Leaves text as it is (for a view drawn without a program, e.g. in the layout tests)."""
 
-    def __init__(self) -> None:  # noqa: D107 (no program to read)
+    def __init__(self) -> None:  # no program to read
         self.dim_names, self.uses, self.names = {}, {}, {}

@@ -40,7 +40,8 @@ pre.program{background:var(--panel);padding:10px;overflow:auto;max-height:600px;
 .badge.ok{background:#d1fadf;color:#05603a}.badge.bad{background:#fee4e2;color:#b42318}
 .note{color:var(--muted)}
 .graphbox{display:flex;gap:16px;align-items:flex-start}
-.tree{position:relative;min-width:230px;max-width:300px;max-height:calc(72vh + 40px);overflow:auto;font-size:12.5px;border:1px solid var(--line);
+.tree{position:relative;min-width:230px;max-width:300px;max-height:calc(72vh + 40px);overflow:auto;
+ font-size:12.5px;border:1px solid var(--line);
  padding:6px;background:var(--panel)}
 .tree details{margin-left:10px}.tree>details{margin-left:0}
 .tree summary{cursor:pointer;white-space:nowrap}
@@ -147,12 +148,14 @@ SCRIPT = """
     var vs=view.querySelectorAll('.variant'); if(vs.length<2){return;}
     if(on===undefined){on=vs[1].hidden;}
     vs[0].hidden=on; vs[1].hidden=!on;
-    var b=view.querySelector('button.expand'); if(b){b.textContent=on?'collapse repeated blocks':'expand repeated blocks';}
+    var b=view.querySelector('button.expand');
+    if(b){b.textContent=on?'collapse repeated blocks':'expand repeated blocks';}
     var svg=shown(view); if(svg&&!svg.getAttribute('data-scale')){fit(svg,false);}
   }
   function reveal(el){  // open the view holding a box, scroll it to the middle and mark it
     var view=el.closest('.view'); show(view.getAttribute('data-key'));
-    var variant=el.closest('.variant'); if(variant&&variant.hidden){expand(view,variant.classList.contains('expanded'));}
+    var variant=el.closest('.variant');
+    if(variant&&variant.hidden){expand(view,variant.classList.contains('expanded'));}
     if(el.closest('.auxpart')&&aux&&!aux.checked){showAux(true);}
     var old=document.querySelectorAll('.unit.hit'); for(var i=0;i<old.length;i++){old[i].classList.remove('hit');}
     el.classList.add('hit');
@@ -204,7 +207,7 @@ SCRIPT = """
   function search(){
     var q=input.value.trim().toLowerCase(); results.innerHTML='';
     if(!q){results.hidden=true;return;}
-    var words=q.split(/\s+/), hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
+    var words=q.split(/\\s+/), hits=document.querySelectorAll('.views [data-s]'), n=0, total=0;
     for(var i=0;i<hits.length;i++){
       var text=hits[i].getAttribute('data-s'), all=true;
       for(var w=0;w<words.length;w++){if(text.indexOf(words[w])<0){all=false;break;}}
@@ -214,7 +217,8 @@ SCRIPT = """
       var label=el.querySelector('text'), title=el.querySelector('title');
       a.textContent=(label?label.textContent:'')+'  ';
       var where=document.createElement('small');
-      where.textContent=(title?title.textContent.split('\\n')[0]:'')+' — in '+(view.getAttribute('data-label')||'program');
+      where.textContent=(title?title.textContent.split('\\n')[0]:'')+' — in '+
+        (view.getAttribute('data-label')||'program');
       a.appendChild(where); a._el=el; results.appendChild(a);
     }
     if(total>n){var more=document.createElement('small'); more.textContent=' '+(total-n)+' more: type more of the name';
@@ -228,7 +232,8 @@ SCRIPT = """
       if(e.key==='Enter'){var f=results.querySelector('a'); if(f){reveal(f._el); results.hidden=true;}}
       if(e.key==='Escape'){results.hidden=true;}
     });
-    results.addEventListener('click',function(e){var a=e.target.closest('a'); if(a&&a._el){reveal(a._el); results.hidden=true;}});
+    results.addEventListener('click',function(e){
+      var a=e.target.closest('a'); if(a&&a._el){reveal(a._el); results.hidden=true;}});
   }
   var m=/[#&]view=([^&]*)/.exec(window.location.hash||'');
   show(m?decodeURIComponent(m[1]):box.getAttribute('data-first')||'');
@@ -236,7 +241,8 @@ SCRIPT = """
   if(/[#&]aux=1/.test(window.location.hash||'')&&aux){showAux(true);}
   var q=/[#&]find=([^&]*)/.exec(window.location.hash||'');
   if(q&&input){input.value=decodeURIComponent(q[1]); search();
-    if(/[#&]go=1/.test(window.location.hash)){var f=results.querySelector('a'); if(f){reveal(f._el); results.hidden=true;}}}
+    if(/[#&]go=1/.test(window.location.hash)){
+      var f=results.querySelector('a'); if(f){reveal(f._el); results.hidden=true;}}}
 })();
 """
 

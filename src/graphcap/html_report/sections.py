@@ -87,7 +87,7 @@ def _storage_key(t: Any) -> Any:
     a tensor with no memory of its own (meta, fake) is only itself."""
     try:
         ptr = t.untyped_storage().data_ptr()
-    except Exception:  # noqa: BLE001 (a tensor subclass without a storage)
+    except Exception:  # a tensor subclass without a storage
         ptr = 0
     if not ptr:
         return ("object", id(t))
@@ -227,8 +227,8 @@ def runtime_asserts(ep: Any, names: SymbolNames = NoNames()) -> list[list[Any]]:
                 continue
             if not cond.strip():
                 cond = f"{node.name} ({_op_name(node.target)})"  # never an empty condition cell
-            dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} |
-                                    {n for n in names.names.values() if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", cond)}))
+            named = {n for n in names.names.values() if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", cond)}
+            dims = ", ".join(sorted({names.name(m) for m in re.findall(r"\b[su]\d+\b", str(cond))} | named))
             rows.append([kind, dims, Raw(f"<code>{escape(cond)}</code>"),
                          _user_line(node.meta.get("stack_trace", ""))])
     return rows
@@ -241,7 +241,7 @@ def assumptions(ep: Any, names: SymbolNames = NoNames()) -> str:
     recorded = getattr(ep, "export_assumptions", None)
     rows = []
     for a in recorded or []:
-        field = a.get if isinstance(a, dict) else lambda k, d=None: getattr(a, k, d)  # records or their data
+        field = a.get if isinstance(a, dict) else lambda k, d=None, a=a: getattr(a, k, d)  # records or their data
         where = field("where") or ("(inside torch)" if field("framework") else "")
         text = names(field("text") or "")
         if not text.strip():

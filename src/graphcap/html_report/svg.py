@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from .layout import Drawing, layout
+from .layout import layout
 from .views import Unit, View
 
 CHAR_W = 7.0

@@ -22,10 +22,9 @@ asked.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
-
-import re
 
 import torch
 
@@ -325,7 +324,8 @@ class ModuleTree:
                 continue
             label = node_label(node)
             units[f"n:{node.name}"] = Unit(f"n:{node.name}", "node", label, node_detail(node, names), node=node,
-                                           order=self.index[node], search=f"{node.name} {label} {node.target} {group.path}")
+                                           order=self.index[node],
+                                           search=f"{node.name} {label} {node.target} {group.path}")
         for child_key in group.children:
             child = self.groups[child_key]
             # where the call starts: its first operator (its weights are placeholders, listed first)

@@ -6,7 +6,7 @@ outputs), then drop dead code — the IR verified after each.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from . import dce, decompose
 from .manager import Pass, run_passes

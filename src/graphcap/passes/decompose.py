@@ -26,37 +26,41 @@ still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-from ..torch_private import pytree
-from ..torch_private.dispatch import enable_python_dispatcher
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..composite_kernels import steer_composites
+from ..decomp_table import TableView, as_table, can_keep_composite
+from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..signature import (
+    MUTATION_OUTPUT_KINDS,
+    ExportGraphSignature,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+    call_graph_of,
+    mutation_key,
+)
+from ..torch_private import functional, pytree
+from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
 from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
-from ..torch_private import functional
-from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import interpreting_node
 from ..torch_private.ops import OpOverload
-from torch.fx.experimental.proxy_tensor import make_fx
+from ..torch_private.shapes import symbol_ranges
 from ..torch_private.symbolic import ValueRanges
-
-from ..decomp_table import TableView, as_table, can_keep_composite
-from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
-from ..signature import call_graph_of
-from ..signature import (ExportGraphSignature, OutputKind, OutputSpec, TensorArgument, MUTATION_OUTPUT_KINDS,
-                         mutation_key)
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
-from ..composite_kernels import steer_composites
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
-from ..torch_private.shapes import symbol_ranges
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -227,7 +231,8 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
 def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: torch.fx.GraphModule) -> None:
     """The user's ``custom`` annotations on the inputs and the output stay where they were (the
     replay carries those of operator nodes; inputs and the output are made by the tracer)."""
-    ends = lambda gm: [n for n in gm.graph.nodes if n.op in ("placeholder", "output")]
+    def ends(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+        return [n for n in gm.graph.nodes if n.op in ("placeholder", "output")]
     for new, old in zip(ends(new_gm), ends(old_gm)):
         if new.op == old.op and old.meta.get("custom") and "custom" not in new.meta:
             new.meta["custom"] = dict(old.meta["custom"])

@@ -8,7 +8,7 @@ a broken invariant is traced to the pass that broke it, not found later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import VerificationError
 from ..verifier import violations

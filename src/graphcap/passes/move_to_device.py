@@ -10,15 +10,15 @@ the input checks of ``module()`` expect inputs on the new device.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 import torch
 import torch.fx
-from ..torch_private import pytree
-from ..torch_private.fake import FakeTensor
 
 from ..errors import ExportInputError
 from ..signature import ModuleCallEntry, call_graph_of
+from ..torch_private import pytree
+from ..torch_private.fake import FakeTensor
 from .manager import Pass, run_passes
 
 if TYPE_CHECKING:

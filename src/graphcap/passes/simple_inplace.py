@@ -18,9 +18,9 @@ from typing import Optional
 
 import torch
 import torch.fx
-from ..torch_private.ops import OpOverload, overload_name, schema_of
 
 from ..node_facts import is_view_op, writes_to_argument
+from ..torch_private.ops import OpOverload, overload_name, schema_of
 
 
 @dataclass

@@ -27,7 +27,7 @@ not tensors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
 import torch.fx
@@ -100,7 +100,8 @@ def split_subclass(value: torch.Tensor, where: str) -> tuple[SubclassLayout, lis
 
 
 def unwrapped_target(target: str, index: int) -> str:
-    """The FQN torch gives inner tensor ``index`` of the subclass at ``target`` (``a.w`` → ``a.parametrizations.w.original0``)."""
+    """The FQN torch gives inner tensor ``index`` of the subclass at ``target`` (``a.w`` →
+    ``a.parametrizations.w.original0``)."""
     owner, _, leaf = target.rpartition(".")
     return f"{owner + '.' if owner else ''}parametrizations.{leaf}.original{index}"
 

@@ -16,10 +16,9 @@ from typing import Any
 import torch
 
 from ..errors import SerializationError
-from .checkpoints import SHOWN, Checkpoint, refuse, listed
+from .checkpoints import SHOWN, Checkpoint, listed, refuse
 from .tensors import without_data
 from .values import DTYPES, bad, decode_device
-
 
 # ---------------------------------------------------------------------------
 

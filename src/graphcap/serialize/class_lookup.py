@@ -97,7 +97,7 @@ def find_class(name: str) -> Optional[type]:
                 continue
             try:
                 module = importlib.import_module(module_name)
-            except Exception:  # noqa: BLE001 (not a module of that name: try a shorter prefix)
+            except Exception:  # not a module of that name: try a shorter prefix
                 continue
         obj: Any = module
         for attr in qual:
@@ -153,8 +153,8 @@ class StandIn:
         ctx = self._context
         if isinstance(ctx, (list, tuple)) and len(ctx) == len(self._children) and all(isinstance(k, str) for k in ctx):
             return list(ctx)  # a mapping-like class: its keys (transformers' ModelOutput)
-        if isinstance(ctx, tuple) and len(ctx) == 2 and isinstance(ctx[0], tuple) and len(ctx[0]) == len(self._children) \
-                and all(isinstance(k, str) for k in ctx[0]):
+        if isinstance(ctx, tuple) and len(ctx) == 2 and isinstance(ctx[0], tuple) \
+                and len(ctx[0]) == len(self._children) and all(isinstance(k, str) for k in ctx[0]):
             return list(ctx[0])  # a class graphcap flattened by its attributes: (keys, static)
         return [f"_{i}" for i in range(len(self._children))]
 

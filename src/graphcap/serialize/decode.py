@@ -17,12 +17,23 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.fx
+
+from ..signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    ModuleCallEntry,
+    ModuleCallSignature,
+    OutputKind,
+    OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+)
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.symbolic import ValueRanges
-
-from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, ModuleCallEntry,
-                         ModuleCallSignature, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument,
-                         SymIntArgument, TensorArgument)
 from ..trace.naming import builtin_name_allowed, set_node_name
 from . import schema, upgrade
 from .binding_paths import decode_bindings
@@ -32,7 +43,6 @@ from .operator_lookup import resolve_hop, resolve_op
 from .pytree_specs import _registered_types, json_to_spec
 from .symbol_table import SymbolTable, range_bound
 from .values import bad, decode_value
-
 
 # ---------------------------------------------------------------------------
 # graphs
@@ -85,7 +95,7 @@ class _GraphReader:
             if name in env:
                 raise bad(f"Node name {name} is used twice.")
 
-            def extra(tag: str, payload: Any) -> Any:
+            def extra(tag: str, payload: Any, name: str = name, where: str = where) -> Any:
                 if tag == "node":
                     if not isinstance(payload, str) or payload not in env:
                         raise bad(f"Node {name} uses {payload!r:.80} before it is defined.")

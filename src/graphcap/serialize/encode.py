@@ -14,24 +14,32 @@ import warnings
 from typing import Any
 
 import sympy
-from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
-from ..torch_private.symbolic import int_oo, symbol_assumptions
 import torch
 import torch.fx
 
 from .. import auto_flatten
 from ..errors import SerializationError
-from ..signature import call_graph_of, call_spec_of
-from ..signature import (ConstantArgument, ExportGraphSignature, ModuleCallEntry, SymBoolArgument,
-                         SymFloatArgument, SymIntArgument, TensorArgument)
+from ..signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    ModuleCallEntry,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+    call_graph_of,
+    call_spec_of,
+)
+from ..torch_private.dispatch import is_traceable_wrapper_subclass
+from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
+from ..torch_private.shapes import example_values, symbol_ranges
+from ..torch_private.symbolic import int_oo, symbol_assumptions
 from . import schema
-from .exprs import expr_to_str
 from .binding_paths import encode_bindings
+from .exprs import expr_to_str
 from .pytree_specs import spec_to_json
 from .tensors import subclass_name
-from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from .values import Unencodable, encode_value
-from ..torch_private.shapes import example_values, symbol_ranges
 
 
 def python_targets() -> dict[str, Any]:

@@ -18,10 +18,10 @@ from typing import Any, Callable, Optional
 
 import sympy
 from sympy.printing.str import StrPrinter
-from ..torch_private.symbolic import functions as F
-from ..torch_private.symbolic import int_oo
 
 from ..errors import SerializationError
+from ..torch_private.symbolic import functions as F
+from ..torch_private.symbolic import int_oo
 from . import schema
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {

@@ -54,7 +54,7 @@ def _rebuilt(module: torch.nn.Module, names: list[str]) -> Optional[dict[str, to
     try:
         with torch.device("cpu"):
             fresh = type(module)(**arguments)
-    except Exception:  # noqa: BLE001 (a class that cannot be built this way keeps its buffers without data)
+    except Exception:  # a class that cannot be built this way keeps its buffers without data
         return None
     if any(True for _ in fresh.parameters()):
         return None
@@ -64,7 +64,8 @@ def _rebuilt(module: torch.nn.Module, names: list[str]) -> Optional[dict[str, to
         return None
     out: dict[str, torch.Tensor] = {}
     for name in names:
-        old, new = dict(module.named_buffers(recurse=False)).get(name), dict(fresh.named_buffers(recurse=False)).get(name)
+        old = dict(module.named_buffers(recurse=False)).get(name)
+        new = dict(fresh.named_buffers(recurse=False)).get(name)
         if old is None or new is None or tuple(new.shape) != tuple(old.shape) or new.device.type == "meta":
             return None
         out[name] = new.detach().to(dtype=old.dtype)

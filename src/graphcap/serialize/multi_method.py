@@ -34,7 +34,9 @@ from ..program import ExportedProgram
 from ..signature import call_graph_of
 from . import attach, checkpoints, tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
-from .pt2 import extra_file_entries, load as load_program, read_extra_files, save as save_program
+from .pt2 import extra_file_entries, read_extra_files
+from .pt2 import load as load_program
+from .pt2 import save as save_program
 
 LAYOUT_ENTRY = "multi_method.json"
 STATE_ENTRY = "state.safetensors"
@@ -84,7 +86,7 @@ def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = N
             if "alias_of" not in described[fqn] and described[fqn].get("storage") is None:
                 described[fqn]["device"] = str(t.device)
     entries: dict[str, bytes] = {STATE_ENTRY: data}
-    for i, (name, ep) in enumerate(progs.items()):
+    for i, ep in enumerate(progs.values()):
         buf = io.BytesIO()
         save_program(_without_state(ep, set(shared)), buf, weights=False)
         entries[f"{METHOD_PREFIX}{i}.pt2"] = buf.getvalue()

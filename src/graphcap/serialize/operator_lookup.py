@@ -11,9 +11,9 @@ import re
 from typing import Any
 
 import torch
-from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
 
 from ..errors import SerializationError
+from ..torch_private.ops import HigherOrderOperator, OpNamespace, OpOverload, OpOverloadPacket, schema_of
 from .checked_fields import ident
 from .values import bad
 

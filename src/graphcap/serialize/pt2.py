@@ -14,11 +14,11 @@ import re
 from typing import Any, Optional, Sequence
 
 import torch
-from ..torch_private.dispatch import disable_current_modes
 
 from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
+from ..torch_private.dispatch import disable_current_modes
 from . import attach, checkpoints, class_lookup, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program

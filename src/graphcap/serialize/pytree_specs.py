@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..torch_private import pytree
-
 from .. import auto_flatten, module_inputs  # noqa: F401 (module_inputs adds graphcap's node class)
 from ..errors import SerializationError
 from ..pytree import qualified_name
+from ..torch_private import pytree
 from . import class_lookup, schema
 from .values import Unencodable, bad, decode_value, encode_value
 

@@ -33,8 +33,24 @@ from __future__ import annotations
 from typing import Any
 
 from ..signature import InputKind, OutputKind
-from .typed_json import (Bool, Int, ListOf, MapOf, Null, Number, OneOf, Pattern, Record, Ref, Str, Tagged, Tuple,
-                         Union, check, fingerprint)
+from .typed_json import (
+    Bool,
+    Int,
+    ListOf,
+    MapOf,
+    Null,
+    Number,
+    OneOf,
+    Pattern,
+    Record,
+    Ref,
+    Str,
+    Tagged,
+    Tuple,
+    Union,
+    check,
+    fingerprint,
+)
 
 FORMAT_VERSION = 4
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).

@@ -11,18 +11,22 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private.fake import tracing_fake_mode, fake_from_meta
-from ..torch_private.shapes import guard_location
 from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
-from ..torch_private.shapes import new_shape_env
-from ..torch_private.symbolic import int_oo
-from ..torch_private.symbolic import ValueRanges
 
+from ..torch_private.fake import fake_from_meta, tracing_fake_mode
+from ..torch_private.shapes import (
+    example_values,
+    guard_location,
+    new_shape_env,
+    reserve_unbacked_names,
+    symbol_range_locations,
+    symbol_ranges,
+)
+from ..torch_private.symbolic import ValueRanges, int_oo
 from .checked_fields import field, ident
 from .exprs import str_to_expr
 from .tensors import find_subclass, unflatten_subclass
 from .values import DTYPES, bad, decode_device, decode_value
-from ..torch_private.shapes import example_values, reserve_unbacked_names, symbol_range_locations, symbol_ranges
 
 _ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
                 "zero", "nonzero", "rational", "extended_real", "commutative", "infinite", "even", "odd"}

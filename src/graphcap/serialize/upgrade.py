@@ -11,8 +11,9 @@ Version 1 → 2 is the identity (version 2 only allows weights without data),
 and 3 → 4 is the identity (version 4 only allows tensor-subclass state and annotations).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
-change but whose program an older graphcap built differently. Until 2026-11-23 graphcap's training IR listed every buffer or user input the
-program updates as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
+change but whose program an older graphcap built differently. Until 2026-11-23
+graphcap's training IR listed every buffer or user input the program updates
+as a ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION`` output: the
 placeholder itself for an in-place write (the write was already an operator
 of the graph), the new tensor for a buffer forward reassigned. torch's
 training IR — and graphcap's since — keeps the writes in the graph and lists
@@ -38,6 +39,7 @@ import torch.fx
 from ..signature import ExportGraphSignature, OutputKind
 from . import schema
 from .values import bad
+
 
 # version N -> the function turning version N's program.json into version N+1's (returns the new dict).
 def _v1_to_v2(program: dict[str, Any]) -> dict[str, Any]:

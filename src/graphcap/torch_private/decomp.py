@@ -69,6 +69,7 @@ def _remap_by_table(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     The functional forms take the legacy call's arguments by the same names, except a reduction
     (``op``), which they take by its name ("sum", ...) rather than as a ``ReduceOp``."""
     import inspect
+
     import torch.distributed._functional_collectives as collectives
     functional = collectives.traceable_collective_remaps.get(func)
     if functional is None:

@@ -55,12 +55,14 @@ def auto_dispatch_below_autograd() -> Any:
 
 
 def has_kernel(qualified_name: str) -> bool:
-    """Whether the operator ``ns::name[.overload]`` has any kernel registered. Relies on ``torch._C._dispatch_has_kernel``."""
+    """Whether the operator ``ns::name[.overload]`` has any kernel registered. Relies on
+    ``torch._C._dispatch_has_kernel``."""
     return torch._C._dispatch_has_kernel(qualified_name)
 
 
 def has_kernel_for_dispatch_key(qualified_name: str, key: DispatchKey) -> bool:
-    """Whether the operator has a C++ kernel for ``key``. Relies on ``torch._C._dispatch_has_kernel_for_dispatch_key``."""
+    """Whether the operator has a C++ kernel for ``key``. Relies on
+    ``torch._C._dispatch_has_kernel_for_dispatch_key``."""
     return torch._C._dispatch_has_kernel_for_dispatch_key(qualified_name, key)
 
 

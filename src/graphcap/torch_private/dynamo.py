@@ -73,8 +73,8 @@ RELIES_ON.update({
 })
 
 def _sample_sym_node() -> Any:
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     return ShapeEnv().create_symintnode(ShapeEnv().create_symbol(3, ConstantSource("n")), hint=3).node
 
 
@@ -187,6 +187,7 @@ def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch
     import ast
     import re
     import warnings
+
     import torch._dynamo
     side_effects: list[str] = []
     with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), \
@@ -252,6 +253,7 @@ def add_guard(shape_env: Any, expr: Any, sloc: Any = None) -> None:
 def user_sloc(filename: str, lineno: int, name: str, code: str) -> Any:
     """A guard location naming a user line the way graphcap's own guards do (a frame, no text)."""
     import traceback
+
     from .shapes import SLoc
     return SLoc(traceback.FrameSummary(filename, lineno, name, line=code), None)
 
@@ -295,10 +297,11 @@ def _wrapper_codes() -> list:
         import inspect
         import sys
         import types
-        import torch._higher_order_ops.associative_scan  # noqa: F401 (each named for sys.modules below:
-        import torch._higher_order_ops.cond  # noqa: F401  the package's attribute "cond" is the function)
-        import torch._higher_order_ops.map  # noqa: F401
-        import torch._higher_order_ops.scan  # noqa: F401
+
+        import torch._higher_order_ops.associative_scan  # each imported for sys.modules below:
+        import torch._higher_order_ops.cond  # the package's attribute "cond" is the function
+        import torch._higher_order_ops.map
+        import torch._higher_order_ops.scan
         import torch._higher_order_ops.while_loop  # noqa: F401
         for name in _CONTROL_FLOW_MODULES:
             module = sys.modules[f"torch._higher_order_ops.{name}"]

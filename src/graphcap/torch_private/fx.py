@@ -86,7 +86,8 @@ __all__ = ["set_pytree_codegen", "rename_in_namespace", "rename_node", "rename_n
 
 def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any, out_spec: Any,
                        own_walks: bool = False) -> None:
-    """Make ``graph``'s generated ``forward`` take ``arg_names``, flatten them by ``in_spec``, rebuild outputs by ``out_spec``.
+    """Make ``graph``'s generated ``forward`` take ``arg_names``, flatten them by ``in_spec``, rebuild outputs by
+    ``out_spec``.
 
     ``own_walks`` makes the generated code take inputs apart and build outputs
     with graphcap's walks (``graphcap.auto_flatten``) instead of torch's pytree:
@@ -107,6 +108,7 @@ def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any
 def _own_walks_codegen() -> type:
     """torch's pytree code generator with graphcap's flatten/unflatten in place of torch's."""
     from torch.fx.graph import _PyTreeCodeGen
+
     from .. import auto_flatten
 
     class OwnWalksCodeGen(_PyTreeCodeGen):

@@ -34,7 +34,9 @@ REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
 # Prefixes of the instance fields holding nn.Module's hooks (``_forward_hooks``, ``_backward_pre_hooks``, ...).
 HOOK_FIELD_PREFIXES = ("_forward", "_backward")
 
-__all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors", "has_hooks", "plain_attributes"]
+__all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES",
+           "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors",
+           "has_hooks", "plain_attributes"]
 
 
 def buffers_of(module: torch.nn.Module) -> dict[str, Any]:

@@ -221,6 +221,7 @@ def narrow_range(env: Any, symbol: Any, lower: Any, upper: Any, sloc: Any) -> No
     """Intersect ``symbol``'s range in ``env`` with ``[lower, upper]``, located at ``sloc``.
     Relies on ``ShapeEnv._update_var_to_range(symbol, vr, vr_sloc)``."""
     from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
+
     from .symbolic import ValueRanges
     env._update_var_to_range(symbol, ValueRanges(lower, upper), ValueRangesSLoc(sloc, sloc))
 
@@ -256,6 +257,7 @@ def _with_own_memos() -> type:
     ``__wrapped__``) under caches of their own, shared by graphcap's ShapeEnvs only.
     """
     from functools import lru_cache
+
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     memos = {}
     for name in _memoized_here():

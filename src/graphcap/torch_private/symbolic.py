@@ -5,7 +5,8 @@ writes them with torch's own sympy helpers: the integer infinity ``int_oo``
 that ShapeEnv uses for unbounded ranges, ``ValueRanges`` and ``bound_sympy``
 for the range of an expression, torch's integer functions (``FloorDiv``,
 ``PythonMod``) when rebuilding saved expressions, its Python printer for
-guard text, and its solver (a branch's condition read as a bound on one symbol). All live in a private package; they are re-exported unchanged.
+guard text, and its solver (a branch's condition read as a bound on one symbol). All live in a
+private package; they are re-exported unchanged.
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def _sample_symbol():
 
 SAMPLES = {"sympy.Symbol": _sample_symbol}
 
-__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source", "symbol_assumptions",
-           "solve_relation"]
+__all__ = ["int_oo", "ValueRanges", "ValueRangeError", "bound_sympy", "functions", "python_source",
+           "symbol_assumptions", "solve_relation"]
 
 
 def python_source(expr) -> str:

@@ -18,8 +18,8 @@ import contextlib
 from typing import Any, Iterator, Optional
 
 import torch
-from ..torch_private import pytree
 
+from ..torch_private import pytree
 from ..torch_private.fake import same_storage
 
 

@@ -33,9 +33,15 @@ import sympy
 from torch.fx.experimental.symbolic_shapes import ShapeGuard
 
 from ..torch_private import shapes
+from ..torch_private.shapes import (
+    example_values,
+    replacement_locations,
+    replacements,
+    symbol_range_locations,
+    symbol_ranges,
+)
 from ..torch_private.symbolic import ValueRanges, int_oo
 from .symbol_intervals import interval_around, solve_for
-from ..torch_private.shapes import example_values, replacement_locations, replacements, symbol_range_locations, symbol_ranges
 
 # -- raising a guard in a ShapeEnv ------------------------------------------
 
@@ -136,9 +142,12 @@ class _Snapshot:
     def restore(self) -> None:
         """Forget what the branch learned about older symbols; keep what it made (its own symbols)."""
         env = self.env
-        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:] if not g.expr.free_symbols & self.symbols]
-        for saved, current in ((self.var_to_range, symbol_ranges(env)), (self.var_to_range_sloc, symbol_range_locations(env)),
-                               (self.replacements, replacements(env)), (self.replacements_slocs, replacement_locations(env))):
+        shapes.guards(env)[self.guards:] = [g for g in shapes.guards(env)[self.guards:]
+                                            if not g.expr.free_symbols & self.symbols]
+        for saved, current in ((self.var_to_range, symbol_ranges(env)),
+                               (self.var_to_range_sloc, symbol_range_locations(env)),
+                               (self.replacements, replacements(env)),
+                               (self.replacements_slocs, replacement_locations(env))):
             for s in [s for s in current if s in self.symbols and s not in saved]:
                 del current[s]
             current.update(saved)

@@ -12,11 +12,11 @@ import types
 from typing import Any, Optional
 
 import torch
-from ..torch_private import pytree
 
+from ..errors import GraphcapError, UnsupportedError
+from ..torch_private import pytree
 from ..torch_private.fake import same_storage
 from ..torch_private.messages import cond_call_locals, is_cond_container_operands_refusal, while_loop_call_locals
-from ..errors import GraphcapError, UnsupportedError
 from ..user_frames import describe_frame, is_user_file, user_frame
 from .branch_checks import BranchRefused
 

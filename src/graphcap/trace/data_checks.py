@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import linecache
 import re
 import warnings
-import linecache
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -158,8 +158,8 @@ def _data_reads(expr: ast.expr) -> list[ast.expr]:
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
                 and node.value.attr == "shape" and is_nonzero(node.value.value):
             reads.append(node)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "numel") \
-                and is_nonzero(node.func.value):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("size", "numel") and is_nonzero(node.func.value):
             reads.append(node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
                 and len(node.args) == 1 and is_nonzero(node.args[0]):
@@ -231,7 +231,8 @@ def write_check(cond: Any, names: dict[Any, str], filename: Optional[str], linen
         words = python_condition(cond, {**names, sym: text})
         return WrittenCheck(check, negated, words,
                             [f"{indent}{name} = {text}", f"{indent}{check}", rewritten], True)
-    if not reads and isinstance(stmt, (ast.If, ast.While, ast.Assert)) and stmt.test.lineno == stmt.test.end_lineno == lineno:
+    if not reads and isinstance(stmt, (ast.If, ast.While, ast.Assert)) \
+            and stmt.test.lineno == stmt.test.end_lineno == lineno:
         # a tensor used as a truth value: read it into a named flag
         test = stmt.test
         name = _free_name("flag", taken)

@@ -15,12 +15,13 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from ..torch_private import pytree
 
 from ..errors import DataDependentError
+from ..torch_private import pytree
 from ..torch_private.messages import data_dependent_expression
 from ..user_frames import user_traceback_entry
 from .data_checks import unnamed_check, write_check
+
 
 def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     """Symbol → an expression over the frame's locals that holds it (``n``, ``y.shape[0]``)."""
@@ -30,7 +31,7 @@ def names_of_symbols(frame: Optional[FrameType]) -> dict[sympy.Symbol, str]:
     for var, value in frame.f_locals.items():
         try:
             leaves = pytree.tree_leaves_with_path(value)
-        except Exception:  # noqa: BLE001 (a local pytree cannot walk: skip it)
+        except Exception:  # a local pytree cannot walk: skip it
             continue
         for path, leaf in leaves:
             name = var + pytree.keystr(path)

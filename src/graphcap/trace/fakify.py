@@ -11,9 +11,9 @@ from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Optional
 
 import torch
-from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode, fake_of_plain_leaf, storage_key
-from ..torch_private.shapes import new_shape_env
 
+from ..torch_private.fake import FakeTensor, FakeTensorMode, fake_of_plain_leaf, storage_key, tracing_fake_mode
+from ..torch_private.shapes import new_shape_env
 
 # Set by graphcap.capture.draft while it runs: builds each export's fake mode
 # (real tensors propagated beside the fake ones) from the plain constructor below.
@@ -53,7 +53,8 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
 
 
-def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor], others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
+def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor],
+               others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
     """Static fake copies of a module's parameters and buffers, keyed by ``id`` of the real tensor.
 
     A tensor held under two names (tied weights) gets one fake copy. Plain

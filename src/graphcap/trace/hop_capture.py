@@ -42,9 +42,9 @@ import inspect
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-from ..torch_private import pytree
 from torch.overrides import TorchFunctionMode
 
+from ..torch_private import pytree
 from ..torch_private.dispatch import dispatch_mode_base
 from ..torch_private.dynamo import forget_control_flow_wrapper_skips
 from ..torch_private.higher_order import run_graph_preserving_meta
@@ -193,9 +193,10 @@ def _refuse_data_assignment(args: tuple) -> None:
     """``t.data = value`` swaps a tensor's contents where no recorder sees it: the program would
     keep computing with the old value. (While graphcap's dispatch mode is active, reading
     ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
+    import traceback
+
     from ..errors import FakeConstantError
     from ..user_frames import describe_frame, is_user_file
-    import traceback
     frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if is_user_file(f.filename)), None)
     raise FakeConstantError(  # what torch raises for it: a RuntimeError
         "forward assigns a tensor's `.data`; the exported program cannot replay that (it would keep "

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import torch
 import torch.fx
+
 from ..torch_private.fake import converter_memo
 from ..torch_private.shapes import tracked_fakes
 

@@ -30,12 +30,21 @@ from typing import Any, Optional, Sequence
 
 import torch
 import torch.fx
-from ..torch_private.fake import FakeTensor, FakeTensorMode
 
 from ..errors import FakeConstantError
-from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,
-                         OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument,
-                         TensorArgument)
+from ..signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+)
+from ..torch_private.fake import FakeTensor, FakeTensorMode
 from . import naming
 from .owed_names import apply_owed_names
 

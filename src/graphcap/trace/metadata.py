@@ -27,7 +27,6 @@ names it.
 from __future__ import annotations
 
 import contextlib
-
 import operator
 
 import torch

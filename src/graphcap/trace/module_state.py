@@ -21,12 +21,18 @@ import warnings
 from typing import Any, Iterator, Optional
 
 import torch
-from ..torch_private.fake import FakeTensor
-from ..torch_private.modules import (BUFFER_REGISTRY, HOOK_FIELD_PREFIXES, REGISTRY_FIELDS, buffers_of, children_of,
-                                     non_persistent_buffer_names)
 
 from ..errors import UnsupportedError
 from ..pytree import holds_tensor
+from ..torch_private.fake import FakeTensor
+from ..torch_private.modules import (
+    BUFFER_REGISTRY,
+    HOOK_FIELD_PREFIXES,
+    REGISTRY_FIELDS,
+    buffers_of,
+    children_of,
+    non_persistent_buffer_names,
+)
 
 # nn.Module's registries, restored entry by entry rather than as attributes
 _REGISTRIES = REGISTRY_FIELDS

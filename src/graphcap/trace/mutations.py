@@ -18,10 +18,9 @@ import operator
 import torch
 import torch.fx
 
+from ..node_facts import written_arguments
 from ..torch_private import pytree
 from ..torch_private.ops import schema_of
-
-from ..node_facts import written_arguments
 
 
 def _base_placeholder(value: object) -> "torch.fx.Node | None":

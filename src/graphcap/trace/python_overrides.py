@@ -33,10 +33,11 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+from torch.overrides import TorchFunctionMode
+
 from ..torch_private import pytree
 from ..torch_private.decomp import tensor_from_symbolic_data
 from ..torch_private.dispatch import is_batched_tensor
-from torch.overrides import TorchFunctionMode
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -199,7 +200,7 @@ def _index_as_calls(t: torch.Tensor, index: Any) -> Optional[Callable[[], torch.
     return run
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _collective_remapper() -> Optional[Callable]:
     """torch.distributed's map from a legacy collective call to its functional form, if available."""
     if not torch.distributed.is_available():

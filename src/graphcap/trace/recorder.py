@@ -19,24 +19,23 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
-from ..torch_private import pytree
 from torch.fx.experimental.proxy_tensor import make_fx
-from ..torch_private.engine_files import engine_files
-from ..torch_private.tensor_meta import tensor_metadata_cached
 
+from .. import module_inputs
+from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..pytree import auto_register
+from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
+from ..torch_private import pytree
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
-from ..torch_private import fake as fake_private
+from ..torch_private.engine_files import engine_files
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.messages import custom_op_without_fake_kernel, fake_device_mismatch
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
-
-from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
+from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
-from .. import module_inputs
-from ..pytree import auto_register
 from . import block_reuse, control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
 from .module_state import preserved_module_attributes, reassigned_buffers
 
@@ -232,12 +231,13 @@ def record(
 
     scope = module_paths.ScopeRoot(root) if root is not None else None
     if scope is not None:
-        fx_private.set_module_stack_root(traced, scope)  # lets make_fx record nn_module_stack against the user's module tree
+        # lets make_fx record nn_module_stack against the user's module tree
+        fx_private.set_module_stack_root(traced, scope)
     target = getattr(call, "__func__", call)
     try:
         with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), python_overrides.installed(), \
-                    fake_private.slice_ends_clamped_symbolically(), \
+                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), \
+                python_overrides.installed(), fake_private.slice_ends_clamped_symbolically(), \
                 subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
                 fx_private.code_generated_on_first_use():
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,

@@ -14,8 +14,8 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedError
-from .closures import closure_source, forget_recording
 from ..node_facts import hop_name, subgraph_operands
+from .closures import closure_source, forget_recording
 from .hops import EXTRA_OPERANDS_AT, subgraph_module
 
 

@@ -15,7 +15,6 @@ import torch.fx
 
 from .hops import subgraphs
 
-
 _FRAME = re.compile(r'^\s*File "', re.M)
 
 

@@ -35,7 +35,7 @@ def name_subgraph_inputs(gm: torch.fx.GraphModule) -> None:
 
 
 def _name_inputs(gm: torch.fx.GraphModule) -> None:
-    for node, sub, operands in list(subgraphs(gm)):
+    for _, sub, operands in list(subgraphs(gm)):
         _name_from_operands(sub, operands)
         _name_inputs(sub)
 

@@ -22,11 +22,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from .. import auto_flatten
+from ..capture.progress import StepProgress
 from ..errors import RuntimeInputError
 from .compare import OutputCheck, compare_outputs, compare_tensors
 from .generate import DEFAULT_MAX_ELEMENTS, element_count, make_inputs, size_plans
 from .refusals import refusal_cases
-from ..capture.progress import StepProgress
 from .result import InputSetResult, RefusalResult, VerificationResult
 from .signature_inputs import ProgramInputs, TensorInput
 
@@ -129,7 +129,8 @@ def _check_set(inputs: ProgramInputs, plan, model, owner, runnable, state: "_Sta
     shapes = {leaf.name: shape for leaf, shape in zip(inputs.leaves, inputs.shapes(plan.bindings))
               if isinstance(leaf, TensorInput)}
     out = InputSetResult(plan.label, {str(s): v for s, v in plan.bindings.items()}, shapes)
-    eager_in, program_in = make_inputs(inputs, plan.bindings, seed, plan.values), make_inputs(inputs, plan.bindings, seed, plan.values)
+    eager_in = make_inputs(inputs, plan.bindings, seed, plan.values)
+    program_in = make_inputs(inputs, plan.bindings, seed, plan.values)
     expected, eager_error = _call(model, eager_in, seed)
     eager_state = state.changed_in(owner)
     state.restore()

@@ -67,10 +67,12 @@ def _range_cases(inputs: ProgramInputs, base: dict) -> list[RefusalCase]:
     ints = inputs.int_symbols()  # an int input below its range is a value to refuse, even below 0
     for sym, rng in inputs.symbols.items():
         if rng.lower >= 1 or sym in ints:
-            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.lower - 1}, below its range [{rng.lower}, {_upper(rng)}]",
+            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.lower - 1}, "
+                                   f"below its range [{rng.lower}, {_upper(rng)}]",
                                    _at(inputs, {**base, sym: rng.lower - 1})))
         if rng.upper is not None:
-            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.upper + 1}, above its range [{rng.lower}, {rng.upper}]",
+            out.append(RefusalCase(f"{inputs.symbol_label(sym)} = {rng.upper + 1}, "
+                                   f"above its range [{rng.lower}, {rng.upper}]",
                                    _at(inputs, {**base, sym: rng.upper + 1})))
     return out
 
