@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH_LINE = tuple(int(p) for p in torch.__version__.split(".")[:2])
 ZOO_DIR = ROOT.parent / "shared" / "zoo"
 HAVE_SHARED_ZOO = (ZOO_DIR / "zoo.py").is_file()
+# PyTorch's own export tests (../shared/torch_suite): only the ratchet's tests read them
+HAVE_SHARED_SUITE = (ROOT.parent / "shared" / "torch_suite" / "test_hop.py").is_file()
 if HAVE_SHARED_ZOO and str(ZOO_DIR) not in sys.path:
     sys.path.insert(0, str(ZOO_DIR))
 

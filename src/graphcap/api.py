@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, cast
 
 from .program import ExportedProgram
+from .serialize import context_text as _context_text  # noqa: F401 (torch's pytree writes handed-over contexts)
 from .tracing_lock import TRACING_LOCK as TRACING_LOCK  # public here too (docs/threads.md)
 
 
@@ -172,7 +173,7 @@ def export_methods(model: Any, inputs: Any, dynamic_shapes: Any = None, strict: 
         >>> logits = m.prefill(ids)
         >>> logits = m.decode(tok)
     """
-    from .multi_method import export_methods as _export_methods
+    from .capture.methods import export_methods as _export_methods
     return _export_methods(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
 
 

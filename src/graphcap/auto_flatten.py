@@ -98,39 +98,17 @@ def _rebuilt_keys(obj: Any) -> tuple:
         return ()
 
 
-def context_to_text(context: tuple) -> str:
-    """An attribute-flattened node's context ``(keys, static)`` as JSON text.
-
-    torch's pytree writes a registered class's context with this function
-    (``treespec_dumps``): ExecuTorch's emitter, AOTInductor's package and
-    ``torch.export.save`` do, for a program handed to them (the static values
-    are dtypes, devices, flags: graphcap's value encoding writes them).
-    """
-    import json
-
-    from .serialize.values import encode_value
-
-    def extra(v: Any) -> Any:
-        if isinstance(v, type):
-            return {"type": f"{v.__module__}.{v.__qualname__}"}
-        return NotImplemented
-    return json.dumps(encode_value(context, extra))
+# How torch's pytree writes an attribute-flattened node's context as text (``treespec_dumps``, for
+# a program handed to ExecuTorch, AOTInductor or torch.export.save): graphcap's value encoding,
+# which lives in the serializer above this module; ``graphcap.serialize.context_text`` installs it
+# (the public entry points import it). None: handed-over classes get no text form.
+_CONTEXT_TEXT: Optional[tuple[Callable[[tuple], str], Callable[[str], tuple]]] = None
 
 
-def context_from_text(text: str) -> tuple:
-    """The context :func:`context_to_text` wrote (``treespec_loads``: AOTInductor's loaded package)."""
-    import json
-
-    from .serialize import class_lookup
-    from .serialize.values import bad, decode_value
-
-    def extra(tag: str, payload: Any) -> Any:
-        found = class_lookup.find_class(payload) if tag == "type" else None
-        if found is None:
-            raise bad(f"A flattened class's context names {payload!r:.80}, which is not found in this process.")
-        return found
-    keys, static = decode_value(json.loads(text), extra)
-    return tuple(keys), tuple(tuple(pair) for pair in static)
+def use_context_text(to_text: Callable[[tuple], str], from_text: Callable[[str], tuple]) -> None:
+    """Install the functions torch's pytree writes and reads attribute-flattened contexts with."""
+    global _CONTEXT_TEXT
+    _CONTEXT_TEXT = (to_text, from_text)
 
 
 def add_own_node(cls: type, node: AutoNode) -> None:
@@ -195,9 +173,9 @@ def register_for_torch(spec: Optional[Any]) -> None:
             if pytree.registered_node(spec.type) is None:
                 node = _KNOWN[spec.type]
                 # torch writes the context as text (treespec_dumps): an attribute-flattened node's
-                # through context_to_text; graphcap's own files keep their own encoding of it
+                # through the installed context text (serialize.context_text); graphcap's files keep their own
                 to_text, from_text = (node.to_dumpable, node.from_dumpable) if spec.type in _OWN \
-                    else (context_to_text, context_from_text)
+                    else (_CONTEXT_TEXT or (None, None))
                 pytree.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
                                                    node.flatten_with_keys_fn, node.serialized_type_name,
                                                    to_text, from_text)

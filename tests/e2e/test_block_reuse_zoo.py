@@ -17,14 +17,12 @@ from conftest import quiet_warnings, zoo_case, zoo_params
 _DEFAULT = ("hf_llama", "hf_bert", "hf_gpt2", "tv_resnet18", "custom_")
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("name", zoo_params(_DEFAULT))
-def test_zoo_program_identical_with_and_without_block_reuse(name, dynamic):
+def test_zoo_program_identical_with_and_without_block_reuse(name):
     built = zoo_case(name)
-    if dynamic and built.dynamic_shapes is None:
-        pytest.skip(f"{name} has no dynamic spec in the zoo")
-    with quiet_warnings():
-        model = copy.deepcopy(built.model)
-        with_reuse, without, _ = export_both(model, built.args, built.kwargs,
-                                             dynamic_shapes=built.dynamic_shapes if dynamic else None)
-    assert_same_program(with_reuse, without)
+    specs = [None] if built.dynamic_shapes is None else [None, built.dynamic_shapes]  # static, and dynamic
+    for spec in specs:
+        with quiet_warnings():
+            model = copy.deepcopy(built.model)
+            with_reuse, without, _ = export_both(model, built.args, built.kwargs, dynamic_shapes=spec)
+        assert_same_program(with_reuse, without)

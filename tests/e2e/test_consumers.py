@@ -43,8 +43,8 @@ NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") i
 # Model Explorer is pinned in the consumers extra of the 2.14 line; its adapter converts in the
 # process (no server), so it needs no GPU or display.
 NEEDS_MODEL_EXPLORER = pytest.mark.skipif(importlib.util.find_spec("model_explorer") is None,
-                                          reason="ai-edge-model-explorer not installed (the consumers extra, "
-                                                 "torch 2.14 line)")
+                                          reason="model_explorer (ai-edge-model-explorer) not installed "
+                                                 "(the consumers extra, torch 2.14 line)")
 MARKS = {"et_xnnpack": [NEEDS_EXECUTORCH], "et_portable": [NEEDS_EXECUTORCH],
          "pt2e": [NEEDS_EXECUTORCH, NEEDS_TORCHAO], "onnx": [NEEDS_ONNX], "aoti": [],
          "model_explorer": [NEEDS_MODEL_EXPLORER]}

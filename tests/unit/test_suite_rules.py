@@ -47,7 +47,8 @@ def test_no_test_turns_an_error_into_a_skip():
 
 
 # condition's word -> what the reason must name
-_OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo", "TORCH_LINE": "torch 2."}
+_OPTIONAL_RESOURCES = {"cuda": "cuda", "HAVE_SHARED_ZOO": "../shared/zoo", "HAVE_SHARED_SUITE": "../shared/torch_suite",
+                       "TORCH_LINE": "torch 2."}
 
 
 def test_skipif_only_for_a_missing_cuda_device_stated_in_the_marker():

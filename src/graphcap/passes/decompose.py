@@ -39,6 +39,7 @@ from ..errors import ConstantMutationError, GraphcapError, TraceError, Unsupport
 from ..signature import (
     MUTATION_OUTPUT_KINDS,
     ExportGraphSignature,
+    InputKind,
     OutputKind,
     OutputSpec,
     TensorArgument,
@@ -209,11 +210,13 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
 
 
 def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node],
-                             fake_mode: Any) -> None:
+                             fake_mode: Any, grad_inputs: set[str]) -> None:
     """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had, and
     every tensor input says whether it requires grad as it did (the retrace runs under
     ``no_grad``, which leaves its inputs' values without the flag): a parameter or an input given
-    with ``requires_grad=True`` still says so in the inference IR, as in torch.export's."""
+    with ``requires_grad=True`` still says so in the inference IR, as in torch.export's. Only those
+    (``grad_inputs``): a buffer is state a program may write in place, which a leaf requiring grad
+    refuses (ExecuTorch runs the graph on real tensors)."""
     new = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, old in zip(new, old_placeholders):
         if "val" not in node.meta and "val" in old.meta:
@@ -221,7 +224,8 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
         if "source_fn_stack" in old.meta and "source_fn_stack" not in node.meta:
             node.meta["source_fn_stack"] = list(old.meta["source_fn_stack"])  # a state input's first reader
         val, was = node.meta.get("val"), old.meta.get("val")
-        if isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) and val is not was \
+        if old.name in grad_inputs and isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) \
+                and val is not was \
                 and was.requires_grad and not val.requires_grad and val.is_leaf \
                 and (val.is_floating_point() or val.is_complex()):
             with fake_mode:
@@ -300,7 +304,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders])
-    _keep_placeholder_values(new_gm, placeholders, fake_mode)
+    grad_inputs = {spec.arg.name for spec in sig.input_specs
+                   if spec.kind in (InputKind.PARAMETER, InputKind.USER_INPUT) and hasattr(spec.arg, "name")}
+    _keep_placeholder_values(new_gm, placeholders, fake_mode, grad_inputs)
     _keep_input_and_output_annotations(new_gm, gm)
     carry.take(new_gm)
     new_gm.graph.lint()
