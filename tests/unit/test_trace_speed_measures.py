@@ -69,12 +69,19 @@ def test_a_process_that_froze_its_heap_keeps_its_freeze():
         gc.unfreeze()
 
 
+def _still_frozen(outer: int) -> bool:
+    """An unfreeze empties the permanent generation; a frozen object freed by its reference count
+    meanwhile (a finalizer, another thread's garbage) lowers the count by one, not to nothing."""
+    return gc.get_freeze_count() >= outer - max(100, outer // 100)
+
+
 def test_nested_blocks_freeze_once_and_unfreeze_at_the_outermost():
     with young_heap.trace_allocations_only():
         outer = gc.get_freeze_count()
+        assert outer > 1000  # the heap of a process that imported torch
         with young_heap.trace_allocations_only():
-            assert gc.get_freeze_count() == outer
-        assert gc.get_freeze_count() == outer, "the inner block unfroze the outer one's heap"
+            assert _still_frozen(outer) and gc.get_freeze_count() <= outer, "the inner block froze again"
+        assert _still_frozen(outer), "the inner block unfroze the outer one's heap"
     assert gc.get_freeze_count() == 0
 
 
