@@ -99,7 +99,7 @@ def _rebuilt_keys(obj: Any) -> tuple:
 
 
 # How torch's pytree writes an attribute-flattened node's context as text (``treespec_dumps``, for
-# a program handed to ExecuTorch, AOTInductor or torch.export.save): graphcap's value encoding,
+# a program handed to ExecuTorch, AOTInductor or torch's own save): graphcap's value encoding,
 # which lives in the serializer above this module; ``graphcap.serialize.context_text`` installs it
 # (the public entry points import it). None: handed-over classes get no text form.
 _CONTEXT_TEXT: Optional[tuple[Callable[[tuple], str], Callable[[str], tuple]]] = None

@@ -205,7 +205,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     @property
     def module_call_graph(self) -> list[ModuleCallEntry]:
         """How the program and each preserved submodule are called. Read from outside graphcap
-        (ExecuTorch, ``torch.export.save``, ...): see :meth:`_hand_over_to_torch`."""
+        (ExecuTorch, torch's own save, ...): see :meth:`_hand_over_to_torch`."""
         self._hand_over_to_torch()
         return self._call_graph
 
@@ -219,7 +219,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         """Register with torch's pytree registry the classes graphcap flattened by their attributes
         that the program's structure names (a ``DynamicCache`` output): the program's structure is
         being read by code other than graphcap's (only graphcap's code reads ``_call_graph``), which
-        rebuilds and writes it with torch's pytree (ExecuTorch's emitter, ``torch.export.save``).
+        rebuilds and writes it with torch's pytree (ExecuTorch's emitter, torch's own save).
         As :func:`graphcap.to_torch` does; a class already registered (by the user) is left as it is."""
         if self._handed_over:
             return

@@ -1,7 +1,7 @@
 """The text form torch's pytree gives an attribute-flattened node's context.
 
 A program handed to torch (ExecuTorch's emitter, AOTInductor's package,
-``torch.export.save``) has its structure written by torch's pytree
+torch's own save) has its structure written by torch's pytree
 (``treespec_dumps``), which asks each registered class for its context as text.
 graphcap's attribute-flattened classes (a transformers ``DynamicCache``) answer
 with graphcap's value encoding; importing this module installs it in
@@ -22,7 +22,7 @@ def context_to_text(context: tuple) -> str:
 
     torch's pytree writes a registered class's context with this function
     (``treespec_dumps``): ExecuTorch's emitter, AOTInductor's package and
-    ``torch.export.save`` do, for a program handed to them (the static values
+    torch's own save do, for a program handed to them (the static values
     are dtypes, devices, flags: graphcap's value encoding writes them).
     """
 
