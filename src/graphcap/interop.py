@@ -72,14 +72,14 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
 
     Returns:
         torch's ExportedProgram, validated by torch, for torch's tools
-        (torch's own save, AOTInductor, ...).
+        (``torch.export.save``, AOTInductor, ...).
 
     Raises:
         SerializationError: ``ep`` is not a graphcap ExportedProgram, or holds what torch's program cannot.
 
     Example:
         >>> tep = graphcap.to_torch(graphcap.export(model, args))
-        >>> torch's own save(tep, "model_torch.pt2")
+        >>> torch.export.save(tep, "model_torch.pt2")
     """
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
