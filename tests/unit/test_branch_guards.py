@@ -25,7 +25,7 @@ from torch.utils._sympy.numbers import int_oo
 
 import graphcap
 from conftest import assert_same_outputs
-from graphcap.trace import symbol_intervals
+from graphcap.trace.control_flow import symbol_intervals
 
 
 def _export(model, example, dim):

@@ -3,7 +3,7 @@
 Why a hook at all. ``torch.cond(pred, t, f, operands)`` accepts operands
 nested in dicts, lists and tuples. torch's own capture leaves the flattening to
 dynamo, which compiles the call; graphcap captures control flow without dynamo
-(:mod:`graphcap.trace.hop_capture`), and on that path torch's ``cond`` passes
+(:mod:`graphcap.trace.control_flow.hop_capture`), and on that path torch's ``cond`` passes
 the operands unflattened to the ``cond`` operator, whose ``__call__`` refuses
 anything but a flat tuple *before* any mode of graphcap's sees the call. No
 public hook lies between the user's ``torch.cond`` call and that refusal

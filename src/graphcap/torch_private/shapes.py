@@ -1,6 +1,6 @@
 """torch's symbolic-shape engine, where graphcap reaches past ShapeEnv's public surface.
 
-- Graph-scoped knowledge (see ``graphcap.trace.branch_scope``): asking what a
+- Graph-scoped knowledge (see ``graphcap.trace.control_flow.branch_scope``): asking what a
   ShapeEnv knows without adding a guard, adding a replacement or a narrower
   range, and making it forget what it memoized, through private methods and
   version counters. graphcap's own ShapeEnvs (:func:`new_shape_env`) keep
@@ -203,7 +203,7 @@ def backed_size_oblivious(enabled: bool = True) -> Iterator[None]:
         yield
 
 
-# -- knowledge scoped to a branch (what graphcap.trace.branch_scope needs) ----------------------
+# -- knowledge scoped to a branch (what graphcap.trace.control_flow.branch_scope needs) --------
 
 def evaluate_statically(env: Any, expr: Any) -> Any:
     """What ``env`` knows ``expr`` to be from ranges and replacements alone (no guard added), or None.

@@ -36,7 +36,8 @@ from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
-from . import block_reuse, control_flow_errors, hop_capture, module_paths, python_overrides, subclass_access
+from . import block_reuse, module_paths, python_overrides, subclass_access
+from .control_flow import control_flow_errors, hop_capture
 from .module_state import preserved_module_attributes, reassigned_buffers
 
 

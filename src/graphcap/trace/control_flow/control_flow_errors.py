@@ -13,11 +13,11 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import GraphcapError, UnsupportedError
-from ..torch_private import pytree
-from ..torch_private.fake import same_storage
-from ..torch_private.messages import cond_call_locals, is_cond_container_operands_refusal, while_loop_call_locals
-from ..user_frames import describe_frame, is_user_file, user_frame
+from ...errors import GraphcapError, UnsupportedError
+from ...torch_private import pytree
+from ...torch_private.fake import same_storage
+from ...torch_private.messages import cond_call_locals, is_cond_container_operands_refusal, while_loop_call_locals
+from ...user_frames import describe_frame, is_user_file, user_frame
 from .branch_checks import BranchRefused
 
 
@@ -167,7 +167,7 @@ def user_frame_of(frames: list) -> Any:
 def _in_hop_module(filename: str) -> bool:
     """A file of torch's control-flow operators, or graphcap's ``torch.cond`` entry in front of them."""
     path = filename.replace("\\", "/")
-    return "_higher_order_ops" in path or path.endswith("graphcap/trace/nested_cond_operands.py")
+    return "_higher_order_ops" in path or path.endswith("graphcap/trace/control_flow/nested_cond_operands.py")
 
 
 def _refusal(e: BaseException) -> Optional[BaseException]:

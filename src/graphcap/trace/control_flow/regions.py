@@ -31,10 +31,10 @@ from typing import Optional
 import torch
 import torch.fx
 
-from ..torch_private.dispatch import set_grad_enabled as _SET_GRAD
-from ..torch_private.fx import autocast_markers, rename_node, rename_node_reusing
-from ..torch_private.higher_order import region_wrappers
-from .region_names import RegionNames, cut_node, name_regions
+from ...torch_private.dispatch import set_grad_enabled as _SET_GRAD
+from ...torch_private.fx import autocast_markers, rename_node, rename_node_reusing
+from ...torch_private.higher_order import region_wrappers
+from ..region_names import RegionNames, cut_node, name_regions
 
 wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
 _ENTER_AUTOCAST, _EXIT_AUTOCAST = autocast_markers()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from . import regions, tracer_artifacts
+from .. import tracer_artifacts
+from . import regions
 from .subgraph_constants import hoist_constants
 from .subgraph_metadata import clean_metadata
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..errors import UnsupportedError
-from ..node_facts import hop_name, subgraph_operands
+from ...errors import UnsupportedError
+from ...node_facts import hop_name, subgraph_operands
 from .closures import closure_source, forget_recording
 from .hops import EXTRA_OPERANDS_AT, subgraph_module
 

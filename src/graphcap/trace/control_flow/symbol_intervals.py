@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import sympy
 
-from ..torch_private.symbolic import int_oo, solve_relation
+from ...torch_private.symbolic import int_oo, solve_relation
 
 Interval = tuple[Any, Any]  # closed integer interval; bounds may be ±int_oo
 

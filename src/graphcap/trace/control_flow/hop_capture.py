@@ -30,7 +30,7 @@ What graphcap does instead, for the duration of one recording:
 The operator's recorder (make_fx, the engine graphcap drives for every
 operator) then writes one node with the branch graphs as submodules.
 Tensors a branch closes over are recorded as constants of the branch graph;
-:func:`graphcap.trace.subgraph_constants.hoist_constants` turns them into operands.
+:func:`graphcap.trace.control_flow.subgraph_constants.hoist_constants` turns them into operands.
 
 Both modes are thread-local (torch's mode stacks are), pushed for one
 recording and popped on every path: nothing of torch is changed.
@@ -44,10 +44,10 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..torch_private import pytree
-from ..torch_private.dispatch import dispatch_mode_base
-from ..torch_private.dynamo import forget_control_flow_wrapper_skips
-from ..torch_private.higher_order import run_graph_preserving_meta
+from ...torch_private import pytree
+from ...torch_private.dispatch import dispatch_mode_base
+from ...torch_private.dynamo import forget_control_flow_wrapper_skips
+from ...torch_private.higher_order import run_graph_preserving_meta
 from . import branch_checks, branch_scope, closures, nested_cond_operands
 
 # operator name -> positions of its callable arguments
@@ -134,7 +134,7 @@ def _branch(fn: Callable, name: str, at: int, condition: Any, env: Any, root: An
 def _reentered_overrides():
     """graphcap's traceable replacements of Python constructs, on again inside a branch
     (torch turns every function mode off while an operator's handler runs)."""
-    from . import python_overrides
+    from .. import python_overrides
     return python_overrides.reentered()
 
 
@@ -195,8 +195,8 @@ def _refuse_data_assignment(args: tuple) -> None:
     ``t.data`` is recorded as a ``detach``; the assignment cannot be.)"""
     import traceback
 
-    from ..errors import FakeConstantError
-    from ..user_frames import describe_frame, is_user_file
+    from ...errors import FakeConstantError
+    from ...user_frames import describe_frame, is_user_file
     frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if is_user_file(f.filename)), None)
     raise FakeConstantError(  # what torch raises for it: a RuntimeError
         "forward assigns a tensor's `.data`; the exported program cannot replay that (it would keep "
@@ -221,8 +221,8 @@ def _recorded_here(t: Any) -> Any:
     operator using it fails ("not tracked with proxy"). An ``alias`` of ``y`` is recorded
     first: ``y`` becomes a constant of the branch graph (which ``subgraph_constants`` turns
     into an operand, as for any closed-over tensor) and the read is recorded on the alias."""
-    from ..torch_private.fake import FakeTensor
-    from ..torch_private.fx import current_recording, recorded_node
+    from ...torch_private.fake import FakeTensor
+    from ...torch_private.fx import current_recording, recorded_node
     if not isinstance(t, FakeTensor):
         return t
     recording = current_recording()

@@ -32,15 +32,15 @@ from typing import Any, Callable, Iterator, Optional
 import sympy
 from torch.fx.experimental.symbolic_shapes import ShapeGuard
 
-from ..torch_private import shapes
-from ..torch_private.shapes import (
+from ...torch_private import shapes
+from ...torch_private.shapes import (
     example_values,
     replacement_locations,
     replacements,
     symbol_range_locations,
     symbol_ranges,
 )
-from ..torch_private.symbolic import ValueRanges, int_oo
+from ...torch_private.symbolic import ValueRanges, int_oo
 from .symbol_intervals import interval_around, solve_for
 
 # -- raising a guard in a ShapeEnv ------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.fx
 
-from ..node_facts import subgraph_operands
+from ...node_facts import subgraph_operands
 
 # operator → (index of the argument that carries extra operands, or None)
 EXTRA_OPERANDS_AT = {

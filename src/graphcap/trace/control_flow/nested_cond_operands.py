@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..torch_private import pytree
-from ..torch_private.cond_entry import swap_public_cond
-from ..torch_private.higher_order import run_graph_preserving_meta
+from ...torch_private import pytree
+from ...torch_private.cond_entry import swap_public_cond
+from ...torch_private.higher_order import run_graph_preserving_meta
 
 _state = threading.local()
 _FLAT_OPERAND = (torch.Tensor, int, torch.SymInt)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..torch_private.fx import current_recording, recorded_node
+from ...torch_private.fx import current_recording, recorded_node
 
 # fx graph being recorded -> its recording's tensor tracker, for the graphs in which a
 # control-flow operator was called (weak both ways: gone with the graph or the recording)

@@ -3,7 +3,7 @@
 A branch becomes a subgraph run by the operator: only its tensor computation
 on its operands survives. Two things a Python branch can do would make the
 program differ from eager, so graphcap refuses them with an explanation
-(:func:`graphcap.trace.control_flow_errors.explain_failure` turns :class:`BranchRefused`
+(:func:`graphcap.trace.control_flow.control_flow_errors.explain_failure` turns :class:`BranchRefused`
 into the user-facing error):
 
 * a write to a module attribute (``self.last = x``): the program cannot
@@ -19,8 +19,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..torch_private import pytree
-from ..torch_private.fake import same_storage
+from ...torch_private import pytree
+from ...torch_private.fake import same_storage
 
 
 class BranchRefused(Exception):
