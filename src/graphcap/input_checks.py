@@ -25,7 +25,7 @@ from .pytree import input_path_str
 from .signature import InputKind, call_graph_of, call_spec_of
 from .torch_private import pytree
 from .torch_private.symbolic import bound_sympy, int_oo
-from .trace.naming import builtins_called_by_name
+from .trace.naming.node_names import builtins_called_by_name
 
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:

@@ -25,7 +25,7 @@ from . import signature as gsig
 from .edited_graphs import normalize_edited_graph
 from .errors import SerializationError
 from .program import ExportedProgram
-from .trace.naming import copy_placeholder_names
+from .trace.naming.node_names import copy_placeholder_names
 
 _ARG_TO_TORCH = {
     gsig.TensorArgument: tsig.TensorArgument, gsig.SymIntArgument: tsig.SymIntArgument,

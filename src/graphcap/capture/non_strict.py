@@ -26,9 +26,10 @@ from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import fakify, graph_module_replay, leaks, lifting, metadata, recorder, subgraph_names
+from ..trace import fakify, graph_module_replay, leaks, lifting, metadata, recorder
 from ..trace.control_flow import before_lifting
 from ..trace.conversion_asserts import insert_conversion_asserts
+from ..trace.naming import subgraph_names
 from . import call_signatures
 
 

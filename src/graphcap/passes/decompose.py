@@ -56,7 +56,7 @@ from ..torch_private.shapes import symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
-from ..trace.owed_names import apply_owed_names
+from ..trace.naming.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
 from .input_copies import drop_input_copies

@@ -34,7 +34,7 @@ from ..signature import (
 )
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.symbolic import ValueRanges
-from ..trace.naming import builtin_name_allowed, set_node_name
+from ..trace.naming.node_names import builtin_name_allowed, set_node_name
 from . import schema, upgrade
 from .binding_paths import decode_bindings
 from .checked_fields import field, ident

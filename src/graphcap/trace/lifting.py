@@ -12,7 +12,7 @@ tensor constants sit in ``get_attr`` nodes. Lifting:
    after the first, and the program's constants list all of them. A tensor
    made in ``forward`` becomes ``lifted_tensor_<i>`` of the module that made
    it;
-3. names every node as torch does (:mod:`graphcap.trace.naming`);
+3. names every node as torch does (:mod:`graphcap.trace.naming.node_names`);
 4. keeps every in-place write in the graph, as torch's training IR does: a
    buffer or input updated in place (``self.buf.add_(1)``, ``x[:, 0].add_(1)``,
    batch norm's running statistics) has no output of its own, and a buffer
@@ -45,8 +45,8 @@ from ..signature import (
     TensorArgument,
 )
 from ..torch_private.fake import FakeTensor, FakeTensorMode
-from . import naming
-from .owed_names import apply_owed_names
+from .naming import node_names
+from .naming.owed_names import apply_owed_names
 
 aten = torch.ops.aten
 
@@ -186,7 +186,7 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
             taken_targets.update(fqns)
             insert_before = first_user_input or next(n for n in gm.graph.nodes if n.op != "placeholder")
             with gm.graph.inserting_before(insert_before):
-                ph = gm.graph.placeholder("c_" + naming.graph_name(fqns[0].rsplit(".", 1)[-1]))
+                ph = gm.graph.placeholder("c_" + node_names.graph_name(fqns[0].rsplit(".", 1)[-1]))
             fake = fake_mode.from_tensor(value, static_shapes=True)
             ph.meta["val"] = fake
             constant = lifted[key] = _Constant(ph, fqns[0], value, fqns)
@@ -300,7 +300,7 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
         input_specs.append(InputSpec(InputKind.USER_INPUT, arg))
 
     all_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    owed = [(node, naming.graph_name(name)) for node, name in zip(all_placeholders, wanted_names)]
+    owed = [(node, node_names.graph_name(name)) for node, name in zip(all_placeholders, wanted_names)]
     apply_owed_names(graph, owed[first_user:] + owed[:first_user])  # user inputs are served first
     for spec, node in zip(input_specs, all_placeholders):
         spec.arg = type(spec.arg)(node.name) if not isinstance(spec.arg, ConstantArgument) \

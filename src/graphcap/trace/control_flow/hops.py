@@ -8,8 +8,9 @@ it is and which values are bound to each subgraph's placeholders (both in
 :mod:`graphcap.node_facts`, which the verifier shares), and here which
 subgraph modules it runs. The steps that rewrite these nodes live beside it:
 :mod:`.subgraph_constants` (hoisting), :mod:`.subgraph_metadata`,
-:mod:`.subgraph_names`, :mod:`.before_lifting` (the capture step that runs them)
-and :mod:`.control_flow_errors` (why a branch could not be captured).
+:mod:`graphcap.trace.naming.subgraph_names`, :mod:`.before_lifting` (the
+capture step that runs them) and :mod:`.control_flow_errors` (why a branch
+could not be captured).
 """
 from __future__ import annotations
 

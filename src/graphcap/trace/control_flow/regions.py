@@ -19,7 +19,8 @@ torch.export's training IR does:
   program is called in.
 
 The switch nodes themselves disappear. Submodules, calls and their outputs
-are named and ordered as torch.export names them (:mod:`.region_names`). Tensor constants (``get_attr``)
+are named and ordered as torch.export names them
+(:mod:`graphcap.trace.naming.region_names`). Tensor constants (``get_attr``)
 stay in the enclosing graph and are passed in, so lifting still sees them.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch.fx
 from ...torch_private.dispatch import set_grad_enabled as _SET_GRAD
 from ...torch_private.fx import autocast_markers, rename_node, rename_node_reusing
 from ...torch_private.higher_order import region_wrappers
-from ..region_names import RegionNames, cut_node, name_regions
+from ..naming.region_names import RegionNames, cut_node, name_regions
 
 wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
 _ENTER_AUTOCAST, _EXIT_AUTOCAST = autocast_markers()

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from .control_flow.hops import subgraphs
+from ..control_flow.hops import subgraphs
 from .owed_names import apply_owed_names
 
 

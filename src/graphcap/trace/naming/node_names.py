@@ -33,8 +33,8 @@ from typing import Sequence
 
 import torch.fx
 
-from ..pytree import sanitize_name
-from ..torch_private.fx import rename_in_namespace
+from ...pytree import sanitize_name
+from ...torch_private.fx import rename_in_namespace
 
 _SUFFIXED = re.compile(r"(.*)_(\d+)$")
 # Names an operator node never takes: fx names nodes clear of keywords and builtins, and
@@ -58,7 +58,7 @@ def may_shadow(name: str, graph: "torch.fx.Graph | None" = None) -> bool:
     It may unless the generated code reads that name itself: fx's own globals
     (``torch``, ``fx_pytree``, ``pytree``, ``inf``, ``nan``, ``device``...) and
     builtins the graph calls by name. Keywords never."""
-    from ..torch_private.naming_and_shapes import fx_codegen_global_names
+    from ...torch_private.naming_and_shapes import fx_codegen_global_names
     if keyword.iskeyword(name) or name in fx_codegen_global_names():
         return False
     return graph is None or name not in builtins_called_by_name(graph)
@@ -71,7 +71,7 @@ class NameAllocator:
     (see :func:`may_shadow`)."""
 
     def __init__(self, shadowable: frozenset[str] = frozenset()) -> None:
-        from ..torch_private.naming_and_shapes import fx_codegen_global_names
+        from ...torch_private.naming_and_shapes import fx_codegen_global_names
         self.taken: set[str] = set(_RESERVED - shadowable) | fx_codegen_global_names()
         self._highest: dict[str, int] = defaultdict(int)
 

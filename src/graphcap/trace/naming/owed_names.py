@@ -2,11 +2,11 @@
 
 Three places name a graph's inputs: a lifted program's take the names of the
 user's arguments and of the state they hold (``p_``/``b_``/``c_`` + FQN, see
-:mod:`.naming`), a control-flow subgraph's take the names of the values bound
+:mod:`.node_names`), a control-flow subgraph's take the names of the values bound
 to them, and a decomposed program's take the names they had before. The owed
 names are given whole, in the order given (an earlier one wins a clash); every
 other node keeps its name unless it is taken, then moves to the next free
-suffix of its stem (the counting of :class:`.naming.NameAllocator`).
+suffix of its stem (the counting of :class:`.node_names.NameAllocator`).
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import Sequence
 
 import torch.fx
 
-from .naming import NameAllocator, set_node_name, shadowable_names
+from .node_names import NameAllocator, set_node_name, shadowable_names
 
 
 def apply_owed_names(graph: torch.fx.Graph, owed: Sequence[tuple[torch.fx.Node, str]]) -> None:
     """An owed name that is a builtin's (an input named ``input``) is given whole too, as
-    the program it comes from had it (see :func:`.naming.may_shadow`)."""
+    the program it comes from had it (see :func:`.node_names.may_shadow`)."""
     names = NameAllocator(shadowable_names([name for _, name in owed], graph))
     chosen: dict[torch.fx.Node, str] = {node: names.take(name, whole_stem=True) for node, name in owed}
     for node in graph.nodes:
