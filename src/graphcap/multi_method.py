@@ -204,7 +204,7 @@ class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
 
     def __init__(self, progs: MultiMethodProgram):
         super().__init__()
-        from .runtime import _install
+        from .runtime.exported_module import _install
         reserved = set(dir(torch.nn.Module)) - {"forward"}
         for name in progs:
             if name in reserved or name.startswith("_"):

@@ -242,7 +242,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     @example_inputs.setter
     def example_inputs(self, value: Optional[tuple[tuple, dict]]) -> None:
         """Replace the stored example inputs; they must have the program's input structure."""
-        from .input_checks import check_example_inputs
+        from .runtime.input_checks import check_example_inputs
         check_example_inputs(value, call_spec_of(self)[0])
         self._example_inputs = value
 
@@ -339,7 +339,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         re-export traces them); with ``False`` they run in the forward pre-hook instead.
         Either way every input is checked before anything is computed.
         """
-        from .runtime import build_module
+        from .runtime.exported_module import build_module
         return build_module(self, guards_in_graph=check_guards)
 
     def _num_lifted_params_buffers(self) -> int:
@@ -350,7 +350,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     def _graph_module_flat_inputs(self, args: tuple, kwargs: dict) -> tuple:
         """What ``graph_module`` takes for the call ``(*args, **kwargs)``: the lifted state, then
         the checked, flattened user inputs."""
-        from .input_checks import InputChecker
+        from .runtime.input_checks import InputChecker
         leaves = InputChecker(self)(tuple(args), dict(kwargs or {}))
         state = []
         for spec in self._graph_signature.input_specs:

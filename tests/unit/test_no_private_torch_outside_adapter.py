@@ -49,10 +49,10 @@ NOT_TORCH = {
 
 # Private attributes graphcap itself attaches to objects it builds (not torch's fields).
 OWN_ATTACHED = {
-    "_checker": "runtime.py: module()'s input checker on the GraphModule it builds",
-    "_leaf_checks_in_hook": "runtime.py: whether module()'s hook checks leaves too",
-    "_constant_fqns": "runtime.py: the constants module() attaches as plain attributes",
-    "_guards_fn": "runtime.py: the input-guards submodule module() adds",
+    "_checker": "runtime/exported_module.py: module()'s input checker on the GraphModule it builds",
+    "_leaf_checks_in_hook": "runtime/exported_module.py: whether module()'s hook checks leaves too",
+    "_constant_fqns": "runtime/exported_module.py: the constants module() attaches as plain attributes",
+    "_guards_fn": "runtime/exported_module.py: the input-guards submodule module() adds",
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import UnsupportedError
-from ..input_checks import InputChecker
+from ..runtime.input_checks import InputChecker
 from ..signature import InputKind, call_graph_of, call_spec_of
 from .build import GraphCutter
 from .modules import SubmoduleGraph, UnflattenedModule

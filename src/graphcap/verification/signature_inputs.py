@@ -18,7 +18,7 @@ import sympy
 import torch
 
 from .. import auto_flatten
-from ..input_guards import forward_names, leaf_sources
+from ..runtime.input_guards import forward_names, leaf_sources
 from ..signature import InputKind, call_graph_of, call_spec_of
 from ..torch_private.ops import schema_of
 from ..torch_private.symbolic import int_oo

@@ -32,14 +32,14 @@ from typing import Any
 import torch
 import torch.fx.traceback as fx_traceback
 
-from . import auto_flatten
-from .dynamic.assert_messages import explain_failure, explanations
-from .errors import UnsupportedError
+from .. import auto_flatten
+from ..dynamic.assert_messages import explain_failure, explanations
+from ..errors import UnsupportedError
+from ..signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind, call_spec_of
+from ..torch_private.fx import set_pytree_codegen
+from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
+from ..trace.mutations import written_placeholders
 from .input_checks import InputChecker
-from .signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind, call_spec_of
-from .torch_private.fx import set_pytree_codegen
-from .torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
-from .trace.mutations import written_placeholders
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import auto_flatten, module_inputs
+from .. import auto_flatten, module_inputs
 
 
 def _same_structure(a: Any, b: Any) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 import sympy
 
-from .torch_private import pytree
+from ..torch_private import pytree
 
 
 def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: frozenset = frozenset()) -> list[str]:
@@ -48,7 +48,7 @@ def _unshadowing(name: str, position: int, avoid: frozenset) -> str:
 
 
 def _fx_globals() -> frozenset[str]:
-    from .torch_private.naming_and_shapes import fx_codegen_global_names
+    from ..torch_private.naming_and_shapes import fx_codegen_global_names
     return fx_codegen_global_names()
 
 
@@ -73,7 +73,7 @@ def placeholder_leaves(in_spec: Any) -> list[Any]:
 
 def leaf_sources(in_spec: Any, names: list[str]) -> list[str]:
     """torch's name of every input leaf, in flat order: ``x``, ``ys[0]``, ``z['k']``."""
-    from .auto_flatten import flatten_with_path, unflatten
+    from ..auto_flatten import flatten_with_path, unflatten
     dummy = unflatten(placeholder_leaves(in_spec), in_spec)
     out = []
     n_args = in_spec.child(0).num_children if _is_args_kwargs(in_spec) else 0
@@ -117,7 +117,7 @@ def expr_condition(expr: Any, sources: dict) -> str:
 
 
 def _py(expr: Any) -> str:
-    from .torch_private.symbolic import python_source
+    from ..torch_private.symbolic import python_source
     return python_source(expr)
 
 

@@ -16,16 +16,16 @@ from typing import Any, Optional
 import sympy
 import torch
 
-from . import auto_flatten, module_inputs
+from .. import auto_flatten, module_inputs
+from ..errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
+from ..pytree import input_path_str
+from ..signature import InputKind, call_graph_of, call_spec_of
+from ..torch_private import pytree
+from ..torch_private.symbolic import bound_sympy, int_oo
+from ..trace.naming.node_names import builtins_called_by_name
 from . import input_guards as guards
-from .errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
 from .input_guards import placeholder_leaves
 from .input_structure import drawn_structure, other_structure
-from .pytree import input_path_str
-from .signature import InputKind, call_graph_of, call_spec_of
-from .torch_private import pytree
-from .torch_private.symbolic import bound_sympy, int_oo
-from .trace.naming.node_names import builtins_called_by_name
 
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
@@ -84,7 +84,7 @@ def _same_device(expected: torch.device, got: torch.device) -> bool:
 
 
 def _user_names(ep) -> dict[Any, str]:
-    from .dynamic.symbol_names import dim_names
+    from ..dynamic.symbol_names import dim_names
     try:
         return dim_names(ep)
     except Exception:  # names only serve messages: without them, symbols print as they are
