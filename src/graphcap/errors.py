@@ -290,7 +290,7 @@ class InputStructureError(RuntimeInputError, ValueError):
 
 
 class VerificationError(GraphcapError, _TorchSpecViolationError):
-    """An ExportedProgram breaks an IR invariant (see ``graphcap.verifier``).
+    """An ExportedProgram breaks an IR invariant (see ``graphcap.ir_checks``).
 
     The message names the rule and the node that breaks it. Also torch's
     ``SpecViolationError``, which torch.export's ``ep.validate()`` raises, so code

@@ -31,12 +31,12 @@ import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 
 from .edited_graphs import normalize_edited_graph
+from .ir_checks import verify
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .torch_logs import quiet_torch_logs
 from .torch_private import pytree
 from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
 from .tracing_lock import TRACING_LOCK
-from .verifier import verify
 from .young_heap import trace_allocations_only
 
 
@@ -48,7 +48,7 @@ class CallSpec(NamedTuple):
 
 
 class Verifier:
-    """graphcap's IR check (``graphcap.verifier``), named by the IR level it checks.
+    """graphcap's IR check (``graphcap.ir_checks``), named by the IR level it checks.
 
     ``dialect`` says which IR level the program is at, as torch names them:
     ``TRAINING`` for what ``export`` returns, ``ATEN`` for what
@@ -373,7 +373,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     def validate(self) -> None:
         """Check the IR invariants (graphcap's rules for the program's IR level, see
-        ``graphcap.verifier``); raises ``VerificationError`` naming the node and rule."""
+        ``graphcap.ir_checks``); raises ``VerificationError`` naming the node and rule."""
         verify(self)
 
     def __call__(self, *args, **kwargs):

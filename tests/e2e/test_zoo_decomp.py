@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import assert_same_outputs, run_eager_and_exported, zoo_case, zoo_export, zoo_params
+from graphcap.ir_checks import is_inference_ir, verify
 from graphcap.signature import InputKind, OutputKind
 from graphcap.trace.mutations import written_placeholders
-from graphcap.verifier import is_inference_ir, verify
 
 # Decompositions reorder float arithmetic (matmul as bmm, attention by its
 # math form), so outputs agree to 1e-3 rather than bit for bit.

@@ -14,7 +14,7 @@ import torch
 
 import graphcap
 from conftest import assert_same_outputs, save_load
-from graphcap import verifier
+from graphcap import ir_checks
 
 ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg}
 
@@ -103,7 +103,7 @@ def case(request):
 def test_every_stage_keeps_ranges_of_its_unbacked_symbols(case):
     _, ep, _, _ = case
     for stage, program in _stages(ep).items():
-        assert verifier.violations(program) == [], stage
+        assert ir_checks.violations(program) == [], stage
         symbols = _unbacked_symbols(program)
         assert symbols, f"{stage}: no unbacked symbol left"
         ranged = {str(s) for s in program.range_constraints}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 from graphcap.hierarchy import SubmoduleSignatureError
 
 aten = torch.ops.aten
@@ -95,7 +95,7 @@ def test_torch_unflatten_of_the_decomposed_program():
 
 def test_call_graph_naming_a_missing_node_is_reported():
     _, _, dep = _decomposed("default")
-    assert verifier.violations(dep) == []
+    assert ir_checks.violations(dep) == []
     block = next(e for e in dep.module_call_graph if e.fqn == "block")
     block.signature.inputs[1].name = "ones"
     with pytest.raises(graphcap.VerificationError, match=r"\[call-graph-names-nodes\] node ones"):

@@ -9,7 +9,7 @@ import torch
 import graphcap
 from graphcap import OutputKind, default_decompositions
 from graphcap.errors import TraceError
-from graphcap.verifier import is_inference_ir, verify
+from graphcap.ir_checks import is_inference_ir, verify
 
 aten = torch.ops.aten
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import graphcap
+from graphcap.ir_checks import verify
 from graphcap.passes import simple_inplace
-from graphcap.verifier import verify
 
 aten = torch.ops.aten
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 
 
 def _asserts(ep) -> int:
@@ -22,7 +22,7 @@ def test_retraced_item_symbols_get_ranges_and_asserts_stay_once():
 
     ep = graphcap.export(M(), (torch.randn(10), torch.tensor(6)))
     dec = ep.run_decompositions()
-    assert verifier.violations(dec) == []
+    assert ir_checks.violations(dec) == []
     assert _asserts(ep) == _asserts(dec) == 2
     node = next(n for n in dec.graph.nodes if n.target is torch.ops.aten._local_scalar_dense.default)
     symbol = node.meta["val"].node.expr
@@ -41,7 +41,7 @@ def test_data_dependent_output_size_after_decomposition():
     ep = graphcap.export(M(), (torch.randn(2, 3),),
                          dynamic_shapes=({0: graphcap.Dim.AUTO, 1: graphcap.Dim.AUTO},))
     dec = ep.run_decompositions({})
-    assert verifier.violations(dec) == []
+    assert ir_checks.violations(dec) == []
     x = torch.tensor([[1.0, -1.0, 2.0], [-3.0, 4.0, 5.0], [0.0, 1.0, -1.0]])
     for got, want in zip(dec.module()(x), M()(x)):
         torch.testing.assert_close(got, want)
@@ -56,7 +56,7 @@ def test_none_input_keeps_its_value_after_decomposition():
     dec = ep.run_decompositions()
     y = next(n for n in dec.graph.nodes if n.op == "placeholder" and n.name == "y")
     assert "val" in y.meta and y.meta["val"] is None
-    assert verifier.violations(dec) == []
+    assert ir_checks.violations(dec) == []
 
 
 def test_a_symbol_without_a_range_is_still_reported():
@@ -66,5 +66,5 @@ def test_a_symbol_without_a_range_is_still_reported():
 
     dec = graphcap.export(M(), (torch.tensor(3),)).run_decompositions()
     dec.range_constraints.clear()
-    rules = {rule for rule, _, _ in verifier.violations(dec)}
+    rules = {rule for rule, _, _ in ir_checks.violations(dec)}
     assert "symbols-have-ranges" in rules

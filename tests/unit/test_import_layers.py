@@ -241,7 +241,7 @@ def test_the_verifier_reaches_no_stage_it_checks():
     facts from graphcap.node_facts, never from the tracer, the capture, the passes or the serializer."""
     stages = ("graphcap.api", "graphcap.capture", "graphcap.trace", "graphcap.dynamic", "graphcap.program",
               "graphcap.passes", "graphcap.serialize", "graphcap.runtime")
-    reached = reachable(import_edges(), "graphcap.verifier")
+    reached = reachable(import_edges(), "graphcap.ir_checks")
     wrong = {m: " -> ".join(chain) for m, chain in reached.items() if _inside(m, stages)}
     assert not wrong, wrong
 

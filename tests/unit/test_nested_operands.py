@@ -90,7 +90,7 @@ def _stages(ep):
 
 def _check_everywhere(model, ep, inputs_list):
     for stage, program in _stages(ep).items():
-        assert graphcap.verifier.violations(program) == [], stage
+        assert graphcap.ir_checks.violations(program) == [], stage
         for inputs in inputs_list:
             with torch.no_grad():
                 assert_same_outputs(model(*inputs), program.module()(*inputs))

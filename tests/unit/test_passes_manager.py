@@ -6,9 +6,9 @@ import torch
 
 import graphcap
 from graphcap.errors import VerificationError
+from graphcap.ir_checks import INFERENCE_RULES, RULES, TRAINING_RULES, rules_for
 from graphcap.passes import Pass, run_passes
 from graphcap.passes.dce import dce_pass
-from graphcap.verifier import INFERENCE_RULES, RULES, TRAINING_RULES, rules_for
 
 
 class Small(torch.nn.Module):

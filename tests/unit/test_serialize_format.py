@@ -325,14 +325,14 @@ def test_data_dependent_sizes_and_runtime_asserts_round_trip():
 
 def test_inference_ir_level_survives_save_load(tmp_path):
     import graphcap
-    from graphcap import verifier
+    from graphcap import ir_checks
     ep = graphcap.export(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()), (torch.randn(2, 3),))
     dec = ep.run_decompositions()
-    assert verifier.is_inference_ir(dec)
+    assert ir_checks.is_inference_ir(dec)
     path = tmp_path / "dec.pt2"
     graphcap.save(dec, path)
     loaded = graphcap.load(path)
-    assert verifier.is_inference_ir(loaded)
+    assert ir_checks.is_inference_ir(loaded)
     assert loaded.graph_module.meta["graphcap_ir"]["kept"] == dec.graph_module.meta["graphcap_ir"]["kept"]
 
 

@@ -5,7 +5,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 
 ACCESS = torch.ops.export.access_subclass_inner_tensor.default
 
@@ -28,7 +28,7 @@ def test_inner_tensor_reads_become_nodes_and_the_program_computes_them():
     ep = graphcap.export(m, (torch.randn(3, 4),))
     reads = [n for n in ep.graph.nodes if n.target is ACCESS]
     assert [n.args[1] for n in reads] == ["a", "b"]  # unused reads the tracer made are gone
-    assert ep.constants == {} and verifier.violations(ep) == []
+    assert ep.constants == {} and ir_checks.violations(ep) == []
     x = torch.randn(3, 4)
     torch.testing.assert_close(ep.module()(x), m(x))
     # the hook is gone after the export
@@ -46,7 +46,7 @@ def test_subclass_constructor_in_forward_is_captured():
 
     m = M()
     ep = graphcap.export(m, (torch.randn(4, 4),))
-    assert verifier.violations(ep) == []
+    assert ir_checks.violations(ep) == []
     x = torch.randn(4, 4)
     torch.testing.assert_close(ep.module()(x), m(x))
 
@@ -56,6 +56,6 @@ def test_decomposing_a_program_that_reads_inner_tensors_splits_the_subclasses():
     m = Nested()
     ep = graphcap.export(m, (torch.randn(3, 4),)).run_decompositions({})
     assert not [n for n in ep.graph.nodes if n.target is ACCESS]
-    assert len(ep.state_dict) == 1 + 2 + 4 and verifier.violations(ep) == []
+    assert len(ep.state_dict) == 1 + 2 + 4 and ir_checks.violations(ep) == []
     x = torch.randn(3, 4)
     torch.testing.assert_close(ep.module()(x), m(x))

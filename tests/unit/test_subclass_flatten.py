@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from torch.nn.utils import parametrize
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 from graphcap.errors import SubclassDecompositionError, UnsupportedError
 
 
@@ -135,7 +135,7 @@ def test_inner_tensors_become_inputs_named_as_torch_names_them():
     assert isinstance(ep.state_dict["inner.parametrizations.w.original1"], torch.nn.Parameter)
     assert not isinstance(ep.state_dict["parametrizations.nested.original3"], torch.nn.Parameter)
     assert _subclass_free(ep)
-    assert verifier.violations(ep) == []
+    assert ir_checks.violations(ep) == []
 
 
 def test_state_dict_keys_are_those_of_torch_parametrize():
@@ -175,7 +175,7 @@ def test_save_load_round_trip():
     assert set(loaded.state_dict) == set(ep.state_dict)
     assert [s.target for s in loaded.graph_signature.input_specs] == \
         [s.target for s in ep.graph_signature.input_specs]
-    assert verifier.violations(loaded) == []
+    assert ir_checks.violations(loaded) == []
     for batch in (2, 9):
         x = torch.randn(batch, 4)
         torch.testing.assert_close(loaded.module()(x), model(x))
@@ -194,7 +194,7 @@ def test_flatten_metadata_reaches_the_rebuilt_subclass():
     ep = graphcap.export(m, (torch.randn(2, 3),)).run_decompositions()
     assert list(ep.state_dict) == ["parametrizations.w.original0"]
     assert not ep.state_dict["parametrizations.w.original0"].requires_grad
-    assert _subclass_free(ep) and verifier.violations(ep) == []
+    assert _subclass_free(ep) and ir_checks.violations(ep) == []
     x = torch.randn(2, 3)
     torch.testing.assert_close(ep.module()(x), m(x))
 
@@ -212,7 +212,7 @@ def test_subclass_buffer_written_in_place_updates_its_inner_tensors():
     ep = graphcap.export(Counter(), (torch.ones(2),)).run_decompositions()
     mutated = sorted(ep.graph_signature.buffers_to_mutate.values())
     assert mutated == ["parametrizations.count.original0", "parametrizations.count.original1"]
-    assert verifier.violations(ep) == []
+    assert ir_checks.violations(ep) == []
     eager, module = Counter(), ep.module()
     for step in range(3):
         x = torch.full((2,), float(step + 1))

@@ -19,8 +19,8 @@ import torch
 
 import graphcap
 from conftest import save_load
+from graphcap.ir_checks import violations
 from graphcap.signature import OutputKind, OutputSpec, TensorArgument
-from graphcap.verifier import violations
 
 aten = torch.ops.aten
 MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)

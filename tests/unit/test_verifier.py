@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 
 
 def _program():
@@ -13,7 +13,7 @@ def _program():
 
 
 def test_clean_program_has_no_violations():
-    assert verifier.violations(_program()) == []
+    assert ir_checks.violations(_program()) == []
 
 
 def test_missing_val_is_reported_with_rule_and_node():
@@ -27,7 +27,7 @@ def test_missing_val_is_reported_with_rule_and_node():
 def test_signature_mismatch_is_reported():
     ep = _program()
     ep.graph_signature.input_specs.pop(0)
-    rules = {r for r, _, _ in verifier.violations(ep)}
+    rules = {r for r, _, _ in ir_checks.violations(ep)}
     assert "inputs-match-signature" in rules
 
 
@@ -39,7 +39,7 @@ def test_get_attr_of_state_is_reported():
     with gm.graph.inserting_before(first):
         n = gm.graph.get_attr("stray")
     n.meta["val"] = None
-    rules = {r for r, _, _ in verifier.violations(ep)}
+    rules = {r for r, _, _ in ir_checks.violations(ep)}
     assert "no-state-get-attr" in rules
 
 
@@ -48,7 +48,7 @@ def test_missing_state_and_bad_mutation_target():
     ep.state_dict.pop("weight")
     ep.graph_signature.output_specs.insert(0, graphcap.OutputSpec(
         graphcap.OutputKind.BUFFER_MUTATION, graphcap.TensorArgument("linear"), "nope"))
-    rules = {r for r, _, _ in verifier.violations(ep)}
+    rules = {r for r, _, _ in ir_checks.violations(ep)}
     assert {"state-present", "mutation-targets"} <= rules
 
 
@@ -56,4 +56,4 @@ def test_unknown_target_is_reported():
     ep = _program()
     node = next(n for n in ep.graph.nodes if n.op == "call_function")
     node.target = print
-    assert "known-targets" in {r for r, _, _ in verifier.violations(ep)}
+    assert "known-targets" in {r for r, _, _ in ir_checks.violations(ep)}

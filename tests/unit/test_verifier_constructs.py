@@ -8,11 +8,11 @@ import torch
 import torch.utils._pytree as pytree
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 
 
 def _rules(ep) -> set[str]:
-    return {rule for rule, _, _ in verifier.violations(ep)}
+    return {rule for rule, _, _ in ir_checks.violations(ep)}
 
 
 def test_symint_arithmetic_shifts_and_sym_functions_are_captured_and_verified():
@@ -25,7 +25,7 @@ def test_symint_arithmetic_shifts_and_sym_functions_are_captured_and_verified():
     ep = graphcap.export(M(), (torch.randn(8),), dynamic_shapes=({0: graphcap.Dim("n")},))
     targets = {n.target for n in ep.graph.nodes if n.op == "call_function"}
     assert {operator.lshift, operator.rshift, torch.sym_max, torch.sym_min, operator.pow} <= targets
-    assert verifier.violations(ep) == []
+    assert ir_checks.violations(ep) == []
     for size in (5, 6, 11):
         x = torch.randn(size)
         got, want = ep.module()(x), M()(x)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import graphcap
-from graphcap import verifier
+from graphcap import ir_checks
 from graphcap.signature import InputKind, OutputKind
 
 
@@ -160,7 +160,7 @@ BREAKERS = {
 
 
 def test_every_rule_has_a_breaker():
-    names = {name for name, _ in verifier.RULES + verifier.INFERENCE_RULES + verifier.TRAINING_RULES}
+    names = {name for name, _ in ir_checks.RULES + ir_checks.INFERENCE_RULES + ir_checks.TRAINING_RULES}
     assert names == set(BREAKERS), f"rules without a breaker: {names - set(BREAKERS)}"
 
 
@@ -168,9 +168,9 @@ def test_every_rule_has_a_breaker():
 def test_the_rule_fires_on_a_program_breaking_it(rule):
     make, breaker = BREAKERS[rule]
     ep = make()
-    assert verifier.violations(ep) == [], "the starting program must be valid"
+    assert ir_checks.violations(ep) == [], "the starting program must be valid"
     breaker(ep)
-    fired = {name for name, _, _ in verifier.violations(ep)}
+    fired = {name for name, _, _ in ir_checks.violations(ep)}
     assert rule in fired, f"{rule} did not fire (fired: {fired})"
     with pytest.raises(graphcap.VerificationError, match=rf"\[{rule}\]"):
-        verifier.verify(ep)
+        ir_checks.verify(ep)

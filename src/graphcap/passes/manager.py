@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import VerificationError
-from ..verifier import violations
+from ..ir_checks import violations
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -37,6 +37,6 @@ def run_passes(ep: ExportedProgram, passes: Sequence[Pass]) -> ExportedProgram:
                 f"Pass {p.name!r} left a program that breaks {len(found)} IR invariant(s):\n{lines}",
                 where=f"after pass {p.name!r} (passes run before it: {before})",
                 fix=f"The program was valid before {p.name!r}; the bug is in that pass (or in a "
-                    "custom decomposition it ran). The rule names the invariant (graphcap/verifier.py).")
+                    "custom decomposition it ran). The rule names the invariant (graphcap/ir_checks.py).")
         done.append(p.name)
     return ep

@@ -44,7 +44,7 @@ from .values import Unencodable, encode_value
 
 def python_targets() -> dict[str, Any]:
     """The non-operator callables a graph may call, by stable name."""
-    from ..verifier import ALLOWED_PY_TARGETS
+    from ..ir_checks import ALLOWED_PY_TARGETS
     return {callable_name(fn): fn for fn in ALLOWED_PY_TARGETS}
 
 

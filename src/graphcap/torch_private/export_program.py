@@ -8,7 +8,7 @@ of torch's ``Verifier``. graphcap reaches that class as the public module
 ``torch.export.exported_program`` names it, and the training-IR class among its
 subclasses by its dialect (graphcap imports nothing of torch's exporter
 package itself). graphcap's own check of its programs is
-``graphcap.verifier``; torch's classes here only name the dialect for torch's
+``graphcap.ir_checks``; torch's classes here only name the dialect for torch's
 code that rebuilds a program.
 
 torch's constructor (which graphcap's does not run) also sets fields that only

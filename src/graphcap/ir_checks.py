@@ -4,6 +4,10 @@ Each rule is a function ``(ep) -> Iterator[(node_name, message)]`` listed in
 ``RULES`` with a short name. :func:`verify` runs them all and raises one
 ``VerificationError`` that lists every violation with its rule and node, so a
 broken pass is found by name, not by a crash three steps later.
+
+torch.export calls this check the verifier (``ep.verifiers``, ``ep.validate()``).
+It reads the program alone; comparing a program's results with eager's is
+:mod:`graphcap.verification` (``graphcap.verify``).
 """
 from __future__ import annotations
 
@@ -375,4 +379,4 @@ def verify(ep: "ExportedProgram", rules=None) -> None:
             f"The exported program breaks {len(found)} IR invariant(s):\n{lines}",
             where="ExportedProgram.graph",
             fix="This is a bug in graphcap or in a pass that edited the graph; the rule names the "
-                "invariant (see graphcap/verifier.py) and the node the one that breaks it.")
+                "invariant (see graphcap/ir_checks.py) and the node the one that breaks it.")
