@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -180,6 +180,36 @@ def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
         del node.meta["custom"]
 
 
+@dataclass
+class _TracedCallResults:
+    """What the traced function learns while ``make_fx`` runs it, read once the trace is done."""
+
+    out_spec: Optional[pytree.TreeSpec] = None
+    # the buffers forward reassigned, in the order their new values follow the user's outputs
+    reassigned: list[str] = dataclasses.field(default_factory=list)
+    tracked: Any = None  # the tracer's fake tensor -> proxy map (weak)
+
+
+@contextlib.contextmanager
+def _recording_surroundings(target: Any, root: Optional[torch.nn.Module], fake_mode: FakeTensorMode,
+                            flat_inputs: list[Any]) -> Iterator[None]:
+    """Everything one recording runs inside, entered in this order and left in the reverse one."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(fx_private.stack_trace_anchor(target))  # the exported function's frames are the user's
+        stack.enter_context(fake_mode)
+        stack.enter_context(_exporting_flags())
+        stack.enter_context(backend_neutral())
+        stack.enter_context(_restore_grad_mode())
+        stack.enter_context(preserved_module_attributes(root))
+        stack.enter_context(hop_capture.capturing(root))
+        stack.enter_context(python_overrides.installed())
+        stack.enter_context(fake_private.slice_ends_clamped_symbolically())
+        stack.enter_context(subclass_access.recorded(flat_inputs))
+        stack.enter_context(tensor_metadata_cached())
+        stack.enter_context(fx_private.code_generated_on_first_use())
+        yield
+
+
 def record(
     call: Callable[..., Any],
     root: Optional[torch.nn.Module],
@@ -200,7 +230,8 @@ def record(
     that forward reassigned.
     """
     n_state = len(state_names)
-    box: dict[str, Any] = {}
+    results = _TracedCallResults()
+    scope = module_paths.ScopeRoot(root) if root is not None else None
 
     def traced(*flat):
         # The top-level tracer's nodes get graphcap's stack recording (_record_user_stack_traces), so
@@ -212,8 +243,7 @@ def record(
         reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
             block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
             if scope is not None and block_reuse.reuse_enabled() else None))
-        box["reuse"] = reuse
-        box["tracked"] = getattr(tracer, "tensor_tracker", None)  # weak: fake tensor → proxy
+        results.tracked = getattr(tracer, "tensor_tracker", None)
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
         ctx = (reparametrized(root, state, tie_weights=True, strict=False, stack_weights=True)
@@ -226,21 +256,16 @@ def record(
             if reuse is not None:
                 reuse.close()
         auto_register(out, "outputs")
-        flat_out, box["spec"] = pytree.tree_flatten(out)
-        box["reassigned"] = list(reassigned)
+        flat_out, results.out_spec = pytree.tree_flatten(out)
+        results.reassigned = list(reassigned)
         return tuple(flat_out) + tuple(reassigned.values())
 
-    scope = module_paths.ScopeRoot(root) if root is not None else None
     if scope is not None:
         # lets make_fx record nn_module_stack against the user's module tree
         fx_private.set_module_stack_root(traced, scope)
     target = getattr(call, "__func__", call)
     try:
-        with fx_private.stack_trace_anchor(target), fake_mode, _exporting_flags(), backend_neutral(), \
-                _restore_grad_mode(), preserved_module_attributes(root), hop_capture.capturing(root), \
-                python_overrides.installed(), fake_private.slice_ends_clamped_symbolically(), \
-                subclass_access.recorded(flat_inputs), tensor_metadata_cached(), \
-                fx_private.code_generated_on_first_use():
+        with _recording_surroundings(target, root, fake_mode, flat_inputs):
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
         fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
@@ -250,7 +275,8 @@ def record(
         raise _explain_trace_failure(e, program_name) from e
     _drop_failed_calls(gm)
     module_paths.normalize_module_stacks(gm)
-    return Recording(gm, box["spec"], box["reassigned"], box.get("tracked"))
+    assert results.out_spec is not None  # make_fx returned: the traced function ran to its end
+    return Recording(gm, results.out_spec, results.reassigned, results.tracked)
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
