@@ -125,6 +125,15 @@ def _root_state(root: Optional[torch.nn.Module]) -> RootState:
     return RootState(params, buffers, non_persistent, constant_attrs, constant_tensors)
 
 
+@dataclass
+class _Traced:
+    """What one non-strict trace leaves behind: the program, and the probe that finds fake tensors
+    user code kept once the exporting frames are gone (None when the recorder tracked none)."""
+
+    program: ExportedProgram
+    leak_probe: Optional[leaks.LeakProbe]
+
+
 def _unique(names: Sequence[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -159,17 +168,17 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     """
     # classes flattened by attributes are torch's only meanwhile; the garbage collector skips the old heap
     with auto_flatten.registered_while_tracing(), young_heap.trace_allocations_only():
-        ep, probe = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                       preserve_module_call_signature=preserve_module_call_signature,
-                                       prefer_deferred_asserts=prefer_deferred_asserts, front=front)
-    leaks.warn_if_leaked(probe)
-    return ep
+        traced = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                    preserve_module_call_signature=preserve_module_call_signature,
+                                    prefer_deferred_asserts=prefer_deferred_asserts, front=front)
+    leaks.warn_if_leaked(traced.leak_probe)
+    return traced.program
 
 
 def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        preserve_module_call_signature: tuple[str, ...],
                        prefer_deferred_asserts: bool,
-                       front: Optional[Callable[..., Any]] = None) -> tuple[ExportedProgram, Any]:
+                       front: Optional[Callable[..., Any]] = None) -> _Traced:
     clock = StageClock()  # seconds per stage, kept on the program for the report
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
@@ -267,4 +276,4 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     if recording.tracked is not None:
         kept = frozenset(id(t) for t in flat_inputs) if dyn_inputs is not None else frozenset()
         probe = leaks.LeakProbe(recording.tracked, fake_mode, weakref.ref(ep.graph_module), kept)
-    return ep, probe
+    return _Traced(ep, probe)
