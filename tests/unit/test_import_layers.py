@@ -253,3 +253,18 @@ def test_the_program_reaches_no_stage_that_builds_programs():
     reached = reachable(import_edges(), "graphcap.program")
     wrong = {m: " -> ".join(chain) for m, chain in reached.items() if _inside(m, builders)}
     assert not wrong, wrong
+
+
+def test_the_naming_rules_reach_no_stage_that_uses_them():
+    """``graphcap.trace.naming`` is read by lifting, the decompositions, the serializer, interop and
+    the runtime: it takes nothing from them, nor from the recorder or the capture, so any of them
+    can name nodes by torch.export's rules without pulling in another."""
+    users = ("graphcap.api", "graphcap.capture", "graphcap.trace.recorder", "graphcap.trace.lifting",
+             "graphcap.dynamic", "graphcap.program", "graphcap.passes", "graphcap.serialize", "graphcap.runtime",
+             "graphcap.interop", "graphcap.hierarchy")
+    edges = import_edges()
+    naming = [m for m in edges if _inside(m, ("graphcap.trace.naming",))]
+    assert len(naming) > 1, naming
+    wrong = {f"{start} reaches {m}": " -> ".join(chain) for start in naming
+             for m, chain in reachable(edges, start).items() if _inside(m, users)}
+    assert not wrong, wrong
