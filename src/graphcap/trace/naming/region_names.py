@@ -14,8 +14,9 @@ users then read in the printed program follows from that cut:
   with a fresh ``getitem``, numbered after the ``getitem`` nodes the cut made
   for pieces with several outputs.
 
-The pieces themselves are computed by :mod:`.regions`, which owns the rule for
-where a region starts and ends; this module only derives names and orders.
+The pieces themselves are computed by :mod:`graphcap.trace.control_flow.regions`,
+which owns the rule for where a region starts and ends; this module only
+derives names and orders.
 """
 from __future__ import annotations
 
