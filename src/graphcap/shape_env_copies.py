@@ -23,7 +23,7 @@ import torch.fx
 
 from .torch_private.dispatch import is_traceable_wrapper_subclass
 from .torch_private.fake import FakeTensor, FakeTensorMode, fake_from_meta, tracing_fake_mode
-from .torch_private.shapes import copy_shape_env, new_shape_env
+from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
 
 
 def fake_mode_of_graph(gm: torch.fx.GraphModule) -> Optional[FakeTensorMode]:
@@ -55,6 +55,7 @@ class ValueMover:
         self.env = mode.shape_env
         self._memo: dict[int, Any] = {}
         self._keep: list[Any] = []  # the old values, so that ids in the memo stay theirs
+        self._symints: dict[Any, Any] = {}
 
     def __call__(self, value: Any) -> Any:
         known = self._memo.get(id(value))
@@ -68,7 +69,11 @@ class ValueMover:
 
     def _move(self, value: Any) -> Any:
         if isinstance(value, torch.SymInt):
-            return self.env.create_symintnode(value.node.expr, hint=value.node.hint)
+            expr = value.node.expr
+            made = self._symints.get(expr)
+            if made is None:  # one SymInt per expression: building one costs symbolic arithmetic
+                made = self._symints[expr] = self.env.create_symintnode(expr, hint=value.node.hint)
+            return made
         if isinstance(value, torch.SymFloat):
             return self.env.create_symfloatnode(value.node.expr, hint=value.node.hint)
         if isinstance(value, torch.SymBool):
@@ -129,6 +134,6 @@ def give_graph_own_shape_env(gm: torch.fx.GraphModule) -> None:
     """Move the values of ``gm`` (a copy of another program's graph, whose node metadata it still
     shares) to a fake mode over a copy of their ShapeEnv."""
     old = fake_mode_of_graph(gm)
-    if old is None:
-        return
+    if old is None or old.shape_env is None or not symbol_ranges(old.shape_env):
+        return  # no symbol to settle: nothing a pass on the copy could change for the original
     move_graph_values(gm, ValueMover(own_fake_mode(old)))

@@ -181,3 +181,23 @@ def test_unbacked_symbols_and_subgraphs_survive_a_copy_and_a_decomposition():
         for x, n in ((torch.randn(5, 3), torch.tensor(3)), (-torch.ones(3, 3), torch.tensor(1))):
             for got, want in zip(derived.module()(x, n), DataDependent()(x, n)):
                 torch.testing.assert_close(got, want)
+
+
+def test_a_pass_on_the_module_settling_a_symbol_leaves_the_program_dynamic():
+    """pt2e's prepare and users' passes work on ``ep.module()``'s graph and its values."""
+    model = Net()
+    ep = graphcap.export(copy.deepcopy(model), (torch.randn(2, 4),), dynamic_shapes=BATCH)
+    gm = ep.module()
+    val = next(n.meta["val"] for n in gm.graph.nodes if n.name == "x")
+    assert bool(val.shape[0] == 2)
+    _assert_still_dynamic(ep, model)
+    x = torch.randn(3, 4)  # the module settled by the pass still runs any batch: its checks are the program's
+    torch.testing.assert_close(gm(x), copy.deepcopy(model)(x))
+
+
+def test_a_static_program_keeps_one_fake_mode_in_its_copies():
+    """No symbol, nothing to settle: the copy's values stay where they were (no cost for moving them)."""
+    ep = graphcap.export(Net(), (torch.randn(2, 4),))
+    dup = copy.deepcopy(ep)
+    assert _user_input_val(dup).fake_mode is _user_input_val(ep).fake_mode
+    torch.testing.assert_close(dup.module()(torch.ones(2, 4)), ep.module()(torch.ones(2, 4)))
