@@ -26,7 +26,17 @@ from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import before_lifting, fakify, graph_module_replay, leaks, lifting, metadata, recorder, subgraph_names
+from ..trace import (
+    before_lifting,
+    constant_writes,
+    fakify,
+    graph_module_replay,
+    leaks,
+    lifting,
+    metadata,
+    recorder,
+    subgraph_names,
+)
 from ..trace.conversion_asserts import insert_conversion_asserts
 from . import call_signatures
 
@@ -209,7 +219,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
                                                  replays_graph=replay is not None)
     try:
-        with call_recorder, dyn_symbols.tracing(dyn_inputs):
+        with call_recorder, dyn_symbols.tracing(dyn_inputs), \
+                constant_writes.refusing_constant_writes(fake_mode, target.root):
             recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                         fake_mode, target.name, buffer_names=list(buffers))
     except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
@@ -226,6 +237,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
+    constant_writes.refuse_written_constants(gm, lifted.signature, lifted.constants, target.root)
     subgraph_names.name_subgraph_inputs(gm)
     clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts

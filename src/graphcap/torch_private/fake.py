@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -35,6 +35,9 @@ RELIES_ON = {
     # the fake kernels by operator (read at each call) and the slice kernel's bound clamp
     "torch._subclasses.fake_impls.op_implementations_dict": None,
     "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
+    # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
+    "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
+    "torch._ops.OpOverload#_schema": None,
 }
 
 SAMPLES = {
@@ -44,7 +47,7 @@ SAMPLES = {
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
            "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
-           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
+           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights", "watch_real_tensor_writes"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
@@ -77,7 +80,65 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
             return uncached(func, types, args, kwargs)
         return cached(func, types, args, kwargs)
     mode._cached_dispatch_impl = dispatch
+
+    watchers: list[Callable[[Any, list], None]] = []
+    plain = mode.dispatch
+
+    def watched_dispatch(func, types, args, kwargs):
+        if watchers:
+            written = _written_real_tensors(func, args, kwargs)
+            if written:
+                watchers[-1](func, written)
+        return plain(func, types, args, kwargs)
+    mode.dispatch = watched_dispatch
+    mode.graphcap_real_write_watchers = watchers  # watch_real_tensor_writes's callbacks, innermost last
     return mode
+
+
+_WRITTEN_ARGUMENTS: dict[Any, tuple] = {}
+
+
+def _written_arguments(func: Any) -> tuple:
+    """(position, name) of each argument the operator writes, from its schema; cached by operator."""
+    known = _WRITTEN_ARGUMENTS.get(func)
+    if known is None:
+        schema = getattr(func, "_schema", None)
+        known = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                      if a.alias_info is not None and a.alias_info.is_write) if schema is not None else ()
+        _WRITTEN_ARGUMENTS[func] = known
+    return known
+
+
+def _written_real_tensors(func: Any, args: tuple, kwargs: dict) -> list:
+    """The real (not fake) tensors the operator call would write in place."""
+    found = []
+    for i, name in _written_arguments(func):
+        value = args[i] if i < len(args) else kwargs.get(name)
+        for v in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor):
+                found.append(v)
+    return found
+
+
+@contextlib.contextmanager
+def watch_real_tensor_writes(mode: FakeTensorMode, on_write: Callable[[Any, list], None]) -> Iterator[None]:
+    """Within the block, call ``on_write(operator, tensors)`` before ``mode`` runs an operator that
+    writes in place to real tensors (not fake ones: a tensor the traced code reached outside its
+    inputs and state). ``on_write`` may raise to stop the write: the fake mode runs an operator
+    whose tensor arguments are all real on the real tensors themselves (its constant propagation
+    for ``add_``, ``mul_`` and the like), which would change the user's tensor.
+
+    ``mode`` comes from :func:`tracing_fake_mode`. Relies on ``FakeTensorMode.dispatch`` being what
+    its ``__torch_dispatch__`` calls (looked up on the instance), and on ``OpOverload._schema``."""
+    watchers = getattr(mode, "graphcap_real_write_watchers", None)
+    if watchers is None:
+        yield
+        return
+    watchers.append(on_write)
+    try:
+        yield
+    finally:
+        watchers.remove(on_write)
 
 
 def _symbolic_tensor_among(args) -> bool:
