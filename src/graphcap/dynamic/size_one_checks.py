@@ -15,7 +15,8 @@ instead of a violation. Once the program is built, :func:`confirm` runs it
 and the eager model on the example inputs cut down to that size (the first
 row(s) along every dimension that uses the Dim, derived dims at their
 value), with the random generator seeded alike; the program keeps the size
-only when both agree on every output and on what they write. Otherwise, or
+only when both agree on every output and on what they write (inputs, and the
+buffers: the state each run leaves, from the same start). Otherwise, or
 when the check cannot be run (an input that cannot be cut, eager raising),
 export raises the constraint violation the guard would have raised, with
 the reason added.
@@ -115,6 +116,22 @@ def _restore(mod: Any, saved: dict[str, torch.Tensor]) -> None:
                 current[name].copy_(value)
 
 
+def _differently_written_buffer(eager: dict[str, torch.Tensor], program: dict[str, torch.Tensor]) -> Optional[str]:
+    """The first buffer (by name) whose value after the program's run is not eager's, or None.
+
+    A size the general branch handles must leave the state as eager leaves it, not only return
+    the same outputs: a buffer the special branch updates otherwise (a counter, running
+    statistics) would silently drift in the program."""
+    from ..verification.compare import compare_tensors
+    for name, e in eager.items():
+        p = program.get(name)
+        if p is None:
+            continue  # a buffer the program does not hold (nothing reads or writes it)
+        if p.shape != e.shape or p.dtype != e.dtype or not compare_tensors(name, e, p, None, None).ok:
+            return name
+    return None
+
+
 def _run(fn: Callable, call: tuple, seed: int = 0) -> tuple[Any, Optional[BaseException]]:
     args, kwargs = call
     with torch.random.fork_rng(devices=[]), torch.no_grad():
@@ -134,14 +151,19 @@ def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: lis
         expected, err = _run(mod, eager_call)
         if err is not None:
             return f"eager raised {type(err).__name__} there"
-        _restore(mod, saved)
+        eager_state = _state_snapshot(mod)  # what eager wrote into its buffers
+        _restore(mod, saved)  # the program starts from the state eager started from
         program_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
-        got, err = _run(ep.module(), program_call)
+        program = ep.module()
+        got, err = _run(program, program_call)
         if err is not None:
             return f"the program raised {type(err).__name__} there"
         bad = [c for c in compare_outputs(expected, got, None, None) if not c.ok]
         if bad:
             return f"the program's {bad[0].name} differs from eager's there"
+        written = _differently_written_buffer(eager_state, _state_snapshot(program))
+        if written is not None:
+            return f"the program writes buffer {written} differently from eager there"
         eager_leaves, program_leaves = pytree.tree_leaves(eager_call), pytree.tree_leaves(program_call)
         for e, p in zip(eager_leaves, program_leaves):
             if isinstance(e, torch.Tensor) and isinstance(p, torch.Tensor) and e.shape == p.shape \
