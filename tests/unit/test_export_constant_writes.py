@@ -121,7 +121,10 @@ def test_a_write_to_a_tensor_that_is_not_state_is_refused_and_the_tensor_is_unto
         graphcap.export(model, (torch.ones(3),), strict=strict)
     assert held(model) is tensor and torch.equal(tensor, before)
     text = str(info.value)
-    assert f"to {path}." in text and "not a parameter, buffer or input" in text
+    shown = path[len("self."):] if path.startswith("self.") else path.replace("the global ", "global ")
+    assert f"Constant {shown} is written in place" in text and "not a parameter, buffer or input" in text
+    held = path.replace("the global ", "")
+    assert f"{held}.clone()" in text  # the fix names it as the user's code does
     assert line in text  # the user's line that writes
     assert "register_buffer(" in text and ".clone()" in text
 
@@ -174,3 +177,34 @@ def test_draft_export_refuses_too_and_leaves_the_tensor():
     with pytest.raises(ConstantMutationError):
         graphcap.draft_export(model, (torch.ones(3),))
     assert torch.equal(model.holder.t, torch.zeros(3))
+
+
+class _BufferHolder:
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class WritesBufferThroughHolder(torch.nn.Module):
+    """A registered buffer also held by a plain object (as transformers' StaticCache holds its cache),
+    written with no other tensor in the call: the write is the buffer's, in the program, not the model's."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(()))
+        self.counter = _BufferHolder(self.steps)
+
+    def forward(self, x):
+        self.counter.tensor.add_(1)
+        return x + self.steps
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_buffer_written_through_another_object_is_updated_by_the_program_not_by_export(strict):
+    model, eager = WritesBufferThroughHolder(), WritesBufferThroughHolder()
+    ep = graphcap.export(model, (torch.ones(2),), strict=strict)
+    assert float(model.steps) == 0.0  # export wrote nothing (torch.export makes it 1)
+    assert ep.run_decompositions().graph_signature.buffers_to_mutate  # the program updates it
+    program = ep.module()
+    for _ in range(3):
+        torch.testing.assert_close(program(torch.ones(2)), eager(torch.ones(2)))
+    assert float(program.steps) == float(eager.steps) == 3.0

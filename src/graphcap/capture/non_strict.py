@@ -219,8 +219,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
                                                  replays_graph=replay is not None)
     try:
-        with call_recorder, dyn_symbols.tracing(dyn_inputs), \
-                constant_writes.refusing_constant_writes(fake_mode, target.root):
+        with call_recorder, dyn_symbols.tracing(dyn_inputs):
             recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                         fake_mode, target.name, buffer_names=list(buffers))
     except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead

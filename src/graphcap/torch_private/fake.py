@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -37,6 +37,7 @@ RELIES_ON = {
     "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
     # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
     "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
+    "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
     "torch._ops.OpOverload#_schema": None,
 }
 
@@ -47,7 +48,7 @@ SAMPLES = {
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
            "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
-           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights", "watch_real_tensor_writes"]
+           "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
@@ -81,17 +82,13 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
         return cached(func, types, args, kwargs)
     mode._cached_dispatch_impl = dispatch
 
-    watchers: list[Callable[[Any, list], None]] = []
     plain = mode.dispatch
 
-    def watched_dispatch(func, types, args, kwargs):
-        if watchers:
-            written = _written_real_tensors(func, args, kwargs)
-            if written:
-                watchers[-1](func, written)
+    def dispatch_writing_fakes(func, types, args, kwargs):
+        if _written_arguments(func):
+            args, kwargs = _fakes_for_written_real_tensors(mode, func, args, kwargs)
         return plain(func, types, args, kwargs)
-    mode.dispatch = watched_dispatch
-    mode.graphcap_real_write_watchers = watchers  # watch_real_tensor_writes's callbacks, innermost last
+    mode.dispatch = dispatch_writing_fakes
     return mode
 
 
@@ -109,36 +106,39 @@ def _written_arguments(func: Any) -> tuple:
     return known
 
 
-def _written_real_tensors(func: Any, args: tuple, kwargs: dict) -> list:
-    """The real (not fake) tensors the operator call would write in place."""
-    found = []
+def _fakes_for_written_real_tensors(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> tuple:
+    """``(args, kwargs)`` with every real tensor the operator writes replaced by the mode's fake of it.
+
+    The fake mode runs an operator whose tensor arguments are all real on the real tensors (its
+    constant propagation, for ``add_``, ``mul_`` and the like): a traced ``self.holder.t.add_(1)``
+    would write the user's tensor. Converted first, the write goes to a fake: the state's fake when
+    the tensor is a parameter or buffer reached through another object (the mode's memo maps it
+    there), otherwise a constant's fake, whose write the lifting step refuses
+    (``graphcap.trace.constant_writes``).
+    Relies on ``FakeTensorMode.dispatch`` being what its ``__torch_dispatch__`` calls (looked up on
+    the instance), ``OpOverload._schema`` and ``FakeTensorConverter.from_real_tensor``."""
+    args, kwargs = list(args), dict(kwargs)
     for i, name in _written_arguments(func):
-        value = args[i] if i < len(args) else kwargs.get(name)
-        for v in (value if isinstance(value, (list, tuple)) else (value,)):
-            if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor):
-                found.append(v)
-    return found
+        in_args = i < len(args)
+        value = args[i] if in_args else kwargs.get(name)
+        if isinstance(value, (list, tuple)):
+            new = type(value)(_fake_of_real(mode, v) for v in value)
+        else:
+            new = _fake_of_real(mode, value)
+        if new is value:
+            continue
+        if in_args:
+            args[i] = new
+        else:
+            kwargs[name] = new
+    return tuple(args), kwargs
 
 
-@contextlib.contextmanager
-def watch_real_tensor_writes(mode: FakeTensorMode, on_write: Callable[[Any, list], None]) -> Iterator[None]:
-    """Within the block, call ``on_write(operator, tensors)`` before ``mode`` runs an operator that
-    writes in place to real tensors (not fake ones: a tensor the traced code reached outside its
-    inputs and state). ``on_write`` may raise to stop the write: the fake mode runs an operator
-    whose tensor arguments are all real on the real tensors themselves (its constant propagation
-    for ``add_``, ``mul_`` and the like), which would change the user's tensor.
-
-    ``mode`` comes from :func:`tracing_fake_mode`. Relies on ``FakeTensorMode.dispatch`` being what
-    its ``__torch_dispatch__`` calls (looked up on the instance), and on ``OpOverload._schema``."""
-    watchers = getattr(mode, "graphcap_real_write_watchers", None)
-    if watchers is None:
-        yield
-        return
-    watchers.append(on_write)
-    try:
-        yield
-    finally:
-        watchers.remove(on_write)
+def _fake_of_real(mode: FakeTensorMode, value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) \
+            and type(value) in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+        return mode.fake_tensor_converter.from_real_tensor(mode, value)
+    return value
 
 
 def _symbolic_tensor_among(args) -> bool:
