@@ -348,7 +348,8 @@ def copy_shape_env(env: Any) -> Any:
     guards and deferred asserts, in objects of its own, so that what one program's consumer
     learns or assumes there (a narrowed range, a symbol replaced by a number) leaves ``env`` as
     it was. The copy starts with an empty fake-tensor cache and no tracked input fakes (both
-    hold fake tensors of ``env``'s fake mode).
+    hold fake tensors of ``env``'s fake mode), and with its class's methods where ``env`` had one
+    replaced on the instance (a closure over ``env``).
 
     Relies on every field of a ShapeEnv being deep-copyable (``copy.deepcopy``), and on the
     fields ``fake_tensor_cache`` and ``tracked_fakes``."""
@@ -360,4 +361,9 @@ def copy_shape_env(env: Any) -> Any:
     finally:
         env.fake_tensor_cache, env.tracked_fakes = cache, fakes
     new.tracked_fakes = [] if fakes is not None else None
+    for name, value in list(vars(new).items()):
+        # a method replaced on the original instance (graphcap's guard locator, draft export's
+        # watch on real-value decisions) is a closure over the original: the copy uses its class's
+        if callable(value) and not isinstance(value, type) and hasattr(type(new), name):
+            del new.__dict__[name]
     return new
