@@ -16,6 +16,8 @@ from typing import Any, Optional
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from .ops import schema_of
+
 RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensor": None,
     "torch._subclasses.fake_tensor.FakeTensorMode": None,
@@ -38,7 +40,6 @@ RELIES_ON = {
     # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
     "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
-    "torch._ops.OpOverload#_schema": None,
 }
 
 SAMPLES = {
@@ -99,7 +100,7 @@ def _written_arguments(func: Any) -> tuple:
     """(position, name) of each argument the operator writes, from its schema; cached by operator."""
     known = _WRITTEN_ARGUMENTS.get(func)
     if known is None:
-        schema = getattr(func, "_schema", None)
+        schema = schema_of(func)
         known = tuple((i, a.name) for i, a in enumerate(schema.arguments)
                       if a.alias_info is not None and a.alias_info.is_write) if schema is not None else ()
         _WRITTEN_ARGUMENTS[func] = known
@@ -116,7 +117,7 @@ def _fakes_for_written_real_tensors(mode: FakeTensorMode, func: Any, args: tuple
     there), otherwise a constant's fake, whose write the lifting step refuses
     (``graphcap.trace.constant_writes``).
     Relies on ``FakeTensorMode.dispatch`` being what its ``__torch_dispatch__`` calls (looked up on
-    the instance), ``OpOverload._schema`` and ``FakeTensorConverter.from_real_tensor``."""
+    the instance) and ``FakeTensorConverter.from_real_tensor`` (the schema: :func:`.ops.schema_of`)."""
     args, kwargs = list(args), dict(kwargs)
     for i, name in _written_arguments(func):
         in_args = i < len(args)

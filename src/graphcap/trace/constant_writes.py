@@ -21,6 +21,7 @@ import torch
 
 from ..errors import ConstantMutationError
 from ..signature import ExportGraphSignature, InputKind
+from ..torch_private.modules import REGISTRY_FIELDS
 from .mutations import first_writer, written_placeholders
 
 _MAX_DEPTH = 6
@@ -36,7 +37,7 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
             yield f"[{k!r}]", v
     elif isinstance(obj, torch.nn.Module):
         for k, v in vars(obj).items():
-            if k in ("_parameters", "_buffers", "_modules"):
+            if k in REGISTRY_FIELDS:
                 yield from ((f".{name}", value) for name, value in v.items())
             elif not k.startswith("_"):
                 yield f".{k}", v
