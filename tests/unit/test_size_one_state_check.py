@@ -111,3 +111,34 @@ def test_the_refused_spec_suggests_the_range_without_one():
     assert [int(r.lower) for r in ep.range_constraints.values()] == [2]
     with pytest.raises(Exception, match="b|x"):
         ep.module()(torch.randn(1, 4))
+
+
+class UpdatesWeightOtherwiseAtOne(torch.nn.Module):
+    """A weight updated in place under no_grad (an EMA, a codebook): +100 at size 1 in eager."""
+
+    def __init__(self, special: float = 100.0):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(4))
+        self.special = special
+
+    def forward(self, x):
+        with torch.no_grad():
+            if x.shape[0] != 1:
+                self.w.add_(x.shape[0])
+            else:
+                self.w.add_(self.special)
+        return x * 2
+
+
+def test_a_special_case_writing_a_parameter_otherwise_is_refused_and_the_weight_kept():
+    model = UpdatesWeightOtherwiseAtOne()
+    with pytest.raises(ConstraintViolationError, match="writes parameter w differently from eager"):
+        graphcap.export(model, (torch.randn(3, 4),), dynamic_shapes=BATCH)
+    assert torch.equal(model.w.detach(), torch.zeros(4))  # the check put the weight back
+
+
+def test_a_parameter_written_alike_keeps_size_one_and_export_leaves_the_weight():
+    model = UpdatesWeightOtherwiseAtOne(special=1.0)
+    ep = graphcap.export(model, (torch.randn(3, 4),), dynamic_shapes=BATCH)
+    assert [int(r.lower) for r in ep.range_constraints.values()] == [1]
+    assert torch.equal(model.w.detach(), torch.zeros(4))
