@@ -54,7 +54,8 @@ __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_ope
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
     """The fake mode graphcap traces with: torch's (``options`` go to its constructor), but views
-    of symbolically sized tensors skip the operator cache.
+    of symbolically sized tensors skip the operator cache, and an operator never writes a real
+    tensor (:func:`_fakes_for_written_real_tensors`: export must not change the user's tensors).
 
     The fake mode caches each operator's output metadata by its arguments;
     outputs with symbolic sizes are cached in the export's own shape
