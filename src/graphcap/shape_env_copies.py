@@ -52,7 +52,7 @@ class ValueMover:
 
     def __init__(self, mode: FakeTensorMode):
         self.mode = mode
-        self.env = mode.shape_env
+        self.env: Any = mode.shape_env
         self._memo: dict[int, Any] = {}
         self._keep: list[Any] = []  # the old values, so that ids in the memo stay theirs
         self._symints: dict[Any, Any] = {}
@@ -93,9 +93,10 @@ class ValueMover:
 
     def _tensor(self, t: torch.Tensor) -> torch.Tensor:
         if is_traceable_wrapper_subclass(t):
-            names, context = t.__tensor_flatten__()
+            wrapper: Any = t  # a traceable wrapper subclass: flattened to its inner tensors
+            names, context = wrapper.__tensor_flatten__()
             inner = {name: self(getattr(t, name)) for name in names}
-            new = type(t).__tensor_unflatten__(inner, context, self._sizes(t.shape), self._sizes(t.stride()))
+            new = type(wrapper).__tensor_unflatten__(inner, context, self._sizes(t.shape), self._sizes(t.stride()))
         elif isinstance(t, FakeTensor):
             shape, stride = self._sizes(t.shape), self._sizes(t.stride())
             offset = self(t.storage_offset())

@@ -90,7 +90,7 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
         if _written_arguments(func):
             args, kwargs = _fakes_for_written_real_tensors(mode, func, args, kwargs)
         return plain(func, types, args, kwargs)
-    mode.dispatch = dispatch_writing_fakes
+    mode.dispatch = dispatch_writing_fakes  # type: ignore[method-assign, assignment]
     return mode
 
 
@@ -119,10 +119,10 @@ def _fakes_for_written_real_tensors(mode: FakeTensorMode, func: Any, args: tuple
     (``graphcap.trace.constant_writes``).
     Relies on ``FakeTensorMode.dispatch`` being what its ``__torch_dispatch__`` calls (looked up on
     the instance) and ``FakeTensorConverter.from_real_tensor`` (the schema: :func:`.ops.schema_of`)."""
-    args, kwargs = list(args), dict(kwargs)
+    new_args, new_kwargs = list(args), dict(kwargs)
     for i, name in _written_arguments(func):
-        in_args = i < len(args)
-        value = args[i] if in_args else kwargs.get(name)
+        in_args = i < len(new_args)
+        value = new_args[i] if in_args else new_kwargs.get(name)
         if isinstance(value, (list, tuple)):
             new = type(value)(_fake_of_real(mode, v) for v in value)
         else:
@@ -130,10 +130,10 @@ def _fakes_for_written_real_tensors(mode: FakeTensorMode, func: Any, args: tuple
         if new is value:
             continue
         if in_args:
-            args[i] = new
+            new_args[i] = new
         else:
-            kwargs[name] = new
-    return tuple(args), kwargs
+            new_kwargs[name] = new
+    return tuple(new_args), new_kwargs
 
 
 def _fake_of_real(mode: FakeTensorMode, value: Any) -> Any:

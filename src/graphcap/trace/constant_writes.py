@@ -111,7 +111,7 @@ def refuse_written_constants(gm: torch.fx.GraphModule, signature: ExportGraphSig
         spec = kinds.get(node)
         if spec is None or spec.kind is not InputKind.CONSTANT_TENSOR:
             continue
-        tensor = constants.get(spec.target)
+        tensor = constants.get(spec.target or "")
         writer = first_writer(gm.graph, node)
         trace = (writer.meta.get("stack_trace") or "").rstrip().splitlines() if writer is not None else []
         where = "\n".join(line for line in trace[-2:]).strip() or f"graph input {node.name}"
