@@ -331,6 +331,18 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         for _, b in self.named_buffers():
             yield b
 
+    def __deepcopy__(self, memo: dict) -> "ExportedProgram":
+        """A copy sharing nothing mutable with this program: its own graph, tensors, ranges, call
+        graph and tables, and its graph's values in a ShapeEnv of their own. (fx copies a graph's
+        nodes with the same ``meta['val']`` objects; were they kept, a consumer's pass on the copy
+        that settles a symbol — the batch is 2 — would settle it in this program too.)"""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update({name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()})
+        from .shape_env_copies import give_graph_own_shape_env
+        give_graph_own_shape_env(new._graph_module)
+        return new
+
     # -- behaviour (delegated) ---------------------------------------------
     def module(self, check_guards: bool = True) -> torch.fx.GraphModule:
         """A runnable ``torch.fx.GraphModule``: checks inputs, runs the graph, writes updates back.

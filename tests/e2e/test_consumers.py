@@ -355,6 +355,27 @@ def test_gpt2_returning_its_cache_reaches_executorch():
     assert hand_over("et_xnnpack", "hf_gpt2_cache") < 1e-3
 
 
+@NEEDS_EXECUTORCH
+@pytest.mark.slow
+def test_gpt2_cache_through_executorch_then_aoti():
+    """ExecuTorch lowering a copy of a dynamic program leaves the program's shapes as they were:
+    AOTInductor then compiles it for the whole batch range (it returned batch 2 for a batch-3
+    input when the copies shared one ShapeEnv, issue 22)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    case = case_of("hf_gpt2_cache_dynamic")
+    ep = graphcap_program(case)
+    ranges = {str(k): (int(v.lower), int(v.upper)) for k, v in ep.range_constraints.items()}
+    with quiet_warnings():
+        to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[XnnpackPartitioner()]).to_executorch()
+        assert {str(k): (int(v.lower), int(v.upper)) for k, v in ep.range_constraints.items()} == ranges
+        for second in (False, True):
+            args, kwargs = consumers.inputs_of(case, second)
+            got = ep.module()(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            assert consumers.max_difference(consumers.eager(case, second), got) < 1e-4
+        assert consumers.aoti(ep, case, "graphcap") < 1e-3  # both sizes, after the ExecuTorch lowering
+
+
 # -- a program a consumer cannot take -----------------------------------------
 
 @torch.library.custom_op("graphcap_consumer_test::shuffle", mutates_args=())

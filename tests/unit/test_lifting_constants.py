@@ -198,7 +198,9 @@ def test_training_ir_keeps_the_parameter_write_in_place():
         torch.testing.assert_close(exported(torch.ones(2)), eager(torch.ones(2)))
 
 
-def test_writing_to_a_constant_is_refused_by_the_inference_ir():
+def test_writing_to_a_constant_is_refused_at_export_and_leaves_the_tensor():
+    """torch.export refuses it at run_decompositions, after export wrote the model's tensor;
+    graphcap refuses at export, before anything is written (tests/unit/test_export_constant_writes.py)."""
     class M(nn.Module):
         def __init__(self):
             super().__init__()
@@ -208,10 +210,12 @@ def test_writing_to_a_constant_is_refused_by_the_inference_ir():
             self.foo.add_(5)
             return self.foo + x
 
-    ep = graphcap.export(M(), (torch.ones(2, 2),))
+    m = M()
+    before = m.foo.clone()
     with pytest.raises(RuntimeError, match="Constant foo is") as info:
-        ep.run_decompositions()
+        graphcap.export(m, (torch.ones(2, 2),)).run_decompositions()
     assert isinstance(info.value, graphcap.UnsupportedError) and "register_buffer" in str(info.value)
+    assert torch.equal(m.foo, before)
 
 
 def test_tuple_dynamic_spec_follows_forward_order_whatever_the_kwargs_order():

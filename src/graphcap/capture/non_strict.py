@@ -26,7 +26,7 @@ from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import fakify, graph_module_replay, leaks, lifting, metadata, recorder
+from ..trace import constant_writes, fakify, graph_module_replay, leaks, lifting, metadata, recorder
 from ..trace.control_flow import before_lifting
 from ..trace.conversion_asserts import insert_conversion_asserts
 from ..trace.naming import subgraph_names
@@ -237,6 +237,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
+    constant_writes.refuse_written_constants(gm, lifted.signature, lifted.constants, target.root)
     subgraph_names.name_subgraph_inputs(gm)
     clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts

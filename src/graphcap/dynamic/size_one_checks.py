@@ -15,7 +15,8 @@ instead of a violation. Once the program is built, :func:`confirm` runs it
 and the eager model on the example inputs cut down to that size (the first
 row(s) along every dimension that uses the Dim, derived dims at their
 value), with the random generator seeded alike; the program keeps the size
-only when both agree on every output and on what they write. Otherwise, or
+only when both agree on every output and on what they write (inputs, and the
+buffers: the state each run leaves, from the same start). Otherwise, or
 when the check cannot be run (an input that cannot be cut, eager raising),
 export raises the constraint violation the guard would have raised, with
 the reason added.
@@ -99,20 +100,51 @@ def _cut(leaves: list[Any], sizes: dict[tuple[int, Optional[int]], int]) -> Opti
     return out
 
 
-def _state_snapshot(mod: Any) -> dict[str, torch.Tensor]:
+def _state_snapshot(mod: Any, parameters: frozenset = frozenset()) -> dict[str, torch.Tensor]:
+    """Copies of the module's buffers and of its parameters named in ``parameters`` (those the
+    program writes: copying every weight would double a model's memory for the check)."""
     if not isinstance(mod, torch.nn.Module):
         return {}
-    return {name: b.detach().clone() for name, b in mod.named_buffers()}
+    state = {name: b.detach().clone() for name, b in mod.named_buffers()}
+    state.update((name, p.detach().clone()) for name, p in mod.named_parameters() if name in parameters)
+    return state
+
+
+def _written_parameters(ep: Any) -> frozenset:
+    """The parameters the program writes in place (a forward updating a weight under no_grad)."""
+    from ..signature import InputKind
+    from ..trace.mutations import written_placeholders
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    specs = dict(zip(placeholders, ep.graph_signature.input_specs))
+    return frozenset(specs[p].target for p in written_placeholders(ep.graph)
+                     if p in specs and specs[p].kind is InputKind.PARAMETER)
 
 
 def _restore(mod: Any, saved: dict[str, torch.Tensor]) -> None:
     if not saved:
         return
-    current = dict(mod.named_buffers())
+    current = {**dict(mod.named_parameters()), **dict(mod.named_buffers())}
     with torch.no_grad():
         for name, value in saved.items():
             if name in current and current[name].shape == value.shape:
                 current[name].copy_(value)
+
+
+def _differently_written_buffer(eager: dict[str, torch.Tensor], program: dict[str, torch.Tensor]) -> Optional[str]:
+    """The first buffer or written parameter (by name) whose value after the program's run is not
+    eager's, or None.
+
+    A size the general branch handles must leave the state as eager leaves it, not only return
+    the same outputs: a buffer the special branch updates otherwise (a counter, running
+    statistics) would silently drift in the program."""
+    from ..verification.compare import compare_tensors
+    for name, e in eager.items():
+        p = program.get(name)
+        if p is None:
+            continue  # a buffer the program does not hold (nothing reads or writes it)
+        if p.shape != e.shape or p.dtype != e.dtype or not compare_tensors(name, e, p, None, None).ok:
+            return name
+    return None
 
 
 def _run(fn: Callable, call: tuple, seed: int = 0) -> tuple[Any, Optional[BaseException]]:
@@ -128,20 +160,27 @@ def _run(fn: Callable, call: tuple, seed: int = 0) -> tuple[Any, Optional[BaseEx
 def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: list[Any]) -> Optional[str]:
     """None when eager and the program agree on ``leaves``, else why not."""
     from ..verification.compare import compare_outputs
-    saved = _state_snapshot(mod)
+    written_parameters = _written_parameters(ep)
+    saved = _state_snapshot(mod, written_parameters)
     try:
         eager_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
         expected, err = _run(mod, eager_call)
         if err is not None:
             return f"eager raised {type(err).__name__} there"
-        _restore(mod, saved)
+        eager_state = _state_snapshot(mod, written_parameters)  # what eager wrote into its state
+        _restore(mod, saved)  # the program starts from the state eager started from
         program_call = call_of([t.clone() if isinstance(t, torch.Tensor) else t for t in leaves])
-        got, err = _run(ep.module(), program_call)
+        program = ep.module()
+        got, err = _run(program, program_call)
         if err is not None:
             return f"the program raised {type(err).__name__} there"
         bad = [c for c in compare_outputs(expected, got, None, None) if not c.ok]
         if bad:
             return f"the program's {bad[0].name} differs from eager's there"
+        written = _differently_written_buffer(eager_state, _state_snapshot(program, written_parameters))
+        if written is not None:
+            kind = "parameter" if written in written_parameters else "buffer"
+            return f"the program writes {kind} {written} differently from eager there"
         eager_leaves, program_leaves = pytree.tree_leaves(eager_call), pytree.tree_leaves(program_call)
         for e, p in zip(eager_leaves, program_leaves):
             if isinstance(e, torch.Tensor) and isinstance(p, torch.Tensor) and e.shape == p.shape \

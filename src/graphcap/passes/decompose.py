@@ -36,6 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..shape_env_copies import ValueMover, fake_mode_of_graph, own_fake_mode
 from ..signature import (
     MUTATION_OUTPUT_KINDS,
     ExportGraphSignature,
@@ -48,7 +49,7 @@ from ..signature import (
 )
 from ..torch_private import functional, pytree
 from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
-from ..torch_private.fake import FakeTensor, FakeTensorMode, tracing_fake_mode
+from ..torch_private.fake import FakeTensorMode
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import interpreting_node
 from ..torch_private.ops import OpOverload
@@ -67,20 +68,6 @@ if TYPE_CHECKING:
     from ..program import ExportedProgram
 
 IR_META_KEY = "graphcap_ir"
-
-
-def fake_mode_of(gm: torch.fx.GraphModule) -> FakeTensorMode:
-    """The fake mode the program's values live in (its ShapeEnv holds the symbols)."""
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, FakeTensor):
-            return val.fake_mode
-        if isinstance(val, (list, tuple)):
-            for v in val:
-                if isinstance(v, FakeTensor):
-                    return v.fake_mode
-    from ..torch_private.shapes import new_shape_env
-    return tracing_fake_mode(shape_env=new_shape_env(), allow_non_fake_inputs=True, export=True)
 
 
 class _Replay(torch.fx.Interpreter):
@@ -210,7 +197,7 @@ def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
 
 
 def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node],
-                             fake_mode: Any, grad_inputs: set[str]) -> None:
+                             old_values: list[Any], fake_mode: Any, grad_inputs: set[str]) -> None:
     """Inputs the retrace did not see as values (a ``None`` input) keep the ``val`` they had, and
     every tensor input says whether it requires grad as it did (the retrace runs under
     ``no_grad``, which leaves its inputs' values without the flag): a parameter or an input given
@@ -218,12 +205,12 @@ def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[to
     (``grad_inputs``): a buffer is state a program may write in place, which a leaf requiring grad
     refuses (ExecuTorch runs the graph on real tensors)."""
     new = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, old in zip(new, old_placeholders):
+    for node, old, old_value in zip(new, old_placeholders, old_values):
         if "val" not in node.meta and "val" in old.meta:
-            node.meta["val"] = old.meta["val"]
+            node.meta["val"] = old_value
         if "source_fn_stack" in old.meta and "source_fn_stack" not in node.meta:
             node.meta["source_fn_stack"] = list(old.meta["source_fn_stack"])  # a state input's first reader
-        val, was = node.meta.get("val"), old.meta.get("val")
+        val, was = node.meta.get("val"), old_value
         if old.name in grad_inputs and isinstance(val, torch.Tensor) and isinstance(was, torch.Tensor) \
                 and val is not was \
                 and was.requires_grad and not val.requires_grad and val.is_leaf \
@@ -249,8 +236,12 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     gm = ep.graph_module
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    fake_args = [p.meta.get("val") for p in placeholders]
-    fake_mode = fake_mode_of(gm)
+    # the retrace runs in a copy of the program's ShapeEnv, on its inputs moved there: what the
+    # retrace, and later any consumer of the result, learns about the symbols stays with the
+    # result (docs/consumers.md, "Programs derived from one another")
+    fake_mode = own_fake_mode(fake_mode_of_graph(gm))
+    move = ValueMover(fake_mode)
+    fake_args = [move(p.meta.get("val")) for p in placeholders]
 
     used_ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
@@ -306,7 +297,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     _rename_placeholders(new_gm, [p.name for p in placeholders])
     grad_inputs = {spec.arg.name for spec in sig.input_specs
                    if spec.kind in (InputKind.PARAMETER, InputKind.USER_INPUT) and hasattr(spec.arg, "name")}
-    _keep_placeholder_values(new_gm, placeholders, fake_mode, grad_inputs)
+    _keep_placeholder_values(new_gm, placeholders, fake_args, fake_mode, grad_inputs)
     _keep_input_and_output_annotations(new_gm, gm)
     carry.take(new_gm)
     new_gm.graph.lint()

@@ -35,6 +35,7 @@ import torch.fx.traceback as fx_traceback
 from .. import auto_flatten
 from ..dynamic.assert_messages import explain_failure, explanations
 from ..errors import UnsupportedError
+from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind, call_spec_of
 from ..torch_private.fx import set_pytree_codegen
 from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
@@ -135,6 +136,9 @@ def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
     shared = {id(v): v for g in ep.graph_module.modules() if isinstance(g, torch.fx.GraphModule)
               for v in g.meta.values() if isinstance(v, torch.nn.Module)}
     source = copy.deepcopy(ep.graph_module, shared)
+    # its values in a ShapeEnv of their own: a pass on the module (pt2e's prepare, a user's) that
+    # settles a symbol leaves the program's as they were (graphcap.shape_env_copies)
+    give_graph_own_shape_env(source)
     graph = source.graph
     _record_provenance(ep.graph_module.graph, graph)
     checker = InputChecker(ep)

@@ -16,6 +16,8 @@ from typing import Any, Optional
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from .ops import schema_of
+
 RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensor": None,
     "torch._subclasses.fake_tensor.FakeTensorMode": None,
@@ -35,6 +37,9 @@ RELIES_ON = {
     # the fake kernels by operator (read at each call) and the slice kernel's bound clamp
     "torch._subclasses.fake_impls.op_implementations_dict": None,
     "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
+    # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
+    "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
+    "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
 }
 
 SAMPLES = {
@@ -49,7 +54,8 @@ __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_ope
 
 def tracing_fake_mode(**options: Any) -> FakeTensorMode:
     """The fake mode graphcap traces with: torch's (``options`` go to its constructor), but views
-    of symbolically sized tensors skip the operator cache.
+    of symbolically sized tensors skip the operator cache, and an operator never writes a real
+    tensor (:func:`_fakes_for_written_real_tensors`: export must not change the user's tensors).
 
     The fake mode caches each operator's output metadata by its arguments;
     outputs with symbolic sizes are cached in the export's own shape
@@ -77,7 +83,64 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
             return uncached(func, types, args, kwargs)
         return cached(func, types, args, kwargs)
     mode._cached_dispatch_impl = dispatch
+
+    plain = mode.dispatch
+
+    def dispatch_writing_fakes(func, types, args, kwargs):
+        if _written_arguments(func):
+            args, kwargs = _fakes_for_written_real_tensors(mode, func, args, kwargs)
+        return plain(func, types, args, kwargs)
+    mode.dispatch = dispatch_writing_fakes  # type: ignore[method-assign, assignment]
     return mode
+
+
+_WRITTEN_ARGUMENTS: dict[Any, tuple] = {}
+
+
+def _written_arguments(func: Any) -> tuple:
+    """(position, name) of each argument the operator writes, from its schema; cached by operator."""
+    known = _WRITTEN_ARGUMENTS.get(func)
+    if known is None:
+        schema = schema_of(func)
+        known = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                      if a.alias_info is not None and a.alias_info.is_write) if schema is not None else ()
+        _WRITTEN_ARGUMENTS[func] = known
+    return known
+
+
+def _fakes_for_written_real_tensors(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> tuple:
+    """``(args, kwargs)`` with every real tensor the operator writes replaced by the mode's fake of it.
+
+    The fake mode runs an operator whose tensor arguments are all real on the real tensors (its
+    constant propagation, for ``add_``, ``mul_`` and the like): a traced ``self.holder.t.add_(1)``
+    would write the user's tensor. Converted first, the write goes to a fake: the state's fake when
+    the tensor is a parameter or buffer reached through another object (the mode's memo maps it
+    there), otherwise a constant's fake, whose write the lifting step refuses
+    (``graphcap.trace.constant_writes``).
+    Relies on ``FakeTensorMode.dispatch`` being what its ``__torch_dispatch__`` calls (looked up on
+    the instance) and ``FakeTensorConverter.from_real_tensor`` (the schema: :func:`.ops.schema_of`)."""
+    new_args, new_kwargs = list(args), dict(kwargs)
+    for i, name in _written_arguments(func):
+        in_args = i < len(new_args)
+        value = new_args[i] if in_args else new_kwargs.get(name)
+        if isinstance(value, (list, tuple)):
+            new = type(value)(_fake_of_real(mode, v) for v in value)
+        else:
+            new = _fake_of_real(mode, value)
+        if new is value:
+            continue
+        if in_args:
+            new_args[i] = new
+        else:
+            new_kwargs[name] = new
+    return tuple(new_args), new_kwargs
+
+
+def _fake_of_real(mode: FakeTensorMode, value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) \
+            and type(value) in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+        return mode.fake_tensor_converter.from_real_tensor(mode, value)
+    return value
 
 
 def _symbolic_tensor_among(args) -> bool:

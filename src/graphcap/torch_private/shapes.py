@@ -93,7 +93,7 @@ __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary"
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
            "count_deferred_assert", "guards", "axioms", "fake_cache", "set_fake_cache", "tracked_fakes",
-           "real_unbacked_values"]
+           "real_unbacked_values", "copy_shape_env"]
 
 
 # -- what a ShapeEnv knows, in its fields --------------------------------------------------------
@@ -341,3 +341,29 @@ def real_unbacked_values(env: Any) -> dict:
         return {}
     values = getattr(env, "real_tensor_prop_unbacked_vals", None)
     return dict((getattr(env, "unbacked_var_to_val", None) if values is None else values) or {})
+
+
+def copy_shape_env(env: Any) -> Any:
+    """An independent copy of ``env``: the same symbols, ranges, replacements, example values,
+    guards and deferred asserts, in objects of its own, so that what one program's consumer
+    learns or assumes there (a narrowed range, a symbol replaced by a number) leaves ``env`` as
+    it was. The copy starts with an empty fake-tensor cache and no tracked input fakes (both
+    hold fake tensors of ``env``'s fake mode), and with its class's methods where ``env`` had one
+    replaced on the instance (a closure over ``env``).
+
+    Relies on every field of a ShapeEnv being deep-copyable (``copy.deepcopy``), and on the
+    fields ``fake_tensor_cache`` and ``tracked_fakes``."""
+    import copy
+    cache, fakes = env.fake_tensor_cache, getattr(env, "tracked_fakes", None)
+    env.fake_tensor_cache, env.tracked_fakes = {}, None
+    try:
+        new = copy.deepcopy(env)
+    finally:
+        env.fake_tensor_cache, env.tracked_fakes = cache, fakes
+    new.tracked_fakes = [] if fakes is not None else None
+    for name, value in list(vars(new).items()):
+        # a method replaced on the original instance (graphcap's guard locator, draft export's
+        # watch on real-value decisions) is a closure over the original: the copy uses its class's
+        if callable(value) and not isinstance(value, type) and hasattr(type(new), name):
+            del new.__dict__[name]
+    return new

@@ -84,3 +84,12 @@ def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             if base is not None:
                 written.add(base)
     return [n for n in graph.nodes if n in written]
+
+
+def first_writer(graph: torch.fx.Graph, placeholder: torch.fx.Node) -> "torch.fx.Node | None":
+    """The first node of ``graph`` that writes ``placeholder`` in place (itself or a view of it), or
+    None (the write is inside a subgraph)."""
+    for node in graph.nodes:
+        if node.op == "call_function" and any(_base_placeholder(v) is placeholder for v in written_arguments(node)):
+            return node
+    return None

@@ -1,0 +1,140 @@
+"""Fake values moved to a ShapeEnv of their own: programs derived from one another stay independent.
+
+A program's symbols live in the ShapeEnv of the fake mode its ``meta['val']``
+values belong to, and the ShapeEnv is where every later question about them is
+answered and remembered: a consumer's pass that asks whether the batch is 2
+(ExecuTorch's, AOTInductor's, a user's) makes it *be* 2 there, for every
+SymInt of that ShapeEnv. Were a copy of a program, or the program
+``run_decompositions`` returns, to share its original's ShapeEnv, one
+consumer's work would silently change what the other program accepts and
+computes. So ``run_decompositions`` retraces on inputs moved to a copy of the
+ShapeEnv, and ``copy.deepcopy(ep)`` moves every value of its graph to one.
+
+:class:`ValueMover` maps values of the old fake mode to equal values of the
+new one (same sizes and strides as expressions over the same symbols, dtype,
+device, ``requires_grad``), one new value per old one.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.fx
+
+from .torch_private.dispatch import is_traceable_wrapper_subclass
+from .torch_private.fake import FakeTensor, FakeTensorMode, fake_from_meta, tracing_fake_mode
+from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
+
+
+def fake_mode_of_graph(gm: torch.fx.GraphModule) -> Optional[FakeTensorMode]:
+    """The fake mode of the first fake tensor among the graph's (and its subgraphs') values, or None."""
+    for sub in gm.modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            val = node.meta.get("val")
+            for v in (val if isinstance(val, (list, tuple)) else (val,)):
+                if isinstance(v, FakeTensor):
+                    return v.fake_mode
+    return None
+
+
+def own_fake_mode(old: Optional[FakeTensorMode]) -> FakeTensorMode:
+    """A fake mode over a copy of ``old``'s ShapeEnv (a fresh ShapeEnv when there is none)."""
+    env = getattr(old, "shape_env", None)
+    new_env = copy_shape_env(env) if env is not None else new_shape_env()
+    return tracing_fake_mode(shape_env=new_env, allow_non_fake_inputs=True, export=True)
+
+
+class ValueMover:
+    """Maps values of one fake mode to equal values of ``mode`` (tensors, symbolic scalars, and
+    lists, tuples and dicts of them); anything else is kept as it is."""
+
+    def __init__(self, mode: FakeTensorMode):
+        self.mode = mode
+        self.env: Any = mode.shape_env
+        self._memo: dict[int, Any] = {}
+        self._keep: list[Any] = []  # the old values, so that ids in the memo stay theirs
+        self._symints: dict[Any, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        known = self._memo.get(id(value))
+        if known is not None:
+            return known
+        new = self._move(value)
+        if new is not value:
+            self._memo[id(value)] = new
+            self._keep.append(value)
+        return new
+
+    def _move(self, value: Any) -> Any:
+        if isinstance(value, torch.SymInt):
+            expr = value.node.expr
+            made = self._symints.get(expr)
+            if made is None:  # one SymInt per expression: building one costs symbolic arithmetic
+                made = self._symints[expr] = self.env.create_symintnode(expr, hint=value.node.hint)
+            return made
+        if isinstance(value, torch.SymFloat):
+            return self.env.create_symfloatnode(value.node.expr, hint=value.node.hint)
+        if isinstance(value, torch.SymBool):
+            return self.env.create_symboolnode(value.node.expr)
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, tuple):
+            moved = [self(v) for v in value]
+            if all(a is b for a, b in zip(moved, value)):
+                return value
+            return type(value)(*moved) if hasattr(value, "_fields") else type(value)(moved)
+        if isinstance(value, dict):
+            return {k: self(v) for k, v in value.items()}
+        return value
+
+    def _tensor(self, t: torch.Tensor) -> torch.Tensor:
+        if is_traceable_wrapper_subclass(t):
+            wrapper: Any = t  # a traceable wrapper subclass: flattened to its inner tensors
+            names, context = wrapper.__tensor_flatten__()
+            inner = {name: self(getattr(t, name)) for name in names}
+            new = type(wrapper).__tensor_unflatten__(inner, context, self._sizes(t.shape), self._sizes(t.stride()))
+        elif isinstance(t, FakeTensor):
+            shape, stride = self._sizes(t.shape), self._sizes(t.stride())
+            offset = self(t.storage_offset())
+            if isinstance(offset, int) and offset == 0:
+                meta = torch.empty_strided(shape, stride, dtype=t.dtype, device="meta")
+            else:
+                extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+                meta = torch.empty((extent,), dtype=t.dtype, device="meta").as_strided(shape, stride, offset)
+            new = fake_from_meta(self.mode, meta, t.device)
+        else:
+            return t  # a real tensor (a constant's value) belongs to no fake mode
+        if t.requires_grad and (t.is_floating_point() or t.is_complex()):
+            with self.mode:
+                new.requires_grad_(True)
+        return new
+
+    def _sizes(self, sizes: Any) -> list:
+        return [self(s) for s in sizes]
+
+
+def move_graph_values(gm: torch.fx.GraphModule, mover: ValueMover) -> None:
+    """Replace, in place, every node's ``val`` and ``tensor_meta`` (the graph's and its subgraphs')
+    by the mover's equal values."""
+    for sub in gm.modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            if "val" in node.meta:
+                node.meta["val"] = mover(node.meta["val"])
+            meta = node.meta.get("tensor_meta")
+            if meta is not None:
+                node.meta["tensor_meta"] = mover(meta)
+
+
+def give_graph_own_shape_env(gm: torch.fx.GraphModule) -> None:
+    """Move the values of ``gm`` (a copy of another program's graph, whose node metadata it still
+    shares) to a fake mode over a copy of their ShapeEnv."""
+    old = fake_mode_of_graph(gm)
+    if old is None or old.shape_env is None or not symbol_ranges(old.shape_env):
+        return  # no symbol to settle: nothing a pass on the copy could change for the original
+    move_graph_values(gm, ValueMover(own_fake_mode(old)))
