@@ -94,17 +94,15 @@ def test_a_branch_on_an_unbacked_size_is_a_data_dependent_error():
     torch.testing.assert_close(ep.module()(x), x + 1)
 
 
-def test_int_var_makes_an_int_input_a_symint_non_strict():
-    ep = graphcap.export(Scale(), (torch.randn(8, 3), 5),
+@pytest.mark.parametrize("strict", [False, True])
+def test_int_var_makes_an_int_input_a_symint(strict):
+    ep = graphcap.export(Scale(), (torch.randn(8, 3), 5), strict=strict,
                          dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+    n_placeholder = [n for n in ep.graph.nodes if n.op == "placeholder"][1]
+    assert isinstance(n_placeholder.meta["val"], torch.SymInt)
     x = torch.randn(20, 3)
-    torch.testing.assert_close(ep.module()(x, 42), x.sum(0) * 42)
-
-
-def test_int_var_in_strict_mode_is_a_clear_refusal():
-    with pytest.raises(graphcap.UnsupportedError, match="strict=False"):
-        graphcap.export(Scale(), (torch.randn(8, 3), 5), strict=True,
-                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+    for n in (42, 0, 1, -3):  # values other than the example's: computed with, not baked in
+        torch.testing.assert_close(ep.module()(x, n), x.sum(0) * n)
 
 
 def test_seq_spec_and_unlisted_parameters_stay_static():

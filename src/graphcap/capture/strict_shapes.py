@@ -30,9 +30,19 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
     target_env = None
     for node, leaf in zip(placeholders, leaves):
         val = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(leaf, torch.SymInt) and isinstance(val, torch.SymInt):
+            # an int input the spec makes dynamic, kept symbolic by dynamo too (strict.py hands it
+            # over marked): dynamo's symbol is graphcap's, so its guards on the int are restated
+            dynamo_env, target_env = val.node.shape_env, leaf.node.shape_env
+            d = _expr(val)
+            if isinstance(d, sympy.Symbol) and d not in mapping:
+                mapping[d] = _expr(leaf)
+            else:
+                pending.append((d, leaf, None))
+            continue
         if isinstance(leaf, torch.SymInt):
-            # an int input the spec makes dynamic: dynamo specializes ints, so the program holds
-            # only the example's value; graphcap's spec check says so as non-strict would
+            # an int input the spec makes dynamic that dynamo still read as a constant: the program
+            # holds only the example's value; graphcap's spec check says so as non-strict would
             if leaf.node.hint is None:  # an IntVar (unbacked): no value to specialize it to
                 from ..errors import UnsupportedError
                 raise UnsupportedError(
