@@ -76,6 +76,36 @@ def test_derived_size_is_the_expression_and_checked_before_computing():
         ep.module()(torch.randn(6, 3), torch.randn(12, 3))
 
 
+class Triple(torch.nn.Module):
+    def forward(self, x, y, z):
+        return x.sum() + y.sum() + z.sum()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_broken_relation_of_spec_sizes_names_the_input_and_the_graphs_assertion(strict):
+    """A ShapesSpec relation lives in the graph as an assert (its sizes are unbacked): module()
+    checks it first, naming the input and the size it must have, in torch's words for that assert
+    (a RuntimeError); a Dim relation is a guard and keeps torch's guard words."""
+    a, b = ShapeVar("a"), ShapeVar("b")
+    spec = ParamsSpec({"x": TensorSpec([a, STATIC]), "y": TensorSpec([b, STATIC]),
+                       "z": TensorSpec([a * b + 1, STATIC])})
+    ep = graphcap.export(Triple(), (torch.randn(3, 2), torch.randn(4, 2), torch.randn(13, 2)),
+                         dynamic_shapes=spec, strict=strict)
+    assert any("_assert_scalar" in str(n.target) for n in ep.graph.nodes)
+    args = (torch.randn(5, 2), torch.randn(2, 2), torch.randn(11, 2))
+    torch.testing.assert_close(ep.module()(*args), Triple()(*args))
+    with pytest.raises(RuntimeError) as caught:
+        ep.module()(torch.randn(5, 2), torch.randn(2, 2), torch.randn(12, 2))
+    text = str(caught.value)
+    assert "*args[2].shape[0] to be equal to 11, but got 12" in text
+    assert "Runtime assertion failed for expression" in text and "Guard failed" not in text
+    d = graphcap.Dim("d")
+    ep = graphcap.export(Pair(), (torch.randn(4, 3), torch.randn(8, 3)),
+                         dynamic_shapes={"x": {0: d}, "y": {0: 2 * d}}, strict=strict)
+    with pytest.raises(AssertionError, match="Guard failed: 2\\*x.size\\(\\)\\[0\\] == y.size\\(\\)\\[0\\]"):
+        ep.module()(torch.randn(4, 3), torch.randn(6, 3))
+
+
 def test_a_branch_on_an_unbacked_size_is_a_data_dependent_error():
     class Branch(torch.nn.Module):
         def forward(self, x):
@@ -94,17 +124,15 @@ def test_a_branch_on_an_unbacked_size_is_a_data_dependent_error():
     torch.testing.assert_close(ep.module()(x), x + 1)
 
 
-def test_int_var_makes_an_int_input_a_symint_non_strict():
-    ep = graphcap.export(Scale(), (torch.randn(8, 3), 5),
+@pytest.mark.parametrize("strict", [False, True])
+def test_int_var_makes_an_int_input_a_symint(strict):
+    ep = graphcap.export(Scale(), (torch.randn(8, 3), 5), strict=strict,
                          dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+    n_placeholder = [n for n in ep.graph.nodes if n.op == "placeholder"][1]
+    assert isinstance(n_placeholder.meta["val"], torch.SymInt)
     x = torch.randn(20, 3)
-    torch.testing.assert_close(ep.module()(x, 42), x.sum(0) * 42)
-
-
-def test_int_var_in_strict_mode_is_a_clear_refusal():
-    with pytest.raises(graphcap.UnsupportedError, match="strict=False"):
-        graphcap.export(Scale(), (torch.randn(8, 3), 5), strict=True,
-                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("B"), STATIC]), "n": IntVar("n")}))
+    for n in (42, 0, 1, -3):  # values other than the example's: computed with, not baked in
+        torch.testing.assert_close(ep.module()(x, n), x.sum(0) * n)
 
 
 def test_seq_spec_and_unlisted_parameters_stay_static():
@@ -123,11 +151,25 @@ def test_tensor_spec_on_a_list_input_is_a_user_error():
                         dynamic_shapes=ParamsSpec({"xs": TensorSpec([ShapeVar("B"), STATIC])}))
 
 
-def test_static_entry_that_differs_from_the_example_is_a_user_error():
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("wrap", [lambda p: p, lambda p: ShapesSpec(p)])
+def test_static_entry_that_differs_from_the_example_is_a_user_error(strict, wrap):
     from torch._dynamo.exc import UserError
-    with pytest.raises(UserError):
-        graphcap.export(Sum0(), (torch.randn(4, 5),),
-                        dynamic_shapes=ParamsSpec({"x": TensorSpec([ShapeVar("batch"), 3])}))
+    with pytest.raises(UserError) as caught:
+        graphcap.export(Pair(), (torch.randn(4, 3), torch.randn(2, 5)), strict=strict,
+                        dynamic_shapes=wrap(ParamsSpec({"x": TensorSpec([ShapeVar("a"), 3]),
+                                                        "y": TensorSpec([ShapeVar("b"), 3])})))
+    assert isinstance(caught.value, ValueError)  # torch raises a ValueError here
+    text = str(caught.value)
+    # graphcap's words name the input; torch's sentence for a ShapesSpec is there for code matching it
+    assert "dynamic_shapes['y'] fixes dim 1 to 3, but the example input has size 5" in text
+    assert "shapes_spec declares dim 1 as static with value 3, but got 5" in text
+
+
+def test_a_dict_spec_static_mismatch_does_not_speak_of_a_shapes_spec():
+    with pytest.raises(ValueError) as caught:
+        graphcap.export(Sum0(), (torch.randn(4, 5),), dynamic_shapes={"x": {1: 3}})
+    assert "fixes dim 1 to 3" in str(caught.value) and "shapes_spec" not in str(caught.value)
 
 
 def test_assumptions_are_refused_with_the_torch_check_fix():

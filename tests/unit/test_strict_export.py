@@ -282,14 +282,15 @@ def test_strict_program_unflattens_to_the_module_tree():
     torch.testing.assert_close(tree(x), model(x))
 
 
-def test_dynamic_int_input_is_specialized_and_said_so():
-    """dynamo reads Python ints as constants: a spec making one dynamic is refused, not ignored."""
+def test_dynamic_int_input_stays_symbolic_and_unmarked_ones_are_specialized():
+    """dynamo reads Python ints as constants; one the spec makes dynamic is handed over marked and
+    stays a SymInt input (tests/unit/test_strict_dynamic_ints.py), the others are baked in."""
     class Scale(torch.nn.Module):
         def forward(self, x, n: int):
             return x * n
 
-    with pytest.raises(graphcap.errors.ConstraintViolationError, match="specialized it to be a constant"):
-        graphcap.export(Scale(), (torch.randn(3), 4), dynamic_shapes={"x": None, "n": Dim.DYNAMIC}, strict=True)
+    ep = graphcap.export(Scale(), (torch.randn(3), 4), dynamic_shapes={"x": None, "n": Dim.DYNAMIC}, strict=True)
+    torch.testing.assert_close(ep.module()(torch.ones(3), 5), torch.full((3,), 5.0))
     ep = graphcap.export(Scale(), (torch.randn(3), 4), strict=True)
     with pytest.raises(graphcap.RuntimeInputError):
         ep.module()(torch.ones(3), 5)

@@ -36,6 +36,7 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
+from ..torch_private import user_specs as user_specs_private
 from ..trace import recorder
 from ..trace.module_paths import call_key, call_name_of_key
 from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
@@ -97,6 +98,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     for leaf, fake in zip(user_leaves, fake_user):
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
+    args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
     try:
         with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
@@ -110,6 +112,21 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     return DynamoGraphReplay(gm, target.root, marker)
 
 
+
+
+def _dynamic_ints_left_symbolic(args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> tuple:
+    """``(args, kwargs)`` with each int input the spec made symbolic wrapped so that dynamo keeps it
+    symbolic: dynamo bakes Python ints into its graph, and a program holding the example's value
+    where its spec promises any value would compute with the wrong number for every other one."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if len(leaves) != len(user_leaves):
+        return args, kwargs  # inputs regrouped (modules among them): the spec check refuses instead
+    changed = False
+    for i, (leaf, fake) in enumerate(zip(leaves, fake_user)):
+        if type(leaf) is int and isinstance(fake, torch.SymInt):
+            leaves[i] = user_specs_private.int_marked_dynamic_for_dynamo(leaf)
+            changed = True
+    return pytree.tree_unflatten(leaves, spec) if changed else (args, kwargs)
 
 
 def _entry_for(call: Any) -> Any:

@@ -16,6 +16,7 @@ import sympy
 import torch
 
 from ..torch_private import dynamo as dynamo_private
+from ..torch_private import shapes as shapes_private
 
 
 def _expr(value: Any) -> Any:
@@ -30,9 +31,19 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
     target_env = None
     for node, leaf in zip(placeholders, leaves):
         val = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(leaf, torch.SymInt) and isinstance(val, torch.SymInt):
+            # an int input the spec makes dynamic, kept symbolic by dynamo too (strict.py hands it
+            # over marked): dynamo's symbol is graphcap's, so its guards on the int are restated
+            dynamo_env, target_env = val.node.shape_env, leaf.node.shape_env
+            d = _expr(val)
+            if isinstance(d, sympy.Symbol) and d not in mapping:
+                mapping[d] = _expr(leaf)
+            else:
+                pending.append((d, leaf, None))
+            continue
         if isinstance(leaf, torch.SymInt):
-            # an int input the spec makes dynamic: dynamo specializes ints, so the program holds
-            # only the example's value; graphcap's spec check says so as non-strict would
+            # an int input the spec makes dynamic that dynamo still read as a constant: the program
+            # holds only the example's value; graphcap's spec check says so as non-strict would
             if leaf.node.hint is None:  # an IntVar (unbacked): no value to specialize it to
                 from ..errors import UnsupportedError
                 raise UnsupportedError(
@@ -69,10 +80,24 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
                                      _user_sloc(sloc, files) if sloc is not None else None)
     if dynamo_env is None:
         return
+    replaced = shapes_private.replacements(dynamo_env)
     for guard in dynamo_private.shape_guards(dynamo_env):
-        if not guard.expr.free_symbols <= set(mapping):
+        # over the symbols dynamo kept: a guard on a size dynamo later found equal to another
+        # (s81 -> s69) is a guard on that other size, which graphcap's inputs name
+        expr = _with_replacements(guard.expr, replaced)
+        if expr is sympy.true or not expr.free_symbols <= set(mapping):
             continue  # about values graphcap's replay computes itself (unbacked sizes)
-        dynamo_private.add_guard(target_env, guard.expr.xreplace(mapping), _user_sloc(guard.sloc, files))
+        dynamo_private.add_guard(target_env, expr.xreplace(mapping), _user_sloc(guard.sloc, files))
+
+
+def _with_replacements(expr: Any, replaced: dict) -> Any:
+    """``expr`` with a ShapeEnv's replacements applied until none applies (they may chain)."""
+    for _ in range(len(replaced) + 1):
+        new = expr.xreplace(replaced)
+        if new == expr:
+            break
+        expr = new
+    return expr
 
 
 _DYNAMO_USER_LOC = re.compile(r"^(?P<code>.*?)\s+#\s+(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$", re.S)

@@ -82,7 +82,8 @@ def _check_example_in_hint(d: DimHint, size: int, where: str) -> None:
 
 
 class _Walker:
-    def __init__(self):
+    def __init__(self, from_shapes_spec: bool = False):
+        self.from_shapes_spec = from_shapes_spec  # torch's ShapesSpec / ParamsSpec, translated
         self.leaf_specs: list[LeafSpec] = []
         self.leaf_paths: list[str] = []
         self.names: dict[str, tuple[Any, str]] = {}  # dim name -> (root Dim, first path)
@@ -180,9 +181,12 @@ class _Walker:
                 continue
             if isinstance(d, int):
                 if d != t.shape[dim]:
+                    # the parenthesis is torch's sentence for this mistake in a ShapesSpec / ParamsSpec
+                    torch_words = (f" (shapes_spec declares dim {dim} as static with value {d}, but got "
+                                   f"{t.shape[dim]})" if self.from_shapes_spec else "")
                     raise DynamicSpecError(
                         f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
-                        f"{t.shape[dim]} there.", where=where,
+                        f"{t.shape[dim]} there{torch_words}.", where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
             if isinstance(d, SpecSize):
@@ -272,9 +276,10 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
     combined = combined_inputs(m, args, kwargs)
     if is_spec_builder(dynamic_shapes):
         dynamic_shapes = dynamic_shapes.dynamic_shapes(m, args, kwargs)
-    elif is_shape_var_spec(dynamic_shapes):  # torch's ShapesSpec / ParamsSpec: unbacked sizes
+    from_shapes_spec = is_shape_var_spec(dynamic_shapes)
+    if from_shapes_spec:  # torch's ShapesSpec / ParamsSpec: unbacked sizes
         dynamic_shapes = translate(m, args, kwargs, dynamic_shapes)
-    walker = _Walker()
+    walker = _Walker(from_shapes_spec)
     values = list(combined.values())
     if isinstance(dynamic_shapes, dict):
         if set(dynamic_shapes) != set(combined):

@@ -375,9 +375,12 @@ class InputChecker:
             self._check_range(path, source, root, int(solved[0]))
         want = int(expr.subs(bindings))
         if want != got:
+            # over unbacked sizes (u0: a ShapesSpec's ShapeVar) the relation is an assert of the
+            # graph, which torch words as such; over backed ones it is a guard
+            phrase = guards.with_assertion if all(str(s).startswith("u") for s in free) else guards.with_guard
             raise InputGuardError(
-                guards.with_guard(f"Expected input at {path} to be equal to {want}, but got {got}",
-                                  f"{guards.expr_condition(expr, sources)} == {source}"),
+                phrase(f"Expected input at {path} to be equal to {want}, but got {got}",
+                       f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
 
 

@@ -124,3 +124,11 @@ def _py(expr: Any) -> str:
 def with_guard(what: str, condition: str) -> str:
     """graphcap's sentence, then torch's condition line."""
     return f"{what}\nGuard failed: {condition}"
+
+
+def with_assertion(what: str, condition: str) -> str:
+    """graphcap's sentence, then torch's line for a relation its program checks by an in-graph
+    assert (sizes given by a ShapesSpec are unbacked symbols: torch asserts their relations in the
+    graph, where graphcap's ``module()`` checks them first)."""
+    return f"{what}\nRuntime assertion failed for expression {condition}"
+

@@ -21,6 +21,8 @@ RELIES_ON = {
     "torch._check": ("cond", "message"),
     "torch.export.dynamic_shapes._DimHint": None,
     "torch.export.dynamic_shapes._IntWrapper": None,
+    # Dim.AUTO's hint, put on an _IntWrapper's ``dynamism`` for dynamo (int_marked_dynamic_for_dynamo)
+    "torch.export.dynamic_shapes._DimHint.AUTO": (),
 }
 
 # torch's structured spec objects (torch.fx.experimental.dynamic_spec) first ship with 2.13: before
@@ -115,3 +117,18 @@ def is_torch_int_wrapper(obj: Any) -> bool:
     identity (``torch.export.dynamic_shapes._IntWrapper``)."""
     cls = _export_spec_class("_IntWrapper")
     return cls is not None and isinstance(obj, cls)
+
+
+def int_marked_dynamic_for_dynamo(value: int) -> Any:
+    """``value`` in the wrapper torch.export hands dynamo an int input its spec makes dynamic, with
+    ``Dim.AUTO``'s hint: dynamo's input builder (``IntWrapperVariable``) reads it as a symbolic int
+    input with no constraint of its own, where a plain int would be baked into the graph as a
+    constant. ``value`` itself where torch.export's spec module is not loaded (dynamo recognises the
+    wrapper only through that module)."""
+    wrapper, hint = _export_spec_class("_IntWrapper"), _export_spec_class("_DimHint")
+    if wrapper is None or hint is None:
+        return value
+    wrapped = wrapper(value)
+    wrapped.dynamism = hint.AUTO()
+    return wrapped
+
