@@ -771,15 +771,19 @@ class BlockReuse:
                             made.append(None)
                             continue
                         origin, shape, stride, offset, dtype, device, requires_grad = layout
-                        if origin is None and node in runtime and not is_seq:
-                            storage = runtime[node].untyped_storage()
-                        elif origin is None:
-                            storage = torch.empty_strided(shape, stride, dtype=dtype, device="meta").untyped_storage()
-                        elif origin[0] == "input":
-                            storage = inputs[origin[1]].meta["val"].untyped_storage()
+                        if origin is None and not (node in runtime and not is_seq):
+                            # a storage of its own, at offset 0 (the plan checked): the tensor made with it
+                            # is the value (a second tensor set_ onto it would redo the symbolic size and
+                            # contiguity arithmetic, most of a dynamic copy's time)
+                            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
                         else:
-                            storage = metas[origin[1]].untyped_storage()
-                        meta = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+                            if origin is None:
+                                storage = runtime[node].untyped_storage()
+                            elif origin[0] == "input":
+                                storage = inputs[origin[1]].meta["val"].untyped_storage()
+                            else:
+                                storage = metas[origin[1]].untyped_storage()
+                            meta = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
                         metas[(node, j)] = meta
                         fake = fake_from_meta(self.fake_mode, meta, device)
                         if requires_grad:
