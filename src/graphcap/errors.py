@@ -407,8 +407,8 @@ def _make_also_torch_user_errors() -> dict[str, type]:
 
         _user_error_type = _TorchUserErrorType.INVALID_INPUT
 
-    made = {"ExportArgsError": ExportArgsError, "ConstraintViolationError": ConstraintViolationError,
-            "DynamicSpecError": DynamicSpecError}
+    made: dict[str, type] = {"ExportArgsError": ExportArgsError, "ConstraintViolationError": ConstraintViolationError,
+                             "DynamicSpecError": DynamicSpecError}
     for name, cls in made.items():
         cls.__qualname__ = name  # printed and pickled as graphcap.errors.<name>
     _AlsoTorchUserError.__qualname__ = "_AlsoTorchUserError"
