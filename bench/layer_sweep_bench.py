@@ -3,14 +3,17 @@
 The same ``LlamaModel`` as ``repeated_blocks_bench.py`` (hidden 256) at each depth given, static
 shapes; for each stage the CPU seconds and the seconds per layer. Work linear in depth keeps the
 per-layer column flat; a column that grows with depth names the stage that is not linear.
+``--torch-up-to N`` also times ``torch.export.export(strict=False)`` (after a warm-up export) at the
+depths up to N, in the same process, for the export ratio.
 
 Usage::
 
-    .venv/bin/python bench/layer_sweep_bench.py --layers 8,32,128,512
+    .venv/bin/python bench/layer_sweep_bench.py --layers 8,32,128,256,512 --torch-up-to 128
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import sys
 import time
@@ -26,7 +29,7 @@ def _cpu(fn, *args):
     return time.process_time() - start, out
 
 
-def sweep(depths: list[int]) -> list[dict]:
+def sweep(depths: list[int], torch_up_to: int = 0) -> list[dict]:
     import torch
 
     import graphcap
@@ -44,23 +47,31 @@ def sweep(depths: list[int]) -> list[dict]:
             data = buf.getvalue()
             row["load"], loaded = _cpu(graphcap.load, io.BytesIO(data))
             row["module()"], _ = _cpu(loaded.module)
+            if layers <= torch_up_to:
+                torch.export.export(model, (ids,), strict=False)  # warm
+                row["torch.export"], _ = _cpu(functools.partial(torch.export.export, strict=False), model, (ids,))
         rows.append(row)
+        print(row, flush=True)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="8,32,128")
+    parser.add_argument("--torch-up-to", type=int, default=0)
     opts = parser.parse_args()
     import torch
     torch.set_num_threads(1)
-    rows = sweep([int(x) for x in opts.layers.split(",")])
-    stages = ["export", "run_decompositions", "save", "load", "module()"]
-    print("| layers | " + " | ".join(f"{s} cpu s (per layer ms)" for s in stages) + " |")
-    print("|---|" + "---|" * len(stages))
+    rows = sweep([int(x) for x in opts.layers.split(",")], opts.torch_up_to)
+    stages = ["export", "run_decompositions", "save", "load", "module()", "torch.export"]
+
+    def cell(r: dict, s: str) -> str:
+        return f"{r[s]:.2f} ({1000 * r[s] / r['layers']:.1f})" if s in r else "-"
+    print("| layers | " + " | ".join(f"{s} cpu s (per layer ms)" for s in stages) + " | export / torch.export |")
+    print("|---|" + "---|" * (len(stages) + 1))
     for r in rows:
-        print(f"| {r['layers']} | " + " | ".join(f"{r[s]:.2f} ({1000 * r[s] / r['layers']:.1f})" for s in stages)
-              + " |")
+        ratio = f"{r['export'] / r['torch.export']:.2f}x" if "torch.export" in r else "-"
+        print(f"| {r['layers']} | " + " | ".join(cell(r, s) for s in stages) + f" | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,6 @@ def _import_core() -> dict[str, Any]:
     from .decomp_table import CustomDecompTable, default_decompositions
     from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
     from .errors import (
-        ConstraintViolationError,
         ExportInputError,
         GraphcapError,
         InternalError,
@@ -103,6 +102,14 @@ class _Package(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Package
+
+
+def _import_constraint_violation_error() -> dict[str, Any]:
+    """Also torch's ``UserError``: made on first use, so that a load and ``module()`` do not import
+    torch._dynamo (graphcap/errors.py)."""
+    from .errors import ConstraintViolationError
+    return {"ConstraintViolationError": ConstraintViolationError}
+
 
 # Loaded apart from the core (PEP 562): a plain export needs none of them, and importing them
 # with it cost a cold export's import of graphcap a fifth of its time. Each is a static
@@ -149,7 +156,7 @@ _CORE_NAMES = (
     "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError",
     "CaptureResult", "capture", "InferredShapes", "infer_dynamic_shapes",
     "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
-    "refine_dynamic_shapes_from_suggested_fixes", "ConstraintViolationError", "ExportInputError", "GraphcapError",
+    "refine_dynamic_shapes_from_suggested_fixes", "ExportInputError", "GraphcapError",
     "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
     "UnsupportedError", "VerificationError", "ExportedProgram", "register_dataclass", "register_flattenable",
     "show_torch_logs", "ConstantArgument",
@@ -161,7 +168,7 @@ _LAZY: dict[str, Callable[[], dict[str, Any]]] = {
     "unflatten": _import_unflatten, "from_torch": _import_interop, "to_torch": _import_interop,
     "move_to_device_pass": _import_move_to_device, "FORMAT_VERSION": _import_format_version,
     "report": _import_report, "verify": _import_verification, "VerificationResult": _import_verification,
-    "errors": _import_errors_module,
+    "errors": _import_errors_module, "ConstraintViolationError": _import_constraint_violation_error,
 }
 
 

@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence, cast
 from .program import ExportedProgram
 from .serialize import context_text as _context_text  # noqa: F401 (torch's pytree writes handed-over contexts)
 from .tracing_lock import TRACING_LOCK as TRACING_LOCK  # public here too (docs/threads.md)
+from .young_heap import young_objects_only
 
 
 def export(
@@ -177,6 +178,7 @@ def export_methods(model: Any, inputs: Any, dynamic_shapes: Any = None, strict: 
     return _export_methods(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
+@young_objects_only  # cost linear in the program's size (young_heap.py)
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
          weights: bool = True) -> None:
     """Write ``ep`` to ``f`` in graphcap's pickle-free .pt2 format.
@@ -224,6 +226,7 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     _save(ep, f, extra_files=extra_files, weights=weights)
 
 
+@young_objects_only
 def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
          weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False) -> ExportedProgram:
     """Read a program saved by :func:`save`; never unpickles, and imports only what the user chose.

@@ -7,14 +7,16 @@ that the three answers are always present and always laid out the same way.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-from .torch_private.dynamo import UserError as _TorchUserError
-from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
 from .torch_private.export_program import torch_spec_violation_error
+
+# graphcap's errors that are also torch's ``UserError`` (torch._dynamo.exc), so that ``except``
+# clauses written for torch.export catch them: made on first use (module ``__getattr__`` below),
+# so that importing graphcap.errors does not import torch._dynamo.
+_ALSO_TORCH_USER_ERRORS = ("ExportArgsError", "ConstraintViolationError", "DynamicSpecError")
 
 _TorchSpecViolationError = torch_spec_violation_error()
 
@@ -55,30 +57,6 @@ class GraphcapError(Exception):
         super().__init__(_compose(what, where, fix))
 
 
-class _AlsoTorchUserError(GraphcapError):
-    """Mixin: the error is also torch's ``UserError`` (and so its ``RuntimeError``).
-
-    torch.export raises ``torch._dynamo.exc.UserError`` (or its shape engine's
-    ``ConstraintViolationError``) for a dynamic_shapes spec the program does
-    not satisfy; code written against torch catches those. The torch base
-    initializer wants an error kind, so the message is set here directly.
-    """
-
-    _user_error_type = _TorchUserErrorType.CONSTRAINT_VIOLATION
-
-    def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
-        self.what, self.where, self.fix = what, where, fix
-        message = _compose(what, where, fix)
-        Exception.__init__(self, message)
-        self.error_type = self._user_error_type
-        self.msg = self.message = message
-        self.real_stack = None
-        self.skip_frame = False
-        self.logged = False
-        self._torch_dynamo_tracer_output = None  # what torch's exception base sets
-        self.frame_exec_strategy = None
-
-
 class ExportInputError(GraphcapError, ValueError):
     """The arguments given to ``export`` (module, example inputs, spec) are wrong.
 
@@ -96,13 +74,6 @@ class ExportInputError(GraphcapError, ValueError):
         >>> with pytest.raises(graphcap.ExportInputError):
         ...     graphcap.export(model, [torch.randn(2)])  # args must be a tuple
     """
-
-
-class ExportArgsError(_AlsoTorchUserError, ExportInputError, _TorchUserError):
-    """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also
-    torch's ``UserError`` (``INVALID_INPUT``), which torch.export raises for it."""
-
-    _user_error_type = _TorchUserErrorType.INVALID_INPUT
 
 
 class UnsupportedError(GraphcapError):
@@ -338,42 +309,6 @@ class MissingFakeKernelError(UnsupportedError):
         super().__init__(what, where=where, fix=fix)
 
 
-class ConstraintViolationError(_AlsoTorchUserError, _TorchConstraintViolation, _TorchUserError):
-    """The traced program needs more of a dynamic dim than the spec declares.
-
-    The message lists each violation and ends with ``Suggested fixes:`` lines
-    that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies. Also
-    torch's ``ConstraintViolationError`` and ``UserError``, which torch.export
-    raises in the same situation.
-
-    Attributes:
-        what: what went wrong.
-        where: where (the input path, node, file entry or JSON path), or None.
-        fix: how to fix it, or None.
-
-    Raised by:
-        ``export`` with ``dynamic_shapes`` the program does not honour.
-
-    Example:
-        >>> try:
-        ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
-        ... except graphcap.ConstraintViolationError as e:
-        ...     spec = graphcap.refine_dynamic_shapes_from_suggested_fixes(e, spec)
-    """
-
-
-class DynamicSpecError(_AlsoTorchUserError, ExportInputError, _TorchConstraintViolation, _TorchUserError):
-    """A dynamic_shapes spec that does not fit the example inputs or itself.
-
-    An ``ExportInputError`` (a ``ValueError``), and also torch's
-    ``ConstraintViolationError`` / ``UserError``: torch.export raises one of
-    those for the same mistakes (an example size outside its Dim's range, one
-    name for two different Dims, a hint range the trace contradicts).
-    """
-
-    _user_error_type = _TorchUserErrorType.INVALID_INPUT
-
-
 class SerializationError(GraphcapError):
     """A program cannot be saved, or a file cannot be loaded.
 
@@ -395,3 +330,93 @@ class SerializationError(GraphcapError):
         ... except graphcap.SerializationError as e:
         ...     print(e.where, e.fix)
     """
+
+
+def _make_also_torch_user_errors() -> dict[str, type]:
+    """Make the errors that are also torch's ``UserError`` (see ``_ALSO_TORCH_USER_ERRORS``).
+
+    Their torch bases live in ``torch._dynamo.exc`` (seconds to import) and torch's shape engine;
+    they are imported here, on first use, not when graphcap.errors is.
+    """
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
+
+    from .torch_private.dynamo import UserError as _TorchUserError
+    from .torch_private.dynamo import UserErrorType as _TorchUserErrorType
+
+    class _AlsoTorchUserError(GraphcapError):
+        """Mixin: the error is also torch's ``UserError`` (and so its ``RuntimeError``).
+
+        torch.export raises ``torch._dynamo.exc.UserError`` (or its shape engine's
+        ``ConstraintViolationError``) for a dynamic_shapes spec the program does
+        not satisfy; code written against torch catches those. The torch base
+        initializer wants an error kind, so the message is set here directly.
+        """
+
+        _user_error_type = _TorchUserErrorType.CONSTRAINT_VIOLATION
+
+        def __init__(self, what: str, *, where: Optional[str] = None, fix: Optional[str] = None):
+            self.what, self.where, self.fix = what, where, fix
+            message = _compose(what, where, fix)
+            Exception.__init__(self, message)
+            self.error_type = self._user_error_type
+            self.msg = self.message = message
+            self.real_stack = None
+            self.skip_frame = False
+            self.logged = False
+            self._torch_dynamo_tracer_output = None  # what torch's exception base sets
+            self.frame_exec_strategy = None
+
+    class ExportArgsError(_AlsoTorchUserError, ExportInputError, _TorchUserError):
+        """``args`` / ``kwargs`` given to ``export`` have the wrong container type. Also
+        torch's ``UserError`` (``INVALID_INPUT``), which torch.export raises for it."""
+
+        _user_error_type = _TorchUserErrorType.INVALID_INPUT
+
+    class ConstraintViolationError(_AlsoTorchUserError, _TorchConstraintViolation, _TorchUserError):
+        """The traced program needs more of a dynamic dim than the spec declares.
+
+        The message lists each violation and ends with ``Suggested fixes:`` lines
+        that ``graphcap.refine_dynamic_shapes_from_suggested_fixes`` applies. Also
+        torch's ``ConstraintViolationError`` and ``UserError``, which torch.export
+        raises in the same situation.
+
+        Attributes:
+            what: what went wrong.
+            where: where (the input path, node, file entry or JSON path), or None.
+            fix: how to fix it, or None.
+
+        Raised by:
+            ``export`` with ``dynamic_shapes`` the program does not honour.
+
+        Example:
+            >>> try:
+            ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
+            ... except graphcap.ConstraintViolationError as e:
+            ...     spec = graphcap.refine_dynamic_shapes_from_suggested_fixes(e, spec)
+        """
+
+
+    class DynamicSpecError(_AlsoTorchUserError, ExportInputError, _TorchConstraintViolation, _TorchUserError):
+        """A dynamic_shapes spec that does not fit the example inputs or itself.
+
+        An ``ExportInputError`` (a ``ValueError``), and also torch's
+        ``ConstraintViolationError`` / ``UserError``: torch.export raises one of
+        those for the same mistakes (an example size outside its Dim's range, one
+        name for two different Dims, a hint range the trace contradicts).
+        """
+
+        _user_error_type = _TorchUserErrorType.INVALID_INPUT
+
+    made: dict[str, type] = {"ExportArgsError": ExportArgsError, "ConstraintViolationError": ConstraintViolationError,
+                             "DynamicSpecError": DynamicSpecError}
+    for name, cls in made.items():
+        cls.__qualname__ = name  # printed and pickled as graphcap.errors.<name>
+    _AlsoTorchUserError.__qualname__ = "_AlsoTorchUserError"
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ALSO_TORCH_USER_ERRORS:
+        globals().update(_make_also_torch_user_errors())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

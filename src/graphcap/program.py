@@ -352,7 +352,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         Either way every input is checked before anything is computed.
         """
         from .runtime.exported_module import build_module
-        return build_module(self, guards_in_graph=check_guards)
+        with trace_allocations_only():  # collections walk only what is built here (young_heap.py)
+            return build_module(self, guards_in_graph=check_guards)
 
     def _num_lifted_params_buffers(self) -> int:
         """How many placeholders (parameters, buffers, constants) come before the user inputs."""

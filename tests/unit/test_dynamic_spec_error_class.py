@@ -49,3 +49,28 @@ def test_spec_mistake_is_a_user_error_and_a_value_error(case):
     assert isinstance(info.value, graphcap.ExportInputError)
     assert isinstance(info.value, ValueError)
     assert "dynamic_shapes" in str(info.value)
+
+
+def test_importing_graphcap_errors_does_not_import_torch_dynamo():
+    """The errors that are also torch's UserError are made on first use: a process that imports
+    graphcap's errors (to catch them) pays no torch._dynamo import for it; on first use they are
+    torch's UserError, printed and pickled under graphcap.errors."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = ("import sys, graphcap.errors as e\n"
+            "assert 'torch._dynamo' not in sys.modules, 'import graphcap.errors imported torch._dynamo'\n"
+            "from graphcap.errors import ConstraintViolationError\n"
+            "assert 'torch._dynamo' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from torch._dynamo.exc import UserError
+
+    from graphcap import errors
+    for name in ("ExportArgsError", "ConstraintViolationError", "DynamicSpecError"):
+        cls = getattr(errors, name)
+        assert issubclass(cls, UserError) and issubclass(cls, errors.GraphcapError)
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"graphcap.errors.{name}"
+        again = pickle.loads(pickle.dumps(cls("what", where="where", fix="fix")))
+        assert type(again) is cls and again.where == "where"

@@ -48,6 +48,34 @@ def test_the_old_heap_is_frozen_only_while_the_trace_runs():
     assert gc.get_freeze_count() == 0, "the export left objects in the permanent generation"
 
 
+def test_save_load_and_module_freeze_the_old_heap_while_they_run(monkeypatch, tmp_path):
+    """Saving, loading and module() of a deep program allocate in proportion to its nodes: a full
+    collection inside them must not walk the heap that was there before (their cost would grow
+    faster than the program), and each gives the heap back when it returns."""
+    from graphcap import runtime, serialize
+
+    ep = graphcap.export(_Small(), (torch.ones(2, 4),))
+    seen: dict[str, int] = {}
+
+    def probing(name, fn):
+        def probe(*args, **kwargs):
+            seen[name] = gc.get_freeze_count()
+            return fn(*args, **kwargs)
+        return probe
+
+    monkeypatch.setattr(serialize, "save", probing("save", serialize.save))
+    monkeypatch.setattr(serialize, "load", probing("load", serialize.load))
+    monkeypatch.setattr(runtime, "build_module", probing("module", runtime.build_module))
+    path = tmp_path / "small.pt2"
+    graphcap.save(ep, path)
+    loaded = graphcap.load(path)
+    module = loaded.module()
+    assert set(seen) == {"save", "load", "module"}, seen
+    assert all(count > 0 for count in seen.values()), f"the old heap was not frozen: {seen}"
+    assert gc.get_freeze_count() == 0, "a save, load or module() left objects in the permanent generation"
+    torch.testing.assert_close(module(torch.ones(2, 4)), ep.module()(torch.ones(2, 4)))
+
+
 def test_the_heap_is_given_back_when_the_export_fails():
     class Fails(torch.nn.Module):
         def forward(self, x):

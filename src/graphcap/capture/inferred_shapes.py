@@ -19,10 +19,11 @@ from typing import Any, Optional
 
 import torch
 
+from .. import errors
 from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
 from ..dynamic.named_inputs import combined_inputs
 from ..dynamic.suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
-from ..errors import ConstraintViolationError, ExportInputError, GraphcapError, VerificationError
+from ..errors import ExportInputError, GraphcapError, VerificationError
 from ..program import ExportedProgram
 from ..torch_private import pytree
 from .front_ends import run_front_end
@@ -551,7 +552,7 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
         try:
             ep = run_front_end(target, example[0], example[1], dynamic_shapes=spec, strict=strict)
             break
-        except ConstraintViolationError as e:
+        except errors.ConstraintViolationError as e:  # (made on first use: errors.py)
             if attempt == _MAX_REFINEMENTS or "Suggested fixes:" not in str(e):
                 raise
             refinements.append(str(e))

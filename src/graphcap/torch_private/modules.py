@@ -35,8 +35,13 @@ REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
 HOOK_FIELD_PREFIXES = ("_forward", "_backward")
 
 __all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES",
-           "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized", "MovesExtraTensors",
-           "has_hooks", "plain_attributes"]
+           "parameters_of", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized",
+           "MovesExtraTensors", "has_hooks", "plain_attributes"]
+
+
+def parameters_of(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own parameter registry (name → parameter or None), live. Relies on ``Module._parameters``."""
+    return getattr(module, "_parameters", {})
 
 
 def buffers_of(module: torch.nn.Module) -> dict[str, Any]:

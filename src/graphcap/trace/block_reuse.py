@@ -31,7 +31,7 @@ A call is replayed only when a full trace is provably the same, else traced:
 Python side effects a block has on objects other than its module tree, its
 inputs and its code's globals (a global list appended to, a random draw) are
 not seen: turn reuse off for such models (:func:`reuse_repeated_blocks` or the
-environment variable ``GRAPHCAP_REUSE_BLOCKS=0``). See docs/speed.md.
+environment variable ``GRAPHCAP_REUSE_BLOCKS=0``). See docs/repeated-blocks.md.
 """
 from __future__ import annotations
 
@@ -182,6 +182,52 @@ def _context_fingerprint() -> tuple:
             torch.are_deterministic_algorithms_enabled())
 
 
+# -- which modules may repeat ---------------------------------------------------------------------
+
+def _repeated_modules(root: torch.nn.Module) -> set[int]:
+    """The ids of the modules with submodules whose structure another module of ``root``'s tree shares.
+
+    The structure is the class of every module of the subtree, the submodule and buffer names, the
+    parameters' names, shapes and dtypes: a coarser comparison than a replay's (:meth:`BlockReuse._matches`),
+    so a module without a twin here has none at trace time either, and its calls skip the checks.
+    Each subtree's structure is numbered once, from its children's numbers: linear in the model's size.
+    """
+    number: dict[Any, int] = {}
+    of_module: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+
+    def visit(module: torch.nn.Module) -> int:
+        known = of_module.get(id(module))
+        if known is not None:
+            return known
+        of_module[id(module)] = -1  # a module that contains itself: never a twin of another
+        children = tuple((name, visit(child) if child is not None else None)
+                         for name, child in modules.children_of(module).items())
+        params = tuple((name, None if p is None else (tuple(p.shape), p.dtype))
+                       for name, p in modules.parameters_of(module).items())
+        key = (type(module), children, params, tuple(modules.buffers_of(module)))
+        n = number.setdefault(key, len(number))
+        of_module[id(module)] = n
+        if children:
+            members.setdefault(n, []).append(id(module))
+        return n
+
+    with tracer_state.no_torch_function():  # (a tensor's shape read under the tracer's modes is an operator call)
+        visit(root)
+    return {i for ids in members.values() if len(ids) > 1 for i in ids} - {id(root)}
+
+
+def _modules_below(root: torch.nn.Module, ids: set[int]) -> Iterator[torch.nn.Module]:
+    """Each distinct module of the subtrees of the modules of ``root``'s tree whose id is in ``ids``."""
+    seen: set[int] = set()
+    for module in root.modules():
+        if id(module) in ids and id(module) not in seen:  # (a candidate inside another was walked with it)
+            for sub in module.modules():
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    yield sub
+
+
 # -- reads of attributes that differ between instances --------------------------------------------
 
 class _AttributeWatch:
@@ -300,6 +346,8 @@ class BlockReuse:
         self._watched: list[tuple[type, str]] = []
         self._original_call_module = tracer.call_module
         self._varying: set[tuple[type, str]] = set()
+        self._candidates = _repeated_modules(root)
+        self._called_once: set[int] = set()
         LAST_STATS.clear()
         self._install_watches()
         tracer.call_module = self._call_module
@@ -307,22 +355,21 @@ class BlockReuse:
     # -- setup and teardown --
 
     def _install_watches(self) -> None:
-        """Watch reads of every attribute whose value differs between modules of one class."""
+        """Watch reads of every attribute whose value differs between modules of one class, among the
+        modules of the subtrees a call may be replayed for (a call replayed compares only those)."""
         seen: dict[tuple[type, str], Any] = {}
         present: dict[type, int] = {}
+        counts: dict[tuple[type, str], int] = {}
         keep: list = []
-        for module in self.root.modules():
+        for module in _modules_below(self.root, self._candidates):
             cls = type(module)
             present[cls] = present.get(cls, 0) + 1
             for name, fp in _attribute_fingerprints(module, keep).items():
                 key = (cls, name)
+                counts[key] = counts.get(key, 0) + 1
                 if key in seen and seen[key] != fp:
                     self._varying.add(key)
                 seen.setdefault(key, fp)
-        counts: dict[tuple[type, str], int] = {}
-        for module in self.root.modules():
-            for name in _attribute_fingerprints(module, keep):
-                counts[(type(module), name)] = counts.get((type(module), name), 0) + 1
         for (cls, name), n in counts.items():
             if n != present[cls]:
                 self._varying.add((cls, name))  # present on some instances only
@@ -356,12 +403,25 @@ class BlockReuse:
     def _call_module(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.replaying is not None or m is self.root or not reuse_enabled() \
                 or isinstance(m, torch.fx.GraphModule) or tracer_state.is_attr_proxy(m) \
-                or not modules.children_of(m):  # (the tracer inlines a graph module's call, in no module scope)
+                or not modules.children_of(m) or not self._may_repeat(m):
+            # (the tracer inlines a graph module's call, in no module scope)
             return self._original_call_module(m, forward, args, kwargs)
 
         def intercepted(*a: Any, **k: Any) -> Any:
             return self._run(m, forward, a, k)
         return self._original_call_module(m, intercepted, args, kwargs)
+
+    def _may_repeat(self, m: torch.nn.Module) -> bool:
+        """Whether a call of ``m`` may be recorded or replayed: ``m`` has the structure of another module
+        of the model (see :func:`_repeated_modules`), or it is called a second time (a shared block)."""
+        key = id(m)
+        if key in self._candidates:
+            return True
+        if key in self._called_once:
+            self._candidates.add(key)
+            return True
+        self._called_once.add(key)
+        return False
 
     def _run(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if not tracer_state.module_stack(self.tracer):  # a call the tracer keeps no scope for
@@ -711,15 +771,19 @@ class BlockReuse:
                             made.append(None)
                             continue
                         origin, shape, stride, offset, dtype, device, requires_grad = layout
-                        if origin is None and node in runtime and not is_seq:
-                            storage = runtime[node].untyped_storage()
-                        elif origin is None:
-                            storage = torch.empty_strided(shape, stride, dtype=dtype, device="meta").untyped_storage()
-                        elif origin[0] == "input":
-                            storage = inputs[origin[1]].meta["val"].untyped_storage()
+                        if origin is None and not (node in runtime and not is_seq):
+                            # a storage of its own, at offset 0 (the plan checked): the tensor made with it
+                            # is the value (a second tensor set_ onto it would redo the symbolic size and
+                            # contiguity arithmetic, most of a dynamic copy's time)
+                            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
                         else:
-                            storage = metas[origin[1]].untyped_storage()
-                        meta = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+                            if origin is None:
+                                storage = runtime[node].untyped_storage()
+                            elif origin[0] == "input":
+                                storage = inputs[origin[1]].meta["val"].untyped_storage()
+                            else:
+                                storage = metas[origin[1]].untyped_storage()
+                            meta = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
                         metas[(node, j)] = meta
                         fake = fake_from_meta(self.fake_mode, meta, device)
                         if requires_grad:
