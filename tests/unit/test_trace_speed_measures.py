@@ -52,7 +52,8 @@ def test_save_load_and_module_freeze_the_old_heap_while_they_run(monkeypatch, tm
     """Saving, loading and module() of a deep program allocate in proportion to its nodes: a full
     collection inside them must not walk the heap that was there before (their cost would grow
     faster than the program), and each gives the heap back when it returns."""
-    from graphcap import runtime, serialize
+    from graphcap import serialize
+    from graphcap.runtime import exported_module
 
     ep = graphcap.export(_Small(), (torch.ones(2, 4),))
     seen: dict[str, int] = {}
@@ -65,7 +66,7 @@ def test_save_load_and_module_freeze_the_old_heap_while_they_run(monkeypatch, tm
 
     monkeypatch.setattr(serialize, "save", probing("save", serialize.save))
     monkeypatch.setattr(serialize, "load", probing("load", serialize.load))
-    monkeypatch.setattr(runtime, "build_module", probing("module", runtime.build_module))
+    monkeypatch.setattr(exported_module, "build_module", probing("module", exported_module.build_module))
     path = tmp_path / "small.pt2"
     graphcap.save(ep, path)
     loaded = graphcap.load(path)
