@@ -24,6 +24,7 @@ import torch.fx
 from .torch_private.dispatch import is_traceable_wrapper_subclass
 from .torch_private.fake import FakeTensor, FakeTensorMode, fake_from_meta, tracing_fake_mode
 from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
+from .tracing_lock import TRACING_LOCK
 
 
 def fake_mode_of_graph(gm: torch.fx.GraphModule) -> Optional[FakeTensorMode]:
@@ -133,8 +134,12 @@ def move_graph_values(gm: torch.fx.GraphModule, mover: ValueMover) -> None:
 
 def give_graph_own_shape_env(gm: torch.fx.GraphModule) -> None:
     """Move the values of ``gm`` (a copy of another program's graph, whose node metadata it still
-    shares) to a fake mode over a copy of their ShapeEnv."""
+    shares) to a fake mode over a copy of their ShapeEnv.
+
+    Under ``TRACING_LOCK``: making symbolic values consults the tracer torch's ``make_fx`` keeps
+    process-wide, so a ``module()`` or deep copy in one thread must not overlap another's export."""
     old = fake_mode_of_graph(gm)
     if old is None or old.shape_env is None or not symbol_ranges(old.shape_env):
         return  # no symbol to settle: nothing a pass on the copy could change for the original
-    move_graph_values(gm, ValueMover(own_fake_mode(old)))
+    with TRACING_LOCK:
+        move_graph_values(gm, ValueMover(own_fake_mode(old)))
