@@ -68,3 +68,20 @@ def test_a_symbol_without_a_range_is_still_reported():
     dec.range_constraints.clear()
     rules = {rule for rule, _, _ in ir_checks.violations(dec)}
     assert "symbols-have-ranges" in rules
+
+
+def test_where_of_one_argument_leaves_torchs_fake_rules_as_they_were():
+    # torch 2.10 / 2.11 lack a fake rule for aten.where.default; graphcap's own is there only while
+    # a retrace runs (torch_private.fake.one_argument_where_decomposed)
+    from torch._subclasses import fake_impls
+    before = dict(fake_impls.op_implementations_dict)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.where.default(x > 0)
+
+    dec = graphcap.export(M(), (torch.randn(4, 2),)).run_decompositions({})
+    assert fake_impls.op_implementations_dict == before
+    x = torch.tensor([[1.0, -1.0], [0.0, 2.0], [3.0, 3.0], [-1.0, 0.0]])
+    for got, want in zip(dec.module()(x), M()(x)):
+        torch.testing.assert_close(got, want)

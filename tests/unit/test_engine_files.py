@@ -1,16 +1,24 @@
 """graphcap's list of torch's engine files is torch's own, built without importing what it names."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 from torch.fx.experimental.symbolic_shapes import uninteresting_files
 
+from conftest import TORCH_LINE
 from graphcap.torch_private.engine_files import engine_files
 
 
 def test_engine_files_equal_torchs_list():
-    assert set(engine_files()) == set(uninteresting_files())
+    ours, torchs = set(engine_files()), set(uninteresting_files())
+    assert torchs <= ours, sorted(torchs - ours)
+    extra = ours - torchs
+    if TORCH_LINE >= (2, 11):
+        assert not extra, sorted(extra)
+    else:  # torch 2.10's list lacks the higher-order operators' files; graphcap skips them on every line
+        assert extra and all(os.path.join("torch", "_higher_order_ops", "") in f for f in extra), sorted(extra)
 
 
 def test_a_plain_export_does_not_import_torchs_exporter():

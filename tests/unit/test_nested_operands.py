@@ -18,7 +18,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import graphcap
-from conftest import assert_same_outputs, save_load
+from conftest import TORCH_LINE, assert_same_outputs, save_load
 
 hop = torch.ops.higher_order
 
@@ -80,6 +80,9 @@ class NestedScan(torch.nn.Module):
 def _export(model, args, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "fake tensors still alive" either
+        # torch 2.10's own torch.cond / map / while_loop / scan warn under any export (torch.export's
+        # too): they compile the operator's wrapper while is_exporting() is True
+        warnings.filterwarnings("ignore", message="You are calling torch.compile inside torch.export region")
         return graphcap.export(model, args, **kw)
 
 
@@ -114,6 +117,8 @@ def test_cond_with_nested_operands_on_data_takes_both_branches():
     _check_everywhere(m, ep, [(x.abs() + 1, torch.randn(4)), (-x.abs() - 1, torch.randn(4))])
 
 
+@pytest.mark.skipif(TORCH_LINE < (2, 11), reason="map over a dim of dynamic size needs torch 2.11 "
+                    "(torch 2.10 refuses it: tests/unit/test_map_dynamic_dim_release.py)")
 def test_map_with_nested_operands():
     m = NestedMap()
     k = graphcap.Dim("k", min=1, max=10)

@@ -120,8 +120,32 @@ def _is_error_text(node: ast.AST, errors: set[str]) -> bool:
     return False
 
 
-def _is_module_patch(target: ast.AST) -> str | None:
-    dotted = _dotted(target) if isinstance(target, ast.Attribute) else None
+def _patched_module_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local names bound to a ``PATCHED_MODULES`` module or one of its attributes, with what they
+    name: ``import builtins as b`` (b -> builtins), ``from torch.fx import config as cfg``
+    (cfg -> torch.fx.config). An assignment through one patches the process as the full name does."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name.split(".", 1)[0] in PATCHED_MODULES:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".", 1)[0] in PATCHED_MODULES:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def _full_name(dotted: str | None, aliases: dict[str, str]) -> str | None:
+    if not dotted:
+        return dotted
+    head, _, rest = dotted.partition(".")
+    return (aliases[head] + ("." + rest if rest else "")) if head in aliases else dotted
+
+
+def _is_module_patch(target: ast.AST, aliases: dict[str, str]) -> str | None:
+    dotted = _full_name(_dotted(target), aliases) if isinstance(target, ast.Attribute) else None
     if dotted and dotted.split(".", 1)[0] in PATCHED_MODULES:
         return dotted
     return None
@@ -138,6 +162,7 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
     hits = []
     errors = _error_names(tree)
     own_modules = _graphcap_module_names(tree)
+    aliases = _patched_module_aliases(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in engine_fields and not node.attr.startswith("_"):
             on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") + tuple(own_modules)
@@ -161,13 +186,14 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
             elif isinstance(node, ast.Delete):
                 targets = node.targets
             for target in targets:
-                dotted = _is_module_patch(target)
+                dotted = _is_module_patch(target, aliases)
                 if dotted:
                     hits.append(f"{where}:{node.lineno}: process-wide patch of {dotted}")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id in ("setattr", "delattr") and node.args \
-                    and (_dotted(node.args[0]) or "").split(".", 1)[0] in PATCHED_MODULES:
-                hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}({_dotted(node.args[0])}, ...)")
+                    and (_full_name(_dotted(node.args[0]), aliases) or "").split(".", 1)[0] in PATCHED_MODULES:
+                hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}("
+                            f"{_full_name(_dotted(node.args[0]), aliases)}, ...)")
     return hits
 
 
@@ -338,6 +364,18 @@ def patches_the_process():
     builtins.min, math.pow = min, pow              # (g) tuple target
     torch.fx.config.do_not_emit_stack_traces = True  # (g) a torch flag
     setattr(builtins, "round", None)               # (g)
+
+import builtins as b, math as m
+import torch.fx.config as fx_config
+from torch.fx import config as cfg
+from torch._dynamo import config as dynamo_config  # (a) a private module, and patched below
+
+def patches_through_other_names():
+    b.max = None                                   # (g) builtins.max under another name
+    m.pow = None                                   # (g)
+    fx_config.do_not_emit_stack_traces = True      # (g) torch.fx.config's flag under another name
+    cfg.do_not_emit_stack_traces = True            # (g)
+    setattr(dynamo_config, "verbose", True)        # (g)
 """
 
 
@@ -353,7 +391,8 @@ def test_the_rule_catches_planted_engine_reads_message_regexes_and_patches(tmp_p
     assert lines == expected, f"caught lines {sorted(lines)}, planted {sorted(expected)}:\n{text}"
     for what in ("var_to_range", "backed_var_to_val", "'fake_tensor_cache'", "fake_tensor_converter",
                  "regular expression", "builtins.max", "builtins.min", "math.pow",
-                 "torch.fx.config.do_not_emit_stack_traces", "setattr(builtins"):
+                 "torch.fx.config.do_not_emit_stack_traces", "setattr(builtins",
+                 "setattr(torch._dynamo.config"):
         assert what in text, f"{what} not named:\n{text}"
 
 

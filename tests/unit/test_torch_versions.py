@@ -82,14 +82,13 @@ def _makefile_list(name: str) -> list[str]:
     return match.group(1).split()
 
 
-def test_ci_runs_the_default_and_the_newest_version():
-    """CI's default test run covers the default and the newest line on every submission
-    (``make test-torch-ci``; the oldest joins once its run is green, docs/torch-versions.md);
-    ``make test-torch-versions`` runs all of them."""
+def test_ci_runs_the_oldest_the_default_and_the_newest_version():
+    """CI's default test run covers the oldest, the default and the newest line on every
+    submission (``make test-torch-ci``, issue 25); ``make test-torch-versions`` runs all of them."""
     assert "make test-torch-ci" in (ROOT / ".ci" / "run").read_text()
     tested, ci = _makefile_versions(), _makefile_list("CI_TORCH_VERSIONS")
     default = re.search(r"^TORCH\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
     by_version = sorted(tested, key=Version)
     assert set(ci) <= set(tested), f"CI_TORCH_VERSIONS {ci} names a line outside TORCH_VERSIONS {tested}"
-    for line in (default, by_version[-1]):
+    for line in (by_version[0], default, by_version[-1]):
         assert line in ci, f"CI does not run torch {line} on every submission (CI_TORCH_VERSIONS: {ci})"

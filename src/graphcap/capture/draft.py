@@ -30,7 +30,7 @@ from typing import Any, Optional
 import sympy
 import torch
 
-from ..errors import ConstraintViolationError
+from ..errors import ConstraintViolationError, UnsupportedError
 from ..program import ExportedProgram
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.real_values import (
@@ -38,6 +38,7 @@ from ..torch_private.real_values import (
     has_fake_kernel,
     infer_kernels_from_real_mismatches,
     is_builtin_operator,
+    keep_real_truth_values_boolean,
     op_profile,
     real_tensor_of,
     real_tensor_propagation,
@@ -73,6 +74,7 @@ class _Session:
         with real_tensor_propagation():
             mode = plain()
         if mode.shape_env is not None:
+            keep_real_truth_values_boolean(mode.shape_env)
             watch_real_value_decisions(mode.shape_env, self._decided)
         cross_check_custom_operators_only(mode, self._mismatched, self._custom_call)
         self.mode = mode
@@ -122,6 +124,7 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
             mod, args, kwargs, dynamic_shapes, strict=strict,
             preserve_module_call_signature=preserve_module_call_signature,
             prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+    _refuse_unasserted_decisions(session.decisions)
     met = _data_dependent_problems(session.decisions, session.decided_at)
     met += _missing_kernel_problems(ep.graph_module, _example_values(session), session.first_call)
     met += _mismatched_kernel_problems(ep.graph_module, session.mismatched_kernels)
@@ -133,6 +136,27 @@ def draft_export(mod: Any, args: tuple, kwargs: Optional[dict[str, Any]] = None,
     ep.report.seconds = time.perf_counter() - started
     draft_report_where_torch_reads_it(ep, ep.report)
     return ep
+
+
+def _refuse_unasserted_decisions(decisions: list[Decision]) -> None:
+    """Refuse a program whose branch on data was taken without the runtime assert that guards it.
+
+    A decision whose condition is the constant false means the shape engine answered a question
+    with a value that contradicts the question itself, and deferred an assert that holds for no
+    input (torch drops it). The program would then take the example's path for every input, so
+    draft_export raises instead of returning it.
+    """
+    for d in decisions:
+        if d.condition is sympy.false or d.condition is False:
+            w = d.where
+            raise UnsupportedError(
+                "draft_export could not record the runtime assert for a branch on tensor data: the "
+                "condition the example took was recorded as the constant false, so the program would take "
+                "the example's path for every input.",
+                where=(f'File "{w.filename}", line {w.lineno}, in {w.function}' + (f" ({w.code})" if w.code else "")
+                       if w is not None else None),
+                fix="State the condition before that line with torch._check(<condition>) and use "
+                    "graphcap.export, or write the branch with torch.cond(pred, true_fn, false_fn, operands).")
 
 
 def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **options: Any) \

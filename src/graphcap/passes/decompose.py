@@ -49,7 +49,7 @@ from ..signature import (
 )
 from ..torch_private import functional, pytree
 from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
-from ..torch_private.fake import FakeTensorMode
+from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import interpreting_node
 from ..torch_private.ops import OpOverload
@@ -265,7 +265,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
-                    metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad():
+                    metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
+                    one_argument_where_decomposed():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced

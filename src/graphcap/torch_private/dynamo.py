@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 from typing import Any, Iterator
 
 import torch
@@ -70,7 +71,66 @@ RELIES_ON.update({
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": ("self", "orig_expr"),
     "torch._guards.ShapeGuard": None,
     "torch.fx.experimental.sym_node.SymNode#_expr": None,
+    # how dynamo records ``t.add_(other, alpha=...)`` (torch 2.10 / 2.11 split a plain-number alpha)
+    # (its parameters: ``self, other`` on torch 2.10, ``self, tx, other`` from 2.11; alpha by keyword)
+    "torch._dynamo.variables.tensor.TensorVariable.method_add_": ("self",),
 })
+
+# the first torch release whose dynamo records ``t.add_(other, alpha=a)`` with a plain-number ``a``
+# as one ``add_``; before, as ``mul(other, a)`` then ``add_`` (another rounding than eager's)
+ADD_WITH_SCALAR_ALPHA_WHOLE_SINCE = "2.12"
+
+_alpha_state = threading.local()
+_alpha_lock = threading.Lock()
+_alpha_count = 0
+_alpha_original: list = []
+
+
+def _dynamo_keeps_scalar_alpha_whole() -> bool:
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= tuple(int(p) for p in ADD_WITH_SCALAR_ALPHA_WHOLE_SINCE.split("."))
+
+
+def _method_add_(self: Any, *args: Any, alpha: Any = None) -> Any:
+    """dynamo's rule for ``Tensor.add_``: on a capturing thread a plain-number alpha is left to
+    dynamo's generic method call (one ``add_(other, alpha=a)``, as eager and torch 2.12 on do);
+    a tensor alpha, and every other thread, get torch's own rule."""
+    from torch._dynamo.variables.tensor import TensorVariable
+    if alpha is not None and getattr(_alpha_state, "depth", 0) and not isinstance(alpha, TensorVariable):
+        return None
+    return _alpha_original[0](self, *args, alpha=alpha)
+
+
+@contextlib.contextmanager
+def _scalar_alpha_kept_whole() -> Iterator[None]:
+    """While strict capture runs on this thread, ``t.add_(other, alpha=0.1)`` is recorded whole.
+
+    torch 2.10 and 2.11's dynamo rewrites it as ``add_(mul(other, 0.1))`` (a decomposition
+    meant to spare an ``.item()`` of a tensor alpha, applied to every alpha), so strict mode
+    recorded one more operator than non-strict mode and rounded differently from eager. From
+    2.12 on dynamo splits a tensor alpha only; this gives older lines that rule on the exporting
+    thread (other threads, torch.compile included, keep torch's). A no-op from 2.12 on.
+    """
+    global _alpha_count
+    if _dynamo_keeps_scalar_alpha_whole():
+        yield
+        return
+    from torch._dynamo.variables.tensor import TensorVariable
+    with _alpha_lock:
+        if _alpha_count == 0:
+            _alpha_original[:] = [TensorVariable.method_add_]
+            TensorVariable.method_add_ = _method_add_  # type: ignore[method-assign]
+        _alpha_count += 1
+    _alpha_state.depth = getattr(_alpha_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _alpha_state.depth -= 1
+        with _alpha_lock:
+            _alpha_count -= 1
+            if _alpha_count == 0:
+                TensorVariable.method_add_ = _alpha_original.pop()  # type: ignore[method-assign]
+
 
 def _sample_sym_node() -> Any:
     from torch._dynamo.source import ConstantSource
@@ -190,7 +250,7 @@ def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch
 
     import torch._dynamo
     side_effects: list[str] = []
-    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), \
+    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), _scalar_alpha_kept_whole(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = torch._dynamo.export(

@@ -40,6 +40,8 @@ RELIES_ON = {
     # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
     "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
+    # the Python decompositions fake tensors run for operators without a meta kernel
+    "torch._decomp.decomposition_table": None,
 }
 
 SAMPLES = {
@@ -49,6 +51,7 @@ SAMPLES = {
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
            "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
+           "one_argument_where_decomposed",
            "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
@@ -353,6 +356,62 @@ def slice_ends_clamped_symbolically() -> Iterator[None]:
             _slice_count -= 1
             if _slice_count == 0:
                 fake_impls.op_implementations_dict[slice_op] = _slice_originals["slice"]
+
+
+# --- the one-argument aten.where kept whole (torch 2.10, 2.11) -------------------------------------
+
+_where_state = threading.local()
+_where_lock = threading.Lock()
+_where_count = 0
+
+
+def _where_of_one_argument(fake_mode: Any, func: Any, condition: Any) -> Any:
+    """``aten.where.default(condition)`` on fake tensors: the indices of the true elements, one
+    tensor per dim, each of a new data-dependent length (what ``torch.nonzero(as_tuple=True)``
+    gives). Torch's own path on every thread but a retracing one."""
+    if getattr(_where_state, "depth", 0) == 0:
+        return NotImplemented
+    with fake_mode:
+        return tuple(torch.nonzero(condition, as_tuple=True))
+
+
+@contextlib.contextmanager
+def one_argument_where_decomposed() -> Iterator[None]:
+    """While a decomposition retrace runs on this thread, fake tensors compute the metadata of
+    ``aten.where.default(condition)`` kept whole (its outputs' sizes come from the data).
+
+    From torch 2.12 on, torch's decomposition table has an entry for it, which fake tensors run.
+    Before, the fake tensor falls through to the composite kernel under the meta device, where
+    ``nonzero`` refuses ("data-dependent output"), and ``run_decompositions`` of a program that
+    calls ``torch.where(mask)`` failed. On those lines graphcap registers its own fake rule for
+    the operator (the same result as torch's later entry) for the retracing thread only; every
+    other thread keeps torch's behaviour; the first entry registers, the last exit removes it.
+
+    Relies on ``torch._decomp.decomposition_table`` (whether torch has the entry) and
+    ``torch._subclasses.fake_impls.op_implementations_dict`` (fake rules by operator, read at each
+    call).
+    """
+    global _where_count
+    from torch._decomp import decomposition_table
+    where = torch.ops.aten.where.default
+    from torch._subclasses import fake_impls
+    if where in decomposition_table or fake_impls.op_implementations_dict.get(where, _where_of_one_argument) \
+            is not _where_of_one_argument:  # torch has its own rule
+        yield
+        return
+    with _where_lock:
+        if _where_count == 0:
+            fake_impls.op_implementations_dict[where] = _where_of_one_argument
+        _where_count += 1
+    _where_state.depth = getattr(_where_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _where_state.depth -= 1
+        with _where_lock:
+            _where_count -= 1
+            if _where_count == 0:
+                fake_impls.op_implementations_dict.pop(where, None)
 
 
 # --- aten.embedding with meta weights and real indices (torch 2.13 on) ----------------------------

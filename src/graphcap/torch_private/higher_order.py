@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 RELIES_ON = {
     "torch._higher_order_ops.wrap.wrap_with_set_grad_enabled": None,
     "torch._higher_order_ops.wrap.wrap_with_autocast": None,
@@ -34,3 +36,15 @@ def run_graph_preserving_meta(fn: Callable) -> Callable:
     own control-flow tracing uses for the same purpose."""
     from torch._higher_order_ops.utils import _maybe_run_with_interpreter
     return _maybe_run_with_interpreter(fn)
+
+
+# the first torch release whose fake ``map`` keeps a symbolic leading dim (it traces the body on
+# one slice and expands the outputs); torch 2.10 runs the body once per slice, which fixes the
+# dim to the example's size (torch.export on 2.10 specializes it the same way)
+MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE = "2.11"
+
+
+def map_keeps_symbolic_leading_dim() -> bool:
+    """Whether this torch's ``map`` operator can be traced over a mapped dim of symbolic size."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return (major, minor) >= tuple(int(p) for p in MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE.split("."))

@@ -21,6 +21,10 @@ RELIES_ON = {
     "torch._library.utils.is_builtin": ("op",),
     "torch._subclasses.fake_tensor.FakeTensor#real_tensor": None,
     # ShapeEnv.guard_or_defer_runtime_assert (wrapped below) is declared by the ``shapes`` module
+    # the setter of a data-dependent symbol's real value (named set_unbacked_var_to_val on torch 2.10),
+    # wrapped on one instance by keep_real_truth_values_boolean
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#set_real_tensor_prop_unbacked_vals|set_unbacked_var_to_val":
+        None,
     "torch._functorch.config.generate_fake_kernels_from_real_mismatches": None,
     "torch._subclasses.fake_tensor.FakeTensorMode._maybe_infer_fake_kernel_from_pytree_out":
         ("self", "func", "fake_in", "real_in", "fake_out", "real_out"),
@@ -50,7 +54,7 @@ REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
 
 __all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
            "op_profile",
-           "watch_real_value_decisions", "has_fake_kernel", "is_builtin_operator",
+           "watch_real_value_decisions", "keep_real_truth_values_boolean", "has_fake_kernel", "is_builtin_operator",
            "real_tensor_of", "REAL_VALUE_ASSERT_PREFIX"]
 
 
@@ -164,6 +168,33 @@ def op_profile(node: Any) -> Any:
     val = node.meta.get("val")
     out = meta(val) if isinstance(val, torch.Tensor) else tuple(meta(v) for v in (val or ()))
     return OpProfile(args, out)
+
+
+def keep_real_truth_values_boolean(env: Any) -> None:
+    """Record the real value of a data-dependent bool as a truth value, not as the integer 1 or 0.
+
+    torch makes the bool of ``t.item()`` (``if x.sum() > 0:``) the expression ``Eq(u0, 1)`` and
+    stores its real value under that whole expression. torch 2.10 and 2.11 store ``int(value)``:
+    a guard on the bool then substitutes ``1`` for the expression, compares ``Eq(Eq(u0, 1), 1)``,
+    which sympy decides structurally as false, and the runtime assert it defers is a constant
+    ``False`` that is dropped, while the branch the example took is recorded: the program takes
+    that branch for every input (unsound). From 2.12 on torch stores the bool itself. This wraps
+    the instance's setter (``set_real_tensor_prop_unbacked_vals``; ``set_unbacked_var_to_val`` on
+    2.10) so that a value stored under a boolean expression is always ``sympy.true`` /
+    ``sympy.false``; the guard then becomes the runtime assert ``Eq(u0, 1)`` on every line.
+    """
+    import sympy
+    name = next(n for n in ("set_real_tensor_prop_unbacked_vals", "set_unbacked_var_to_val") if hasattr(env, n))
+    inner = getattr(env, name)
+
+    def set_real_value(key: Any, value: Any) -> Any:
+        # a relation or a boolean function of symbols (a Symbol is a sympy Boolean too: not it)
+        is_condition = isinstance(key, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction))
+        if is_condition and isinstance(value, (bool, int, sympy.Integer)):
+            value = sympy.true if bool(value) else sympy.false
+        return inner(key, value)
+
+    setattr(env, name, set_real_value)
 
 
 def watch_real_value_decisions(env: Any, on_decision: Callable[[Any], None]) -> None:

@@ -276,7 +276,12 @@ def new_shape_env(**options: Any) -> Any:
     """A ShapeEnv for graphcap's own use (``ShapeEnv(**options)``), whose memos graphcap may clear."""
     if not _OWN_MEMO_CLASS:
         _OWN_MEMO_CLASS.append(_with_own_memos())
-    return _OWN_MEMO_CLASS[0](**options)
+    env = _OWN_MEMO_CLASS[0](**options)
+    # real values of data-dependent bools kept as truth values (torch 2.10 / 2.11 lose the runtime
+    # assert otherwise, whenever real tensors are propagated: draft_export, or the user's config)
+    from .real_values import keep_real_truth_values_boolean
+    keep_real_truth_values_boolean(env)
+    return env
 
 
 def forget_derived_knowledge(env: Any) -> None:

@@ -514,7 +514,8 @@ class BlockReuse:
         rec.fn_before = dict(tracer_state.torch_fn_counts(self.tracer))
         globals_before = self._globals_snapshot(subtree)
         graph = self.tracer.graph
-        last = next(reversed(graph.nodes), None)  # the node before the first the call makes
+        last = next(iter(reversed(graph.nodes)), None)  # the node before the first the call makes (iter: torch
+        # 2.11's fx gives a reversed node list, not an iterator)
         self.active.append(rec)
         try:
             out = forward(*args, **kwargs)

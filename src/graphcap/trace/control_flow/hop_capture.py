@@ -44,10 +44,15 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ...errors import UnsupportedError
 from ...torch_private import pytree
 from ...torch_private.dispatch import dispatch_mode_base
 from ...torch_private.dynamo import forget_control_flow_wrapper_skips
-from ...torch_private.higher_order import run_graph_preserving_meta
+from ...torch_private.higher_order import (
+    MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE,
+    map_keeps_symbolic_leading_dim,
+    run_graph_preserving_meta,
+)
 from . import branch_checks, branch_scope, closures, nested_cond_operands
 
 # operator name -> positions of its callable arguments
@@ -254,6 +259,8 @@ class _ControlFlowCalls(TorchFunctionMode):
         return func(*args, **kwargs) if kwargs else func(*args)
 
     def _call_with_branches(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        if name == "map_impl":
+            _refuse_symbolic_mapped_dim_before_its_release(args)
         closures.remember_recording()
         args, extra = _with_closed_over_symbols(name, tuple(args))
         outputs = _Outputs(_USER_NAMES[name])
@@ -263,6 +270,22 @@ class _ControlFlowCalls(TorchFunctionMode):
                               extra=extra, outputs=outputs)
         result = func(*args, **kwargs)
         return outputs.rebuild(result) if outputs is not None else result
+
+
+def _refuse_symbolic_mapped_dim_before_its_release(args: tuple) -> None:
+    """On a torch whose ``map`` fixes a symbolic mapped dim to the example's size (2.10), refuse
+    with the release that keeps it, instead of a constraint violation that blames the spec."""
+    if map_keeps_symbolic_leading_dim() or len(args) < 2:
+        return
+    leading = [t.shape[0] for t in pytree.tree_leaves(args[1]) if isinstance(t, torch.Tensor) and t.dim()]
+    if any(isinstance(d, torch.SymInt) for d in leading):
+        raise UnsupportedError(
+            f"map over a dim of dynamic size needs torch {MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE} or newer: this "
+            f"torch ({torch.__version__}) runs the map body once per slice while tracing, which fixes the "
+            f"mapped dim to the example's size.",
+            fix=f"Install torch>={MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE} (make test TORCH="
+                f"{MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE} sets one up), or export with that dim static "
+                f"(drop it from dynamic_shapes), or write the loop as a batched operation.")
 
 
 class _EagerControlFlow(dispatch_mode_base()):
