@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import graphcap
+from conftest import TORCH_LINE
 
 
 class _OddSlice(torch.nn.Module):
@@ -40,6 +41,9 @@ class _TwoSlicers(torch.nn.Module):
         return self.first(x, y) + self.second(x, y)
 
 
+@pytest.mark.skipif(TORCH_LINE < (2, 11), reason="torch 2.10's runtime-assert pass places a check on a value read in a "
+                    "submodule at the root, and torch 2.10's own unflatten then drops that submodule's input "
+                    "(graphcap.unflatten runs it; docs/torch-versions.md)")
 def test_nodes_added_for_runtime_asserts_belong_to_the_root_module():
     """Every operator node names a module: the size reads runtime asserts add sit in the root."""
     inputs = (torch.tensor(3), torch.randn(10))
