@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import threading
 from typing import Any, Iterator
 
 import torch
 from torch._dynamo.exc import UserError, UserErrorType
+
+from .thread_scoped import ThreadScopedPatch
 
 RELIES_ON = {
     "torch._dynamo.exc.UserError": ("error_type", "msg"),
@@ -80,10 +81,19 @@ RELIES_ON.update({
 # as one ``add_``; before, as ``mul(other, a)`` then ``add_`` (another rounding than eager's)
 ADD_WITH_SCALAR_ALPHA_WHOLE_SINCE = "2.12"
 
-_alpha_state = threading.local()
-_alpha_lock = threading.Lock()
-_alpha_count = 0
-_alpha_original: list = []
+def _install_method_add_() -> Any:
+    from torch._dynamo.variables.tensor import TensorVariable
+    saved = TensorVariable.method_add_
+    TensorVariable.method_add_ = _method_add_  # type: ignore[method-assign]
+    return saved
+
+
+def _restore_method_add_(saved: Any) -> None:
+    from torch._dynamo.variables.tensor import TensorVariable
+    TensorVariable.method_add_ = saved  # type: ignore[method-assign]
+
+
+_SCALAR_ALPHA_WHOLE = ThreadScopedPatch(_install_method_add_, _restore_method_add_)
 
 
 def _dynamo_keeps_scalar_alpha_whole() -> bool:
@@ -96,9 +106,9 @@ def _method_add_(self: Any, *args: Any, alpha: Any = None) -> Any:
     dynamo's generic method call (one ``add_(other, alpha=a)``, as eager and torch 2.12 on do);
     a tensor alpha, and every other thread, get torch's own rule."""
     from torch._dynamo.variables.tensor import TensorVariable
-    if alpha is not None and getattr(_alpha_state, "depth", 0) and not isinstance(alpha, TensorVariable):
+    if alpha is not None and _SCALAR_ALPHA_WHOLE.in_scope() and not isinstance(alpha, TensorVariable):
         return None
-    return _alpha_original[0](self, *args, alpha=alpha)
+    return _SCALAR_ALPHA_WHOLE.saved(self, *args, alpha=alpha)
 
 
 @contextlib.contextmanager
@@ -111,25 +121,11 @@ def _scalar_alpha_kept_whole() -> Iterator[None]:
     2.12 on dynamo splits a tensor alpha only; this gives older lines that rule on the exporting
     thread (other threads, torch.compile included, keep torch's). A no-op from 2.12 on.
     """
-    global _alpha_count
     if _dynamo_keeps_scalar_alpha_whole():
         yield
         return
-    from torch._dynamo.variables.tensor import TensorVariable
-    with _alpha_lock:
-        if _alpha_count == 0:
-            _alpha_original[:] = [TensorVariable.method_add_]
-            TensorVariable.method_add_ = _method_add_  # type: ignore[method-assign]
-        _alpha_count += 1
-    _alpha_state.depth = getattr(_alpha_state, "depth", 0) + 1
-    try:
+    with _SCALAR_ALPHA_WHOLE.active():
         yield
-    finally:
-        _alpha_state.depth -= 1
-        with _alpha_lock:
-            _alpha_count -= 1
-            if _alpha_count == 0:
-                TensorVariable.method_add_ = _alpha_original.pop()  # type: ignore[method-assign]
 
 
 def _sample_sym_node() -> Any:

@@ -9,7 +9,6 @@ identity.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -17,6 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .ops import schema_of
+from .thread_scoped import ThreadScopedPatch
 
 RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensor": None,
@@ -259,10 +259,20 @@ SAMPLES.update({
 
 # --- slice bounds the shape engine cannot order (torch 2.10, 2.11) ------------------------------
 
-_slice_state = threading.local()
-_slice_lock = threading.Lock()
-_slice_count = 0
-_slice_originals: dict[str, Any] = {}
+def _install_symbolic_slice() -> dict[str, Any]:
+    from torch._subclasses import fake_impls
+    saved = {"index": fake_impls._compute_slice_index,
+             "slice": fake_impls.op_implementations_dict[torch.ops.aten.slice.Tensor]}
+    fake_impls.op_implementations_dict[torch.ops.aten.slice.Tensor] = _symbolic_slice
+    return saved
+
+
+def _restore_slice(saved: dict[str, Any]) -> None:
+    from torch._subclasses import fake_impls
+    fake_impls.op_implementations_dict[torch.ops.aten.slice.Tensor] = saved["slice"]
+
+
+_SYMBOLIC_SLICE = ThreadScopedPatch(_install_symbolic_slice, _restore_slice)
 
 
 def _slice_keeps_undecided_sizes_symbolic() -> bool:
@@ -276,7 +286,7 @@ def _slice_keeps_undecided_sizes_symbolic() -> bool:
 def _slice_bound(size: Any, index: Any) -> Any:
     """A slice bound clamped into ``[0, size]``: torch's own clamp where it decides, else the clamp
     as a symbolic expression (None where even the sign of ``index`` is unknown)."""
-    found = _slice_originals["index"](size, index)
+    found = _SYMBOLIC_SLICE.saved["index"](size, index)
     if found is not None:
         return found
     from torch.fx.experimental.symbolic_shapes import guard_or_false
@@ -293,8 +303,8 @@ def _symbolic_slice(fake_mode: Any, func: Any, self: Any, dim: int = 0, start: A
     (symbolically where the shape engine cannot decide), and the view's length ``Max(0, end -
     start)`` where it cannot order them, instead of a new unbacked size. torch's own kernel does the
     rest (other threads, 0-dim and quantized tensors, bad steps, a bound of unknown sign)."""
-    original = _slice_originals["slice"]
-    if getattr(_slice_state, "depth", 0) == 0 or self.dim() == 0 or step <= 0 or self.is_quantized:
+    original = _SYMBOLIC_SLICE.saved["slice"]
+    if not _SYMBOLIC_SLICE.in_scope() or self.dim() == 0 or step <= 0 or self.is_quantized:
         return original(fake_mode, func, self, dim, start, end, step)
     import sys
 
@@ -335,41 +345,33 @@ def slice_ends_clamped_symbolically() -> Iterator[None]:
     kernels by operator, read at each call) and ``_compute_slice_index(size,
     index)`` (None for a bound it cannot decide).
     """
-    global _slice_count
     if _slice_keeps_undecided_sizes_symbolic():
         yield
         return
-    from torch._subclasses import fake_impls
-    slice_op = torch.ops.aten.slice.Tensor
-    with _slice_lock:
-        if _slice_count == 0:
-            _slice_originals["index"] = fake_impls._compute_slice_index
-            _slice_originals["slice"] = fake_impls.op_implementations_dict[slice_op]
-            fake_impls.op_implementations_dict[slice_op] = _symbolic_slice
-        _slice_count += 1
-    _slice_state.depth = getattr(_slice_state, "depth", 0) + 1
-    try:
+    with _SYMBOLIC_SLICE.active():
         yield
-    finally:
-        _slice_state.depth -= 1
-        with _slice_lock:
-            _slice_count -= 1
-            if _slice_count == 0:
-                fake_impls.op_implementations_dict[slice_op] = _slice_originals["slice"]
 
 
 # --- the one-argument aten.where kept whole (torch 2.10, 2.11) -------------------------------------
 
-_where_state = threading.local()
-_where_lock = threading.Lock()
-_where_count = 0
+def _install_where_rule() -> None:
+    from torch._subclasses import fake_impls
+    fake_impls.op_implementations_dict[torch.ops.aten.where.default] = _where_of_one_argument
+
+
+def _remove_where_rule(_saved: None) -> None:
+    from torch._subclasses import fake_impls
+    fake_impls.op_implementations_dict.pop(torch.ops.aten.where.default, None)
+
+
+_WHERE_RULE = ThreadScopedPatch(_install_where_rule, _remove_where_rule)
 
 
 def _where_of_one_argument(fake_mode: Any, func: Any, condition: Any) -> Any:
     """``aten.where.default(condition)`` on fake tensors: the indices of the true elements, one
     tensor per dim, each of a new data-dependent length (what ``torch.nonzero(as_tuple=True)``
     gives). Torch's own path on every thread but a retracing one."""
-    if getattr(_where_state, "depth", 0) == 0:
+    if not _WHERE_RULE.in_scope():
         return NotImplemented
     with fake_mode:
         return tuple(torch.nonzero(condition, as_tuple=True))
@@ -391,7 +393,6 @@ def one_argument_where_decomposed() -> Iterator[None]:
     ``torch._subclasses.fake_impls.op_implementations_dict`` (fake rules by operator, read at each
     call).
     """
-    global _where_count
     from torch._decomp import decomposition_table
     where = torch.ops.aten.where.default
     from torch._subclasses import fake_impls
@@ -399,19 +400,8 @@ def one_argument_where_decomposed() -> Iterator[None]:
             is not _where_of_one_argument:  # torch has its own rule
         yield
         return
-    with _where_lock:
-        if _where_count == 0:
-            fake_impls.op_implementations_dict[where] = _where_of_one_argument
-        _where_count += 1
-    _where_state.depth = getattr(_where_state, "depth", 0) + 1
-    try:
+    with _WHERE_RULE.active():
         yield
-    finally:
-        _where_state.depth -= 1
-        with _where_lock:
-            _where_count -= 1
-            if _where_count == 0:
-                fake_impls.op_implementations_dict.pop(where, None)
 
 
 # --- aten.embedding with meta weights and real indices (torch 2.13 on) ----------------------------
