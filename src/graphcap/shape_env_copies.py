@@ -23,6 +23,7 @@ import torch.fx
 
 from .torch_private.dispatch import is_traceable_wrapper_subclass
 from .torch_private.fake import FakeTensor, FakeTensorMode, fake_from_meta, tracing_fake_mode
+from .torch_private.real_values import carry_real_tensor
 from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
 from .tracing_lock import TRACING_LOCK
 
@@ -107,6 +108,7 @@ class ValueMover:
                 extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
                 meta = torch.empty((extent,), dtype=t.dtype, device="meta").as_strided(shape, stride, offset)
             new = fake_from_meta(self.mode, meta, t.device)
+            carry_real_tensor(t, new)  # (a draft export's values keep the data they were traced with)
         else:
             return t  # a real tensor (a constant's value) belongs to no fake mode
         if t.requires_grad and (t.is_floating_point() or t.is_complex()):

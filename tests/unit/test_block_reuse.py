@@ -298,3 +298,39 @@ def test_graph_module_children_are_traced_inline():
             return x
 
     _check(Traced(), (torch.randn(2, 8),), replayed=False)
+
+
+class _Scripted(torch.jit.ScriptModule):
+    """A TorchScript module: its registries are TorchScript wrappers, not dicts (iterating one
+    indexes it by position, which it refuses)."""
+
+    @torch.jit.script_method
+    def _forward(self, x: torch.Tensor):
+        return x.sin()
+
+    def forward(self, x):
+        return self._forward(x)
+
+
+class _TwoScriptedAndTwoPlain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scripted = nn.ModuleList([_Scripted(), _Scripted()])
+        self.plain = nn.ModuleList([Block(4) for _ in range(4)])
+
+    def forward(self, x):
+        for m in self.scripted:
+            x = m(x)
+        for m in self.plain:
+            x = m(x)
+        return x
+
+
+def test_script_modules_in_the_tree_do_not_stop_the_structure_count():
+    """A ScriptModule's buffer registry iterates by key only through ``keys()``: the structure
+    count reads it that way, the program is the one a full trace gives and eager's result."""
+    model, x = _TwoScriptedAndTwoPlain(), torch.randn(3, 4)
+    with_reuse, without, stats = export_both(model, (x,))
+    assert_same_program(with_reuse, without)
+    torch.testing.assert_close(with_reuse.module()(x), model(x))
+    assert stats.get("replayed", 0) >= 1, stats  # the plain twins still replay

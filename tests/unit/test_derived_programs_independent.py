@@ -201,3 +201,26 @@ def test_a_static_program_keeps_one_fake_mode_in_its_copies():
     dup = copy.deepcopy(ep)
     assert _user_input_val(dup).fake_mode is _user_input_val(ep).fake_mode
     torch.testing.assert_close(dup.module()(torch.ones(2, 4)), ep.module()(torch.ones(2, 4)))
+
+
+class _BranchOnItems(torch.nn.Module):
+    def forward(self, x, y, z):
+        total = 0
+        for v in (x, y):
+            b = v.item()
+            total = total + (v * b if b > 10 else v + b)
+        return z * total
+
+
+def test_draft_programs_copies_keep_the_real_data_they_were_traced_with():
+    """A draft export's values carry the real tensors it ran with (its report explains failures
+    with them); module() and a deep copy move the values to their own ShapeEnv and keep them."""
+    inputs = (torch.tensor(5), torch.tensor(3), torch.tensor(2))
+    ep = graphcap.draft_export(_BranchOnItems(), inputs)
+    for graph in (ep.module().graph, copy.deepcopy(ep).graph):
+        reals = [n.meta["val"].real_tensor for n in graph.nodes if n.op == "placeholder"]
+        assert len(reals) == 3 and all(isinstance(r, torch.Tensor) for r in reals)
+        for real, given in zip(reals, inputs):
+            torch.testing.assert_close(real, given)
+    other = (torch.tensor(4), torch.tensor(2), torch.tensor(6))
+    torch.testing.assert_close(ep.module()(*other), _BranchOnItems()(*other))

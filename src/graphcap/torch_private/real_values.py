@@ -55,7 +55,7 @@ REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
 __all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
            "op_profile",
            "watch_real_value_decisions", "keep_real_truth_values_boolean", "has_fake_kernel", "is_builtin_operator",
-           "real_tensor_of", "REAL_VALUE_ASSERT_PREFIX"]
+           "real_tensor_of", "carry_real_tensor", "REAL_VALUE_ASSERT_PREFIX"]
 
 
 @contextlib.contextmanager
@@ -236,3 +236,11 @@ def is_builtin_operator(op: Any) -> bool:
 def real_tensor_of(fake: Any) -> Optional[Any]:
     """The real tensor propagated beside a fake one, or None."""
     return getattr(fake, "real_tensor", None)
+
+
+def carry_real_tensor(source: Any, copy: Any) -> None:
+    """Give ``copy`` (a fake tensor equal to ``source``, in another fake mode) the real tensor
+    propagated beside ``source``, if any: a draft export's values keep their real data."""
+    real = getattr(source, "real_tensor", None)
+    if real is not None:
+        copy.real_tensor = real

@@ -205,7 +205,8 @@ def _repeated_modules(root: torch.nn.Module) -> set[int]:
                          for name, child in modules.children_of(module).items())
         params = tuple((name, None if p is None else (tuple(p.shape), p.dtype))
                        for name, p in modules.parameters_of(module).items())
-        key = (type(module), children, params, tuple(modules.buffers_of(module)))
+        # the buffer names by keys(): a ScriptModule's registry refuses iteration by position
+        key = (type(module), children, params, tuple(modules.buffers_of(module).keys()))
         n = number.setdefault(key, len(number))
         of_module[id(module)] = n
         if children:
