@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from .shape_env_copies import fake_mode_of_graph
 from .torch_private import pytree
 from .torch_private.ops import OpOverload
 
@@ -80,15 +81,6 @@ def _root_entry(gm: torch.fx.GraphModule) -> Any:
     return None
 
 
-def _fake_mode(gm: torch.fx.GraphModule) -> Any:
-    for node in gm.graph.nodes:
-        for value in pytree.tree_leaves(node.meta.get("val")):
-            mode = getattr(value, "fake_mode", None)
-            if mode is not None:
-                return mode
-    return None
-
-
 def _value_of(node: torch.fx.Node, fake_mode: Any) -> Any:
     if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
         whole = node.args[0].meta.get("val")
@@ -107,7 +99,7 @@ def _value_of(node: torch.fx.Node, fake_mode: Any) -> Any:
 
 
 def _fill_metadata(gm: torch.fx.GraphModule, root: Any) -> None:
-    fake_mode = _fake_mode(gm)
+    fake_mode = fake_mode_of_graph(gm)
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue

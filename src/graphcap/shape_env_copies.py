@@ -21,23 +21,24 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
+from .torch_private import pytree
 from .torch_private.dispatch import is_traceable_wrapper_subclass
-from .torch_private.fake import FakeTensor, FakeTensorMode, fake_from_meta, tracing_fake_mode
+from .torch_private.fake import FakeTensor, FakeTensorMode, fake_with_layout, tracing_fake_mode
 from .torch_private.real_values import carry_real_tensor
 from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
 from .tracing_lock import TRACING_LOCK
 
 
 def fake_mode_of_graph(gm: torch.fx.GraphModule) -> Optional[FakeTensorMode]:
-    """The fake mode of the first fake tensor among the graph's (and its subgraphs') values, or None."""
+    """The fake mode of the first fake tensor among the graph's (then its subgraphs') values, or None."""
     for sub in gm.modules():
         if not isinstance(sub, torch.fx.GraphModule):
             continue
         for node in sub.graph.nodes:
-            val = node.meta.get("val")
-            for v in (val if isinstance(val, (list, tuple)) else (val,)):
-                if isinstance(v, FakeTensor):
-                    return v.fake_mode
+            for v in pytree.tree_leaves(node.meta.get("val")):
+                mode = getattr(v, "fake_mode", None)  # a fake tensor's (or a subclass wrapping fakes)
+                if isinstance(mode, FakeTensorMode):
+                    return mode
     return None
 
 
@@ -100,15 +101,10 @@ class ValueMover:
             inner = {name: self(getattr(t, name)) for name in names}
             new = type(wrapper).__tensor_unflatten__(inner, context, self._sizes(t.shape), self._sizes(t.stride()))
         elif isinstance(t, FakeTensor):
-            shape, stride = self._sizes(t.shape), self._sizes(t.stride())
-            offset = self(t.storage_offset())
-            if isinstance(offset, int) and offset == 0:
-                meta = torch.empty_strided(shape, stride, dtype=t.dtype, device="meta")
-            else:
-                extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-                meta = torch.empty((extent,), dtype=t.dtype, device="meta").as_strided(shape, stride, offset)
-            new = fake_from_meta(self.mode, meta, t.device)
+            new = fake_with_layout(self.mode, self._sizes(t.shape), self._sizes(t.stride()),
+                                   self(t.storage_offset()), t.dtype, t.device, t.requires_grad)
             carry_real_tensor(t, new)  # (a draft export's values keep the data they were traced with)
+            return new
         else:
             return t  # a real tensor (a constant's value) belongs to no fake mode
         if t.requires_grad and (t.is_floating_point() or t.is_complex()):

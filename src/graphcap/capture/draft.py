@@ -148,13 +148,11 @@ def _refuse_unasserted_decisions(decisions: list[Decision]) -> None:
     """
     for d in decisions:
         if d.condition is sympy.false or d.condition is False:
-            w = d.where
             raise UnsupportedError(
                 "draft_export could not record the runtime assert for a branch on tensor data: the "
                 "condition the example took was recorded as the constant false, so the program would take "
                 "the example's path for every input.",
-                where=(f'File "{w.filename}", line {w.lineno}, in {w.function}' + (f" ({w.code})" if w.code else "")
-                       if w is not None else None),
+                where=str(d.where) if d.where is not None else None,
                 fix="State the condition before that line with torch._check(<condition>) and use "
                     "graphcap.export, or write the branch with torch.cond(pred, true_fn, false_fn, operands).")
 

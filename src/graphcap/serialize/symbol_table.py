@@ -13,7 +13,7 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
 
-from ..torch_private.fake import fake_from_meta, tracing_fake_mode
+from ..torch_private.fake import fake_with_layout, tracing_fake_mode
 from ..torch_private.shapes import (
     example_values,
     guard_location,
@@ -142,16 +142,7 @@ class SymbolTable:
             if isinstance(x, int) and x < 0:
                 raise bad(f"Negative size or stride at {where}.")
         # built on the meta device and wrapped, as the fake mode itself does, without its dispatch
-        if isinstance(offset, int) and offset == 0:
-            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-        else:
-            extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-            meta = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
-        t = fake_from_meta(self.fake_mode, meta, device)
-        if d.get("requires_grad") is True and (dtype.is_floating_point or dtype.is_complex):
-            with self.fake_mode:
-                t.requires_grad_(True)
-        return t
+        return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, d.get("requires_grad") is True)
 
     def _fake_subclass(self, d: dict[str, Any], where: str, depth: int) -> torch.Tensor:
         """A fake value of a tensor subclass: fake inner tensors, put together by the class itself."""

@@ -172,6 +172,23 @@ def fake_from_meta(fake_mode: FakeTensorMode, meta: torch.Tensor, device: torch.
     return fake_mode.fake_tensor_converter.from_meta_and_device(fake_mode, meta, device)
 
 
+def fake_with_layout(fake_mode: FakeTensorMode, shape: Any, stride: Any, offset: Any, dtype: torch.dtype,
+                     device: torch.device, requires_grad: bool) -> torch.Tensor:
+    """A fake tensor of ``fake_mode`` with the given layout (sizes, strides and offset possibly
+    symbolic), built on the meta device and wrapped (:func:`fake_from_meta`). ``requires_grad`` is
+    set only where a tensor may hold it (floating point, complex)."""
+    if isinstance(offset, int) and offset == 0:
+        meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    else:
+        extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+        meta = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+    fake = fake_from_meta(fake_mode, meta, device)
+    if requires_grad and (dtype.is_floating_point or dtype.is_complex):
+        with fake_mode:
+            fake.requires_grad_(True)
+    return fake
+
+
 def fake_of_plain_leaf(fake_mode: FakeTensorMode, t: torch.Tensor) -> Optional[torch.Tensor]:
     """The fake copy ``fake_mode.from_tensor(t, static_shapes=True)`` gives, built directly; None
     when ``fake_mode`` propagates real tensors beside the fake ones (draft export), which only
