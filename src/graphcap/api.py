@@ -228,7 +228,8 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
 
 @young_objects_only
 def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False) -> ExportedProgram:
+         weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False,
+         map_location: Any = None) -> ExportedProgram:
     """Read a program saved by :func:`save`; never unpickles, and imports only what the user chose.
 
     Classes the program's structure names (a transformers output or cache) are
@@ -260,6 +261,11 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
             of the same name holding the same fields (it prints, runs and saves
             again like the original, without the class's methods); without it
             such a file is refused with the fix.
+        map_location: where the program runs, as ``move_to_device_pass`` takes
+            it: a device (``"cpu"``) or a mapping (``{"cuda:0": "cpu"}``). Tensors
+            are read straight onto it, so a program saved on a GPU loads on a
+            machine without one; the graph's devices and expected inputs move
+            with them. ``None`` (default): where it was saved.
 
     Returns:
         A verified :class:`ExportedProgram` (a ``StructureOnlyProgram`` when
@@ -276,7 +282,16 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         >>> ep = graphcap.load("model.pt2")
         >>> out = ep.module()(torch.randn(5, 4))
         >>> big = graphcap.load("structure.pt2", weights="checkpoint_dir/")
+        >>> on_cpu = graphcap.load("saved_on_gpu.pt2", map_location="cpu")
     """
+    from .serialize import placement
+    with placement.mapping(map_location):
+        return _read_program(f, extra_files=extra_files, mmap=mmap, weights=weights,
+                               import_modules=import_modules, stand_ins=stand_ins)
+
+
+def _read_program(f: Any, **options: Any) -> ExportedProgram:
+    """The program (or multi-method program) in ``f``, as the file's layout says."""
     from .serialize import multi_method as _methods_file
     from .serialize.archive import ArchiveReader, is_path
     if not is_path(f) and hasattr(f, "read"):  # read once: the layout is known only from the entries
@@ -286,13 +301,10 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
     try:
         if _methods_file.is_multi_method_archive(reader):  # written from a MultiMethodProgram
             # a MultiMethodProgram: torch's signature says ExportedProgram, so the cast keeps its contract
-            return cast(ExportedProgram, _methods_file.load(reader, extra_files=extra_files, mmap=mmap,
-                                                            weights=weights, import_modules=import_modules,
-                                                            stand_ins=stand_ins))
+            return cast(ExportedProgram, _methods_file.load(reader, **options))
     finally:
         reader.release()
     if not is_path(f):
         f.seek(0)
     from .serialize import load as _load
-    return _load(f, extra_files=extra_files, mmap=mmap, weights=weights, import_modules=import_modules,
-                 stand_ins=stand_ins)
+    return _load(f, **options)

@@ -27,7 +27,7 @@ from graphcap.errors import GraphcapError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import consumers  # bench/consumers.py
 
-from conftest import quiet_warnings
+from conftest import build_zoo, quiet_warnings
 
 # The consumer packages are installed on the torch line ExecuTorch pairs with (2.14); elsewhere
 # these consumers are not there to try (docs/consumers.md, "torch lines").
@@ -87,7 +87,10 @@ def case_of(name: str) -> consumers.Case:
     if name.startswith("tiny_"):
         base, _, dyn = name.partition("_dynamic")
         return _tiny(base, dynamic=name.endswith("_dynamic"))
-    return consumers.zoo_case(name.removesuffix("_dynamic"), dynamic=name.endswith("_dynamic"))
+    base = name.removesuffix("_dynamic")
+    built = build_zoo(base)  # the public zoo, or the clone's small_models.py without ../shared
+    return consumers.Case(base, built.model.eval(), tuple(built.args), dict(built.kwargs or {}),
+                          built.dynamic_shapes if name != base else None, built.args2, built.kwargs2)
 
 
 def graphcap_program(case: consumers.Case):

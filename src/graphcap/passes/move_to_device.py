@@ -10,7 +10,7 @@ the input checks of ``module()`` expect inputs on the new device.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import torch
 import torch.fx
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 Location = Union[str, torch.device, Mapping[Union[str, torch.device], Union[str, torch.device]]]
 
 
-def _mapper(location: Location):
+def device_mapper(location: Location) -> Callable[[torch.device], torch.device]:
+    """``location`` as a function from a device the program uses to the device it moves to."""
     if isinstance(location, Mapping):
         table = {str(torch.device(k)): torch.device(v) for k, v in location.items()}
 
@@ -55,7 +56,8 @@ def _move_value(value: Any, move) -> Any:
     return value
 
 
-def _move_graph(gm: torch.fx.GraphModule, move) -> None:
+def move_graph(gm: torch.fx.GraphModule, move: Callable[[torch.device], torch.device]) -> None:
+    """Rewrite, in place, the device arguments and fake values of ``gm`` and its subgraphs."""
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
@@ -76,7 +78,7 @@ def _move_tensor(t: torch.Tensor, move) -> torch.Tensor:
 
 def _move(ep: ExportedProgram, move) -> ExportedProgram:
     gm = copy.deepcopy(ep.graph_module)
-    _move_graph(gm, move)
+    move_graph(gm, move)
     state = {k: _move_tensor(v, move) for k, v in ep.state_dict.items()}
     constants = {k: _move_tensor(v, move) if isinstance(v, torch.Tensor) else v for k, v in ep.constants.items()}
     return ep._new_program(gm, ep.graph_signature, state, dict(ep.range_constraints),
@@ -101,5 +103,5 @@ def move_to_device_pass(ep: ExportedProgram, location: Location) -> ExportedProg
     Example:
         >>> ep_gpu = graphcap.move_to_device_pass(ep, "cuda")
     """
-    move = _mapper(location)
+    move = device_mapper(location)
     return run_passes(ep, [Pass("move_to_device", lambda p: _move(p, move))])

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import SerializationError
+from . import placement
 from .checkpoints import SHOWN, Checkpoint, listed, refuse
 from .tensors import without_data
 from .values import DTYPES, bad, decode_device
@@ -161,13 +162,15 @@ def _placed(name: str, t: torch.Tensor, g: _Group, checkpoint: Checkpoint) -> to
                      f"{g.dtype} {list(g.shape)} its header announced.",
                      f"graphcap.load(f, weights={checkpoint.label!r})",
                      "The file is damaged: save the checkpoint again.")
-    if g.device.type != "meta" and t.device != g.device:
+    device = placement.placed_device(g.device)
+    if device.type != "meta" and t.device != device:
         try:
-            t = t.to(g.device)
+            t = t.to(device)
         except (RuntimeError, AssertionError) as e:
-            raise refuse(f"{name!r} belongs on {g.device}, which this process cannot use ({e}).",
+            raise refuse(f"{name!r} belongs on {device}, which this process cannot use ({e}).",
                          f"graphcap.load(f, weights={checkpoint.label!r})",
-                         "Load on a machine with that device, or move the program with move_to_device_pass.") from None
+                         f"Load it onto a device this machine has: graphcap.load(f, weights={checkpoint.label!r}, "
+                         "map_location='cpu').") from None
     if g.description.get("parameter"):
         return torch.nn.Parameter(t, requires_grad=bool(g.description.get("requires_grad")))
     if g.description.get("requires_grad") and t.is_floating_point():

@@ -19,7 +19,7 @@ from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
-from . import attach, checkpoints, class_lookup, schema, tensors, upgrade
+from . import attach, checkpoints, class_lookup, placement, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -151,6 +151,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     if not isinstance(program, dict) or program.get("format_version") != reader.version:
         raise corrupt("program.json does not match the archive's format version.")
     parts = decode_program(program, reader.version)
+    placement.place_graph(parts["graph_module"])
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
     state = parts["state"]
     loaded: dict[str, dict[str, torch.Tensor]] = {}

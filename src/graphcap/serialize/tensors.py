@@ -42,7 +42,7 @@ from safetensors.torch import save as st_save
 from ..errors import SerializationError
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from ..torch_private.fake import FakeTensor
-from . import class_lookup
+from . import class_lookup, placement
 from .values import DTYPES, Unencodable, bad, decode_device, decode_value, encode_value
 
 # safetensors' dtype codes (its file format), for the memory-mapped reader.
@@ -235,9 +235,10 @@ def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> to
         blob = blobs[d["storage"]]
         dtype = DTYPES[d["dtype"]]
         shape, stride, offset = d["shape"], d["stride"], d["offset"]
-        device = decode_device(d["device"])
+        saved_on = decode_device(d["device"])
     except (KeyError, TypeError):
         raise bad(f"The description of tensor {name!r} is malformed or names a missing storage.") from None
+    device = placement.placed_device(saved_on)
     ints = [*shape, *stride, offset]
     if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride)
             and all(type(x) is int for x in ints) and all(x >= 0 for x in ints)):
@@ -263,9 +264,10 @@ def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> to
             t = t.to(device)
         except (RuntimeError, AssertionError) as e:
             raise SerializationError(
-                f"Tensor {name!r} was saved on {device}, which this process cannot use ({e}).",
+                f"Tensor {name!r} was saved on {saved_on} and is loaded onto {device}, which this process "
+                f"cannot use ({e}).",
                 where=f"state_dict/constants[{name!r}]",
-                fix="Load on a machine with that device, or move the program to CPU before saving.") from None
+                fix="Load it onto a device this machine has: graphcap.load(f, map_location='cpu').") from None
     if d.get("parameter"):
         return torch.nn.Parameter(t, requires_grad=bool(d.get("requires_grad")))
     if d.get("requires_grad") and t.is_floating_point():
