@@ -99,9 +99,12 @@ def test_data_dependence_is_told_from_torchs_guard_error():
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     u0 = ShapeEnv().create_unbacked_symint()
     error = _raised(lambda: bool(u0 > 2))
-    assert messages.mentions_data_dependence(error), (
-        f"{_where(messages.mentions_data_dependence)}: not told from {str(error)[:300]!r}")
-    assert not messages.mentions_data_dependence(ValueError("shape mismatch"))
+    assert messages.is_data_dependent_failure(error), (
+        f"{_where(messages.is_data_dependent_failure)}: not told from {str(error)[:300]!r}")
+    wrapped = RuntimeError(f"While executing a node: {error}")  # a wrapper keeps torch's words only
+    assert messages.is_data_dependent_failure(wrapped), (
+        f"{_where(messages.is_data_dependent_failure)}: the words are gone from {str(error)[:300]!r}")
+    assert not messages.is_data_dependent_failure(ValueError("shape mismatch"))
 
 
 def test_a_real_tensor_under_fake_mode_is_told_from_torchs_refusal():

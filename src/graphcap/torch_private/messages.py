@@ -24,7 +24,7 @@ RELIES_ON = {
 }
 
 __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_cond_container_operands_refusal",
-           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "mentions_data_dependence",
+           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "is_data_dependent_failure",
            "is_real_tensor_under_fake_mode", "is_runtime_assert_failure", "blames_control_flow_capture",
            "uncapturable_branch_reason", "dynamo_explanation", "dynamo_user_code_frame",
            "dynamo_side_effect_sources"]
@@ -70,11 +70,12 @@ def is_cond_container_operands_refusal(error: BaseException) -> bool:
     return bool(_COND_CONTAINER_OPERANDS.search(str(error)))
 
 
-def mentions_data_dependence(error: BaseException) -> bool:
-    """Whether ``error``'s message says a data-dependent value was needed. torch's own type for it
-    (``GuardOnDataDependentSymNode``) is told by its name; the words also survive in errors that
-    wrap one (dynamo's, functionalization's), whose type says nothing."""
-    return "data-dependent" in str(error).lower()
+def is_data_dependent_failure(error: BaseException) -> bool:
+    """Whether ``error`` says a value read from data was needed: one of torch's types for it
+    (``GuardOnDataDependentSymNode``, fake tensors' ``DataDependentOutputException``, told by
+    name, as their modules are private and vary by release), or an error whose message keeps the
+    words of one it wraps (dynamo's, functionalization's), whose type says nothing."""
+    return "DataDependent" in type(error).__name__ or "data-dependent" in str(error).lower()
 
 
 def is_real_tensor_under_fake_mode(error: BaseException) -> bool:

@@ -34,8 +34,8 @@ from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
 from ..torch_private.messages import (
     custom_op_without_fake_kernel,
     fake_device_mismatch,
+    is_data_dependent_failure,
     is_real_tensor_under_fake_mode,
-    mentions_data_dependence,
 )
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
@@ -361,7 +361,7 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     older_torch = _meta_weights_refused_by_older_torch(e, program_name, where)
     if older_torch is not None:
         return older_torch
-    if "DataDependent" in name or mentions_data_dependence(e):
+    if is_data_dependent_failure(e):
         from .data_dependent import explain_data_dependent
         return explain_data_dependent(e, program_name, where)
     if is_real_tensor_under_fake_mode(e):
