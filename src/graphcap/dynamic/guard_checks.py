@@ -247,47 +247,69 @@ def _check_divisibility(found: _Findings, g: Any, sloc: Any, prefer_deferred_ass
 
 def _check_one_dim_guard(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
                          prefer_deferred_asserts: bool) -> bool:
-    """A guard over one dim that is not a plain range: a bound from a slice (a range problem), torch's
-    own 0/1 reasoning (ignored), a size special case (``Ne(batch, 1)``, confirmed on the program
-    later), or an equation with one solution (a specialization). Whether ``g`` was one of these;
-    else it is checked as a relation."""
+    """A guard over one dim that is not a plain range. Whether it was settled here; else it is
+    checked as a relation."""
     (sym,) = g.free_symbols
-    env, namer = found.env, found.namer
-    if implied_by(g, {sym: symbol_ranges(env).get(sym, ranges[sym])}):
+    if implied_by(g, {sym: symbol_ranges(found.env).get(sym, ranges[sym])}):
         return True  # a range guard: the range check above saw it
-    bound = dyn_hints.bound_of(g, sym)
-    r = found.by_sym[sym]
-    if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
-        found.reported.add(g)
-        found.covered.add(sym)
-        need = r.declared & bound if ranges_meet(r.declared, bound) else bound
-        found.problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                              f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
-                              f"the program needs "
-                              f"{range_words(r.name, need)}{where_text(sloc)}.")
-        found.fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+    if _check_bound(found, g, sym, sloc):
         return True
     if in_framework(sloc) and _is_zero_one_check(g, sym):
         # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
         # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
         # sizes 0 and 1 in the declared range rather than assert them away
         return True
-    k = is_size_special_case(g, sym, r.declared) if r.hint is None and not prefer_deferred_asserts else None
-    if k is not None:  # Ne(batch, 1) from user code: confirmed on the program (size_one_checks)
-        found.reported.add(g)
-        lo = k + 1 if k == finite_int(r.declared.lower) else finite_int(r.declared.lower)
-        found.inputs.pending_size_checks.append(PendingSizeCheck(
-            r, k, f"The program needs {namer(g)}{where_text(sloc)}, which the spec does not "
-                  f"guarantee.", dim_fix(r.name, lo, finite_int(r.declared.upper))))
+    if not prefer_deferred_asserts and _pend_size_special_case(found, g, sym, sloc):
         return True
+    return _check_only_solution(found, g, sym, sloc)
+
+
+def _check_bound(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """A bound on a declared dim (``Min(3, d) == 3`` from a slice: ``d >= 3``) is a range problem,
+    fixed by the range the program needs. Whether ``g`` was one."""
+    bound = dyn_hints.bound_of(g, sym)
+    r = found.by_sym[sym]
+    if bound is None or r.hint is not None:
+        return False
+    found.reported.add(g)
+    found.covered.add(sym)
+    need = r.declared & bound if ranges_meet(r.declared, bound) else bound
+    found.problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+                          f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}: "
+                          f"the program needs "
+                          f"{range_words(r.name, need)}{where_text(sloc)}.")
+    found.fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+    return True
+
+
+def _pend_size_special_case(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """A size special case from user code (``Ne(batch, 1)``) on a declared dim: whether the program
+    really differs at that size is confirmed on the program once it exists (``size_one_checks``),
+    so the problem waits in ``inputs.pending_size_checks``. Whether ``g`` was one."""
+    r = found.by_sym[sym]
+    k = is_size_special_case(g, sym, r.declared) if r.hint is None else None
+    if k is None:
+        return False
+    found.reported.add(g)
+    lo = k + 1 if k == finite_int(r.declared.lower) else finite_int(r.declared.lower)
+    found.inputs.pending_size_checks.append(PendingSizeCheck(
+        r, k, f"The program needs {found.namer(g)}{where_text(sloc)}, which the spec does not "
+              f"guarantee.", dim_fix(r.name, lo, finite_int(r.declared.upper))))
+    return True
+
+
+def _check_only_solution(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """An equation one size alone solves (``2*(d - 6) == d`` from a reshape) specializes a declared
+    dim: a problem fixed by that size. Whether ``g`` was one."""
+    r = found.by_sym[sym]
     value = only_solution(g, sym)
-    if value is not None and r.hint is None:  # e.g. 2*(d - 6) == d from a reshape
-        found.reported.add(g)
-        found.covered.add(sym)
-        found.problems.append(specialization_problem(r, value, namer(g), where_text(sloc)))
-        found.fixes[r.name] = f"{r.name} = {value}"
-        return True
-    return False
+    if value is None or r.hint is not None:
+        return False
+    found.reported.add(g)
+    found.covered.add(sym)
+    found.problems.append(specialization_problem(r, value, found.namer(g), where_text(sloc)))
+    found.fixes[r.name] = f"{r.name} = {value}"
+    return True
 
 
 def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
