@@ -15,8 +15,8 @@ private surface (docs/architecture.md). This scans graphcap's source and fails n
     their internal state, read and written through ``torch_private.shapes`` /
     ``torch_private.fake``;
 (f) a regular expression run over an exception's text (``re.search(..., str(e))``,
-    ``PATTERN.match(str(err))``): torch's messages are read in
-    ``torch_private.messages`` only;
+    ``PATTERN.match(str(err))``, or over a local holding it, as in (h)): torch's
+    messages are read in ``torch_private.messages`` only;
 (g) a process-wide patch: an assignment to an attribute of ``builtins``,
     ``math`` or a torch module (``builtins.max = ...``, ``torch.fx.config.x = ...``),
     or ``setattr`` on one. Another thread would see it;
