@@ -15,11 +15,15 @@ private surface (docs/architecture.md). This scans graphcap's source and fails n
     their internal state, read and written through ``torch_private.shapes`` /
     ``torch_private.fake``;
 (f) a regular expression run over an exception's text (``re.search(..., str(e))``,
-    ``PATTERN.match(str(err))``): torch's messages are read in
-    ``torch_private.messages`` only;
+    ``PATTERN.match(str(err))``, or over a local holding it, as in (h)): torch's
+    messages are read in ``torch_private.messages`` only;
 (g) a process-wide patch: an assignment to an attribute of ``builtins``,
     ``math`` or a torch module (``builtins.max = ...``, ``torch.fx.config.x = ...``),
-    or ``setattr`` on one. Another thread would see it.
+    or ``setattr`` on one. Another thread would see it;
+(h) a plain substring test on an exception's text (``"no fake impl" in str(e)``,
+    ``str(err).startswith("Runtime assertion")``, or the same through a local that
+    holds the text: ``text = str(e)`` ... ``"..." in text``): classify by type, or
+    read torch's wording in ``torch_private.messages``.
 Operator names (``torch.ops.aten._to_copy``) are public operators, not private
 Python names, and dunders are fine.
 """
@@ -120,6 +124,74 @@ def _is_error_text(node: ast.AST, errors: set[str]) -> bool:
     return False
 
 
+# (h) str methods that test an exception's text for a wording
+_TEXT_TESTS = {"startswith", "endswith", "find", "rfind", "index", "rindex", "count"}
+
+
+def _derives_error_text(node: ast.AST, errors: set[str], texts: set[str]) -> bool:
+    """Whether ``node`` is an exception's text or part of it: ``str(e)``, ``str(e).lower()``,
+    ``e.args[0]``, a local in ``texts`` (``text``, ``text.split(...)[1]``), or a conditional
+    expression / ``or`` with one of these among its values."""
+    if isinstance(node, ast.IfExp):
+        return _derives_error_text(node.body, errors, texts) or _derives_error_text(node.orelse, errors, texts)
+    if isinstance(node, ast.BoolOp):
+        return any(_derives_error_text(v, errors, texts) for v in node.values)
+    if _is_error_text(node, errors):
+        return True
+    while isinstance(node, (ast.Subscript, ast.Call, ast.Attribute)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return isinstance(node, ast.Name) and node.id in texts
+
+
+def _error_text_locals(function: ast.AST, errors: set[str]) -> set[str]:
+    """Locals of ``function`` that hold an exception's text: assigned from it (``text = str(e)``,
+    ``first = str(e).splitlines()[0]``) or iterating over it (``for line in text.splitlines()``)."""
+    texts: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                targets, value = (node.targets if isinstance(node, ast.Assign) else [node.target]), node.value
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                targets, value = [node.target], node.iter
+            else:
+                continue
+            if not _derives_error_text(value, errors, texts):
+                continue
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id not in texts:
+                    texts.add(target.id)
+                    grew = True
+    return texts
+
+
+def _message_reading_hits(tree: ast.AST, where: str, errors: set[str]) -> list[str]:
+    """(f) a regular expression over an exception's text and (h) a substring test on it
+    (``"..." in str(e)``, ``str(e).startswith(...)``), directly or through a local holding the text."""
+    hits = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+    seen: set[int] = set()
+    for function in [tree, *functions]:
+        texts = _error_text_locals(function, errors) if function is not tree else set()
+        for node in ast.walk(function):
+            found = None
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+                if any(_derives_error_text(side, errors, texts) for side in [node.left, *node.comparators]):
+                    found = "a substring test on an exception's text"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in _TEXT_TESTS and _derives_error_text(node.func.value, errors, texts):
+                    found = f".{node.func.attr}() on an exception's text"
+                elif node.func.attr in _MATCHERS and any(_derives_error_text(a, errors, texts) for a in
+                                                         list(node.args) + [k.value for k in node.keywords]):
+                    found = "a regular expression over an exception's text"
+            if found and id(node) not in seen:
+                seen.add(id(node))
+                hits.append(f"{where}:{node.lineno}: {found} ({ast.unparse(node)[:60]}): classify by type, "
+                            f"or read torch's wording in torch_private.messages")
+    return hits
+
+
 def _patched_module_aliases(tree: ast.AST) -> dict[str, str]:
     """Local names bound to a ``PATCHED_MODULES`` module or one of its attributes, with what they
     name: ``import builtins as b`` (b -> builtins), ``from torch.fx import config as cfg``
@@ -174,10 +246,6 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
                 and isinstance(node.args[1], ast.Constant) and node.args[1].value in engine_fields:
             hits.append(f"{where}:{node.lineno}: {node.func.id}(..., {node.args[1].value!r}): a field of torch's "
                         f"ShapeEnv / FakeTensorMode")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MATCHERS \
-                and any(_is_error_text(a, errors) for a in list(node.args) + [k.value for k in node.keywords]):
-            hits.append(f"{where}:{node.lineno}: a regular expression over an exception's text "
-                        f"({ast.unparse(node)[:60]}): read torch's messages in torch_private.messages")
         if not allow_patch:
             targets = []
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -194,7 +262,7 @@ def _rule_e_f_g_hits(tree: ast.AST, where: str, engine_fields: set[str], allow_p
                     and (_full_name(_dotted(node.args[0]), aliases) or "").split(".", 1)[0] in PATCHED_MODULES:
                 hits.append(f"{where}:{node.lineno}: process-wide patch {node.func.id}("
                             f"{_full_name(_dotted(node.args[0]), aliases)}, ...)")
-    return hits
+    return hits + _message_reading_hits(tree, where, errors)
 
 
 def _is_private(name: str) -> bool:
@@ -359,6 +427,20 @@ def parses_caught(call):
     except RuntimeError as failure:
         return _PATTERN.match(failure.args[0])    # (f) a compiled pattern over e.args
 
+def classifies_by_wording(e):
+    if "data-dependent" in str(e).lower():         # (h) a substring test
+        return 1
+    if str(e).startswith("Runtime assertion"):     # (h) a prefix test
+        return 2
+    text = str(e).strip() if str(e) else ""
+    head = text.split("Got graph break/error:", 1)[-1]
+    for line in head.splitlines():
+        if line.strip().startswith("Developer"):   # (h) through locals that hold the text
+            return 3
+    if re.search(r"from user code:(.*)", head):     # (f) a regular expression through a local
+        return 4
+    return "non-Fake Tensor" not in text           # (h)
+
 def patches_the_process():
     builtins.max = lambda *a: 0                    # (g)
     builtins.min, math.pow = min, pow              # (g) tuple target
@@ -381,7 +463,8 @@ def patches_through_other_names():
 
 def test_the_rule_catches_planted_engine_reads_message_regexes_and_patches(tmp_path):
     """A module outside the adapter that reads ShapeEnv / fake-mode fields, parses an exception's
-    text with a regular expression, or patches builtins / a torch flag is named, line by line."""
+    text with a regular expression or tests it for a substring, or patches builtins / a torch flag
+    is named, line by line."""
     planted = tmp_path / "planted.py"
     planted.write_text(PLANTED)
     hits = _hits(planted, _own_private_names(), _torch_fields(), _engine_fields(), where="planted.py")
@@ -390,7 +473,8 @@ def test_the_rule_catches_planted_engine_reads_message_regexes_and_patches(tmp_p
     expected = {i for i, line in enumerate(PLANTED.splitlines(), 1) if "# (" in line}
     assert lines == expected, f"caught lines {sorted(lines)}, planted {sorted(expected)}:\n{text}"
     for what in ("var_to_range", "backed_var_to_val", "'fake_tensor_cache'", "fake_tensor_converter",
-                 "regular expression", "builtins.max", "builtins.min", "math.pow",
+                 "regular expression", "a substring test on an exception's text", ".startswith()",
+                 "builtins.max", "builtins.min", "math.pow",
                  "torch.fx.config.do_not_emit_stack_traces", "setattr(builtins",
                  "setattr(torch._dynamo.config"):
         assert what in text, f"{what} not named:\n{text}"

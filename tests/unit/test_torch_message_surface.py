@@ -93,3 +93,97 @@ def test_fake_device_mismatch_names_the_operator_and_devices():
             return
     assert embedding_takes_meta_weights() and out.device.type == "meta", (
         f"torch {torch.__version__} takes meta weights with CPU indices: EMBEDDING_OF_META_WEIGHTS_SINCE is too late")
+
+
+def test_data_dependence_is_told_from_torchs_guard_error():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    u0 = ShapeEnv().create_unbacked_symint()
+    error = _raised(lambda: bool(u0 > 2))
+    assert messages.is_data_dependent_failure(error), (
+        f"{_where(messages.is_data_dependent_failure)}: not told from {str(error)[:300]!r}")
+    wrapped = RuntimeError(f"While executing a node: {error}")  # a wrapper keeps torch's words only
+    assert messages.is_data_dependent_failure(wrapped), (
+        f"{_where(messages.is_data_dependent_failure)}: the words are gone from {str(error)[:300]!r}")
+    assert not messages.is_data_dependent_failure(ValueError("shape mismatch"))
+
+
+def test_a_real_tensor_under_fake_mode_is_told_from_torchs_refusal():
+    from graphcap.torch_private.fake import FakeTensorMode
+    mode = FakeTensorMode()
+    real = torch.arange(4.0)
+    with mode:
+        fake = mode.from_tensor(torch.ones(4))
+        error = _raised(lambda: torch.mul(real, fake))
+    assert messages.is_real_tensor_under_fake_mode(error), (
+        f"{_where(messages.is_real_tensor_under_fake_mode)}: not told from {str(error)[:300]!r}")
+    assert not messages.is_real_tensor_under_fake_mode(AssertionError("some other assertion"))
+
+
+def test_a_failed_runtime_assert_is_told_from_its_message():
+    """The message is what torch's runtime-assert pass writes into the ``_assert_scalar`` node;
+    ``module()`` may add graphcap's explanation after it, never before."""
+    import graphcap
+
+    class ReadsAValue(torch.nn.Module):
+        def forward(self, x, n):
+            k = n.item()
+            torch._check(k <= 10)
+            return x * k
+
+    ep = graphcap.export(ReadsAValue(), (torch.ones(2), torch.tensor(3)))
+    error = _raised(lambda: ep.module()(torch.ones(2), torch.tensor(30)))
+    assert isinstance(error, RuntimeError) and messages.is_runtime_assert_failure(error), (
+        f"{_where(messages.is_runtime_assert_failure)}: not told from {str(error)[:300]!r}")
+    assert not messages.is_runtime_assert_failure(RuntimeError("shape mismatch"))
+
+
+def test_a_branch_torch_cannot_capture_is_explained_from_torchs_message():
+    touched = []
+
+    def writes_outside(x):
+        touched.append(x)
+        return x * 2
+
+    error = _raised(lambda: torch.cond(torch.tensor(True), writes_outside, lambda x: x + 1, (torch.ones(2),)))
+    assert messages.blames_control_flow_capture(error), (
+        f"{_where(messages.blames_control_flow_capture)}: not told from {str(error)[:300]!r}")
+    reason = messages.uncapturable_branch_reason(error)
+    assert "side effect" in reason.lower() and "Got graph break" not in reason \
+        and "Developer debug context" not in reason, (
+        f"{_where(messages.uncapturable_branch_reason)}: read {reason!r} from {str(error)[:300]!r}")
+
+
+def test_dynamos_graph_break_explanation_and_user_frame_are_read():
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    torch._dynamo.reset()
+    error = _raised(lambda: torch.compile(breaks, backend="eager", fullgraph=True)(torch.ones(2)))
+    explanation = messages.dynamo_explanation(error)
+    assert "graph_break" in explanation and "from user code" not in explanation \
+        and "TORCHDYNAMO_VERBOSE" not in explanation, (
+        f"{_where(messages.dynamo_explanation)}: read {explanation!r}")
+    frame = messages.dynamo_user_code_frame(error, skip="no such frame")
+    assert frame is not None and frame.startswith('File "') and "in breaks" in frame \
+        and "torch._dynamo.graph_break()" in frame, (
+        f"{_where(messages.dynamo_user_code_frame)}: read {frame!r} from {str(error)[:400]!r}")
+    assert messages.dynamo_user_code_frame(error, skip="in breaks") is None
+
+
+def test_dynamos_side_effect_sources_are_read():
+    def counts(x):
+        global _CALLS
+        _CALLS += 1
+        return x + 1
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(side_effect_replay_policy="error"):
+        error = _raised(lambda: torch.compile(counts, backend="eager", fullgraph=True)(torch.ones(2)))
+    sources = messages.dynamo_side_effect_sources(error)
+    assert sources == ["G['_CALLS']"], (
+        f"{_where(messages.dynamo_side_effect_sources)}: read {sources!r} from {str(error)[:300]!r}")
+    assert messages.dynamo_side_effect_sources(RuntimeError("a graph break")) is None
+
+
+_CALLS = 0

@@ -22,7 +22,7 @@ import torch
 from .. import errors
 from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
 from ..dynamic.named_inputs import combined_inputs
-from ..dynamic.suggested_fixes import refine_dynamic_shapes_from_suggested_fixes
+from ..dynamic.suggested_fixes import has_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes
 from ..errors import ExportInputError, GraphcapError, VerificationError
 from ..program import ExportedProgram
 from ..torch_private import pytree
@@ -553,7 +553,7 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
             ep = run_front_end(target, example[0], example[1], dynamic_shapes=spec, strict=strict)
             break
         except errors.ConstraintViolationError as e:  # (made on first use: errors.py)
-            if attempt == _MAX_REFINEMENTS or "Suggested fixes:" not in str(e):
+            if attempt == _MAX_REFINEMENTS or not has_suggested_fixes(e):
                 raise
             refinements.append(str(e))
             spec = refine_dynamic_shapes_from_suggested_fixes(e, spec)

@@ -227,8 +227,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
         name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
         raise
     gm = recording.graph_module
-    # control-flow subgraphs and grad/autocast regions (constants hoisted, regions wrapped)
-    gm = before_lifting.hoist_constants_and_wrap_regions(gm, fake_mode, torch.is_grad_enabled())
+    # dead artifacts dropped, subgraph constants hoisted, grad/autocast regions wrapped, metadata cleaned
+    gm = before_lifting.prepare_for_lifting(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, root_state.constant_attrs,

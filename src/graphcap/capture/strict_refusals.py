@@ -7,7 +7,6 @@ dynamo's source path) and the line that makes it.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import os
 import re
@@ -16,46 +15,33 @@ from typing import Any, Optional
 
 from ..errors import StrictCaptureError
 from ..torch_private import dynamo as dynamo_private
+from ..torch_private import messages
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 
 
-def _dynamo_message(text: str) -> str:
-    """dynamo's own explanation, without the user-code section (graphcap's ``where`` says it) and
-    the closing note on debug flags."""
-    text = re.split(r"\n\s*from user code:", text)[0]
-    text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
-    return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
-
-
 def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
     """dynamo refused the program: say which construct, at which line of the user's, and the way out."""
-    text = str(e)
     frames = dynamo_private.user_stack_of(e)
     where = None
     if frames:
         f = frames[-1]
         where = f'File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
     if where is None:
-        section = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
-        found = [f for f in re.findall(r"(File \"[^\n]+\n[^\n]+)", section) if ENTRY_NAME not in f]
-        where = found[-1].rstrip() if found else None
-    side_effects = re.search(r"side effects happened.*?sources you can double check: (\[.*\])\s*$", text, re.S | re.M)
-    if side_effects:
-        try:
-            names = [str(n) for n in ast.literal_eval(side_effects.group(1))]
-        except (ValueError, SyntaxError):
-            names = [side_effects.group(1)]
+        where = messages.dynamo_user_code_frame(e, skip=ENTRY_NAME)
+    names = messages.dynamo_side_effect_sources(e)
+    if names is not None:
         return side_effect_error(e, names, target, where)
     if dynamo_private.is_graph_break(e):
         return StrictCaptureError.like(
-            e, f"strict=True cannot capture {target.name} in one graph (a graph break): {_dynamo_message(text)}",
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): "
+               f"{messages.dynamo_explanation(e)}",
             where=where,
             fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
                 "torch._check for assumptions on values), or export with strict=False, which runs "
                 "the Python as it is.")
     return StrictCaptureError.like(
-        e, f"strict=True: dynamo failed to capture {target.name}: {_dynamo_message(text)}",
+        e, f"strict=True: dynamo failed to capture {target.name}: {messages.dynamo_explanation(e)}",
         where=where,
         fix="Export with strict=False, which runs the Python as it is.")
 

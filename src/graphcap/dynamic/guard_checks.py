@@ -78,185 +78,299 @@ class _Findings:
 def _check_each_dim(found: _Findings) -> None:
     """Each root dim after the trace: specialized to a constant, replaced by an expression over other
     dims, or narrowed to a smaller range; each is a problem (with its fix) or, for hints, a log line."""
-    env, inputs, namer = found.env, found.inputs, found.namer
-    by_sym = found.by_sym
-    problems, range_problems, fixes, related, covered = (
-        found.problems, found.range_problems, found.fixes, found.related, found.covered)
-
-    for r in inputs.roots:
+    env = found.env
+    for r in found.inputs.roots:
         expr = env.replace(r.symbol)
         sloc = replacement_locations(env).get(r.symbol)
         if expr.is_number:
-            covered.add(r.symbol)
-            if dyn_hints.is_dynamic_hint(r):
-                problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
-                continue
-            if r.hint is not None:
-                log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
-                continue
-            problems.append(
-                f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
-                f"the spec gives the range {range_words(r.name, r.declared)}, but the program "
-                f"only works for {r.name} = {expr}{where_text(sloc)}. If you're using Dim.DYNAMIC, replace it "
-                f"with either Dim.STATIC or Dim.AUTO.")
-            fixes[r.name] = f"{r.name} = {int(expr)}"
-            continue
-        if expr != r.symbol:
-            covered.add(r.symbol)
-            others = [by_sym.get(s) for s in expr.free_symbols]
-            if r.hint is None and not any(o is None for o in others) and not is_affine_in_one(expr):
-                # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
-                # program keeps the relation (the input check computes z from x) and its range
-                # becomes a runtime assert where the other dims do not imply it
-                defer_range_asserts(env, r, expr, namer, sloc)
-                continue
-            if r.hint is not None or any(o is None for o in others):
-                log.info("graphcap: dimension %s was found to equal %s%s", r.name, namer(expr), where_text(sloc))
-                continue
-            if all(o.hint is not None for o in others):
-                # a Dim the program equates with Dim.AUTO / Dim.DYNAMIC dims: the hints take the
-                # Dim's range (they are traced over every size), whichever operand came first
-                problem = dyn_hints.equate_with_hints(env, r, expr, namer, sloc)
-                if problem is not None:
-                    problems.append(problem)
-                continue
-            other = others[0]
-            same = (f"The values of {r.name} and {other.name} must always be equal: "
-                    if expr == other.symbol else "")
-            problems.append(
-                f"{same}The program needs {r.name} = {namer(expr)}{where_text(sloc)}, but the spec declares them as "
-                f"independent dims.")
-            if expr == other.symbol and other.hint is None:
-                fixes[r.name] = f"{r.name} = {other.name}"
-                related[r.name] = expr
-            elif len(others) == 1 and other.hint is None:
-                fixes[r.name] = f"{r.name} = {namer(expr)}"
-                related[r.name] = expr
-            continue
-        vr = symbol_ranges(env).get(r.symbol, r.declared)
-        if r.hint is not None:
-            continue
-        lo = max(vr.lower, r.declared.lower)
-        hi = min(vr.upper, r.declared.upper)
-        slocs = symbol_range_locations(env).get(r.symbol)
-        if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
-            # A layout decision inside torch (memory format, kernel choice) assumed the size is
-            # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
-            # does, this assumption does not narrow the declared range.
-            log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
-            lo = r.declared.lower
-        if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, inputs, r.symbol):
-            # torch._check(u < y.size(0)) on a value read from data: the check stays a runtime
-            # assert in the graph; no guard needs the narrower range of the input size
-            log.debug("graphcap: %s narrowed only by runtime asserts; keeping the declared range", r.name)
-            lo, hi = r.declared.lower, r.declared.upper
-        if (lo, hi) != (r.declared.lower, r.declared.upper):
-            covered.add(r.symbol)
-            sloc = None
-            if slocs is not None:
-                sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-            range_problems.append(
-                f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                f"{range_words(r.name, r.declared)} satisfy the generated guard "
-                f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
-                f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
-            fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
+            _check_specialized(found, r, expr, sloc)
+        elif expr != r.symbol:
+            _check_replaced(found, r, expr, sloc)
+        else:
+            _check_narrowed(found, r)
+
+
+def _check_specialized(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
+    """The trace fixed dim ``r`` to the constant ``expr`` (a shape branch that works for one size):
+    for a declared Dim the spec promised more, so it is a problem fixed by ``r = <constant>``; a
+    ``Dim.DYNAMIC`` is refused as well (without a fix: the user asked for dynamic), a ``Dim.AUTO``
+    is just logged."""
+    found.covered.add(r.symbol)
+    if dyn_hints.is_dynamic_hint(r):
+        found.problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
+        return
+    if r.hint is not None:
+        log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
+        return
+    found.problems.append(
+        f"You marked {r.name} as dynamic but your code specialized it to be a constant ({expr}): "
+        f"the spec gives the range {range_words(r.name, r.declared)}, but the program "
+        f"only works for {r.name} = {expr}{where_text(sloc)}. If you're using Dim.DYNAMIC, replace it "
+        f"with either Dim.STATIC or Dim.AUTO.")
+    found.fixes[r.name] = f"{r.name} = {int(expr)}"
+
+
+def _check_replaced(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
+    """The trace replaced dim ``r`` by ``expr`` over other dims (``x + y`` makes them equal). A
+    relation no Dim can state is kept as runtime asserts; one with a hint is the hint's to follow;
+    one between declared Dims is a problem, fixed by a derived Dim where one can say it."""
+    found.covered.add(r.symbol)
+    others = [found.by_sym.get(s) for s in expr.free_symbols]
+    if r.hint is None and not any(o is None for o in others) and not is_affine_in_one(expr):
+        # e.g. z = x0*x1 from a reshape: no Dim can say it; as in torch.export the
+        # program keeps the relation (the input check computes z from x) and its range
+        # becomes a runtime assert where the other dims do not imply it
+        defer_range_asserts(found.env, r, expr, found.namer, sloc)
+        return
+    if r.hint is not None or any(o is None for o in others):
+        log.info("graphcap: dimension %s was found to equal %s%s", r.name, found.namer(expr), where_text(sloc))
+        return
+    if all(o.hint is not None for o in others):
+        # a Dim the program equates with Dim.AUTO / Dim.DYNAMIC dims: the hints take the
+        # Dim's range (they are traced over every size), whichever operand came first
+        problem = dyn_hints.equate_with_hints(found.env, r, expr, found.namer, sloc)
+        if problem is not None:
+            found.problems.append(problem)
+        return
+    other = others[0]
+    same = (f"The values of {r.name} and {other.name} must always be equal: "
+            if expr == other.symbol else "")
+    found.problems.append(
+        f"{same}The program needs {r.name} = {found.namer(expr)}{where_text(sloc)}, but the spec declares them as "
+        f"independent dims.")
+    if expr == other.symbol and other.hint is None:
+        found.fixes[r.name] = f"{r.name} = {other.name}"
+        found.related[r.name] = expr
+    elif len(others) == 1 and other.hint is None:
+        found.fixes[r.name] = f"{r.name} = {found.namer(expr)}"
+        found.related[r.name] = expr
+
+
+def _needed_range(found: _Findings, r: Any) -> tuple[Any, Any, Any]:
+    """``(lo, hi, slocs)``: the range the program needs of declared dim ``r``, within the declared
+    one, leaving out what does not narrow it: torch's own 0/1 layout assumptions and checks that
+    stay runtime asserts on a value read from data."""
+    env = found.env
+    vr = symbol_ranges(env).get(r.symbol, r.declared)
+    lo = max(vr.lower, r.declared.lower)
+    hi = min(vr.upper, r.declared.upper)
+    slocs = symbol_range_locations(env).get(r.symbol)
+    if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
+        # A layout decision inside torch (memory format, kernel choice) assumed the size is
+        # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
+        # does, this assumption does not narrow the declared range.
+        log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
+        lo = r.declared.lower
+    if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, found.inputs, r.symbol):
+        # torch._check(u < y.size(0)) on a value read from data: the check stays a runtime
+        # assert in the graph; no guard needs the narrower range of the input size
+        log.debug("graphcap: %s narrowed only by runtime asserts; keeping the declared range", r.name)
+        lo, hi = r.declared.lower, r.declared.upper
+    return lo, hi, slocs
+
+
+def _check_narrowed(found: _Findings, r: Any) -> None:
+    """Dim ``r`` kept its symbol but the trace narrowed its range (``if x.shape[0] > 4``): for a
+    declared Dim a range problem, fixed by the narrower ``Dim(...)``; hints take any range."""
+    if r.hint is not None:
+        return
+    lo, hi, slocs = _needed_range(found, r)
+    if (lo, hi) == (r.declared.lower, r.declared.upper):
+        return
+    found.covered.add(r.symbol)
+    sloc = None
+    if slocs is not None:
+        sloc = slocs.lower if lo != r.declared.lower else slocs.upper
+    found.range_problems.append(
+        f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+        f"{range_words(r.name, r.declared)} satisfy the generated guard "
+        f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
+        f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
+    found.fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
 
 
 def _check_relations(found: _Findings, prefer_deferred_asserts: bool) -> None:
     """The guards that are not a replacement or a range of one dim: divisibility, bounds from slices,
     size special cases, relations between dims; each a problem, a pending check or a runtime assert."""
-    env, inputs, namer, example = found.env, found.inputs, found.namer, found.example
-    by_sym, declared = found.by_sym, found.declared
-    problems, fixes, related, new_roots, covered, reported = (
-        found.problems, found.fixes, found.related, found.new_roots, found.covered, found.reported)
-
-    ranges = {r.symbol: r.declared for r in declared}
-    for r in inputs.roots:
-        if r.hint is not None:
-            ranges[r.symbol] = symbol_ranges(env).get(r.symbol, r.declared)
+    env, inputs, by_sym = found.env, found.inputs, found.by_sym
+    ranges = _ranges_for_relations(found)
     for guard in guards(env)[inputs.first_program_guard:]:  # not the ones fakifying the inputs raised
         if raised_by_copy_overlap_check(getattr(guard.sloc, "framework_loc", None)):
             continue  # copy_'s own self-overlap check: no requirement of the program (see there)
         g = env.simplify(guard.expr)
         syms = g.free_symbols
-        if g in reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
+        if g in found.reported or not syms or not any(s in by_sym and by_sym[s].hint is None for s in syms):
             continue
-        modulus = divisor_guard(g)
-        if modulus is not None and modulus[0] in by_sym and by_sym[modulus[0]].hint is None:
-            # e.g. a reshape to (-1, 3), or y.shape[0] % 3 == 0 with dy = dx + 1: (dx + 1) % 3 == 0
-            reported.add(g)
-            r, (sym, a, b, m) = by_sym[modulus[0]], modulus
-            if prefer_deferred_asserts:
-                defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
-                continue
-            problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
-                            f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}"
-                            f"{where_text(guard.sloc)}.")
-            covered.add(r.symbol)
-            step = new_root_step(a, b, m, finite_int(example.get(sym)) if example.get(sym) is not None else None)
-            if step is not None and sym not in new_roots:  # one residue class: d = step*_d - c
-                fixes.update(new_root_fixes(r, *step, symbol_ranges(env).get(r.symbol, r.declared), fixes))
-                new_roots[sym] = step[0] * sympy.Symbol(f"_{r.name}", integer=True) - step[1]
+        if _check_divisibility(found, g, guard.sloc, prefer_deferred_asserts):
             continue
-        if syms <= covered or any(s not in ranges for s in syms):
+        if syms <= found.covered or any(s not in ranges for s in syms):
             continue
-        if len(syms) == 1:
-            (sym,) = syms
-            if implied_by(g, {sym: symbol_ranges(env).get(sym, ranges[sym])}):
-                continue  # a range guard: the range check above saw it
-            bound = dyn_hints.bound_of(g, sym)
-            r = by_sym[sym]
-            if bound is not None and r.hint is None:  # e.g. Min(3, d) == 3 from a slice: d >= 3
-                reported.add(g)
-                covered.add(sym)
-                need = r.declared & bound if ranges_meet(r.declared, bound) else bound
-                problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-                                f"{range_words(r.name, r.declared)} satisfy the generated guard {namer(g)}: "
-                                f"the program needs "
-                                f"{range_words(r.name, need)}{where_text(guard.sloc)}.")
-                fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
-                continue
-            if in_framework(guard.sloc) and _is_zero_one_check(g, sym):
-                # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
-                # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
-                # sizes 0 and 1 in the declared range rather than assert them away
-                continue
-            k = is_size_special_case(g, sym, r.declared) if r.hint is None and not prefer_deferred_asserts else None
-            if k is not None:  # Ne(batch, 1) from user code: confirmed on the program (size_one_checks)
-                reported.add(g)
-                lo = k + 1 if k == finite_int(r.declared.lower) else finite_int(r.declared.lower)
-                inputs.pending_size_checks.append(PendingSizeCheck(
-                    r, k, f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not "
-                          f"guarantee.", dim_fix(r.name, lo, finite_int(r.declared.upper))))
-                continue
-            value = only_solution(g, sym)
-            if value is not None and by_sym[sym].hint is None:  # e.g. 2*(d - 6) == d from a reshape
-                reported.add(g)
-                covered.add(sym)
-                problems.append(specialization_problem(by_sym[sym], value, namer(g), where_text(guard.sloc)))
-                fixes[by_sym[sym].name] = f"{by_sym[sym].name} = {value}"
-                continue
-        if implied_by(g, ranges):
+        if len(syms) == 1 and _check_one_dim_guard(found, g, ranges, guard.sloc, prefer_deferred_asserts):
             continue
-        reported.add(g)
-        tied = tie_at_example(g, example) if isinstance(g, sympy.Eq) else None
-        if tied is not None and all(by_sym[t].hint is None for t in syms):  # x + y[4:]: dy0 = dx0 + 4
-            target, expr = tied
-            problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
-                            f"side of {namer(g)}{where_text(guard.sloc)}, but the spec declares them as "
-                            f"independent dims.")
-            fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
-            related[by_sym[target].name] = expr
-            continue
-        framework_relation = in_framework(guard.sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
-        if prefer_deferred_asserts or framework_relation:
-            # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
-            # its input sizes (a slice assigned from another input): asserted and checked before
-            # computing, as torch.export accepts it
-            defer_assert(env, g, f"the program needs {namer(g)}{where_text(guard.sloc)}")
-            continue
-        problems.append(f"The program needs {namer(g)}{where_text(guard.sloc)}, which the spec does not guarantee.")
+        _check_relation(found, g, ranges, guard.sloc, prefer_deferred_asserts)
+
+
+def _ranges_for_relations(found: _Findings) -> dict[Any, Any]:
+    """Symbol -> the range a relation may assume: a declared Dim's declared range (what the spec
+    promises), a hint's traced range (it takes whatever the trace found)."""
+    ranges = {r.symbol: r.declared for r in found.declared}
+    for r in found.inputs.roots:
+        if r.hint is not None:
+            ranges[r.symbol] = symbol_ranges(found.env).get(r.symbol, r.declared)
+    return ranges
+
+
+def _check_divisibility(found: _Findings, g: Any, sloc: Any, prefer_deferred_asserts: bool) -> bool:
+    """A divisibility guard on a declared dim (a reshape to ``(-1, 3)``): a problem, fixed by a new
+    root Dim when the sizes that pass are one residue class, or a runtime assert when asked to
+    prefer those. Whether ``g`` was one."""
+    modulus = divisor_guard(g)
+    if modulus is None or modulus[0] not in found.by_sym or found.by_sym[modulus[0]].hint is not None:
+        return False
+    # e.g. a reshape to (-1, 3), or y.shape[0] % 3 == 0 with dy = dx + 1: (dx + 1) % 3 == 0
+    found.reported.add(g)
+    r, (sym, a, b, m) = found.by_sym[modulus[0]], modulus
+    if prefer_deferred_asserts:
+        defer_assert(found.env, g, f"the program needs {found.namer(g)}{where_text(sloc)}")
+        return True
+    found.problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
+                          f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}"
+                          f"{where_text(sloc)}.")
+    found.covered.add(r.symbol)
+    example = found.example.get(sym)
+    step = new_root_step(a, b, m, finite_int(example) if example is not None else None)
+    if step is not None and sym not in found.new_roots:  # one residue class: d = step*_d - c
+        found.fixes.update(new_root_fixes(r, *step, symbol_ranges(found.env).get(r.symbol, r.declared), found.fixes))
+        found.new_roots[sym] = step[0] * sympy.Symbol(f"_{r.name}", integer=True) - step[1]
+    return True
+
+
+def _check_one_dim_guard(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
+                         prefer_deferred_asserts: bool) -> bool:
+    """A guard over one dim that is not a plain range. Whether it was settled here; else it is
+    checked as a relation."""
+    (sym,) = g.free_symbols
+    if implied_by(g, {sym: symbol_ranges(found.env).get(sym, ranges[sym])}):
+        return True  # a range guard: the range check above saw it
+    if _check_bound(found, g, sym, sloc):
+        return True
+    if in_framework(sloc) and _is_zero_one_check(g, sym):
+        # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
+        # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
+        # sizes 0 and 1 in the declared range rather than assert them away
+        return True
+    if not prefer_deferred_asserts and _pend_size_special_case(found, g, sym, sloc):
+        return True
+    return _check_only_solution(found, g, sym, sloc)
+
+
+def _check_bound(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """A bound on a declared dim (``Min(3, d) == 3`` from a slice: ``d >= 3``) is a range problem,
+    fixed by the range the program needs. Whether ``g`` was one."""
+    bound = dyn_hints.bound_of(g, sym)
+    r = found.by_sym[sym]
+    if bound is None or r.hint is not None:
+        return False
+    found.reported.add(g)
+    found.covered.add(sym)
+    need = r.declared & bound if ranges_meet(r.declared, bound) else bound
+    found.problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+                          f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}: "
+                          f"the program needs "
+                          f"{range_words(r.name, need)}{where_text(sloc)}.")
+    found.fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+    return True
+
+
+def _pend_size_special_case(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """A size special case from user code (``Ne(batch, 1)``) on a declared dim: whether the program
+    really differs at that size is confirmed on the program once it exists (``size_one_checks``),
+    so the problem waits in ``inputs.pending_size_checks``. Whether ``g`` was one."""
+    r = found.by_sym[sym]
+    k = is_size_special_case(g, sym, r.declared) if r.hint is None else None
+    if k is None:
+        return False
+    found.reported.add(g)
+    lo = k + 1 if k == finite_int(r.declared.lower) else finite_int(r.declared.lower)
+    found.inputs.pending_size_checks.append(PendingSizeCheck(
+        r, k, f"The program needs {found.namer(g)}{where_text(sloc)}, which the spec does not "
+              f"guarantee.", dim_fix(r.name, lo, finite_int(r.declared.upper))))
+    return True
+
+
+def _check_only_solution(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
+    """An equation one size alone solves (``2*(d - 6) == d`` from a reshape) specializes a declared
+    dim: a problem fixed by that size. Whether ``g`` was one."""
+    r = found.by_sym[sym]
+    value = only_solution(g, sym)
+    if value is None or r.hint is not None:
+        return False
+    found.reported.add(g)
+    found.covered.add(sym)
+    found.problems.append(specialization_problem(r, value, found.namer(g), where_text(sloc)))
+    found.fixes[r.name] = f"{r.name} = {value}"
+    return True
+
+
+def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
+                    prefer_deferred_asserts: bool) -> None:
+    """A relation between dims the declared ranges do not imply: an equality at the example's side
+    (``x + y[4:]``) is fixed by a derived Dim; one an operator needs, or any when asked to prefer
+    asserts, becomes a runtime assert; the rest is a problem without a fix."""
+    if implied_by(g, ranges):
+        return
+    found.reported.add(g)
+    namer, by_sym = found.namer, found.by_sym
+    tied = tie_at_example(g, found.example) if isinstance(g, sympy.Eq) else None
+    if tied is not None and all(by_sym[t].hint is None for t in g.free_symbols):  # x + y[4:]: dy0 = dx0 + 4
+        target, expr = tied
+        found.problems.append(f"The program needs {namer(target)} = {namer(expr)} for sizes on the example's "
+                              f"side of {namer(g)}{where_text(sloc)}, but the spec declares them as "
+                              f"independent dims.")
+        found.fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
+        found.related[by_sym[target].name] = expr
+        return
+    framework_relation = in_framework(sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
+    if prefer_deferred_asserts or framework_relation:
+        # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
+        # its input sizes (a slice assigned from another input): asserted and checked before
+        # computing, as torch.export accepts it
+        defer_assert(found.env, g, f"the program needs {namer(g)}{where_text(sloc)}")
+        return
+    found.problems.append(f"The program needs {namer(g)}{where_text(sloc)}, which the spec does not guarantee.")
+
+
+def _add_pending_size_checks(found: _Findings) -> None:
+    """Size special cases (``Ne(batch, 1)``) wait to be confirmed on the program; when other problems
+    already stop the export there is no program, so they are reported with the rest."""
+    pending = found.inputs.pending_size_checks
+    if not found.problems or not pending:
+        return
+    for check in pending:
+        found.problems.append(check.problem)
+        found.fixes.setdefault(check.root.name, check.fix)
+    pending.clear()
+
+
+def _raise_violations(found: _Findings) -> None:
+    """One ``ConstraintViolationError`` listing every problem, its fixes last (``Suggested fixes:``),
+    the fixes rewritten over the new root Dims that divisibility introduced."""
+    root_names = {f"_{found.by_sym[s].name}" for s in found.new_roots}
+    fixes = found.fixes
+    if found.new_roots:
+        fixes = rebase_on_new_roots(fixes, found.related, found.new_roots, root_names, found.namer)
+    if not found.problems:
+        return
+    names = sorted({*fixes} - root_names or {r.name for r in found.declared} or {r.name for r in found.inputs.roots})
+    listing = "\n".join(f"  - {p}" for p in found.problems)
+    suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
+    raise ConstraintViolationError(
+        f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
+        f"dynamic_shapes spec allows:\n{listing}",
+        where="export(..., dynamic_shapes=...)",
+        fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
+            "dynamic_shapes) does it for you), or change the code at the line shown, or use Dim.AUTO to "
+            "let graphcap find the ranges." + suggested)
 
 
 def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:
@@ -269,27 +383,6 @@ def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: boo
     found = _Findings(env, inputs, DimNamer(inputs.roots), example_values(env))
     _check_each_dim(found)  # what the trace did to each declared dim: a constant, another dim, a range
     _check_relations(found, prefer_deferred_asserts)  # the other guards: relations between dims
-    by_sym, declared, namer = found.by_sym, found.declared, found.namer
-    problems, range_problems, fixes, related, new_roots = (
-        found.problems, found.range_problems, found.fixes, found.related, found.new_roots)
-
-    problems += range_problems
-    if problems and inputs.pending_size_checks:  # no program to check them on: report them too
-        for check in inputs.pending_size_checks:
-            problems.append(check.problem)
-            fixes.setdefault(check.root.name, check.fix)
-        inputs.pending_size_checks.clear()
-    root_names = {f"_{by_sym[s].name}" for s in new_roots}
-    if new_roots:
-        fixes = rebase_on_new_roots(fixes, related, new_roots, root_names, namer)
-    if problems:
-        names = sorted({*fixes} - root_names or {r.name for r in declared} or {r.name for r in inputs.roots})
-        listing = "\n".join(f"  - {p}" for p in problems)
-        suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
-        raise ConstraintViolationError(
-            f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
-            f"dynamic_shapes spec allows:\n{listing}",
-            where="export(..., dynamic_shapes=...)",
-            fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-                "dynamic_shapes) does it for you), or change the code at the line shown, or use Dim.AUTO to "
-                "let graphcap find the ranges." + suggested)
+    found.problems += found.range_problems  # after the guards' problems, as torch.export lists them
+    _add_pending_size_checks(found)
+    _raise_violations(found)

@@ -13,14 +13,26 @@ _DIM_CALL = re.compile(r"^Dim\(\s*['\"]([A-Za-z_][A-Za-z_0-9]*)['\"]\s*((?:,\s*(
 _AFFINE = re.compile(r"^(?:(\d+)\s*\*\s*)?([A-Za-z_][A-Za-z_0-9]*)(?:\s*([+-])\s*(\d+))?$")
 
 
+_HEADER = "Suggested fixes:"
+
+
+def _header_line(lines: list[str]) -> int | None:
+    return next((i for i, line in enumerate(lines) if line.strip() == _HEADER), None)
+
+
+def has_suggested_fixes(msg: Any) -> bool:
+    """Whether a constraint-violation message (or the error itself) has a ``Suggested fixes:``
+    section (graphcap's own message format, which this module reads)."""
+    return _header_line(str(msg).splitlines()) is not None
+
+
 def parse_suggested_fixes(msg: str) -> dict[str, Any]:
     """The ``name = ...`` lines under ``Suggested fixes:``; stops at the first other line."""
     lines = msg.splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.strip() == "Suggested fixes:")
-    except StopIteration:
+    start = _header_line(lines)
+    if start is None:
         raise ExportInputError("The message has no 'Suggested fixes:' section.",
-                               fix="Pass the text of a ConstraintViolationError raised by graphcap.export.") from None
+                               fix="Pass the text of a ConstraintViolationError raised by graphcap.export.")
     fixes: dict[str, str] = {}
     for line in lines[start + 1:]:
         m = _FIX_LINE.match(line)

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any
+from typing import Any, Callable, Optional, cast
 
 import torch
 import torch.fx.traceback as fx_traceback
 
 from .. import auto_flatten
-from ..dynamic.assert_messages import explain_failure, explanations
+from ..dynamic.assert_messages import AssertExplainer, explain_failure, explanations
 from ..errors import UnsupportedError
+from ..graph_arguments import InputKind, OutputKind
 from ..shape_env_copies import give_graph_own_shape_env
-from ..signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind, call_spec_of
+from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
 from ..torch_private.fx import set_pytree_codegen
 from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 from ..trace.mutations import written_placeholders
@@ -70,7 +71,7 @@ class InputGuards(torch.nn.Module):
         self.checker.check_leaves(list(flat_inputs))
 
 
-def _check_structure(module: "ExportedModule", args: tuple, kwargs: dict) -> None:
+def _check_structure(module: "ExportedModule", args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """The pre-hook: the structure always; the leaves too when the graph does not check them."""
     if torch.compiler.is_dynamo_compiling():
         return
@@ -83,7 +84,13 @@ def _check_structure(module: "ExportedModule", args: tuple, kwargs: dict) -> Non
 class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
     """What ``ep.module()`` returns; see the module docstring."""
 
-    def move_extra_tensors(self, fn):
+    # set by build_module (and carried by __deepcopy__); declared for the type checker only
+    _checker: InputChecker
+    _leaf_checks_in_hook: bool
+    _constant_fqns: list[str]
+    graphcap_assert_messages: Optional[AssertExplainer]
+
+    def move_extra_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         for fqn in getattr(self, "_constant_fqns", ()):  # plain attributes, which nn.Module does not move
             owner, value, field = _owner(self, fqn)
             if isinstance(value, torch.Tensor):
@@ -96,18 +103,19 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
             explain_failure(e, getattr(self, "graphcap_assert_messages", None))
             raise
 
-    def __deepcopy__(self, memo):
-        new = super().__deepcopy__(memo)  # a GraphModule copy: constants come back as buffers, hooks go
+    def __deepcopy__(self, memo: dict[int, Any]) -> "ExportedModule":
+        # a GraphModule copy: constants come back as buffers, hooks go
+        new = cast(ExportedModule, super().__deepcopy__(memo))
         _settle_constants(new, self._constant_fqns)
-        new._checker = new._guards_fn.checker if isinstance(getattr(new, "_guards_fn", None), InputGuards) \
-            else copy.deepcopy(self._checker, memo)
+        guards = getattr(new, "_guards_fn", None)
+        new._checker = guards.checker if isinstance(guards, InputGuards) else copy.deepcopy(self._checker, memo)
         new._leaf_checks_in_hook = self._leaf_checks_in_hook
         new.graphcap_assert_messages = getattr(self, "graphcap_assert_messages", None)
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
         return new
 
 
-def _settle_constants(module: torch.fx.GraphModule, constant_fqns: list[str]) -> None:
+def _settle_constants(module: ExportedModule, constant_fqns: list[str]) -> None:
     """Constants as plain attributes again (GraphModule registers any plain tensor it copies as
     a buffer, which would put constants in ``state_dict``)."""
     for fqn in constant_fqns:
@@ -128,7 +136,7 @@ def _keep_non_persistent(module: torch.fx.GraphModule, fqns: list[str]) -> None:
             non_persistent_buffer_names(owner).add(field)
 
 
-def build_module(ep, guards_in_graph: bool = True) -> ExportedModule:
+def build_module(ep: Any, guards_in_graph: bool = True) -> ExportedModule:
     """``ep.module()``: see the module docstring."""
     sig = ep.graph_signature
     # subgraphs of control flow come along; ep stays untouched. Modules other code hung on the
@@ -232,7 +240,7 @@ def _record_provenance(program_graph: torch.fx.Graph, copy_graph: torch.fx.Graph
                                                          fx_traceback.NodeSourceAction.CREATE)]
 
 
-def _install_state(root: torch.nn.Module, ep) -> None:
+def _install_state(root: torch.nn.Module, ep: Any) -> None:
     """Parameters and buffers at their FQNs; constants as plain attributes."""
     sig = ep.graph_signature
     updated = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
@@ -256,7 +264,7 @@ def _install_state(root: torch.nn.Module, ep) -> None:
             _install(root, spec.target, _constant_value(ep.constants[spec.target]))
 
 
-def _install_constant_aliases(module: torch.nn.Module, ep, installed: list[str]) -> list[str]:
+def _install_constant_aliases(module: torch.nn.Module, ep: Any, installed: list[str]) -> list[str]:
     """The other names of a constant the program reads under one name (``self.foo`` and
     ``self.m2.foo`` holding one tensor: one placeholder, two entries of ``ep.constants``), at
     their own FQNs on the module and holding the same object, as on the exported model; a
@@ -302,7 +310,7 @@ def _fetch(mod: torch.nn.Module, fqn: str) -> Any:
 
 def _owner(root: torch.nn.Module, fqn: str) -> tuple[Any, Any, str]:
     *path, field = fqn.split(".")
-    owner = root
+    owner: Any = root
     for part in path:
         owner = getattr(owner, part, None)
         if owner is None:

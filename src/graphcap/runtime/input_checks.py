@@ -18,8 +18,9 @@ import torch
 
 from .. import auto_flatten, module_inputs
 from ..errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
+from ..graph_arguments import InputKind
 from ..pytree import input_path_str
-from ..signature import InputKind, call_graph_of, call_spec_of
+from ..signature import call_graph_of, call_spec_of
 from ..torch_private import pytree
 from ..torch_private.symbolic import bound_sympy, int_oo
 from ..trace.naming.node_names import builtins_called_by_name
@@ -83,7 +84,7 @@ def _same_device(expected: torch.device, got: torch.device) -> bool:
     return expected.index is None or got.index is None or expected.index == got.index
 
 
-def _user_names(ep) -> dict[Any, str]:
+def _user_names(ep: Any) -> dict[Any, str]:
     from ..dynamic.symbol_names import dim_names
     try:
         return dim_names(ep)
@@ -94,7 +95,7 @@ def _user_names(ep) -> dict[Any, str]:
 class InputChecker:
     """The checks of one program's inputs; ``check_structure`` then ``check_leaves`` (or call it)."""
 
-    def __init__(self, ep):
+    def __init__(self, ep: Any) -> None:
         in_spec = call_spec_of(ep)[0]
         self._in_spec = in_spec
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
@@ -124,7 +125,7 @@ class InputChecker:
         self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
 
     # -- structure -----------------------------------------------------------
-    def check_structure(self, args: tuple, kwargs: dict) -> None:
+    def check_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
         spec = other_structure(args, kwargs, self._in_spec)
@@ -146,13 +147,13 @@ class InputChecker:
             fix="Pass the same positional and keyword arguments, with the same containers, as "
                 "the example inputs given to export (each * is one tensor or value).")
 
-    def flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+    def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
         return auto_flatten.flatten_by_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     # -- leaves ----------------------------------------------------------------
-    def __call__(self, args: tuple, kwargs: dict) -> list[Any]:
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         leaves = self.flat_inputs(args, kwargs)
         self.check_leaves(leaves)
         return leaves
@@ -189,11 +190,11 @@ class InputChecker:
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
-                got = ", ".join(f"{names[s]} = {bindings[s]}"
-                                for s in sorted(relation.free_symbols, key=lambda s: names[s]))
+                values = ", ".join(f"{names[s]} = {bindings[s]}"
+                                   for s in sorted(relation.free_symbols, key=lambda s: names[s]))
                 raise InputGuardError(
                     guards.with_guard(
-                        f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {got}",
+                        f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {values}",
                         guards.expr_condition(relation, sources)),
                     fix="The program was specialized on this relation between input sizes at export "
                         "(a shape comparison in Python); export with inputs on the other side of it "
@@ -209,7 +210,7 @@ class InputChecker:
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
 
-    def _check_symint(self, leaf: _SymIntLeaf, value: Any, bindings, sources) -> None:
+    def _check_symint(self, leaf: _SymIntLeaf, value: Any, bindings: dict[Any, Any], sources: dict[Any, str]) -> None:
         """A dynamic int input: an int, within its range, equal to other inputs sharing its symbol."""
         if isinstance(value, torch.SymInt):  # a tracer re-exporting module(): its range as a guard
             self._check_range(leaf.path, leaf.source, leaf.expr, value)
@@ -234,7 +235,8 @@ class InputChecker:
         """A symbol as the user named it (graphcap.dynamic.symbol_names), for messages."""
         return self._names.get(sym, str(sym))
 
-    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings, sources, deferred, exprs) -> None:
+    def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings: dict[Any, Any], sources: dict[Any, str],
+                      deferred: list[tuple[_TensorLeaf, int, Any, Any]], exprs: dict[Any, Any]) -> None:
         if not isinstance(value, torch.Tensor):
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
@@ -285,14 +287,14 @@ class InputChecker:
         factory): ATen's type promotion then decides every result dtype at run time, as in eager,
         and every value the exported dtype holds is held by the wider one. Narrower integers and
         other kinds of dtype stay refused."""
-        def integral(d):
+        def integral(d: torch.dtype) -> bool:
             return not d.is_floating_point and not d.is_complex and d is not torch.bool
         if not (integral(exported) and integral(got)) or exported in self._named_dtypes:
             return False
         have, want = torch.iinfo(got), torch.iinfo(exported)
         return have.min <= want.min and have.max >= want.max
 
-    def _check_expr(self, path: str, source: str, expr: Any, got: Any, exprs: dict) -> None:
+    def _check_expr(self, path: str, source: str, expr: Any, got: Any, exprs: dict[Any, Any]) -> None:
         """A size given by an expression (a derived dim): within the range the expression takes,
         and equal to an earlier size with the same expression. Checked in input order, so the
         first input that breaks one is the one named."""
@@ -333,7 +335,8 @@ class InputChecker:
                                   f"{source} <= {int(upper)}"),
                 fix=f"The program accepts sizes in [{lower}, {upper}] here.")
 
-    def _check_derived_symbolic(self, leaf: _TensorLeaf, dim: int, expr: Any, got: Any, bindings) -> None:
+    def _check_derived_symbolic(self, leaf: _TensorLeaf, dim: int, expr: Any, got: Any,
+                                bindings: dict[Any, Any]) -> None:
         """A derived-dim size while a tracer re-exports ``module()`` (sizes may be SymInts): the
         same facts as :meth:`_check_derived` — a size of the form ``a*root + b``, equal to what the
         bound root gives — asked of the sizes as Python conditions, so the tracer decides each from
@@ -360,7 +363,8 @@ class InputChecker:
                 f"Expected input at {path} to be equal to {expr}, but got {got}",
                 fix=f"This dimension is {expr} in the exported program.")
 
-    def _check_derived(self, leaf: _TensorLeaf, dim: int, expr: Any, got: int, bindings, sources) -> None:
+    def _check_derived(self, leaf: _TensorLeaf, dim: int, expr: Any, got: int, bindings: dict[Any, Any],
+                       sources: dict[Any, str]) -> None:
         path, source = f"{leaf.path}.shape[{dim}]", guards.size_source(leaf.source, dim)
         free = expr.free_symbols
         if not free.issubset(bindings):
@@ -401,7 +405,7 @@ def _form_condition(source: str, expr: Any, root: Any) -> str:
     return f"{source} == {guards.expr_condition(expr, {root: root.name})}"
 
 
-def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any, dict]]:
+def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any, dict[Any, str]]]:
     """The graph's runtime asserts over input sizes only, with the input path naming each symbol,
     so that ``module()`` refuses inputs that break them before computing anything."""
     names: dict[Any, str] = {}
@@ -423,7 +427,7 @@ def _input_relations(graph: torch.fx.Graph, leaves: list[Any]) -> list[tuple[Any
     return out
 
 
-def _dtypes_named_in(gm: torch.fx.GraphModule) -> set:
+def _dtypes_named_in(gm: torch.fx.GraphModule) -> set[torch.dtype]:
     """Every dtype an operator of the program (its subgraphs included) takes as an argument."""
     named = set()
     for mod in gm.modules():
@@ -436,7 +440,7 @@ def _dtypes_named_in(gm: torch.fx.GraphModule) -> set:
     return named
 
 
-def _as_names(names: dict) -> dict:
+def _as_names(names: dict[Any, str]) -> dict[Any, Any]:
     return {s: sympy.Symbol(n) for s, n in names.items()}
 
 

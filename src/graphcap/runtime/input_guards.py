@@ -17,7 +17,7 @@ import sympy
 from ..torch_private import pytree
 
 
-def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: frozenset = frozenset()) -> list[str]:
+def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: frozenset[str] = frozenset()) -> list[str]:
     """The name of each positional then keyword input, as the program's forward calls them.
 
     The recorded forward parameter names are used when they fit the input
@@ -41,7 +41,7 @@ def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: froze
     return fallback if _usable(fallback, avoid) else [f"arg_{i}" for i in range(n_args + len(kwarg_names))]
 
 
-def _unshadowing(name: str, position: int, avoid: frozenset) -> str:
+def _unshadowing(name: str, position: int, avoid: frozenset[str]) -> str:
     """``arg_<i>`` for a parameter named like a global of fx's generated code (``torch``):
     as a parameter it would shadow the ``torch.ops...`` the body calls."""
     return f"arg_{position}" if name in _fx_globals() or name in avoid else name
@@ -57,7 +57,7 @@ def _is_args_kwargs(in_spec: Any) -> bool:
             and in_spec.child(1).type is dict)
 
 
-def _usable(names: list[str], avoid: frozenset = frozenset()) -> bool:
+def _usable(names: list[str], avoid: frozenset[str] = frozenset()) -> bool:
     import keyword
     return (len(set(names)) == len(names)
             and all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" and n not in _fx_globals()
@@ -82,7 +82,7 @@ def leaf_sources(in_spec: Any, names: list[str]) -> list[str]:
     return out
 
 
-def _source(path: tuple, names: list[str], n_args: int) -> str:
+def _source(path: tuple[Any, ...], names: list[str], n_args: int) -> str:
     if len(path) < 2:
         return "inputs" + pytree.keystr(path)
     group, key = path[0], path[1]
@@ -106,7 +106,7 @@ def value_condition(source: str, value: Any) -> str:
     return f"{source} == {value!r}"
 
 
-def expr_condition(expr: Any, sources: dict) -> str:
+def expr_condition(expr: Any, sources: dict[Any, Any]) -> str:
     """A sympy relation or expression over size symbols, with each symbol written as its input size."""
     named = expr.xreplace({s: sympy.Symbol(n) for s, n in sources.items()})
     if isinstance(named, sympy.Eq):

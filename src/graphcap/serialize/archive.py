@@ -18,12 +18,12 @@ import struct
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from typing import IO, Any, Optional, Union
+from typing import IO, Any, Optional, TypeGuard, Union
 
 from ..errors import SerializationError
 from . import schema
 
-PathOrFile = Union[str, os.PathLike, IO[bytes]]
+PathOrFile = Union[str, os.PathLike[str], IO[bytes]]
 
 _ALIGN = 64
 _PAD_HEADER_ID = 0x6367  # an extra-field id no zip tool assigns a meaning to
@@ -36,7 +36,7 @@ def corrupt(what: str, where: Optional[str] = None) -> SerializationError:
     return SerializationError(what, where=where, fix=_FIX_CORRUPT)
 
 
-def is_path(f: Any) -> bool:
+def is_path(f: Any) -> TypeGuard[Union[str, os.PathLike[str]]]:
     return isinstance(f, (str, os.PathLike))
 
 
@@ -207,7 +207,7 @@ class ArchiveReader:
         if not isinstance(manifest, dict) or manifest.get("magic") != schema.MAGIC \
                 or not isinstance(manifest.get("entries"), dict):
             raise corrupt("The manifest is malformed.", where=schema.MANIFEST_ENTRY)
-        entries = manifest["entries"]
+        entries: dict[str, dict[str, Any]] = manifest["entries"]
         for name, meta in entries.items():
             if not (isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
                     and isinstance(meta.get("size"), int)):

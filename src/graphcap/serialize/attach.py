@@ -23,7 +23,7 @@ from .values import DTYPES, bad, decode_device
 
 # ---------------------------------------------------------------------------
 
-def _expected(name: str, d: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device, dict]:
+def _expected(name: str, d: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device, dict[str, Any]]:
     try:
         shape = tuple(d["shape"])
         dtype = DTYPES[d["dtype"]]

@@ -38,7 +38,7 @@ def encode_key(key: Any) -> dict[str, Any]:
     raise Unencodable(f"a binding path key of type {type(key).__qualname__} ({key!s:.60})")
 
 
-def encode_bindings(bindings: dict, expr: Any, node_name: str) -> list[Any]:
+def encode_bindings(bindings: dict[Any, Any], expr: Any, node_name: str) -> list[Any]:
     """``[[symbol, [key, ...]], ...]``; ``expr`` writes a symbol (and enters it in the symbol table)."""
     try:
         return [[expr(sym), [encode_key(k) for k in path]] for sym, path in bindings.items()]
@@ -74,11 +74,11 @@ def _decode_key(j: Any, where: str) -> Any:
     raise bad(f"Unknown binding path key {tag!r:.40} at {where}.")
 
 
-def decode_bindings(j: Any, symbol: Any, where: str) -> dict[Any, tuple]:
+def decode_bindings(j: Any, symbol: Any, where: str) -> dict[Any, tuple[Any, ...]]:
     """The node's ``{unbacked symbol: path}``; ``symbol`` reads a symbol of the file's table."""
     if not isinstance(j, list):
         raise bad(f"Malformed unbacked_bindings at {where}.")
-    out: dict[Any, tuple] = {}
+    out: dict[Any, tuple[Any, ...]] = {}
     for item in j:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
             raise bad(f"Malformed unbacked_bindings at {where}.")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union, cast
 
 import torch
 
@@ -146,7 +146,7 @@ class SafetensorsCheckpoint(Checkpoint):
     def tensor(self, name: str) -> torch.Tensor:
         path = self._file_of[name]
         try:
-            return self._handles[path].get_tensor(name)
+            return cast(torch.Tensor, self._handles[path].get_tensor(name))
         except Exception as e:
             raise refuse(f"Cannot read {name!r} from {path}: {e}", f"graphcap.load(f, weights={self.label!r})",
                          "The file is damaged or truncated: save the checkpoint again.") from None

@@ -174,7 +174,7 @@ class StandIn:
     def __len__(self) -> int:
         return len(self._children)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._children)
 
     def __eq__(self, other: Any) -> bool:
@@ -196,14 +196,14 @@ def stand_in_class(name: str) -> type:
                                    "__qualname__": short,
                                    "__doc__": f"A stand-in for {name}, which this process could not import."})
 
-    def flatten(obj):
+    def flatten(obj: StandIn) -> tuple[list[Any], Any]:
         return list(obj._children), obj._context
 
-    def flatten_with_keys(obj):
+    def flatten_with_keys(obj: StandIn) -> tuple[list[tuple[Any, Any]], Any]:
         keys = obj.field_names()
         return [(pytree.GetAttrKey(k), c) for k, c in zip(keys, obj._children)], obj._context
 
-    def unflatten(values, context):
+    def unflatten(values: list[Any], context: Any) -> Any:
         return cls(values, context)
 
     auto_flatten.add_own_node(cls, auto_flatten.AutoNode(
@@ -217,7 +217,8 @@ def stand_in_namedtuple(name: str, fields: list[str]) -> type:
     key = f"{name}({','.join(fields)})"
     if key not in _STAND_INS:
         short = name.rsplit(".", 1)[-1]
-        cls = collections.namedtuple(short if short.isidentifier() else "StandIn", fields, rename=True)
+        cls = collections.namedtuple(short if short.isidentifier() else "StandIn", fields,  # type: ignore[misc]
+                                     rename=True)  # (the name is the missing class's, known only here)
         cls.__module__ = "graphcap.stand_in"
         cls.stand_in_for = name  # type: ignore[attr-defined]
         _STAND_INS[key] = cls

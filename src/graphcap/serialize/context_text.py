@@ -17,7 +17,7 @@ from . import class_lookup
 from .values import bad, decode_value, encode_value
 
 
-def context_to_text(context: tuple) -> str:
+def context_to_text(context: tuple[Any, ...]) -> str:
     """An attribute-flattened node's context ``(keys, static)`` as JSON text.
 
     torch's pytree writes a registered class's context with this function
@@ -33,7 +33,7 @@ def context_to_text(context: tuple) -> str:
     return json.dumps(encode_value(context, extra))
 
 
-def context_from_text(text: str) -> tuple:
+def context_from_text(text: str) -> tuple[Any, ...]:
     """The context :func:`context_to_text` wrote (``treespec_loads``: AOTInductor's loaded package)."""
 
     def extra(tag: str, payload: Any) -> Any:

@@ -18,20 +18,16 @@ from typing import Any, Callable, Optional
 import torch
 import torch.fx
 
-from ..signature import (
+from ..graph_arguments import (
     ConstantArgument,
-    ExportGraphSignature,
     InputKind,
-    InputSpec,
-    ModuleCallEntry,
-    ModuleCallSignature,
     OutputKind,
-    OutputSpec,
     SymBoolArgument,
     SymFloatArgument,
     SymIntArgument,
     TensorArgument,
 )
+from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
@@ -52,8 +48,8 @@ class _GraphReader:
     def __init__(self, symbols: SymbolTable, schemas: dict[str, Any]):
         self.symbols = symbols
         self.schemas = schemas
-        self.py_targets = python_targets()
-        self.ops: dict[str, Any] = {}
+        self.py_targets: dict[str, Callable[..., Any]] = python_targets()
+        self.ops: dict[str, Callable[..., Any]] = {}
         self.tensor_metas: dict[str, Any] = {}  # TensorMetadata is immutable: one per distinct value
 
     def target(self, j: Any, where: str) -> Callable[..., Any]:
@@ -158,12 +154,12 @@ class _GraphReader:
                 stack[item[0]] = (item[1], item[2])
             node.meta["nn_module_stack"] = stack
         if "source_fn_stack" in m:
-            stack = []
+            source_fns = []
             for item in field(m, "source_fn_stack", list, where):
                 if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
                     raise bad(f"Malformed source_fn_stack at {where}.")
-                stack.append((item[0], item[1]))
-            node.meta["source_fn_stack"] = stack
+                source_fns.append((item[0], item[1]))
+            node.meta["source_fn_stack"] = source_fns
         if "torch_fn" in m:
             fn = m["torch_fn"]
             if not (isinstance(fn, list) and len(fn) == 2 and all(isinstance(x, str) for x in fn)):
@@ -213,7 +209,7 @@ def _enum(cls: Any, name: Any, where: str) -> Any:
     return cls[name]
 
 
-def _opt_str(d: dict, key: str, where: str) -> Optional[str]:
+def _opt_str(d: dict[str, Any], key: str, where: str) -> Optional[str]:
     value = d.get(key)
     if value is not None and not isinstance(value, str):
         raise bad(f"Field {key!r} at {where} must be a string.")

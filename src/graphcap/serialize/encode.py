@@ -19,17 +19,14 @@ import torch.fx
 
 from .. import auto_flatten
 from ..errors import SerializationError
-from ..signature import (
+from ..graph_arguments import (
     ConstantArgument,
-    ExportGraphSignature,
-    ModuleCallEntry,
     SymBoolArgument,
     SymFloatArgument,
     SymIntArgument,
     TensorArgument,
-    call_graph_of,
-    call_spec_of,
 )
+from ..signature import ExportGraphSignature, ModuleCallEntry, call_graph_of, call_spec_of
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
 from ..torch_private.shapes import example_values, symbol_ranges
@@ -57,7 +54,7 @@ def op_key(op: OpOverload) -> str:
 
 
 class _Writer:
-    def __init__(self, ep):
+    def __init__(self, ep: Any) -> None:
         self.ep = ep
         self.operators: dict[str, str] = {}
         self.symbols: dict[str, sympy.Symbol] = {}
@@ -83,7 +80,8 @@ class _Writer:
         return self.expr(e)
 
     def tensor_meta(self, t: torch.Tensor, depth: int = 0) -> dict[str, Any]:
-        dim = lambda x: self.sym(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else int(x)  # noqa: E731
+        def dim(x: Any) -> Any:
+            return self.sym(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else int(x)
         meta = {"shape": [dim(x) for x in t.shape], "stride": [dim(x) for x in t.stride()],
                 "offset": dim(t.storage_offset()), "dtype": str(t.dtype), "device": str(t.device),
                 "requires_grad": bool(t.requires_grad)}
@@ -133,7 +131,7 @@ class _Writer:
             self.operators[key] = str(schema_of(t))
             return {"op": key}
         if isinstance(t, HigherOrderOperator):
-            return {"hop": t.name()}
+            return {"hop": t.name()}  # type: ignore[no-untyped-call]  # (torch's method is unannotated)
         return None
 
     def target(self, node: torch.fx.Node) -> Any:
@@ -309,7 +307,7 @@ def _bound(b: Any) -> Any:
     return float(b)
 
 
-def encode_program(ep, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
+def encode_program(ep: Any, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The program.json dict and the tensor entries (name → safetensors bytes).
 
     ``with_weights=False`` describes the weights without their data (and
@@ -378,7 +376,7 @@ def _custom(custom: Any, where: str) -> Any:
     return encode_value(kept) if kept else None
 
 
-def _example_inputs(ep) -> tuple[Any, bytes]:
+def _example_inputs(ep: Any) -> tuple[Any, bytes]:
     """The example inputs' leaves (tensors by index into their own safetensors entry).
 
     Example inputs are optional: when they do not follow the program's input

@@ -47,7 +47,7 @@ _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:e[+-]?\d+)?|\d+)|([A-Za-z_][A-Za-z0-9_]*
 _MAX_POW_BITS = 4096
 
 
-class _Printer(StrPrinter):
+class _Printer(StrPrinter):  # type: ignore[misc]  # sympy has no type annotations
     """sympy's printed form, but with ``And(a, b)`` / ``Or(a, b)`` / ``Not(a)`` for the
     connectives (sympy prints ``a & b``, ``a | b``, ``~a``), which the reader knows as functions."""
 
@@ -68,7 +68,7 @@ _PRINTER = _Printer()
 
 
 def expr_to_str(expr: Any) -> str:
-    return _PRINTER.doprint(expr)
+    return str(_PRINTER.doprint(expr))
 
 
 def _fail(text: str, why: str) -> SerializationError:
@@ -111,8 +111,9 @@ class _Parser:
 
     def parse(self) -> Any:
         value = self.comparison()
-        if self.peek() is not None:
-            raise _fail(self.text, f"unexpected {self.peek()[1]!r} after the expression")
+        extra = self.peek()
+        if extra is not None:
+            raise _fail(self.text, f"unexpected {extra[1]!r} after the expression")
         return value
 
     def _enter(self) -> None:

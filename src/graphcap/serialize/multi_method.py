@@ -169,7 +169,7 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
         raise attach.structure_only_error()
     else:
         state = _read_state(reader, layout, mmap)
-    program_options = {"import_modules": import_modules, "stand_ins": stand_ins}
+    program_options: dict[str, Any] = {"import_modules": import_modules, "stand_ins": stand_ins}
     programs: dict[str, ExportedProgram] = {}
     for i, name in enumerate(layout["methods"]):
         entry = f"{METHOD_PREFIX}{i}.pt2"

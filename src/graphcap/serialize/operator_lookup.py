@@ -8,7 +8,7 @@ one; higher-order operators come from ``torch.ops.higher_order``.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -58,7 +58,7 @@ def resolve_op(key: Any, schemas: dict[str, Any]) -> OpOverload:
             f"The operator {key} in this process has the schema\n  {schema_of(op)}\nbut the program was "
             f"saved with\n  {saved}", where=f"program.json operator {key}",
             fix="Load with the version of torch / of the operator library the program was exported with.")
-    return op
+    return cast(OpOverload, op)  # the last step checked it
 
 
 def resolve_hop(name: Any) -> HigherOrderOperator:

@@ -35,7 +35,7 @@ class StructureOnlyProgram(ExportedProgram):
     and dtype only). ``save(ep, f, weights=False)`` writes its structure again.
     """
 
-    def module(self, check_guards: bool = True) -> torch.nn.Module:
+    def module(self, check_guards: bool = True) -> torch.fx.GraphModule:
         raise SerializationError(
             "This program was loaded with weights=False: it has the structure but no weights, so it "
             "cannot run.", where="ep.module()",

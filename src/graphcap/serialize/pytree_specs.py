@@ -168,9 +168,10 @@ def _resolve_namedtuple(payload: Any) -> type:
         raise SerializationError(
             f"The program's structure uses the namedtuple {name}, which is not registered in this "
             f"process.", where="program.json (pytree specs)", fix=_registration_fix(name))
-    if list(cls._fields) != fields:
+    fields_here = list(cls._fields)  # type: ignore[attr-defined]  # a namedtuple class (checked above)
+    if fields_here != fields:
         raise SerializationError(
-            f"The namedtuple {name} in this process has fields {list(cls._fields)}, but the file was "
+            f"The namedtuple {name} in this process has fields {fields_here}, but the file was "
             f"saved with {fields}.", where="program.json (pytree specs)",
             fix="Load with the version of the class the program was exported with.")
     return cls
@@ -210,7 +211,7 @@ def json_to_spec(j: Any, types: dict[str, type] | None = None, depth: int = 0) -
             return types[payload]
         if tag == "dumpable" and typ is None and isinstance(payload, str):
             return class_lookup.DumpedContext(payload)  # read once the class is known, below
-        read_context = _dumpable_context_fns(typ)[1] if tag == "dumpable" else None
+        read_context = _dumpable_context_fns(typ)[1] if tag == "dumpable" and typ is not None else None
         if read_context is not None and isinstance(payload, str):
             try:
                 return read_context(payload)

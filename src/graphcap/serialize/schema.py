@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..signature import InputKind, OutputKind
+from ..graph_arguments import InputKind, OutputKind
 from .typed_json import (
     Bool,
     Int,
@@ -157,7 +157,7 @@ EXPR = Union("Expr", Int, Str)
 BOUND = Union("Bound", Number, OneOf("oo", "-oo"))
 
 
-def _tagged_values(name: str, extra: dict) -> Union:
+def _tagged_values(name: str, extra: dict[str, Any]) -> Union:
     """Plain values as tagged JSON (serialize/values.py), plus the ``extra`` tags of one context."""
     value = Ref(name)
     tags = {"tuple": ListOf(value), "list": ListOf(value), "size": ListOf(value),
@@ -262,7 +262,7 @@ def program_fingerprint() -> str:
     return fingerprint(PROGRAM)
 
 
-def check_written(program: dict) -> None:
+def check_written(program: dict[str, Any]) -> None:
     """Refuse to write a program.json that does not follow ``PROGRAM`` (a graphcap bug, caught at save)."""
     check(PROGRAM, program, what="The program.json graphcap.save was about to write", version=FORMAT_VERSION,
           fix="Report this as a graphcap bug: the encoder (serialize/encode.py) and the declared format "

@@ -33,7 +33,7 @@ import os
 import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from safetensors.torch import load as st_load
@@ -186,7 +186,7 @@ def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
     """safetensors bytes holding each storage once, and the per-name description."""
     blobs: dict[str, torch.Tensor] = {}
     by_object: dict[int, str] = {}
-    by_storage: dict[tuple, str] = {}
+    by_storage: dict[tuple[Any, ...], str] = {}
     storage_tensors: dict[str, list[torch.Tensor]] = {}
     described: dict[str, Any] = {}
 
@@ -302,7 +302,7 @@ def unflatten_subclass(cls: Any, inner: dict[str, torch.Tensor], context: Any, s
     if not isinstance(value, cls) or list(value.shape) != list(shape):
         raise bad(f"{where}: {cls.__qualname__}.__tensor_unflatten__ did not rebuild a {cls.__qualname__} "
                   f"of shape {list(shape)}.")
-    return value
+    return cast(torch.Tensor, value)
 
 
 def _rebuild_subclass(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor], depth: int = 0
@@ -476,7 +476,8 @@ def unpack_mmap(path: str, offset: int, size: int, described: Any, *, entry: str
         else:
             blobs[key] = torch.frombuffer(mm, dtype=dtype, count=shape[0], offset=start)
     if sums is not None:
-        expected = sums.get("storages") if isinstance(sums.get("storages"), dict) else {}
+        storages = sums.get("storages")
+        expected: dict[str, Any] = storages if isinstance(storages, dict) else {}
         if set(expected) != {k for k, _ in spans}:
             raise bad(f"The storages of {entry!r} are not the ones its checksums list.", where=entry)
         users = _storage_users(described)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import SerializationError
 
@@ -193,7 +193,7 @@ class Record(_Named):
         self.name, self.required, self.optional = name, required, optional or {}
         self.expected = f"a {name} object"
 
-    def keys_fit(self, x: dict) -> bool:
+    def keys_fit(self, x: dict[str, Any]) -> bool:
         return set(self.required) <= set(x) <= set(self.required) | set(self.optional)
 
     def check(self, x: Any, path: str, depth: int = 0) -> None:
@@ -263,6 +263,9 @@ class Union(_Named):
         return {"any_of": [o.describe(defs) for o in self.options]}
 
 
+_S = TypeVar("_S", bound=Shape)
+
+
 class Ref(Shape):
     """A forward reference, bound later with ``bind`` (for definitions that contain themselves)."""
 
@@ -271,7 +274,7 @@ class Ref(Shape):
         self.target: Optional[Shape] = None
         self.expected = f"a {name}"
 
-    def bind(self, target: Shape) -> Shape:
+    def bind(self, target: _S) -> _S:
         self.target = target
         return target
 

@@ -36,7 +36,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..signature import ExportGraphSignature, OutputKind
+from ..graph_arguments import OutputKind
+from ..signature import ExportGraphSignature
 from . import schema
 from .values import bad
 
@@ -100,7 +101,8 @@ def writes_into_graph(gm: torch.fx.GraphModule, signature: ExportGraphSignature)
     values = list(output.args[0])
     kept_values, kept_specs = [], []
     for value, spec in zip(values, signature.output_specs):
-        position = written.get((spec.kind, spec.target)) if spec.kind in _UPGRADED_KINDS else None
+        position = written.get((spec.kind, spec.target)) \
+            if spec.kind in _UPGRADED_KINDS and spec.target is not None else None
         if position is None or position >= len(placeholders):
             kept_values.append(value)
             kept_specs.append(spec)

@@ -120,7 +120,7 @@ def decode_value(j: Any, extra: Optional[Callable[[str, Any], Any]] = None, dept
     def sub(x: Any) -> Any:
         return decode_value(x, extra, depth + 1)
 
-    def items(x: Any, n: Optional[int] = None) -> list:
+    def items(x: Any, n: Optional[int] = None) -> list[Any]:
         if not isinstance(x, list) or (n is not None and len(x) != n):
             raise bad(f"A malformed {tag!r} value in the file.")
         return x

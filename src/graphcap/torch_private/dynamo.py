@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import torch
 from torch._dynamo.exc import UserError, UserErrorType
 
+from .messages import dynamo_side_effect_sources
 from .thread_scoped import ThreadScopedPatch
 
 RELIES_ON = {
@@ -240,8 +241,6 @@ def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch
     raises dynamo's ``Unsupported`` (a ``TorchDynamoException``). Side effects
     are reported by a warning listing their sources (``side_effect_replay_policy="warn"``).
     """
-    import ast
-    import re
     import warnings
 
     import torch._dynamo
@@ -253,12 +252,9 @@ def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch
             fn, aten_graph=False, tracing_mode="symbolic", assume_static_by_default=True,
             disable_constraint_solver=True, same_signature=True, _log_export_usage=False)(*args, **kwargs)
     for w in caught:
-        found = re.search(r"side effects happened.*?double check: (\[.*\])\s*$", str(w.message), re.S)
-        if found:
-            try:
-                side_effects.extend(str(n) for n in ast.literal_eval(found.group(1)))
-            except (ValueError, SyntaxError):
-                side_effects.append(found.group(1))
+        sources = dynamo_side_effect_sources(w.message)
+        if sources is not None:
+            side_effects.extend(sources)
         else:  # the program's own warnings reach the user as they would
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return result.graph_module, side_effects

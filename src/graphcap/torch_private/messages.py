@@ -12,6 +12,7 @@ naming the function when a release moves it.
 """
 from __future__ import annotations
 
+import ast
 import re
 import types
 from typing import Optional
@@ -23,7 +24,10 @@ RELIES_ON = {
 }
 
 __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_cond_container_operands_refusal",
-           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch"]
+           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "is_data_dependent_failure",
+           "is_real_tensor_under_fake_mode", "is_runtime_assert_failure", "blames_control_flow_capture",
+           "uncapturable_branch_reason", "dynamo_explanation", "dynamo_user_code_frame",
+           "dynamo_side_effect_sources"]
 
 # "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)). ..."
 _DATA_DEPENDENT_EXPRESSION = re.compile(r"data-dependent expression (.+?) \(unhinted")
@@ -64,6 +68,85 @@ def fake_device_mismatch(error: BaseException) -> tuple[str, str, str] | None:
 def is_cond_container_operands_refusal(error: BaseException) -> bool:
     """Whether ``error`` is torch.cond refusing operands that hold a container."""
     return bool(_COND_CONTAINER_OPERANDS.search(str(error)))
+
+
+def is_data_dependent_failure(error: BaseException) -> bool:
+    """Whether ``error`` says a value read from data was needed: one of torch's types for it
+    (``GuardOnDataDependentSymNode``, fake tensors' ``DataDependentOutputException``, told by
+    name, as their modules are private and vary by release), or an error whose message keeps the
+    words of one it wraps (dynamo's, functionalization's), whose type says nothing."""
+    return "DataDependent" in type(error).__name__ or "data-dependent" in str(error).lower()
+
+
+def is_real_tensor_under_fake_mode(error: BaseException) -> bool:
+    """Whether ``error`` is a fake mode refusing a real tensor among an operator's inputs (an
+    ``AssertionError``, the type of many other failures too: only its words tell this one)."""
+    text = str(error)
+    return "Please convert all Tensors to FakeTensors" in text or "non-Fake Tensor" in text
+
+
+def is_runtime_assert_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a graph's runtime assert failing: ``aten._assert_scalar`` raises a
+    plain ``RuntimeError`` with the message torch's runtime-assert pass wrote into the node
+    (``Runtime assertion failed for expression u0 <= 10 on node 'le_1'``)."""
+    return str(error).startswith("Runtime assertion failed")
+
+
+def blames_control_flow_capture(error: BaseException) -> bool:
+    """Whether ``error``'s message blames the capture of a higher-order operator (``torch.cond``,
+    ``while_loop``) or dynamo, which torch's own operators use to capture their branches."""
+    text = str(error).lower()
+    return "higher order operator" in text or "dynamo" in text
+
+
+_DEBUG_BOILERPLATE = ("Developer debug context", "For more details", "from user code", "Set TORCHDYNAMO_VERBOSE")
+
+
+def uncapturable_branch_reason(error: BaseException) -> str:
+    """The explanation torch gave for a branch or loop body it could not capture, on one line,
+    without its wrapper sentence and debug boilerplate (at most 600 characters)."""
+    text = str(error)
+    if "Got graph break/error:" in text:
+        text = text.split("Got graph break/error:", 1)[1]
+    keep = []
+    for line in text.strip().splitlines():
+        if line.strip().startswith(_DEBUG_BOILERPLATE):
+            break
+        if line.strip():
+            keep.append(line.strip())
+    return " ".join(keep)[:600]
+
+
+def dynamo_explanation(error: BaseException) -> str:
+    """dynamo's own explanation of a refusal, without the user-code section (graphcap's ``where``
+    says it) and the closing note on debug flags; continuation lines indented for a message."""
+    text = re.split(r"\n\s*from user code:", str(error))[0]
+    text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
+    return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
+
+
+def dynamo_user_code_frame(error: BaseException, skip: str) -> Optional[str]:
+    """The innermost frame (``File "...", line N, in f`` and its source line) that dynamo's message
+    lists under ``from user code:``, leaving out frames that mention ``skip``; None without one.
+    For errors that carry no ``real_stack``: the message is then the only record of the frame."""
+    text = str(error)
+    section = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
+    found = [f for f in re.findall(r"(File \"[^\n]+\n[^\n]+)", section) if skip not in f]
+    return found[-1].rstrip() if found else None
+
+
+def dynamo_side_effect_sources(error: BaseException) -> Optional[list[str]]:
+    """The sources (``G['counter']``, ``L['self'].cache``) dynamo lists when it refuses (or, as a
+    warning, reports) side effects it would have to replay after the graph; None when ``error`` is
+    neither."""
+    found = re.search(r"side effects happened.*?sources you can double check: (\[.*\])\s*$", str(error),
+                      re.S | re.M)
+    if not found:
+        return None
+    try:
+        return [str(n) for n in ast.literal_eval(found.group(1))]
+    except (ValueError, SyntaxError):
+        return [found.group(1)]
 
 
 def _frame_locals(tb: Optional[types.TracebackType], func_name: str, file_suffix: str) -> Optional[dict]:

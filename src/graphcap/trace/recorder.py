@@ -31,7 +31,12 @@ from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
 from ..torch_private.engine_files import engine_files
 from ..torch_private.fake import FakeTensorMode, unsupported_operator_error
-from ..torch_private.messages import custom_op_without_fake_kernel, fake_device_mismatch
+from ..torch_private.messages import (
+    custom_op_without_fake_kernel,
+    fake_device_mismatch,
+    is_data_dependent_failure,
+    is_real_tensor_under_fake_mode,
+)
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.tensor_meta import tensor_metadata_cached
@@ -356,10 +361,10 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
     older_torch = _meta_weights_refused_by_older_torch(e, program_name, where)
     if older_torch is not None:
         return older_torch
-    if "DataDependent" in name or "data-dependent" in str(e).lower():
+    if is_data_dependent_failure(e):
         from .data_dependent import explain_data_dependent
         return explain_data_dependent(e, program_name, where)
-    if "Please convert all Tensors to FakeTensors" in str(e) or "non-Fake Tensor" in str(e):
+    if is_real_tensor_under_fake_mode(e):
         return UnsupportedError(
             f"While tracing {program_name}, a real tensor reached an operator in a way graphcap cannot "
             f"lift ({text}).",

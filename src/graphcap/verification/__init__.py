@@ -24,6 +24,7 @@ import torch
 from .. import auto_flatten
 from ..capture.progress import StepProgress
 from ..errors import RuntimeInputError
+from ..torch_private.messages import is_runtime_assert_failure
 from .compare import OutputCheck, compare_outputs, compare_tensors
 from .generate import DEFAULT_MAX_ELEMENTS, element_count, make_inputs, size_plans
 from .refusals import refusal_cases
@@ -191,7 +192,7 @@ def _check_refused(label: str, runnable, args: tuple, kwargs: dict, by_runtime_a
     except RuntimeInputError as e:
         return RefusalResult(label, True, _first_line(e))
     except RuntimeError as e:
-        if by_runtime_assert and str(e).startswith("Runtime assertion failed"):
+        if by_runtime_assert and is_runtime_assert_failure(e):
             return RefusalResult(label, True, _first_line(e))
         return RefusalResult(label, False, f"not refused by the input checks: computing raised "
                                            f"{type(e).__name__}: {_first_line(e)}")

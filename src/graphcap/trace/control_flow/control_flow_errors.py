@@ -16,7 +16,13 @@ import torch
 from ...errors import GraphcapError, UnsupportedError
 from ...torch_private import pytree
 from ...torch_private.fake import same_storage
-from ...torch_private.messages import cond_call_locals, is_cond_container_operands_refusal, while_loop_call_locals
+from ...torch_private.messages import (
+    blames_control_flow_capture,
+    cond_call_locals,
+    is_cond_container_operands_refusal,
+    uncapturable_branch_reason,
+    while_loop_call_locals,
+)
 from ...user_frames import describe_frame, is_user_file, user_frame
 from .branch_checks import BranchRefused
 
@@ -38,21 +44,6 @@ def _structure(value: Any) -> str:
 
 def _output_name(path) -> str:
     return f"output{pytree.keystr(path)}" if path else "the output"
-
-
-def _torch_reason(e: BaseException) -> str:
-    """The explanation torch gave for an uncapturable branch, without its debug boilerplate."""
-    text = str(e)
-    if "Got graph break/error:" in text:
-        text = text.split("Got graph break/error:", 1)[1]
-    keep = []
-    for line in text.strip().splitlines():
-        if line.strip().startswith(("Developer debug context", "For more details", "from user code",
-                                    "Set TORCHDYNAMO_VERBOSE")):
-            break
-        if line.strip():
-            keep.append(line.strip())
-    return " ".join(keep)[:600]
 
 
 def _difference(a: Any, b: Any) -> Optional[str]:
@@ -207,10 +198,10 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
             return None
         operator_name, found = "while_loop", _compare_loop_body(locals_)
     if found is None:
-        if "higher order operator" not in str(e).lower() and "dynamo" not in str(e).lower():
+        if not blames_control_flow_capture(e):
             return None
         found = (f"a branch or body does something the control-flow capture cannot record "
-                 f"({_torch_reason(e)}).",
+                 f"({uncapturable_branch_reason(e)}).",
                  "Keep branches and loop bodies to tensor operations on their operands: no Python side "
                  "effects (writes to self or globals), no in-place writes to operands, and outputs of "
                  "fixed metadata.")
