@@ -116,8 +116,9 @@ def flat_values(value: Any) -> list:
 
 def max_difference(expected: Any, got: Any) -> float:
     want = [t for t in flat_values(expected) if isinstance(t, torch.Tensor)]
-    have = [torch.as_tensor(t) for t in (got if isinstance(got, (list, tuple)) else flat_values(got))
-            if isinstance(t, torch.Tensor) or hasattr(t, "shape")]
+    # a consumer's flat outputs (ExecuTorch, onnxruntime) or a rebuilt structure (AOTInductor's
+    # package rebuilds the program's output classes): the leaves either way
+    have = [torch.as_tensor(t) for t in flat_values(got) if isinstance(t, torch.Tensor) or hasattr(t, "shape")]
     if len(want) != len(have):
         raise AssertionError(f"{len(have)} tensor outputs, eager has {len(want)}")
     worst = 0.0
