@@ -419,7 +419,11 @@ def main(argv=None) -> int:
     models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
-    earlier = [tuple(r) for f in ns.merge.split(",") if f for r in json.loads(Path(f).read_text())]
+    earlier_cells: dict = {}  # a later file's cell replaces an earlier file's (a rerun), in the first one's place
+    for f in (f for f in ns.merge.split(",") if f):
+        for r in json.loads(Path(f).read_text()):
+            earlier_cells[tuple(r[:3])] = tuple(r)
+    earlier = list(earlier_cells.values())
     rows: list = []
     if ns.models == "" and earlier:  # only merging: no model named, no run
         models = []
