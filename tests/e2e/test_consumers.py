@@ -496,3 +496,21 @@ def test_a_program_a_consumer_cannot_take_fails_in_the_consumer(consumer):
     assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
     raising_file = traceback.extract_tb(got.tb)[-1].filename
     assert "/graphcap/" not in raising_file, raising_file
+
+
+def test_merging_runs_keeps_a_reruns_cell_in_place_of_the_earlier_one(tmp_path):
+    """``bench/consumers.py --merge``: a cell of a later file replaces the earlier file's (a rerun),
+    keeping its row's place, so neither the .json nor the failure list keeps the stale cell."""
+    import json
+    first, rerun = tmp_path / "first.json", tmp_path / "rerun.json"
+    first.write_text(json.dumps([["m1", "aoti", "graphcap", "FAIL NotImplementedError: stale"],
+                                 ["m1", "aoti", "torch", "ok 1.0e-06 (1s)"],
+                                 ["m2", "aoti", "graphcap", "ok 2.0e-06 (1s)"]]))
+    rerun.write_text(json.dumps([["m1", "aoti", "graphcap", "ok 1.4e-06 (2s)"]]))
+    out = tmp_path / "matrix.md"
+    consumers.main(["--consumers", "aoti", "--merge", f"{first},{rerun}", "--out", str(out)])
+    cells = json.loads(out.with_suffix(".json").read_text())
+    assert cells == [["m1", "aoti", "graphcap", "ok 1.4e-06 (2s)"], ["m1", "aoti", "torch", "ok 1.0e-06 (1s)"],
+                     ["m2", "aoti", "graphcap", "ok 2.0e-06 (1s)"]]
+    text = out.read_text()
+    assert "stale" not in text and "| m1 | ok 1.4e-06 / ok 1.0e-06 |" in text
