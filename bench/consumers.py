@@ -116,8 +116,9 @@ def flat_values(value: Any) -> list:
 
 def max_difference(expected: Any, got: Any) -> float:
     want = [t for t in flat_values(expected) if isinstance(t, torch.Tensor)]
-    have = [torch.as_tensor(t) for t in (got if isinstance(got, (list, tuple)) else flat_values(got))
-            if isinstance(t, torch.Tensor) or hasattr(t, "shape")]
+    # a consumer's flat outputs (ExecuTorch, onnxruntime) or a rebuilt structure (AOTInductor's
+    # package rebuilds the program's output classes): the leaves either way
+    have = [torch.as_tensor(t) for t in flat_values(got) if isinstance(t, torch.Tensor) or hasattr(t, "shape")]
     if len(want) != len(have):
         raise AssertionError(f"{len(have)} tensor outputs, eager has {len(want)}")
     worst = 0.0
@@ -418,7 +419,11 @@ def main(argv=None) -> int:
     models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
-    earlier = [tuple(r) for f in ns.merge.split(",") if f for r in json.loads(Path(f).read_text())]
+    earlier_cells: dict = {}  # a later file's cell replaces an earlier file's (a rerun), in the first one's place
+    for f in (f for f in ns.merge.split(",") if f):
+        for r in json.loads(Path(f).read_text()):
+            earlier_cells[tuple(r[:3])] = tuple(r)
+    earlier = list(earlier_cells.values())
     rows: list = []
     if ns.models == "" and earlier:  # only merging: no model named, no run
         models = []

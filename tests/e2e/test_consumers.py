@@ -284,6 +284,32 @@ def unregistered_state():
         private_pytree.deregister_python_node(KVState)
 
 
+def _registered(cls) -> bool:
+    from graphcap.torch_private import pytree as private_pytree
+    return cls in private_pytree.pytree_registry_snapshot()["nodes"]
+
+
+@pytest.fixture
+def dynamic_cache_not_handed_over():
+    """transformers' DynamicCache out of torch's registry, as in a process where no program was
+    handed over yet (an earlier test's hand-over is undone; a registration that is not
+    graphcap's, e.g. transformers' own export support, skips the test)."""
+    from transformers.cache_utils import DynamicCache
+
+    from graphcap import auto_flatten
+    from graphcap.torch_private import pytree as private_pytree
+
+    def undo_hand_over():
+        if _registered(DynamicCache) and auto_flatten.registered_as_own(DynamicCache):
+            private_pytree.deregister_python_node(DynamicCache)
+
+    undo_hand_over()
+    if _registered(DynamicCache):
+        pytest.skip("DynamicCache is registered with torch's pytree by other code in this process")
+    yield DynamicCache
+    undo_hand_over()
+
+
 @NEEDS_EXECUTORCH
 @pytest.mark.usefixtures("unregistered_state")
 @pytest.mark.parametrize("consumer", ["et_portable", "et_xnnpack"])
@@ -299,6 +325,32 @@ def test_a_program_returning_a_class_graphcap_flattens_reaches_executorch(consum
         diff = consumers.CONSUMERS[consumer](ep, case, "graphcap")
     assert diff < 1e-5
     assert KVState in private_pytree.pytree_registry_snapshot()["nodes"]  # handed over to torch
+
+
+def _aoti_runs(ep, case: consumers.Case) -> list:
+    """AOTInductor's recipe on the program as is: compile, package, load, run at each size."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d, quiet_warnings():
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=str(Path(d) / "model.pt2"))
+        runner = torch._inductor.aoti_load_package(path)
+        return [(second, runner(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+                for second in consumers.sizes(case) for args, kwargs in [consumers.inputs_of(case, second)]]
+
+
+@pytest.mark.usefixtures("unregistered_state")
+def test_a_program_returning_a_class_graphcap_flattens_reaches_aoti_as_is():
+    """AOTInductor reads only ``ep.module()`` and writes its output spec with torch's pytree
+    into the package: that read hands the structure over, and the loaded package rebuilds the
+    class (with its dtype and step) at both sizes of a dynamic batch."""
+    case = _state_case(dynamic=True)
+    with quiet_warnings():
+        ep = graphcap.export(copy.deepcopy(case.model), case.args, dynamic_shapes=case.dynamic_shapes)
+    assert not _registered(KVState)
+    for second, (out, state) in _aoti_runs(ep, case):
+        assert isinstance(state, KVState) and state.dtype == torch.float32 and state.step == 1
+        assert out.shape[0] == (5 if second else 3)
+        assert consumers.max_difference(consumers.eager(case, second), (out, state)) < 1e-5
+    assert _registered(KVState)  # handed over to torch, as docs/consumers.md says
 
 
 @pytest.mark.usefixtures("unregistered_state")
@@ -331,6 +383,11 @@ def test_graphcaps_own_calls_do_not_hand_the_program_over():
         graphcap.load(io.BytesIO(buf.getvalue())).module()(*case.args)
         str(ep)
         graphcap.unflatten(ep)(*case.args)
+        module = ep.module()
+        module.print_readable(print_output=False)
+        copy.deepcopy(module)(*case.args)
+        module.recompile()
+        torch.fx.GraphModule(module, module.graph)(*case.args2)  # what pt2e's prepare and convert build
     assert KVState not in private_pytree.pytree_registry_snapshot()["nodes"]
     assert ep.call_spec.out_spec.children()[1].type is KVState
     assert KVState in private_pytree.pytree_registry_snapshot()["nodes"]
@@ -356,6 +413,23 @@ def test_a_rebuilt_instance_flattens_to_the_spec_it_was_built_from():
 def test_gpt2_returning_its_cache_reaches_executorch():
     """The zoo's GPT-2 returning its DynamicCache (torch.export refuses it) through XNNPACK."""
     assert hand_over("et_xnnpack", "hf_gpt2_cache") < 1e-3
+
+
+@pytest.mark.slow
+def test_gpt2_returning_its_cache_reaches_aoti_as_is(dynamic_cache_not_handed_over):
+    """GPT-2 returning its DynamicCache (torch.export refuses it), with a dynamic batch and
+    sequence, handed to AOTInductor as is in a process where nothing handed it over before:
+    the loaded package returns the cache, and matches eager at both sizes."""
+    case = case_of("hf_gpt2_cache_dynamic")
+    ep = graphcap_program(case)
+    assert not _registered(dynamic_cache_not_handed_over)
+    runs = _aoti_runs(ep, case)
+    assert [second for second, _ in runs] == [False, True]
+    for second, got in runs:
+        assert isinstance(got.past_key_values, dynamic_cache_not_handed_over)
+        batch, length = (3, 24) if second else (2, 16)
+        assert got.last_hidden_state.shape[:2] == (batch, length)
+        assert consumers.max_difference(consumers.eager(case, second), got) < 1e-4
 
 
 @NEEDS_EXECUTORCH
@@ -425,3 +499,21 @@ def test_a_program_a_consumer_cannot_take_fails_in_the_consumer(consumer):
     assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
     raising_file = traceback.extract_tb(got.tb)[-1].filename
     assert "/graphcap/" not in raising_file, raising_file
+
+
+def test_merging_runs_keeps_a_reruns_cell_in_place_of_the_earlier_one(tmp_path):
+    """``bench/consumers.py --merge``: a cell of a later file replaces the earlier file's (a rerun),
+    keeping its row's place, so neither the .json nor the failure list keeps the stale cell."""
+    import json
+    first, rerun = tmp_path / "first.json", tmp_path / "rerun.json"
+    first.write_text(json.dumps([["m1", "aoti", "graphcap", "FAIL NotImplementedError: stale"],
+                                 ["m1", "aoti", "torch", "ok 1.0e-06 (1s)"],
+                                 ["m2", "aoti", "graphcap", "ok 2.0e-06 (1s)"]]))
+    rerun.write_text(json.dumps([["m1", "aoti", "graphcap", "ok 1.4e-06 (2s)"]]))
+    out = tmp_path / "matrix.md"
+    consumers.main(["--consumers", "aoti", "--merge", f"{first},{rerun}", "--out", str(out)])
+    cells = json.loads(out.with_suffix(".json").read_text())
+    assert cells == [["m1", "aoti", "graphcap", "ok 1.4e-06 (2s)"], ["m1", "aoti", "torch", "ok 1.0e-06 (1s)"],
+                     ["m2", "aoti", "graphcap", "ok 2.0e-06 (1s)"]]
+    text = out.read_text()
+    assert "stale" not in text and "| m1 | ok 1.4e-06 / ok 1.0e-06 |" in text

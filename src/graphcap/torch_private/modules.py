@@ -7,6 +7,7 @@ when a module is moved (``.to()``), all through nn.Module's private members.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from typing import Any, Callable
 
 import torch
@@ -20,6 +21,12 @@ RELIES_ON = {
     "torch.nn.Module#_backward_pre_hooks": None,
     "torch.nn.Module#_modules": None,
     "torch.nn.Module#_non_persistent_buffers_set": None,
+    # A ScriptModule's registries: keys(), items(), ``in``, [] and []= (no iteration, no get()).
+    "torch.jit._script.OrderedDictWrapper.keys": ("self",),
+    "torch.jit._script.OrderedDictWrapper.items": ("self",),
+    "torch.jit._script.OrderedDictWrapper.__contains__": ("self", "k"),
+    "torch.jit._script.OrderedDictWrapper.__getitem__": ("self", "k"),
+    "torch.jit._script.OrderedDictWrapper.__setitem__": ("self", "k", "v"),
     "torch.nn.Module._apply": ("self", "fn", "recurse"),
     "torch.nn.utils.stateless._reparametrize_module": ("module", "parameters_and_buffers", "tie_weights",
                                                        "strict", "stack_weights"),
@@ -35,23 +42,63 @@ REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
 HOOK_FIELD_PREFIXES = ("_forward", "_backward")
 
 __all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES",
-           "parameters_of", "buffers_of", "children_of", "non_persistent_buffer_names", "reparametrized",
+           "parameters_of", "buffers_of", "children_of", "registry_view", "non_persistent_buffer_names",
+           "reparametrized",
            "MovesExtraTensors", "has_hooks", "plain_attributes"]
 
 
-def parameters_of(module: torch.nn.Module) -> dict[str, Any]:
+def parameters_of(module: torch.nn.Module) -> MutableMapping[str, Any]:
     """The module's own parameter registry (name → parameter or None), live. Relies on ``Module._parameters``."""
-    return getattr(module, "_parameters", {})
+    return registry_view(getattr(module, PARAMETER_REGISTRY, {}))
 
 
-def buffers_of(module: torch.nn.Module) -> dict[str, Any]:
+def buffers_of(module: torch.nn.Module) -> MutableMapping[str, Any]:
     """The module's own buffer registry (name → tensor or None), live. Relies on ``Module._buffers``."""
-    return getattr(module, "_buffers", {})
+    return registry_view(getattr(module, BUFFER_REGISTRY, {}))
 
 
-def children_of(module: torch.nn.Module) -> dict[str, Any]:
+def children_of(module: torch.nn.Module) -> MutableMapping[str, Any]:
     """The module's own submodule registry (name → module or None), live. Relies on ``Module._modules``."""
-    return module._modules
+    return registry_view(getattr(module, MODULE_REGISTRY))
+
+
+def registry_view(registry: Any) -> MutableMapping[str, Any]:
+    """A module registry (one of ``REGISTRY_FIELDS``' values) as a live mapping.
+
+    nn.Module's registries are dicts and come back as they are. A ScriptModule's
+    are TorchScript wrappers (``torch.jit._script.OrderedDictWrapper``) that read
+    and write the compiled module but have no ``get``, no iteration and no
+    ``pop``; graphcap reads every registry through this view so that a scripted
+    submodule's state is found like any other module's.
+    """
+    if isinstance(registry, dict):
+        return registry
+    return _ScriptRegistry(registry)
+
+
+class _ScriptRegistry(MutableMapping):
+    """A TorchScript registry wrapper seen as a mapping: names by its ``keys()``, entries by ``[]``."""
+
+    def __init__(self, wrapped: Any):
+        self._wrapped = wrapped
+
+    def __getitem__(self, name: str) -> Any:
+        return self._wrapped[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._wrapped[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._wrapped[name]  # TorchScript refuses: a compiled module's members are fixed
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._wrapped
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._wrapped.keys()))
+
+    def __len__(self) -> int:
+        return len(self._wrapped.keys())
 
 
 def non_persistent_buffer_names(module: torch.nn.Module) -> set[str]:

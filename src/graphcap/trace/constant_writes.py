@@ -21,7 +21,7 @@ import torch
 
 from ..errors import ConstantMutationError
 from ..signature import ExportGraphSignature, InputKind
-from ..torch_private.modules import REGISTRY_FIELDS
+from ..torch_private.modules import REGISTRY_FIELDS, registry_view
 from .mutations import first_writer, written_placeholders
 
 _MAX_DEPTH = 6
@@ -38,7 +38,7 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
     elif isinstance(obj, torch.nn.Module):
         for k, v in vars(obj).items():
             if k in REGISTRY_FIELDS:
-                yield from ((f".{name}", value) for name, value in v.items())
+                yield from ((f".{name}", value) for name, value in registry_view(v).items())
             elif not k.startswith("_"):
                 yield f".{k}", v
     elif hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.Tensor)) and not callable(obj):

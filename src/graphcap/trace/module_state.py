@@ -32,6 +32,7 @@ from ..torch_private.modules import (
     buffers_of,
     children_of,
     non_persistent_buffer_names,
+    registry_view,
 )
 
 # nn.Module's registries, restored entry by entry rather than as attributes
@@ -88,6 +89,7 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
         state = {}
         for k, v in mod.__dict__.items():
             if k in _REGISTRIES:
+                v = registry_view(v)  # a ScriptModule's registry is no dict
                 state[k] = (v, dict(v))  # entries swapped by reparametrization come back by themselves
             elif k.startswith(HOOK_FIELD_PREFIXES):
                 state[k] = None  # hooks: the user's business
@@ -139,7 +141,7 @@ def reassigned_buffers(root: torch.nn.Module, passed: dict[str, torch.Tensor],
         mod = root
         for part in path:
             mod = children_of(mod).get(part) if mod is not None else None
-        current = buffers_of(mod).get(leaf) if mod is not None else None
+        current = buffers_of(mod).get(leaf) if mod is not None else None  # views: ScriptModules too
         original = passed[fqn]
         if current is original or not isinstance(current, torch.Tensor):
             continue
