@@ -156,3 +156,21 @@ def test_llama_layers_are_copied():
         full, copied, count = _decomposed_both_ways(model, (ids,))
     assert count > 30
     _assert_same_programs(full, copied)
+
+
+def test_a_table_with_a_function_of_the_users_is_run_for_every_call():
+    calls = []
+
+    def my_silu(x):
+        calls.append(tuple(x.shape))
+        return x * torch.sigmoid(x)
+
+    ep = graphcap.export(Stack(3).eval(), (torch.randn(2, 8, 16),))
+    table = graphcap.default_decompositions()
+    table[torch.ops.aten.silu.default] = my_silu
+    with reuse_repeated_blocks(True):
+        out = ep.run_decompositions(table)
+    assert LAST_STATS["copied"] == 0
+    assert len(calls) == 3  # once per block, as a full retrace calls it
+    x = torch.randn(2, 8, 16)
+    torch.testing.assert_close(out.module()(x)[0], Stack(3).eval()(x)[0], atol=1e30, rtol=0)  # runs

@@ -272,7 +272,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         box.clear()
         replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry) if functionalize
                   else _plain_replay_fn(gm, inplace.replace, box, carry,
-                                        memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints))))
+                                        memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
+                                                         python_table)))
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \

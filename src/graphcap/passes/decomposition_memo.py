@@ -26,7 +26,7 @@ export's reuse of repeated blocks off turns this off too (:func:`memo_for_retrac
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 import torch.fx
@@ -53,19 +53,28 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _MADE_HERE = {"val", "tensor_meta", "original_aten"}
 
 
-def memo_for_retrace(fake_mode: FakeTensorMode, inputs: list, has_symbols: bool) -> Optional[DecompositionMemo]:
+def memo_for_retrace(fake_mode: FakeTensorMode, inputs: list, has_symbols: bool,
+                     table: Mapping[Any, Callable]) -> Optional[DecompositionMemo]:
     """A retrace's memo, or None when repeated calls are not copied: the switch of export's reuse of
     repeated blocks turns both off (``graphcap.trace.block_reuse.reuse_repeated_blocks(False)`` or
     ``GRAPHCAP_REUSE_BLOCKS=0``), and a program with a symbol (a symbolic input, a data-dependent
-    size: ``has_symbols``) is retraced call by call.
+    size: ``has_symbols``) is retraced call by call, as is one decomposed with a function of the
+    user's in ``table`` (its Python runs for every call, whatever it does besides recording).
 
     (In a symbolic program, the order in which make_fx materializes the nodes of size expressions
     depends on what the operators before ran; a static call copied beside symbolic ones moved that
     order, and with it the numbering of later size nodes.)"""
     LAST_STATS["copied"] = 0
-    if not reuse_enabled() or has_symbols or any(_symbolic_input(value) for value in inputs):
+    if not reuse_enabled() or has_symbols or any(_symbolic_input(value) for value in inputs) \
+            or any(not _torch_or_graphcap_function(fn) for fn in table.values()):
         return None
     return DecompositionMemo(fake_mode)
+
+
+def _torch_or_graphcap_function(fn: Any) -> bool:
+    """Whether a table entry is one of torch's decompositions (or graphcap's own), not the user's."""
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in ("torch", "graphcap")
 
 
 def _symbolic_input(value: Any) -> bool:
