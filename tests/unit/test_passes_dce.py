@@ -68,3 +68,45 @@ def test_run_decompositions_drops_dead_code():
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
     assert aten.mul.Tensor not in targets
     assert all(n.users or n.op == "output" for n in ep.graph.nodes if n.op != "placeholder")
+
+
+def _graph_module_with_dead_subgraph_node():
+    sub_graph = torch.fx.Graph()
+    y = sub_graph.placeholder("y")
+    sub_graph.call_function(aten.mul.Tensor, (y, 2))  # dead
+    sub_graph.output((sub_graph.call_function(aten.add.Tensor, (y, 1)),))
+    root = torch.nn.Module()
+    root.sub = torch.fx.GraphModule(torch.nn.Module(), sub_graph)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(aten.neg.default, (x,))  # dead
+    graph.output((graph.call_module("sub", (x,)),))
+    return torch.fx.GraphModule(root, graph)
+
+
+def test_code_left_to_the_caller_is_only_the_top_module():
+    gm = _graph_module_with_dead_subgraph_node()
+    top_code = gm.code
+    assert eliminate_dead_code(gm, generate_code=False)
+    assert "neg" not in str(gm.graph) and gm.code == top_code  # the caller regenerates the top module
+    assert "mul" not in gm.sub.code  # a subgraph's code is regenerated at once
+    gm.recompile()
+    assert "neg" not in gm.code and torch.equal(gm(torch.ones(2))[0][0], torch.full((2,), 2.0))
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+
+def test_decomposed_program_module_is_plain_and_its_code_current():
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    q = torch.randn(1, 2, 4, 8)
+    ep = graphcap.export(Attention(), (q,)).run_decompositions()
+    gm = ep.graph_module
+    assert type(gm).__name__ == "GraphModule" and not isinstance(gm, _LazyGraphModule)
+    code = gm.code
+    gm.recompile()
+    assert gm.code == code  # generated from the final graph (dead nodes already gone)
+    assert not eliminate_dead_code(gm)
+    torch.testing.assert_close(ep.module()(q), Attention()(q))

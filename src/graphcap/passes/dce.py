@@ -42,21 +42,26 @@ def has_side_effect(node: torch.fx.Node) -> bool:
     return node.is_impure()
 
 
-def eliminate_dead_code(gm: torch.fx.GraphModule) -> bool:
-    """Remove dead, effect-free nodes from ``gm`` (and its subgraphs) in place; True if any went."""
+def eliminate_dead_code(gm: torch.fx.GraphModule, generate_code: bool = True) -> bool:
+    """Remove dead, effect-free nodes from ``gm`` (and its subgraphs) in place; True if any went.
+
+    Each module whose graph changed regenerates its code; with ``generate_code`` False, ``gm``'s own
+    is left to the caller, who generates it once its graph is final."""
     changed = False
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
         graph = module.graph
+        removed = False
         for node in reversed(list(graph.nodes)):
             if node.op in ("placeholder", "output") or node.users:
                 continue
             if node.op == "get_attr" or (node.op == "call_function" and not has_side_effect(node)):
                 graph.erase_node(node)
-                changed = True
-        if changed:
+                removed = True
+        if removed and (generate_code or module is not gm):
             module.recompile()
+        changed |= removed
     return changed
 
 

@@ -51,7 +51,7 @@ from ..torch_private import functional, pytree
 from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
 from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
-from ..torch_private.fx import interpreting_node
+from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload
 from ..torch_private.shapes import symbol_ranges
 from ..torch_private.symbolic import ValueRanges
@@ -60,6 +60,8 @@ from ..trace.lifting import argument_for
 from ..trace.naming.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
+from .dce import eliminate_dead_code
+from .decomposition_memo import DecompositionMemo, memo_for_retrace
 from .input_copies import drop_input_copies
 from .subclass_flatten import flatten_subclass_state
 from .unalias_outputs import unalias_outputs_pass
@@ -81,10 +83,11 @@ class _Replay(torch.fx.Interpreter):
     current: Optional[torch.fx.Node] = None
 
     def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None,
-                 carry: Optional[CallGraphCarry] = None):
+                 carry: Optional[CallGraphCarry] = None, memo: Optional[DecompositionMemo] = None):
         super().__init__(gm)
         self.out_of_place = out_of_place or {}
         self.carry = carry
+        self.memo = memo
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = self._run_node(n)
@@ -115,6 +118,11 @@ class _Replay(torch.fx.Interpreter):
             return out
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if self.memo is None:
+            return self._call_function(target, args, kwargs)
+        return self.memo.call(target, args, kwargs, lambda: self._call_function(target, args, kwargs))
+
+    def _call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if target is torch.ops.aten.lift_fresh_copy.default:
             # functionalization copies a lifted tensor literal with clone, whatever the table
             # says; torch.export's inference IR shows that clone, so graphcap's does too
@@ -136,12 +144,14 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict, carry: CallGraphCarry):
-    """The function make_fx traces when the program writes nowhere that matters: no functionalization."""
+def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict, carry: CallGraphCarry,
+                     memo: Optional[DecompositionMemo]):
+    """The function make_fx traces when the program writes nowhere that matters: no functionalization.
+    Calls identical to an earlier one are copied from its recording (:mod:`.decomposition_memo`)."""
 
     def replay(*args: Any) -> tuple:
         carry.reset()
-        interpreter = _Replay(gm, out_of_place, carry)
+        interpreter = _Replay(gm, out_of_place, carry, memo)
         box["interpreter"] = interpreter
         outs = interpreter.run(*args, enable_io_processing=False)
         box["mutated"] = []
@@ -261,12 +271,14 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
         replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry) if functionalize
-                  else _plain_replay_fn(gm, inplace.replace, box, carry))
+                  else _plain_replay_fn(gm, inplace.replace, box, carry,
+                                        memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
+                                                         python_table)))
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
-                    one_argument_where_decomposed():
+                    one_argument_where_decomposed(), code_generated_on_first_use():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -279,12 +291,11 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
 
     # Functionalization is the costly engine; a program that writes only to tensors it just
     # computed does not need it, unless a decomposition brought a write in.
+    # The traced module generates its code on first use: its graph changes below, and the code is
+    # generated once, when the graph is final.
     new_gm = trace(functionalize=inplace.needs_functionalization)
     if not inplace.needs_functionalization and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
-    # make_fx names the class after the traced function; the program's class is GraphModule, as
-    # export's is (each GraphModule has a class of its own, which fx's constructor names alike)
-    type(new_gm).__name__ = "GraphModule"
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -307,7 +318,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
             metadata.attribute_size_reads(sub)
             metadata.propagate_missing_vals(sub, fake_mode)
     metadata.finalize(new_gm)
-    new_gm.recompile()
+    eliminate_dead_code(new_gm, generate_code=False)  # what the retrace left unused goes before the code is made
+    # make_fx names the class after the traced function; the program's class is GraphModule, as
+    # export's is (each GraphModule has a class of its own, which fx's constructor names alike)
+    new_gm = plain_graph_module(new_gm, "GraphModule")
 
     new_sig = _signature(new_gm, sig, placeholders, box["mutated"])
     user_outputs = [s.arg for s in new_sig.output_specs if s.kind is OutputKind.USER_OUTPUT]

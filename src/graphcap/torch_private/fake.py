@@ -22,6 +22,7 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensor": None,
     "torch._subclasses.fake_tensor.FakeTensorMode": None,
     "torch._subclasses.fake_tensor.FakeTensor#fake_mode": None,
+    "torch._subclasses.fake_tensor.FakeTensor#constant": None,
     "torch._subclasses.fake_tensor.UnsupportedOperatorException": None,
     "torch.UntypedStorage#_cdata": None,
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_meta_and_device": ("self", "fake_mode", "t", "device"),
@@ -51,7 +52,7 @@ SAMPLES = {
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
            "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
-           "one_argument_where_decomposed",
+           "one_argument_where_decomposed", "holds_constant",
            "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
@@ -158,6 +159,12 @@ def _symbolic_tensor_among(args) -> bool:
         elif isinstance(a, (list, tuple)) and any(isinstance(d, torch.SymInt) for d in a):
             return True
     return False
+
+
+def holds_constant(t: FakeTensor) -> bool:
+    """Whether the fake tensor carries a real value beside its layout (a small constant the fake
+    mode propagates through operators). Relies on ``FakeTensor.constant``."""
+    return t.constant is not None
 
 
 def fake_from_meta(fake_mode: FakeTensorMode, meta: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -52,6 +52,7 @@ RELIES_ON = {
     "torch.fx.experimental.proxy_tensor._ProxyTensor#proxy": None,
     "torch.fx.Interpreter._set_current_node": ("self", "node"),
     "torch.fx.passes.shape_prop._extract_tensor_metadata": ("result",),
+    "torch.fx.Graph._target_to_str": ("self", "target"),
     "torch._functorch.predispatch": None,
     "torch._functorch.predispatch._add_batch_dim": (),
     "torch._functorch.predispatch._vmap_increment_nesting": (),
@@ -85,8 +86,11 @@ SAMPLES = {
 __all__ = ["set_pytree_codegen", "own_pytree_info_reads",
            "rename_in_namespace", "rename_node", "rename_node_reusing", "stack_trace_anchors",
            "stack_trace_anchor", "current_make_fx_tracer", "current_recording", "recorded_node",
-           "set_module_stack_root", "interpreting_node", "extract_tensor_metadata", "autocast_markers",
-           "predispatch_functions", "code_generated_on_first_use", "generate_code_of_submodules"]
+           "set_module_stack_root",
+           "current_fx_tracer", "tracked_as_constant", "operator_node_name", "interpreting_node",
+           "extract_tensor_metadata", "autocast_markers",
+           "predispatch_functions", "code_generated_on_first_use", "generate_code_of_submodules",
+           "plain_graph_module"]
 
 
 def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any, out_spec: Any,
@@ -255,6 +259,28 @@ def current_recording() -> Optional[tuple[torch.fx.Graph, Any]]:
     return fx_tracer.graph, tracker
 
 
+def current_fx_tracer() -> Any:
+    """The fx tracer of the ``make_fx`` recording running now (what a tensor's node is tracked
+    under), or None. Relies on :func:`current_make_fx_tracer` and its ``fx_tracer``."""
+    return getattr(current_make_fx_tracer(), "fx_tracer", None)
+
+
+def tracked_as_constant(tracker: Any, tensor: Any) -> bool:
+    """Whether the recording tracks ``tensor`` with a constant value beside its node (make_fx's
+    constant propagation). Relies on the tracker's ``_ProxyTensor`` and its ``constant``."""
+    try:
+        slot = tracker.get(tensor)
+    except TypeError:
+        return False
+    return getattr(slot, "constant", None) is not None
+
+
+def operator_node_name(graph: torch.fx.Graph, op: Any) -> str:
+    """The name make_fx asks for when it records ``op`` (the graph makes it unique): the operator's
+    packet name, snake-cased. Relies on ``Graph._target_to_str`` and ``OpOverload.overloadpacket``."""
+    return graph._target_to_str(op.overloadpacket.__name__)
+
+
 def recorded_node(tracker: Any, tensor: Any) -> Optional[torch.fx.Node]:
     """The graph node a recording's tensor tracker holds for ``tensor``, or None.
 
@@ -341,6 +367,19 @@ def code_generated_on_first_use() -> Iterator[None]:
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
     with _use_lazy_graph_module(True):
         yield
+
+
+def plain_graph_module(gm: torch.fx.GraphModule, class_name: str = "GraphModule") -> torch.fx.GraphModule:
+    """A plain ``GraphModule`` over ``gm``'s graph (its code generated now, once), holding what the
+    graph reads from ``gm`` and ``gm.meta``: what a graph module built under
+    :func:`code_generated_on_first_use` becomes once its graph is final.
+
+    Relies on ``torch.fx._lazy_graph_module._LazyGraphModule`` (via :func:`generate_code_of_submodules`).
+    """
+    generate_code_of_submodules(gm)
+    plain = torch.fx.GraphModule(gm, gm.graph, class_name=class_name)
+    plain.meta = gm.meta
+    return plain
 
 
 def generate_code_of_submodules(gm: torch.fx.GraphModule) -> None:
