@@ -3,7 +3,6 @@ import pytest
 import torch
 
 import graphcap
-from conftest import TORCH_LINE
 
 
 class _OddSlice(torch.nn.Module):
@@ -41,9 +40,6 @@ class _TwoSlicers(torch.nn.Module):
         return self.first(x, y) + self.second(x, y)
 
 
-@pytest.mark.skipif(TORCH_LINE < (2, 11), reason="torch 2.10's runtime-assert pass places a check on a value read in a "
-                    "submodule at the root, and torch 2.10's own unflatten then drops that submodule's input "
-                    "(graphcap.unflatten runs it; docs/torch-versions.md)")
 def test_nodes_added_for_runtime_asserts_belong_to_the_root_module():
     """Every operator node names a module: the size reads runtime asserts add sit in the root."""
     inputs = (torch.tensor(3), torch.randn(10))
@@ -54,6 +50,35 @@ def test_nodes_added_for_runtime_asserts_belong_to_the_root_module():
     assert size_reads and all(list(n.meta["nn_module_stack"].values()) == [("", f"{__name__}._TwoSlicers")]
                               for n in size_reads)
     torch.testing.assert_close(torch.export.unflatten(ep)(*inputs), _TwoSlicers()(*inputs))
+
+
+class _Nested(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _TwoSlicers()
+
+    def forward(self, x, y):
+        return self.inner(x, y) * 2
+
+
+def test_checks_on_a_value_read_in_a_submodule_run_in_that_submodule():
+    """The checks of ``b < y.size(0)`` (``b = x.item()`` read inside ``inner.first``) are placed
+    in ``inner.first``, where ``b`` exists, on every torch line: unflattened, each submodule is
+    called once with its own inputs, and the checks still refuse what eager refuses."""
+    inputs = (torch.tensor(3), torch.randn(10))
+    ep = graphcap.export(_Nested(), inputs, dynamic_shapes={"x": None, "y": (torch.export.Dim("n"),)})
+    ops = [n for n in ep.graph.nodes if n.op == "call_function"]
+    (item,) = [n for n in ops if n.target is torch.ops.aten.item.default]
+    read_in = list(item.meta["nn_module_stack"].values())
+    assert [path for path, _ in read_in] == ["", "inner", "inner.first"]
+    checks = [n for n in ops if n.target is torch.ops.aten._assert_scalar.default]
+    assert len(checks) >= 2 and all(list(n.meta["nn_module_stack"].values()) == read_in for n in checks)
+    unflat = torch.export.unflatten(ep)
+    for b in (0, 5):
+        args = (torch.tensor(b), torch.randn(6))
+        torch.testing.assert_close(unflat(*args), _Nested()(*args))
+    with pytest.raises(RuntimeError):
+        ep.module()(torch.tensor(6), torch.randn(6))
 
 
 class _CheckedItemUnderNoGrad(torch.nn.Module):

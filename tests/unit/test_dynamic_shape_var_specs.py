@@ -177,3 +177,26 @@ def test_assumptions_are_refused_with_the_torch_check_fix():
     with pytest.raises(graphcap.ExportInputError, match="torch._check"):
         graphcap.export(Sum0(), (torch.randn(8, 3),),
                         dynamic_shapes=ShapesSpec(ParamsSpec({"x": TensorSpec([b, STATIC])}), assumptions=[b % 2 == 0]))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_each_input_placeholder_binds_the_symbols_of_its_sizes(strict):
+    """The symbol of a ShapeVar is bound where it enters: the placeholder of the first input that
+    carries it (``unbacked_bindings``: ``x.size()[0]``, the int itself for an IntVar); a second use
+    (``xs_1``, ``2*u0``) binds nothing new. Every line writes the same bindings (torch 2.13's
+    make_fx refuses to bind placeholders; graphcap writes them itself)."""
+    b = ShapeVar("b")
+    spec = ParamsSpec({"x": TensorSpec([STATIC, b]), "n": IntVar("n")})
+    ep = graphcap.export(Scale(), (torch.randn(3, 5), 4), dynamic_shapes=spec, strict=strict)
+    bound = {n.name: n.meta.get("unbacked_bindings") for n in ep.graph.nodes if n.op == "placeholder"}
+    (x_sym, x_path), = bound["x"].items()
+    (n_sym, n_path), = bound["n"].items()
+    assert x_sym == _placeholder_sizes(ep, "x")[1].node.expr
+    assert str(x_path) == "(CallMethodKey(name='size'), SequenceKey(idx=1))"
+    assert n_path == () and x_sym != n_sym
+    spec = ParamsSpec({"xs": SeqSpec([TensorSpec([b, STATIC]), TensorSpec([b * 2, STATIC])])})
+    ep = graphcap.export(ListIn(), ([torch.randn(5, 3), torch.randn(10, 3)],), dynamic_shapes=spec, strict=strict)
+    bound = {n.name: n.meta.get("unbacked_bindings") for n in ep.graph.nodes if n.op == "placeholder"}
+    assert len(bound["xs_0"]) == 1 and not bound["xs_1"]
+    xs = [torch.randn(7, 3), torch.randn(14, 3)]
+    torch.testing.assert_close(ep.module()(xs), ListIn()(xs))

@@ -21,6 +21,7 @@ def insert_runtime_asserts(gm: torch.fx.GraphModule, env: Any, name: str) -> Non
     before = set(gm.graph.nodes)
     insert_deferred_runtime_asserts(gm, env, f"exported program: {name}", export=True)
     metadata.attribute_added_nodes(gm, before)
+    metadata.place_added_nodes_with_their_origin(gm, before)
     gm.recompile()
     _assert_in_regions(gm, env, name)
 
@@ -45,6 +46,7 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
         before = set(sub.graph.nodes)
         insert_deferred_runtime_asserts(sub, env, f"exported program: {name}", export=True)
         metadata.attribute_added_nodes(sub, before)
+        metadata.place_added_nodes_with_their_origin(sub, before)
         sub.recompile()
         _assert_in_regions(sub, env, name)
 

@@ -66,6 +66,10 @@ RELIES_ON = {
     # the example value of each backed symbol: ``backed_var_to_val`` from torch 2.11 on (before
     # it, ``var_to_val``); example_values() reads whichever this torch has
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#backed_var_to_val|var_to_val": None,
+    # unbacked symbols made since the last node that binds them (graph inputs given by a ShapeVar)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv#pending_fresh_unbacked_symbols": None,
+    "torch.fx.experimental.symbolic_shapes.compute_unbacked_bindings": (
+        "shape_env", "example_value", "old_example_value", "peek"),
 }
 
 
@@ -93,7 +97,7 @@ __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary"
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
            "count_deferred_assert", "guards", "axioms", "fake_cache", "set_fake_cache", "tracked_fakes",
-           "real_unbacked_values", "copy_shape_env"]
+           "real_unbacked_values", "copy_shape_env", "claim_input_bindings"]
 
 
 # -- what a ShapeEnv knows, in its fields --------------------------------------------------------
@@ -152,6 +156,33 @@ def reserve_unbacked_names(env: Any, names: Any) -> None:
             if rest.isdigit():
                 setattr(env, counter, max(getattr(env, counter), int(rest) + 1))
                 break
+
+
+def claim_input_bindings(env: Any, flat_inputs: list[Any]) -> dict[int, dict]:
+    """The unbacked symbols the graph inputs bind (a size given by a ``ShapeVar``), per input
+    index: ``{i: {u0: path into input i}}``, taken off ``env``'s pending list.
+
+    make_fx binds the symbols still pending when it makes its placeholders: torch 2.14 routes each
+    to its input's placeholder, torch 2.13 refuses (``Expected Proxy``: it binds only a single
+    output). graphcap claims them before tracing on every line and writes the placeholders'
+    ``unbacked_bindings`` itself (the same paths torch 2.14 writes). Symbols no input holds stay
+    pending. Relies on ``ShapeEnv.pending_fresh_unbacked_symbols`` and
+    ``compute_unbacked_bindings(..., peek=True)`` (which reads without clearing)."""
+    from torch.fx.experimental.symbolic_shapes import compute_unbacked_bindings
+
+    from .pytree import SequenceKey
+    if env is None or not env.pending_fresh_unbacked_symbols:
+        return {}
+    found = compute_unbacked_bindings(env, tuple(flat_inputs), peek=True) or {}
+    per_input: dict[int, dict] = {}
+    for sym, path in found.items():
+        head, rest = path[0], tuple(path[1:])
+        if not isinstance(head, SequenceKey):
+            continue
+        per_input.setdefault(head.idx, {})[sym] = rest
+    claimed = {sym for bindings in per_input.values() for sym in bindings}
+    env.pending_fresh_unbacked_symbols[:] = [s for s in env.pending_fresh_unbacked_symbols if s not in claimed]
+    return per_input
 
 
 def stack_summary(env: Any) -> Callable[..., Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+from typing import Optional
 
 import torch
 import torch.fx
@@ -191,6 +192,28 @@ def attribute_added_nodes(gm: torch.fx.GraphModule, before: set) -> None:
     for node in added:  # a check the spec alone asks for (an input size's range): no user line
         if "stack_trace" not in node.meta and _checks_inputs_only(node):
             node.meta["stack_trace"] = ""
+
+
+def place_added_nodes_with_their_origin(gm: torch.fx.GraphModule, before: set) -> None:
+    """Nodes a pass added to ``gm`` (not in ``before``) without a module stack take the stack of
+    the node they follow: torch's runtime-assert pass inserts a check right after the node whose
+    value made it checkable (``b < n`` after ``b = x.item()`` in ``self.first``), so the check
+    runs in that module, where the value exists. torch 2.11 and later give them that node's stack
+    themselves; torch 2.10 gives some none, and the root would then own a check of a value
+    computed inside a submodule (``unflatten`` would split that submodule's call around it).
+    Nodes after the placeholders (input-size reads) follow no operator: they stay unowned, and
+    :func:`_place_unowned_nodes_in_root` gives them the root's entry. The node's ``custom``
+    annotations come along, as torch 2.11 and later give them."""
+    origin: Optional[torch.fx.Node] = None
+    for node in gm.graph.nodes:
+        if node not in before:
+            stack = origin.meta.get("nn_module_stack") if origin is not None else None
+            if node.op == "call_function" and stack and not node.meta.get("nn_module_stack"):
+                node.meta["nn_module_stack"] = dict(stack)
+                if origin.meta.get("custom") and not node.meta.get("custom"):  # its annotations too
+                    node.meta["custom"] = dict(origin.meta["custom"])
+        elif node.op != "get_attr":
+            origin = node
 
 
 def _checks_inputs_only(node: torch.fx.Node) -> bool:

@@ -27,6 +27,7 @@ from ..pytree import auto_register
 from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
+from ..torch_private import shapes as shapes_private
 from ..torch_private.dispatch import set_grad_enabled
 from ..torch_private.dynamo import DISABLE_METHOD_META_KEY, DYNAMO_META_KEY_PREFIX, exporting_flags_set
 from ..torch_private.engine_files import engine_files
@@ -271,8 +272,11 @@ def record(
     target = getattr(call, "__func__", call)
     try:
         with _recording_surroundings(target, root, fake_mode, flat_inputs):
+            # sizes given by a ShapeVar are unbacked symbols the inputs bind: their placeholders say so
+            input_bindings = shapes_private.claim_input_bindings(fake_mode.shape_env, flat_inputs)
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
+        _bind_placeholders(gm, input_bindings)
         fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
     except GraphcapError:
         raise
@@ -301,6 +305,15 @@ def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
             erased = True
     if erased:
         gm.recompile()
+
+
+def _bind_placeholders(gm: torch.fx.GraphModule, input_bindings: dict[int, dict]) -> None:
+    """Record on each placeholder the unbacked symbols its input binds (``unbacked_bindings``)."""
+    if not input_bindings:
+        return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, bindings in input_bindings.items():
+        placeholders[i].meta["unbacked_bindings"] = dict(bindings)
 
 
 def _op_without_fake_kernel(e: BaseException) -> Optional[str]:
