@@ -109,11 +109,12 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
             gm, side_effects = dynamo_private.capture_torch_level_graph(entry, args, kwargs)
         return gm, side_effects, marker
 
-    # A dim the spec makes dynamic whose example is 0 or 1 stays symbolic in dynamo's trace too,
-    # as in non-strict's (sizes answered for the general size): a size-1 example must not give a
-    # program that holds only that size. Where the program cannot be read that way (it really
-    # needs the size 1, e.g. broadcasting it against another size), dynamo reads it again with the
-    # example's size, and graphcap's spec check reports the specialization as for any other.
+    # dynamo reads sizes as non-strict's trace does (size questions answered for the general size):
+    # a dim the spec makes dynamic whose example is 0 or 1 stays symbolic, so a size-1 example does
+    # not give a program that holds only that size, and x[:3] stays Min(3, s) rather than a guard.
+    # Where the program cannot be read that way (it really needs the size 1, e.g. broadcasting it
+    # against another size), dynamo reads it again with the example's size, and graphcap's spec
+    # check reports the specialization as for any other.
     has_0_1 = any(t.shape[d] in (0, 1) for t, d in marks)
     try:
         try:
