@@ -24,8 +24,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
-import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch.fx
@@ -39,8 +37,6 @@ RELIES_ON = {
     "torch.fx.graph._PyTreeCodeGen.generate_output": ("self", "output_args"),
     "torch.fx.graph._PyTreeCodeGen.process_outputs": ("self", "out"),
     "torch.fx.graph._PyTreeCodeGen.additional_globals": ("self",),
-    "torch.fx.graph.CodeGen._gen_python_code": ("self", "nodes", "root_module", "namespace"),
-    "torch.fx.GraphModule.recompile": ("self",),
     "torch.fx.Graph#_graph_namespace": None,
     "torch.fx.graph._Namespace._rename_object": ("self", "obj", "name"),
     "torch.fx.graph._Namespace#_used_names": None,
@@ -82,8 +78,7 @@ SAMPLES = {
     "torch.fx.experimental.proxy_tensor._ProxyTensor": lambda: proxy_tensor._ProxyTensor(proxy=None, constant=None),
 }
 
-__all__ = ["set_pytree_codegen", "own_pytree_info_reads",
-           "rename_in_namespace", "rename_node", "rename_node_reusing", "stack_trace_anchors",
+__all__ = ["set_pytree_codegen", "rename_in_namespace", "rename_node", "rename_node_reusing", "stack_trace_anchors",
            "stack_trace_anchor", "current_make_fx_tracer", "current_recording", "recorded_node",
            "set_module_stack_root", "interpreting_node", "extract_tensor_metadata", "autocast_markers",
            "predispatch_functions", "code_generated_on_first_use", "generate_code_of_submodules"]
@@ -97,38 +92,17 @@ def set_pytree_codegen(graph: torch.fx.Graph, arg_names: list[str], in_spec: Any
     ``own_walks`` makes the generated code take inputs apart and build outputs
     with graphcap's walks (``graphcap.auto_flatten``) instead of torch's pytree:
     needed when the structure has a class graphcap flattens by its attributes,
-    which is a torch pytree node only while a trace runs. Such a generator
-    hands the structure over to torch (``auto_flatten.register_for_torch``)
-    when code other than fx's code generation and graphcap's own reads its
-    ``pytree_info``: AOTInductor reads ``module()``'s specs there and writes
-    them with torch's pytree (see :func:`own_pytree_info_reads`).
+    which is a torch pytree node only while a trace runs.
 
     Relies on ``torch.fx.graph._PyTreeCodeGen(_PyTreeInfo(orig_args, in_spec, out_spec))``
     assigned to the field ``Graph._codegen``, and for ``own_walks`` on the
     generator's overridable steps (``gen_var_bindings``, ``generate_output``,
-    ``process_outputs``, ``additional_globals``, ``_gen_python_code``), the field
-    ``pytree_info`` that torch's code reads, and the names it writes
+    ``process_outputs``, ``additional_globals``) and the names it writes
     (``fx_pytree.tree_flatten_spec(``, ``pytree.tree_unflatten(``).
     """
     from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
     codegen = _own_walks_codegen() if own_walks else _PyTreeCodeGen
     graph._codegen = codegen(_PyTreeInfo(arg_names, in_spec, out_spec))
-
-
-_RECOMPILE_CODE = torch.fx.GraphModule.recompile.__code__
-_OWN_READS = threading.local()  # .depth: graphcap's (or fx's code generation's) reads in progress
-
-
-@contextlib.contextmanager
-def own_pytree_info_reads() -> Iterator[None]:
-    """Within the block, reading an own-walks generator's ``pytree_info`` (in this thread) is
-    graphcap's own read, or fx generating a module's code: nothing is handed over to torch's
-    pytree registry."""
-    _OWN_READS.depth = getattr(_OWN_READS, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _OWN_READS.depth -= 1
 
 
 def _own_walks_codegen() -> type:
@@ -140,28 +114,11 @@ def _own_walks_codegen() -> type:
     class OwnWalksCodeGen(_PyTreeCodeGen):
         _FLATTEN, _UNFLATTEN = "graphcap_flatten_by_spec", "graphcap_unflatten"
 
-        @property  # type: ignore[override]
-        def pytree_info(self) -> Any:
-            """The structure; read by code other than graphcap's, it is handed over to torch.
-            fx's ``GraphModule.recompile`` (of any module over this graph: ``module()``'s, pt2e's)
-            only copies the specs for the generated code, which passes them to graphcap's walks."""
-            if not getattr(_OWN_READS, "depth", 0) and sys._getframe(1).f_code is not _RECOMPILE_CODE:
-                auto_flatten.register_for_torch(self._info.in_spec)
-                auto_flatten.register_for_torch(self._info.out_spec)
-            return self._info
-
-        @pytree_info.setter
-        def pytree_info(self, info: Any) -> None:
-            self._info = info
-
-        def _gen_python_code(self, *args: Any, **kwargs: Any) -> Any:
-            with own_pytree_info_reads():
-                return super()._gen_python_code(*args, **kwargs)
-
         def process_outputs(self, out: Any) -> Any:
-            if self._info is None or self._info.out_spec is None:
+            if self.pytree_info is None or self.pytree_info.out_spec is None:
                 return out
-            return auto_flatten.unflatten(out if isinstance(out, (list, tuple)) else [out], self._info.out_spec)
+            return auto_flatten.unflatten(out if isinstance(out, (list, tuple)) else [out],
+                                          self.pytree_info.out_spec)
 
         def additional_globals(self) -> list[tuple[str, Any]]:
             return [*super().additional_globals(), (self._FLATTEN, auto_flatten.flatten_by_spec),
@@ -322,8 +279,7 @@ def pytree_specs_of(gm: torch.fx.GraphModule) -> tuple[Any, Any]:
     Relies on the graph's code generator ``Graph._codegen`` keeping a ``pytree_info``
     (``torch.fx.graph._PyTreeInfo``) when it is a pytree one.
     """
-    with own_pytree_info_reads():
-        info = getattr(gm.graph._codegen, "pytree_info", None)
+    info = getattr(gm.graph._codegen, "pytree_info", None)
     return (info.in_spec, info.out_spec) if info is not None else (None, None)
 
 
