@@ -36,6 +36,7 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
+from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
 from ..trace import recorder
 from ..trace.module_paths import call_key, call_name_of_key
@@ -99,10 +100,29 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
-    try:
+    entry = _entry_for(target.call)
+
+    def capture(sizes_0_1_symbolic: bool) -> tuple:
         with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
+                shapes_private.backed_size_oblivious(sizes_0_1_symbolic), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
-            gm, side_effects = dynamo_private.capture_torch_level_graph(_entry_for(target.call), args, kwargs)
+            gm, side_effects = dynamo_private.capture_torch_level_graph(entry, args, kwargs)
+        return gm, side_effects, marker
+
+    # dynamo reads sizes as non-strict's trace does (size questions answered for the general size):
+    # a dim the spec makes dynamic whose example is 0 or 1 stays symbolic, so a size-1 example does
+    # not give a program that holds only that size, and x[:3] stays Min(3, s) rather than a guard.
+    # Where the program cannot be read that way (it really needs the size 1, e.g. broadcasting it
+    # against another size), dynamo reads it again with the example's size, and graphcap's spec
+    # check reports the specialization as for any other.
+    has_0_1 = any(t.shape[d] in (0, 1) for t, d in marks)
+    try:
+        try:
+            gm, side_effects, marker = capture(True)
+        except dynamo_private.front_end_error_types():
+            if not has_0_1:
+                raise
+            gm, side_effects, marker = capture(False)
     except dynamo_private.front_end_error_types() as e:
         refused = strict_call_boundaries.refused_at_boundary(e, target, preserved) if preserved else None
         raise (refused or strict_refusals.explain_refusal(e, target)) from e

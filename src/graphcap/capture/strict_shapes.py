@@ -76,8 +76,14 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
     for d, ours, sloc in pending:
         if isinstance(ours, torch.SymInt) or d.free_symbols:
             # dynamo fixed this size (or tied it to another): graphcap's spec check decides
-            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)),
-                                     _user_sloc(sloc, files) if sloc is not None else None)
+            if sloc is not None:
+                where = _user_sloc(sloc, files)
+            elif not d.free_symbols:  # dynamo's trace holds the size as the example's number
+                where = dynamo_private.note_sloc(
+                    f"strict=True: dynamo could read the program only with this size fixed to {d}")
+            else:
+                where = None
+            dynamo_private.add_guard(target_env, sympy.Eq(_expr(ours), d.xreplace(mapping)), where)
     if dynamo_env is None:
         return
     replaced = shapes_private.replacements(dynamo_env)

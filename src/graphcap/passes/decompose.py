@@ -253,7 +253,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     move = ValueMover(fake_mode)
     fake_args = [move(p.meta.get("val")) for p in placeholders]
 
-    used_ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    # every graph the retrace replays: the top one and those of its regions and branches
+    # (a composite called only under ``with torch.no_grad():`` or in a cond branch is kept too)
+    used_ops = {n.target for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+                for n in sub.graph.nodes if n.op == "call_function"}
     keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
     if table.calls_user_functions:
         # torch.export keeps whole every composite a plain table does not list, also when

@@ -205,6 +205,7 @@ class _Writer:
             elif node.op == "get_attr":
                 sub = getattr(gm, node.target, None) if isinstance(node.target, str) else None
                 if not isinstance(sub, torch.fx.GraphModule):
+                    _refuse_subclass_construction(node, path)
                     raise SerializationError(
                         f"Node {node.name} reads the attribute {node.target!r}, which is not a "
                         f"subgraph; state must be lifted to a graph input.", where=f"{path}node {node.name}",
@@ -286,6 +287,33 @@ class _Writer:
                           "min": _bound(rng.lower) if rng is not None else None,
                           "max": _bound(rng.upper) if rng is not None else None, "hint": hint})
         return table
+
+
+def _refuse_subclass_construction(node: torch.fx.Node, path: str) -> None:
+    """Refuse, saying why, a graph that calls a tensor subclass's constructor (``flat_apply``).
+
+    Capturing ``TwoTensor(x, y)`` inside ``forward`` records ``flat_apply(spec, func_spec,
+    *tensors)``, whose two attributes hold Python objects (the class, a pytree spec), not
+    tensors or subgraphs: the file stores subclass values as weights and constants, not a
+    call of their constructor. The inference IR has no such call.
+    """
+    users = [u for u in node.users if u.op == "call_function"
+             and getattr(u.target, "__name__", None) == "flat_apply"]
+    if not users:
+        return
+    call = users[0]
+    built = call.meta.get("val")
+    what = type(built).__name__ if isinstance(built, torch.Tensor) else "a value"
+    frames = [line.strip() for line in str(call.meta.get("stack_trace") or "").splitlines() if line.strip()]
+    source = f" ({frames[-2]}: `{frames[-1]}`)" if len(frames) >= 2 and frames[-2].startswith("File ") else ""
+    raise SerializationError(
+        f"The program constructs a tensor subclass ({what}) inside its graph (node {call.name}, "
+        f"torch.ops.higher_order.flat_apply{source}); a file cannot store that call: it holds "
+        f"the subclass's class and a pytree spec as Python objects, not tensors or subgraphs.",
+        where=f"{path}node {call.name}",
+        fix="Save the inference IR, where subclasses are flattened into their inner tensors: "
+            "`graphcap.save(ep.run_decompositions(), path)`; or build the subclass outside "
+            "forward (as a weight or a constant) so that it is stored as one.")
 
 
 def _type_str(x: Any) -> str:
