@@ -293,7 +293,7 @@ def _registered(cls) -> bool:
 def dynamic_cache_not_handed_over():
     """transformers' DynamicCache out of torch's registry, as in a process where no program was
     handed over yet (an earlier test's hand-over is undone; a registration that is not
-    graphcap's, e.g. transformers' own export support, skips the test)."""
+    graphcap's, e.g. transformers' own export support, fails the test: it could not check anything)."""
     from transformers.cache_utils import DynamicCache
 
     from graphcap import auto_flatten
@@ -304,8 +304,8 @@ def dynamic_cache_not_handed_over():
             private_pytree.deregister_python_node(DynamicCache)
 
     undo_hand_over()
-    if _registered(DynamicCache):
-        pytest.skip("DynamicCache is registered with torch's pytree by other code in this process")
+    assert not _registered(DynamicCache), ("DynamicCache is registered with torch's pytree by code that is "
+                                           "not graphcap's: this test cannot start from a process without it")
     yield DynamicCache
     undo_hand_over()
 
