@@ -6,7 +6,6 @@ and the storages values share.
 """
 from __future__ import annotations
 
-import pytest
 import torch
 
 import graphcap
