@@ -135,6 +135,19 @@ def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
             assert a == b, f"leaf {i}: {b!r} != eager {a!r}"
 
 
+def program_devices(ep) -> set[str]:
+    """Every device type a program uses: its state and constants, and its graph's device
+    arguments and fake values (where the device tests look for where a program runs)."""
+    found = {t.device.type for t in (*ep.state_dict.values(), *ep.constants.values())
+             if isinstance(t, torch.Tensor)}
+    for node in ep.graph.nodes:
+        found.update(v.type for v in (*node.args, *node.kwargs.values()) if isinstance(v, torch.device))
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            found.add(val.device.type)
+    return found
+
+
 def run_eager_and_exported(model, ep, args, kwargs, *, with_inputs=False):
     """Eager and ep.module() on the same inputs, each on its own copy of the model and inputs.
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import graphcap
-from conftest import assert_same_outputs, build_zoo, quiet_warnings
+from conftest import assert_same_outputs, build_zoo, program_devices, quiet_warnings
 from graphcap.errors import RuntimeInputError
 
 pytestmark = [
@@ -59,22 +59,12 @@ def _eager(model, inputs):
         return model(*args, **kwargs)
 
 
-def _program_devices(ep) -> set[str]:
-    found = {t.device.type for t in (*ep.state_dict.values(), *ep.constants.values())
-             if isinstance(t, torch.Tensor)}
-    for node in ep.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            found.add(val.device.type)
-    return found
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_model_on_cuda_exports_and_runs_there(name):
     model, first, second, spec = _case_on(name, GPU)
     with quiet_warnings():
         ep = graphcap.export(model, *first, dynamic_shapes=spec)
-    assert _program_devices(ep) == {torch.device(GPU).type}
+    assert program_devices(ep) == {torch.device(GPU).type}
     for inputs in (first, second):
         args, kwargs = copy.deepcopy(inputs)
         assert_same_outputs(_eager(model, inputs), ep.module()(*args, **kwargs), **TOL)
@@ -92,7 +82,7 @@ def test_cpu_program_moved_to_cuda(name):
     with quiet_warnings():
         ep = graphcap.export(model, *first, dynamic_shapes=spec)
     on_gpu = graphcap.move_to_device_pass(ep, GPU)
-    assert _program_devices(ep) == {"cpu"} and _program_devices(on_gpu) == {torch.device(GPU).type}
+    assert program_devices(ep) == {"cpu"} and program_devices(on_gpu) == {torch.device(GPU).type}
     gpu_inputs = _on(second, GPU)
     expected = _eager(copy.deepcopy(model).to(GPU), gpu_inputs)
     args, kwargs = copy.deepcopy(gpu_inputs)
@@ -108,12 +98,12 @@ def test_saved_on_cuda_loads_on_cpu_and_back():
     data = buf.getvalue()
 
     as_saved = graphcap.load(io.BytesIO(data))
-    assert _program_devices(as_saved) == {torch.device(GPU).type}
+    assert program_devices(as_saved) == {torch.device(GPU).type}
     args, kwargs = copy.deepcopy(second)
     assert_same_outputs(_eager(model, second), as_saved.module()(*args, **kwargs), **TOL)
 
     on_cpu = graphcap.load(io.BytesIO(data), map_location="cpu")
-    assert _program_devices(on_cpu) == {"cpu"}
+    assert program_devices(on_cpu) == {"cpu"}
     cpu_model = copy.deepcopy(model).cpu()
     cpu_inputs = _on(second, "cpu")
     args, kwargs = copy.deepcopy(cpu_inputs)
@@ -122,7 +112,7 @@ def test_saved_on_cuda_loads_on_cpu_and_back():
     buf = io.BytesIO()
     graphcap.save(on_cpu, buf)
     back = graphcap.load(io.BytesIO(buf.getvalue()), map_location=GPU)
-    assert _program_devices(back) == {torch.device(GPU).type}
+    assert program_devices(back) == {torch.device(GPU).type}
     args, kwargs = copy.deepcopy(second)
     assert_same_outputs(_eager(model, second), back.module()(*args, **kwargs), **TOL)
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import graphcap
+from conftest import program_devices
 from graphcap.errors import SerializationError
 from graphcap.serialize.archive import read_entries, write_archive
 from graphcap.serialize.schema import PROGRAM_ENTRY
@@ -49,18 +50,6 @@ def _as_saved_on(ep, device: str, weights: bool = True) -> bytes:
     return out.getvalue()
 
 
-def _devices(ep) -> set[str]:
-    found = {t.device.type for t in (*ep.state_dict.values(), *ep.constants.values())}
-    for node in ep.graph.nodes:
-        for v in (*node.args, *node.kwargs.values()):
-            if isinstance(v, torch.device):
-                found.add(v.type)
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            found.add(val.device.type)
-    return found
-
-
 @pytest.fixture
 def gpu_file():
     model = PlacesTensors().eval()
@@ -74,7 +63,7 @@ def gpu_file():
 def test_program_saved_on_gpu_loads_on_cpu(gpu_file, location):
     model, data = gpu_file
     ep = graphcap.load(io.BytesIO(data), map_location=location)
-    assert _devices(ep) == {"cpu"}
+    assert program_devices(ep) == {"cpu"}
     assert isinstance(ep.state_dict["lin.weight"], torch.nn.Parameter)
     assert all(t.device.type == "cpu" for t in ep.example_inputs[0])
     for rows in (3, 9):
@@ -99,7 +88,7 @@ def test_a_mapping_leaves_devices_it_does_not_name(gpu_file):
     _, data = gpu_file
     if torch.cuda.is_available():
         ep = graphcap.load(io.BytesIO(data), map_location={"cuda:1": "cpu"})
-        assert _devices(ep) == {"cuda"}
+        assert program_devices(ep) == {"cuda"}
     else:
         with pytest.raises(SerializationError, match="cuda:0"):
             graphcap.load(io.BytesIO(data), map_location={"cuda:1": "cpu"})
@@ -120,7 +109,7 @@ def test_weights_attached_from_a_checkpoint_are_placed_too():
     data = _as_saved_on(ep, "cuda:0", weights=False)
     checkpoint = {k: v.detach().clone() for k, v in model.state_dict().items()}
     loaded = graphcap.load(io.BytesIO(data), weights=checkpoint, map_location="cpu")
-    assert _devices(loaded) == {"cpu"}
+    assert program_devices(loaded) == {"cpu"}
     x = torch.randn(5, 4)
     torch.testing.assert_close(loaded.module()(x), model(x))
 
@@ -148,7 +137,7 @@ def test_multi_method_program_moves_every_method_over_one_state(tmp_path):
     write_archive(out, rewritten)
     loaded = graphcap.load(io.BytesIO(out.getvalue()), map_location="cpu")
     assert loaded["forward"].state_dict["lin.weight"] is loaded["twice"].state_dict["lin.weight"]
-    assert all(_devices(ep) == {"cpu"} for ep in loaded.values())
+    assert all(program_devices(ep) == {"cpu"} for ep in loaded.values())
     x = torch.randn(2, 4)
     torch.testing.assert_close(loaded["twice"].module()(x), model.twice(x))
 
@@ -166,7 +155,7 @@ def test_a_file_saved_on_a_real_gpu_loads_on_cpu():
     from safetensors.torch import load_file
     io_tensors = load_file(str(GOLDEN.with_name("saved_on_cuda_io.safetensors")))
     ep = graphcap.load(GOLDEN, map_location="cpu")
-    assert _devices(ep) == {"cpu"}
+    assert program_devices(ep) == {"cpu"}
     for size in ("first", "second"):
         torch.testing.assert_close(ep.module()(io_tensors[size]), io_tensors[f"out_{size}"], rtol=1e-4, atol=1e-4)
     if not torch.cuda.is_available():

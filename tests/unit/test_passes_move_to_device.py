@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import graphcap
+from conftest import program_devices
 from graphcap import move_to_device_pass
 from graphcap.errors import ExportInputError, RuntimeInputError
 
@@ -20,26 +21,14 @@ class MakesTensors(torch.nn.Module):
         return self.lin(x) + self.offset + bias
 
 
-def _devices_in_graph(ep):
-    found = set()
-    for node in ep.graph.nodes:
-        for value in list(node.args) + list(node.kwargs.values()):
-            if isinstance(value, torch.device):
-                found.add(value.type)
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            found.add(val.device.type)
-    return found
-
-
 @pytest.mark.parametrize("location", ["meta", torch.device("meta"), {"cpu": "meta"}])
 def test_moves_state_graph_and_inputs(location):
     x = torch.randn(2, 4)
     for ep in (graphcap.export(MakesTensors(), (x,)),
                graphcap.export(MakesTensors(), (x,)).run_decompositions()):
         moved = move_to_device_pass(ep, location)
-        assert _devices_in_graph(ep) == {"cpu"}  # the original is left as it was
-        assert _devices_in_graph(moved) == {"meta"}
+        assert program_devices(ep) == {"cpu"}  # the original is left as it was
+        assert program_devices(moved) == {"meta"}
         assert all(t.device.type == "meta" for t in moved.state_dict.values())
         assert isinstance(moved.state_dict["lin.weight"], torch.nn.Parameter)
         out = moved.module()(x.to("meta"))
@@ -51,7 +40,7 @@ def test_moves_state_graph_and_inputs(location):
 def test_mapping_leaves_unlisted_devices():
     ep = graphcap.export(MakesTensors(), (torch.randn(2, 4),))
     same = move_to_device_pass(ep, {"cuda:0": "meta"})
-    assert _devices_in_graph(same) == {"cpu"}
+    assert program_devices(same) == {"cpu"}
     torch.testing.assert_close(same.module()(torch.ones(2, 4)), ep.module()(torch.ones(2, 4)))
 
 
