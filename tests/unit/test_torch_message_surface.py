@@ -148,7 +148,8 @@ def test_a_branch_torch_cannot_capture_is_explained_from_torchs_message():
     assert messages.blames_control_flow_capture(error), (
         f"{_where(messages.blames_control_flow_capture)}: not told from {str(error)[:300]!r}")
     reason = messages.uncapturable_branch_reason(error)
-    assert "side effect" in reason.lower() and "Got graph break" not in reason \
+    # torch 2.10 says "(SideEffects)", later lines "side effect": either names the cause
+    assert "sideeffect" in reason.lower().replace(" ", "") and "Got graph break" not in reason \
         and "Developer debug context" not in reason, (
         f"{_where(messages.uncapturable_branch_reason)}: read {reason!r} from {str(error)[:300]!r}")
 
