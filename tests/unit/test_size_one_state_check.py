@@ -20,18 +20,20 @@ from graphcap.errors import ConstraintViolationError
 BATCH = ({0: Dim("b", min=1, max=8)},)
 
 
-class CountsOtherwiseAtOne(torch.nn.Module):
-    """Same output at every size; at size 1 eager counts 100, the general branch counts the batch."""
+class CountsSpecialAtOne(torch.nn.Module):
+    """Same output at every size; the general branch counts the batch, the size-1 special case adds
+    ``at_one`` (1: what the general branch adds there; 100: something else)."""
 
-    def __init__(self):
+    def __init__(self, at_one: int, persistent: bool = True):
         super().__init__()
-        self.register_buffer("seen", torch.zeros(1))
+        self.at_one = at_one
+        self.register_buffer("seen", torch.zeros(1), persistent=persistent)
 
     def forward(self, x):
         if x.shape[0] != 1:
             self.seen.add_(x.shape[0])
         else:
-            self.seen.add_(100)
+            self.seen.add_(self.at_one)
         return x * 2
 
 
@@ -48,38 +50,11 @@ class RunningMeanSpecialCase(torch.nn.Module):
         return x * 2  # the mean is read by another method (eval), not here
 
 
-class CountsAlikeAtOne(torch.nn.Module):
-    """The special case at size 1 writes what the general branch writes there: kept."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("seen", torch.zeros(1))
-
-    def forward(self, x):
-        if x.shape[0] != 1:
-            self.seen.add_(x.shape[0])
-        else:
-            self.seen.add_(1)
-        return x * 2
-
-
-class NonPersistentCounter(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("calls", torch.zeros(1), persistent=False)
-
-    def forward(self, x):
-        if x.shape[0] != 1:
-            self.calls.add_(2)
-        else:
-            self.calls.add_(1)
-        return x + 1
-
-
-@pytest.mark.parametrize("cls, buffer", [(CountsOtherwiseAtOne, "seen"), (RunningMeanSpecialCase, "mean"),
-                                         (NonPersistentCounter, "calls")])
-def test_a_special_case_that_only_writes_state_otherwise_is_refused(cls, buffer):
-    model = cls()
+@pytest.mark.parametrize("make, buffer", [
+    (lambda: CountsSpecialAtOne(100), "seen"), (RunningMeanSpecialCase, "mean"),
+    (lambda: CountsSpecialAtOne(100, persistent=False), "seen")], ids=["counts", "running_mean", "non_persistent"])
+def test_a_special_case_that_only_writes_state_otherwise_is_refused(make, buffer):
+    model = make()
     before = {k: v.clone() for k, v in model.named_buffers()}
     with pytest.raises(ConstraintViolationError) as info:
         graphcap.export(model, (torch.randn(3, 4),), dynamic_shapes=BATCH)
@@ -92,7 +67,7 @@ def test_a_special_case_that_only_writes_state_otherwise_is_refused(cls, buffer)
 
 
 def test_a_special_case_writing_what_the_general_branch_writes_keeps_size_one():
-    model = CountsAlikeAtOne()
+    model = CountsSpecialAtOne(1)
     ep = graphcap.export(copy.deepcopy(model), (torch.randn(3, 4),), dynamic_shapes=BATCH)
     assert [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()] == [(1, 8)]
     assert torch.equal(model.seen, torch.zeros(1))
@@ -105,9 +80,9 @@ def test_a_special_case_writing_what_the_general_branch_writes_keeps_size_one():
 
 def test_the_refused_spec_suggests_the_range_without_one():
     with pytest.raises(ConstraintViolationError) as info:
-        graphcap.export(CountsOtherwiseAtOne(), (torch.randn(3, 4),), dynamic_shapes=BATCH)
+        graphcap.export(CountsSpecialAtOne(100), (torch.randn(3, 4),), dynamic_shapes=BATCH)
     fixed = graphcap.refine_dynamic_shapes_from_suggested_fixes(str(info.value), BATCH)
-    ep = graphcap.export(CountsOtherwiseAtOne(), (torch.randn(3, 4),), dynamic_shapes=fixed)
+    ep = graphcap.export(CountsSpecialAtOne(100), (torch.randn(3, 4),), dynamic_shapes=fixed)
     assert [int(r.lower) for r in ep.range_constraints.values()] == [2]
     with pytest.raises(Exception, match="b|x"):
         ep.module()(torch.randn(1, 4))

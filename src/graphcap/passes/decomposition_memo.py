@@ -79,7 +79,7 @@ def _torch_or_graphcap_function(fn: Any) -> bool:
 
 def _symbolic_input(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
-        return _symbolic(value.shape) or _symbolic(value.stride()) or isinstance(value.storage_offset(), _SYMBOLIC)
+        return _symbolic_layout(value)
     return isinstance(value, _SYMBOLIC)
 
 
@@ -101,6 +101,11 @@ def _symbolic(values: Any) -> bool:
     return any(isinstance(d, _SYMBOLIC) for d in values)
 
 
+def _symbolic_layout(t: torch.Tensor) -> bool:
+    """Whether a size, stride or the offset of ``t`` is a symbol (such a call is never copied)."""
+    return _symbolic(t.shape) or _symbolic(t.stride()) or isinstance(t.storage_offset(), _SYMBOLIC)
+
+
 def _key(target: Any, leaves: list, spec: Any, tracker: Any) -> Optional[tuple]:
     """What a call's recording depends on, or None when the call is not copied: the operator, the
     arguments' structure, each scalar, each tensor's layout, and which tensors share a storage and
@@ -112,9 +117,9 @@ def _key(target: Any, leaves: list, spec: Any, tracker: Any) -> Optional[tuple]:
         if isinstance(leaf, torch.Tensor):
             if type(leaf) is not FakeTensor or holds_constant(leaf):
                 return None
-            shape, stride, offset = tuple(leaf.shape), leaf.stride(), leaf.storage_offset()
-            if _symbolic(shape) or _symbolic(stride) or isinstance(offset, _SYMBOLIC):
+            if _symbolic_layout(leaf):
                 return None
+            shape, stride, offset = tuple(leaf.shape), leaf.stride(), leaf.storage_offset()
             storage = storages.setdefault(storage_key(leaf), len(storages))
             node = nodes.setdefault(recorded_node(tracker, leaf), len(nodes))
             parts.append((shape, stride, offset, leaf.dtype, leaf.device, leaf.requires_grad, storage, node))
@@ -278,8 +283,7 @@ def _record(made: list[torch.fx.Node], tracker: Any, leaves: list, out: Any) -> 
             if t is None and is_seq:
                 layouts.append(None)
                 continue
-            if type(t) is not FakeTensor or t.requires_grad or t.is_conj() or t.is_neg() \
-                    or _symbolic(t.shape) or _symbolic(t.stride()) or isinstance(t.storage_offset(), _SYMBOLIC):
+            if type(t) is not FakeTensor or t.requires_grad or t.is_conj() or t.is_neg() or _symbolic_layout(t):
                 return None
             key = storage_key(t)
             origin = storages.get(key)
