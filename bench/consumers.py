@@ -401,8 +401,16 @@ def _merged(earlier: list, rows: list) -> list:
     return [r for r in earlier if r[:3] not in fresh] + list(rows)
 
 
-def main(argv=None) -> int:
+def _models_named(names: str) -> list:
+    """Exact zoo names in the order given; anything else as zoo.select takes it (globs, substrings,
+    families); none named: the whole public zoo. Imported here: merging earlier runs needs no zoo."""
     import zoo
+    models = list(dict.fromkeys(n for item in names.split(",") if item
+                                for n in ([item] if item in zoo.REGISTRY else [c.name for c in zoo.select(item)])))
+    return models or list(zoo.REGISTRY)
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="", help="comma-separated zoo names, globs or families, as zoo.select "
                                                      "takes them (default: the whole public zoo)")
@@ -413,10 +421,6 @@ def main(argv=None) -> int:
     parser.add_argument("--merge", default="", help="comma-separated .json files of earlier runs: their cells "
                                                     "go into the table too (this run's win where both have one)")
     ns = parser.parse_args(argv)
-    # exact names in the order given; anything else as zoo.select takes it (globs, substrings, families)
-    models = list(dict.fromkeys(n for item in ns.models.split(",") if item
-                                for n in ([item] if item in zoo.REGISTRY else [c.name for c in zoo.select(item)])))
-    models = models or list(zoo.REGISTRY)
     consumers = [c for c in ns.consumers.split(",") if c]
     out = Path(ns.out or Path(__file__).parent / ("CONSUMERS_dynamic.md" if ns.dynamic else "CONSUMERS.md"))
     earlier_cells: dict = {}  # a later file's cell replaces an earlier file's (a rerun), in the first one's place
@@ -425,8 +429,8 @@ def main(argv=None) -> int:
             earlier_cells[tuple(r[:3])] = tuple(r)
     earlier = list(earlier_cells.values())
     rows: list = []
-    if ns.models == "" and earlier:  # only merging: no model named, no run
-        models = []
+    only_merging = ns.models == "" and earlier  # no model named: no run
+    models = [] if only_merging else _models_named(ns.models)
     for name in models:  # the files are rewritten after each model: a long run leaves what it did
         rows += matrix([name], consumers, ns.dynamic)
         out.with_suffix(".json").write_text(_as_json(_merged(earlier, rows)))

@@ -8,6 +8,11 @@
 set -uo pipefail
 OUT=${OUT:-gpu-check-out}
 PY=${PY:-python3}
+# AOTInductor builds its library with $CXX. The lent H200 image (torch 2.11, 2026-11-26) sets
+# CXX=/opt/gcc/bin/g++, a wrapper whose libraries crash torch's loader even for a one-layer CPU
+# program (bench/probes/aoti_gpu_probe.py); the system g++ of the same release builds ones that load.
+# AOTI_CXX picks another; the probe's log in $OUT says which toolchain was used.
+export CXX=${AOTI_CXX:-$(command -v g++ || echo "${CXX:-g++}")}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -21,6 +26,7 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -p no:benchmark -rfEs)
 } 2>&1 | tee "$OUT/machine.txt"
 
 gpu_tests() {
+  "$PY" bench/probes/aoti_gpu_probe.py "$OUT" > /dev/null
   "$PY" tests/golden/make_cuda_golden.py "$OUT"
   "${PYTEST[@]}" -v -m cuda tests/e2e/test_cuda.py -k "not aoti"
   for name in tv_resnet18 hf_gpt2; do
@@ -35,4 +41,5 @@ timeout "${GPU_TESTS_S:-330}" bash -c "$(declare -f gpu_tests); $(declare -p PY 
 timeout "${DEFAULT_RUN_S:-330}" "${PYTEST[@]}" -v -n "${JOBS:-12}" --dist loadfile -m "not slow and not cuda" \
   > "$OUT/default_run.log" 2>&1
 wait
+grep -h "^=== \|^--- exit\|max diff" "$OUT/aoti_probe.log"
 grep -h "FAILED\|ERROR\|passed\|failed\|^exit" "$OUT/cuda_tests.log" "$OUT/default_run.log" | tail -60

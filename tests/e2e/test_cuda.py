@@ -122,8 +122,14 @@ def test_saved_on_cuda_loads_on_cpu_and_back():
 def test_aoti_compiles_a_cuda_program(name, exporter):
     model, first, second, spec = _case_on(name, GPU)
     export = graphcap.export if exporter == "graphcap" else torch.export.export
-    with quiet_warnings():
-        ep = export(model, *first, dynamic_shapes=spec)
+    try:
+        with quiet_warnings():
+            ep = export(model, *first, dynamic_shapes=spec)
+    except Exception as error:  # the reference column: torch.export may not export the model at all
+        if exporter == "graphcap":
+            raise
+        pytest.xfail(f"torch.export does not export {name} on {GPU} with its spec: "
+                     f"{type(error).__name__}: {str(error).splitlines()[0]}")
     with tempfile.TemporaryDirectory() as d, quiet_warnings():
         path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(d, "model.pt2"))
         runner = torch._inductor.aoti_load_package(path)

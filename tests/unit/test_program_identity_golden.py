@@ -15,6 +15,7 @@ change, saying why in the commit) with ``GRAPHCAP_UPDATE_GOLDEN=1``.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -33,6 +34,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCH_LINE = ".".join(torch.__version__.split(".")[:2])
 GOLDEN = ROOT / "tests" / "golden" / "programs" / f"torch-{TORCH_LINE}"
 SITE = Path(sysconfig.get_paths()["purelib"]).resolve()
+
+
+def _library_roots(names=("torch", "torchvision", "transformers", "timm")) -> list[Path]:
+    """Where the libraries a program's stack traces name are imported from, all printed ``<site>``:
+    the environment's site-packages and each library's own import root, which differs when it was
+    installed elsewhere on the path (``pip install --target`` on the GPU machine, a user site)."""
+    roots = {SITE}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            roots.add(Path(spec.origin).resolve().parents[1])
+    return sorted(roots, key=lambda root: len(str(root)), reverse=True)
+
+
+LIBRARY_ROOTS = _library_roots()
 PREFIX = Path(sys.prefix).resolve()
 
 
@@ -93,7 +109,7 @@ CASES = {
 
 
 def _normalized(text: str) -> str:
-    for path, tag in ((SITE, "<site>"), (PREFIX, "<prefix>"), (ROOT, "<repo>"),
+    for path, tag in (*((root, "<site>") for root in LIBRARY_ROOTS), (PREFIX, "<prefix>"), (ROOT, "<repo>"),
                       (ROOT.parent / "shared", "<shared>")):
         text = text.replace(str(path), tag)
     return text
@@ -161,3 +177,19 @@ def test_metadata_is_present_on_operator_nodes():
         assert node.meta.get("stack_trace"), node
         assert node.meta.get("nn_module_stack"), node
         assert node.meta.get("source_fn_stack") or node.target is torch.ops.aten.add_.Tensor, node
+
+
+def test_a_library_imported_from_outside_site_packages_prints_as_site(tmp_path, monkeypatch):
+    """A library installed with ``pip install --target`` (as on the GPU machine) is named in stack
+    traces from its own directory; the goldens must read the same as from site-packages."""
+    package = tmp_path / "graphcap_probe_lib"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    roots = _library_roots(("graphcap_probe_lib", "torch"))
+    assert tmp_path.resolve() in roots and SITE in roots
+    line = f'File "{tmp_path.resolve()}/graphcap_probe_lib/__init__.py", line 1'
+    text = line
+    for root in roots:
+        text = text.replace(str(root), "<site>")
+    assert text == 'File "<site>/graphcap_probe_lib/__init__.py", line 1'
