@@ -105,6 +105,17 @@ def check(name, run):
 check("graphcap.load", lambda: graphcap.load("graphcap.pt2").module()(*io["args"]))
 check("aoti_load_package", lambda: torch._inductor.aoti_load_package("aoti.pt2")(*io["args"]))
 check("torch.export.load", lambda: torch.export.load("torch.pt2").module()(*io["args"]))
+try:  # Model Explorer's .pt2 file adapter reads the file with torch.export.load (the server's process)
+    from model_explorer.builtin_pytorch_exportedprogram_adapter import BuiltinPytorchExportedProgramAdapter
+    from model_explorer.consts import DEFAULT_SETTINGS
+except ImportError:
+    print("model_explorer SKIPPED")
+else:
+    try:
+        graph = BuiltinPytorchExportedProgramAdapter().convert("torch.pt2", dict(DEFAULT_SETTINGS))["graphs"][0]
+        print("model_explorer OK", len(graph.nodes))
+    except Exception as e:
+        print("model_explorer FAILED", type(e).__name__, str(e).splitlines()[0])
 '''
 
 
@@ -119,7 +130,8 @@ def _fresh(code: str, cwd: Path, *args: str) -> tuple[str, str]:
 def _results(output: tuple[str, str]) -> dict[str, list[str]]:
     stdout, stderr = output
     return {"stderr": [stderr]} | {line.split()[0]: line.split()[1:] for line in stdout.splitlines()
-            if line.split() and line.split()[0] in ("graphcap.load", "aoti_load_package", "torch.export.load")}
+            if line.split() and line.split()[0] in ("graphcap.load", "aoti_load_package", "torch.export.load",
+                                                     "model_explorer")}
 
 
 def _made_and_loaded(which: str, tmp_path: Path) -> tuple[dict, dict]:
@@ -141,6 +153,10 @@ def _check(bare: dict, registered: dict, missing: str, classes: str, tolerance: 
     for loader in ("graphcap.load", "aoti_load_package", "torch.export.load"):
         status, diff, kinds = registered[loader]
         assert status == "OK" and float(diff) < tolerance and kinds == classes, (loader, registered)
+    # Model Explorer's .pt2 adapter (where installed) loads with torch.export.load: the same
+    if bare["model_explorer"] != ["SKIPPED"]:
+        assert bare["model_explorer"][:2] == ["FAILED", "RuntimeError"], bare
+        assert registered["model_explorer"][0] == "OK" and int(registered["model_explorer"][1]) > 0, registered
 
 
 def test_a_dataclass_output_loads_in_another_process_after_registering_it(tmp_path):
