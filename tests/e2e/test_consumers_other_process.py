@@ -12,6 +12,7 @@ fresh process and loads and runs in another, comparing with eager.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -44,7 +45,7 @@ class Model(torch.nn.Module):
 
 # Exports, packages for AOTInductor, and writes torch's and graphcap's files, with eager's leaves.
 MAKE = '''
-import sys, warnings, torch, graphcap
+import importlib.util, sys, warnings, torch, graphcap
 import torch.utils._pytree as torch_pytree
 which = sys.argv[1]
 torch.manual_seed(0)
@@ -61,6 +62,10 @@ with warnings.catch_warnings():
     torch._inductor.aoti_compile_and_package(ep, package_path="aoti.pt2")
     torch.export.save(ep, "torch.pt2")
     graphcap.save(ep, "graphcap.pt2")
+    if which == "dataclass" and importlib.util.find_spec("executorch") is not None:
+        from executorch.exir import to_edge_transform_and_lower
+        with open("model.pte", "wb") as f:
+            f.write(to_edge_transform_and_lower(ep).to_executorch().buffer)
     with torch.no_grad():
         eager = model(*args)
 # the hand-over registered the classes in this process, so torch's pytree takes the output apart
@@ -71,7 +76,7 @@ print("MADE", type(torch_pytree.tree_structure(eager)))
 # Loads each file with its own loader and runs it: "bare" registers nothing, "registered" calls
 # graphcap.register_flattenable(cls, with_torch=True) for each class first.
 LOAD = '''
-import sys, torch, graphcap
+import os, sys, torch, graphcap
 from graphcap import auto_flatten
 which, mode = sys.argv[1:3]
 if which == "dataclass":
@@ -105,6 +110,12 @@ def check(name, run):
 check("graphcap.load", lambda: graphcap.load("graphcap.pt2").module()(*io["args"]))
 check("aoti_load_package", lambda: torch._inductor.aoti_load_package("aoti.pt2")(*io["args"]))
 check("torch.export.load", lambda: torch.export.load("torch.pt2").module()(*io["args"]))
+if os.path.exists("model.pte"):  # ExecuTorch's runtime returns the flat outputs: it reads no class
+    from executorch.runtime import Runtime
+    flat = lambda: Runtime.get().load_program("model.pte").load_method("forward").execute(list(io["args"]))
+    check("executorch", lambda: list(flat()))
+else:
+    print("executorch SKIPPED")
 try:  # Model Explorer's .pt2 file adapter reads the file with torch.export.load (the server's process)
     from model_explorer.builtin_pytorch_exportedprogram_adapter import BuiltinPytorchExportedProgramAdapter
     from model_explorer.consts import DEFAULT_SETTINGS
@@ -131,7 +142,7 @@ def _results(output: tuple[str, str]) -> dict[str, list[str]]:
     stdout, stderr = output
     return {"stderr": [stderr]} | {line.split()[0]: line.split()[1:] for line in stdout.splitlines()
             if line.split() and line.split()[0] in ("graphcap.load", "aoti_load_package", "torch.export.load",
-                                                     "model_explorer")}
+                                                     "model_explorer", "executorch")}
 
 
 def _made_and_loaded(which: str, tmp_path: Path) -> tuple[dict, dict]:
@@ -153,6 +164,9 @@ def _check(bare: dict, registered: dict, missing: str, classes: str, tolerance: 
     for loader in ("graphcap.load", "aoti_load_package", "torch.export.load"):
         status, diff, kinds = registered[loader]
         assert status == "OK" and float(diff) < tolerance and kinds == classes, (loader, registered)
+    # ExecuTorch's .pte (where installed; the dataclass case) runs in a process that registered nothing
+    if bare["executorch"] != ["SKIPPED"]:
+        assert bare["executorch"][0] == "OK" and float(bare["executorch"][1]) < tolerance, bare
     # Model Explorer's .pt2 adapter (where installed) loads with torch.export.load: the same
     if bare["model_explorer"] != ["SKIPPED"]:
         assert bare["model_explorer"][:2] == ["FAILED", "RuntimeError"], bare
@@ -161,6 +175,10 @@ def _check(bare: dict, registered: dict, missing: str, classes: str, tolerance: 
 
 def test_a_dataclass_output_loads_in_another_process_after_registering_it(tmp_path):
     bare, registered = _made_and_loaded("dataclass", tmp_path)
+    if importlib.util.find_spec("executorch") is not None:
+        assert bare["executorch"][0] == "OK", bare
+    else:
+        assert bare["executorch"] == ["SKIPPED"]
     _check(bare, registered, "user_types.Out", "Out", 1e-5)
 
 
