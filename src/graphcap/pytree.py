@@ -155,15 +155,17 @@ def register_flattenable(cls: type, *, serialized_type_name: Optional[str] = Non
             raise ExportInputError(
                 f"{qualified_name(cls)} is already registered with torch's pytree under the name "
                 f"{auto_flatten.serialized_name(cls)!r}; it cannot be renamed {serialized_type_name!r} now.",
-                fix="Call graphcap.register_flattenable(cls, serialized_type_name=...) before the program is "
-                    "exported, handed to a consumer or loaded.")
+                fix=f"Call graphcap.register_flattenable({cls.__name__}, serialized_type_name="
+                    f"{serialized_type_name!r}) first in the process, before a program holding it is exported, "
+                    f"handed to a consumer or loaded.")
         auto_flatten.rename(cls, serialized_type_name)
     if with_torch and not auto_flatten.register_with_torch(cls):
         raise ExportInputError(
             f"{qualified_name(cls)} is already registered with torch's pytree by other code; graphcap "
             f"leaves that registration as it is.",
-            fix="Load with the registration you made (register the class the same way in the exporting "
-                "process), or do not register it yourself.")
+            fix=f"Load with that registration (make the same one in the exporting process: graphcap then "
+                f"flattens {cls.__name__} the torch way), or leave {cls.__name__} unregistered there and call "
+                f"graphcap.register_flattenable({cls.__name__}, with_torch=True) first.")
 
 
 # --------------------------------------------------------------------------

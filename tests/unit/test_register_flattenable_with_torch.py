@@ -83,7 +83,7 @@ def test_renaming_a_class_torch_already_knows_is_refused(fresh_class):
     graphcap.register_flattenable(State, with_torch=True)
     with pytest.raises(graphcap.ExportInputError, match="cannot be renamed") as info:
         graphcap.register_flattenable(State, serialized_type_name="elsewhere.State")
-    assert "before the program is exported" in info.value.fix
+    assert "graphcap.register_flattenable(State, serialized_type_name='elsewhere.State') first" in info.value.fix
     graphcap.register_flattenable(State, serialized_type_name=auto_flatten.serialized_name(State))  # same name: fine
     with pytest.raises(graphcap.ExportInputError, match="non-empty string"):
         graphcap.register_flattenable(State, serialized_type_name="")
@@ -94,6 +94,7 @@ def test_a_class_registered_with_torch_by_other_code_is_left_alone(fresh_class):
     graphcap.register_flattenable(State)
     torch_pytree.register_pytree_node(State, lambda s: ([s.key, s.value], s.dtype),
                                       lambda c, d: State(c[0], c[1], d), serialized_type_name="user.State")
-    with pytest.raises(graphcap.ExportInputError, match="registered with torch's pytree by other code"):
+    with pytest.raises(graphcap.ExportInputError, match="registered with torch's pytree by other code") as info:
         graphcap.register_flattenable(State, with_torch=True)
+    assert "graphcap.register_flattenable(State, with_torch=True)" in info.value.fix
     assert torch_pytree.SUPPORTED_SERIALIZED_TYPES[State].serialized_type_name == "user.State"
