@@ -38,11 +38,13 @@ _OWN: set[type] = set()  # of those, graphcap's own node classes
 _SCOPES: list[list[type]] = []  # one list per running trace: the classes it registered with torch
 
 
-def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
+def node_of(cls: type, holds_tensor: Callable[[Any], bool], serialized_type_name: Optional[str] = None) -> AutoNode:
     """The node functions of ``cls`` (made once): children are the attributes that hold tensors.
 
     Attributes that hold no tensor (sizes, flags, dtypes) are kept in the
     node's context ``(keys, static)``: part of the structure, like a dict's keys.
+    ``serialized_type_name`` is the name files give the class (default: its
+    qualified name, ``module.QualName``, which another process imports).
     """
     if cls in _KNOWN:
         return _KNOWN[cls]
@@ -72,8 +74,8 @@ def node_of(cls: type, holds_tensor: Callable[[Any], bool]) -> AutoNode:
     def flatten_by_spec(obj, spec):
         return [getattr(obj, k) for k in spec.context[0]]
 
-    _KNOWN[cls] = AutoNode(flatten, unflatten, flatten_with_keys, f"{cls.__module__}.{cls.__qualname__}",
-                           flatten_by_spec)
+    _KNOWN[cls] = AutoNode(flatten, unflatten, flatten_with_keys,
+                           serialized_type_name or f"{cls.__module__}.{cls.__qualname__}", flatten_by_spec)
     return _KNOWN[cls]
 
 
@@ -158,27 +160,51 @@ def register_for_trace(cls: type) -> None:
     _SCOPES[-1].append(cls)
 
 
+def rename(cls: type, serialized_type_name: str) -> None:
+    """Give a table class (not yet registered with torch) another name in files."""
+    _KNOWN[cls] = _KNOWN[cls]._replace(serialized_type_name=serialized_type_name)
+
+
+def serialized_name(cls: type) -> str:
+    return _KNOWN[cls].serialized_type_name
+
+
+def register_with_torch(cls: type) -> bool:
+    """Register a table class with torch's pytree for good, with the table's node functions and name.
+
+    What a hand-over does for each class a program's structure names, and what
+    ``graphcap.register_flattenable(cls, with_torch=True)`` does in a process
+    that loads torch's files (an AOTInductor package, ``torch.export.save``'s)
+    made from a graphcap program: the same functions under the same name,
+    so the file's structure reads back. Returns False when torch's registry
+    already holds another registration of ``cls`` (left as it is).
+    """
+    with pytree.registry_lock():
+        if pytree.registered_node(cls) is not None:
+            return _is_ours(cls)
+        node = _KNOWN[cls]
+        # torch writes the context as text (treespec_dumps): an attribute-flattened node's through
+        # the installed context text (serialize.context_text); graphcap's files keep their own
+        to_text, from_text = (node.to_dumpable, node.from_dumpable) if cls in _OWN \
+            else (_CONTEXT_TEXT or (None, None))
+        pytree.register_python_node(cls, node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn,
+                                    node.serialized_type_name, to_text, from_text)
+    return True
+
+
 def register_for_torch(spec: Optional[Any]) -> None:
     """Register with torch, for good, the table's classes that ``spec`` names.
 
     For a program handed to torch (``graphcap.to_torch``): torch's own
-    ``module()`` flattens and rebuilds through torch's registry only. This is
-    the one place graphcap registers a class beyond a trace, and only because
-    the user asked for a torch program.
+    ``module()`` flattens and rebuilds through torch's registry only. Beyond a
+    trace, graphcap registers a class with torch only here (the program is
+    handed to torch) and when the user asks (``register_flattenable(cls,
+    with_torch=True)``).
     """
     if spec is None or spec.is_leaf():
         return
     if spec.type in _KNOWN:
-        with pytree.registry_lock():
-            if pytree.registered_node(spec.type) is None:
-                node = _KNOWN[spec.type]
-                # torch writes the context as text (treespec_dumps): an attribute-flattened node's
-                # through the installed context text (serialize.context_text); graphcap's files keep their own
-                to_text, from_text = (node.to_dumpable, node.from_dumpable) if spec.type in _OWN \
-                    else (_CONTEXT_TEXT or (None, None))
-                pytree.register_python_node(spec.type, node.flatten_fn, node.unflatten_fn,
-                                                   node.flatten_with_keys_fn, node.serialized_type_name,
-                                                   to_text, from_text)
+        register_with_torch(spec.type)
     for child in spec.children():
         register_for_torch(child)
 

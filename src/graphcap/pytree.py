@@ -86,7 +86,8 @@ def register_dataclass(cls: type, *, serialized_type_name: Optional[str] = None)
                                 serialized_type_name=serialized_type_name or qualified_name(cls))
 
 
-def register_flattenable(cls: type) -> None:
+def register_flattenable(cls: type, *, serialized_type_name: Optional[str] = None,
+                         with_torch: bool = False) -> None:
     """Flatten ``cls`` by its attributes, as export does on its own for a class it does not know.
 
     Export flattens an input or output of an unregistered class that holds
@@ -96,10 +97,23 @@ def register_flattenable(cls: type) -> None:
     structure names the class (a ``transformers`` ``DynamicCache`` output) in
     a process that has not exported it. The class joins graphcap's own table;
     torch's pytree registry is left as it is (graphcap registers the class
-    there only while a trace runs).
+    there only while a trace runs, and when a program is handed to torch's
+    tools), unless ``with_torch`` asks for it.
 
     Args:
         cls: a class whose instances keep their state in ``__dict__``.
+        serialized_type_name: the name files give the class (default: its
+            qualified name ``module.QualName``). Give the same name in the
+            exporting and the loading process, as with torch's
+            ``register_pytree_node``; needed only for a class whose qualified
+            name differs between them (one defined in ``__main__``).
+        with_torch: also register the class with torch's pytree for the rest
+            of the process, under the same node functions and name as a
+            program's hand-over: what a process needs that loads, with torch's
+            own loaders, a file made from a graphcap program whose structure
+            holds the class (``torch._inductor.aoti_load_package``,
+            ``torch.export.load``); without it torch's loader fails with
+            ``Deserializing <name> in pytree is not registered``.
 
     Returns:
         None.
@@ -107,25 +121,51 @@ def register_flattenable(cls: type) -> None:
     Raises:
         ExportInputError: ``cls`` is not a class, or is already a pytree node
             registered another way (a dataclass registered with
-            ``register_dataclass``, a class registered with torch's pytree).
+            ``register_dataclass``, a class registered with torch's pytree), or
+            ``serialized_type_name`` renames a class already registered with
+            torch under another name.
 
     Example:
         >>> from transformers.cache_utils import DynamicCache, DynamicLayer
         >>> graphcap.register_flattenable(DynamicCache)
         >>> graphcap.register_flattenable(DynamicLayer)
         >>> ep = graphcap.load("gpt2.pt2")
+
+        In a process that runs an AOTInductor package of that program:
+
+        >>> graphcap.register_flattenable(DynamicCache, with_torch=True)
+        >>> graphcap.register_flattenable(DynamicLayer, with_torch=True)
+        >>> runner = torch._inductor.aoti_load_package("gpt2_aoti.pt2")
     """
     if not isinstance(cls, type):
         raise ExportInputError(f"register_flattenable expects a class, got {cls!r:.80}.",
                                fix="Pass the class itself, e.g. graphcap.register_flattenable(DynamicCache).")
-    if auto_flatten.is_auto_flattened(cls):
-        return
-    if cls in pytree.SUPPORTED_NODES or issubclass(cls, (tuple, list, dict)) or cls in _PLAIN_LEAF_TYPES \
-            or issubclass(cls, _PLAIN_LEAF_TYPES):
+    if serialized_type_name is not None and not (isinstance(serialized_type_name, str) and serialized_type_name):
+        raise ExportInputError(f"serialized_type_name must be a non-empty string, got {serialized_type_name!r:.80}.",
+                               fix=f"e.g. serialized_type_name={qualified_name(cls)!r}.")
+    if not auto_flatten.is_auto_flattened(cls):
+        if cls in pytree.SUPPORTED_NODES or issubclass(cls, (tuple, list, dict)) or cls in _PLAIN_LEAF_TYPES \
+                or issubclass(cls, _PLAIN_LEAF_TYPES):
+            raise ExportInputError(
+                f"{qualified_name(cls)} is already a pytree node or a value export keeps whole; it is not "
+                f"flattened by its attributes.", fix="Leave it as it is: export and load know it already.")
+        auto_flatten.node_of(cls, holds_tensor, serialized_type_name)
+    elif serialized_type_name is not None and serialized_type_name != auto_flatten.serialized_name(cls):
+        if pytree.registered_node(cls) is not None:
+            raise ExportInputError(
+                f"{qualified_name(cls)} is already registered with torch's pytree under the name "
+                f"{auto_flatten.serialized_name(cls)!r}; it cannot be renamed {serialized_type_name!r} now.",
+                fix=f"Call graphcap.register_flattenable({cls.__name__}, serialized_type_name="
+                    f"{serialized_type_name!r}) first in the process, before a program holding it is exported, "
+                    f"handed to a consumer or loaded.")
+        auto_flatten.rename(cls, serialized_type_name)
+    if with_torch and not auto_flatten.register_with_torch(cls):
         raise ExportInputError(
-            f"{qualified_name(cls)} is already a pytree node or a value export keeps whole; it is not "
-            f"flattened by its attributes.", fix="Leave it as it is: export and load know it already.")
-    auto_flatten.node_of(cls, holds_tensor)
+            f"{qualified_name(cls)} is already registered with torch's pytree by other code; graphcap "
+            f"leaves that registration as it is.",
+            fix=f"Load with that registration (make the same one in the exporting process: graphcap then "
+                f"flattens {cls.__name__} the torch way), or leave {cls.__name__} unregistered there and call "
+                f"graphcap.register_flattenable({cls.__name__}, with_torch=True) first.")
 
 
 # --------------------------------------------------------------------------

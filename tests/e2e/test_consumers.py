@@ -453,6 +453,38 @@ def test_gpt2_cache_through_executorch_then_aoti():
         assert consumers.aoti(ep, case, "graphcap") < 1e-3  # both sizes, after the ExecuTorch lowering
 
 
+# -- Model Explorer: graphcap's program shown as torch.export's ----------------
+
+def _model_explorer_view(ep) -> list:
+    """What Model Explorer's PyTorch adapter shows of a program, node by node: the label, the layer
+    (from ``nn_module_stack``), the attributes (a weight's first values among them), the output
+    metadata, and which node's output each input edge comes from (by position: node names are
+    not compared, consumers do not read them)."""
+    nodes = _through_model_explorer(ep)["graphs"][0].nodes
+    position = {node.id: i for i, node in enumerate(nodes)}
+
+    def pairs(attrs: list) -> list:  # the adapter writes some attributes as KeyValue, some as dicts
+        return [(a["key"], a["value"]) if isinstance(a, dict) else (a.key, a.value) for a in attrs]
+    return [(node.label, node.namespace, pairs(node.attrs), [pairs(m.attrs) for m in node.outputsMetadata],
+             [(position[e.sourceNodeId], e.sourceNodeOutputId, e.targetNodeInputId) for e in node.incomingEdges])
+            for node in nodes]
+
+
+@NEEDS_MODEL_EXPLORER
+@pytest.mark.parametrize("name", ["tiny_conv_dynamic", "custom_dict_list_io", "custom_buffer_inplace"])
+def test_model_explorer_shows_graphcaps_program_as_torchs(name):
+    """Model Explorer's graph of graphcap's program is the one it draws for torch.export's program
+    of the same model: the same nodes in the same layers, with the same shapes and edges."""
+    case = case_of(name)
+    views = {}
+    for exporter in ("torch", "graphcap"):
+        with quiet_warnings():
+            views[exporter] = _model_explorer_view(consumers.export_case(exporter, case))
+    assert len(views["graphcap"]) == len(views["torch"])
+    for mine, torchs in zip(views["graphcap"], views["torch"]):
+        assert mine == torchs
+
+
 # -- a program a consumer cannot take -----------------------------------------
 
 @torch.library.custom_op("graphcap_consumer_test::shuffle", mutates_args=())
@@ -499,6 +531,78 @@ def test_a_program_a_consumer_cannot_take_fails_in_the_consumer(consumer):
     assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
     raising_file = traceback.extract_tb(got.tb)[-1].filename
     assert "/graphcap/" not in raising_file, raising_file
+
+
+# An operator with a shape function but no kernel for the CPU: export and AOTInductor's compile
+# take it (the package calls it through torch's dispatcher), the package's run cannot.
+_NO_KERNEL_LIB = torch.library.Library("graphcap_consumer_test", "FRAGMENT")
+_NO_KERNEL_LIB.define("no_cpu_kernel(Tensor x) -> Tensor")
+
+
+@torch.library.register_fake("graphcap_consumer_test::no_cpu_kernel", lib=_NO_KERNEL_LIB)
+def _(x):
+    return torch.empty_like(x)
+
+
+class UsesKernelLessOp(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.graphcap_consumer_test.no_cpu_kernel(x) * 2
+
+
+def _through_aoti(ep):
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=str(Path(d) / "model.pt2"))
+        return torch._inductor.aoti_load_package(path)(torch.randn(2, 4))
+
+
+def _through_model_explorer(ep):
+    from model_explorer.consts import DEFAULT_SETTINGS
+    from model_explorer.pytorch_exported_program_adapter_impl import PytorchExportedProgramAdapterImpl
+    return PytorchExportedProgramAdapterImpl(ep, dict(DEFAULT_SETTINGS)).convert()
+
+
+class FlattensByItsBatch(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(x.shape[0], -1) + 1  # a size read: an operator node whose value is a SymInt
+
+
+BAD_INPUTS = {  # consumer: (the model it cannot take, that model's export arguments)
+    "aoti": (UsesKernelLessOp, {}),
+    # Model Explorer's adapter shows tensor values only (a SymInt output is its ValueError)
+    "model_explorer": (FlattensByItsBatch, {"dynamic_shapes": ({0: torch.export.Dim("batch", min=2, max=8)},)}),
+}
+
+
+def _programs_of(model_class, options: dict) -> dict:
+    args = (torch.randn(2, 4),)
+    with quiet_warnings():
+        return {"graphcap": graphcap.export(model_class(), args, **options),
+                "torch": torch.export.export(model_class(), args, **options)}
+
+
+@pytest.mark.parametrize("consumer", [pytest.param(_through_aoti, id="aoti"),
+                                      pytest.param(_through_model_explorer, marks=NEEDS_MODEL_EXPLORER,
+                                                   id="model_explorer")])
+def test_a_program_aoti_or_model_explorer_cannot_take_fails_there(consumer):
+    """AOTInductor: an operator without a CPU kernel compiles and packages (its call goes through
+    torch's dispatcher) and fails when the loaded package runs, with the dispatcher's message.
+    Model Explorer: a graph with a size read fails in its adapter. Both exactly as for
+    torch.export's program of the same model; nothing of graphcap's raises or hides it."""
+    model_class, options = BAD_INPUTS["aoti" if consumer is _through_aoti else "model_explorer"]
+    errors = {k: _failure(consumer, ep) for k, ep in _programs_of(model_class, options).items()}
+    got, want = errors["graphcap"], errors["torch"]
+    assert not isinstance(got.value, GraphcapError)
+    # the first line: the dispatcher's message goes on with a C++ backtrace (addresses, temporary paths)
+    first_line = str(got.value).splitlines()[0]
+    assert type(got.value) is type(want.value) and first_line == str(want.value).splitlines()[0]
+    if consumer is _through_aoti:
+        assert "Could not run 'graphcap_consumer_test::no_cpu_kernel'" in first_line
+    else:
+        assert "Unsupported output type" in first_line
+    package = str(Path(graphcap.__file__).resolve().parent)
+    assert not any(frame.filename.startswith(package) for frame in traceback.extract_tb(got.tb)), \
+        traceback.format_tb(got.tb)
 
 
 def test_merging_runs_keeps_a_reruns_cell_in_place_of_the_earlier_one(tmp_path):
