@@ -39,7 +39,7 @@ $(error TORCH=$(TORCH) is not a supported torch version ($(TORCH_VERSIONS)); doc
 endif
 endif
 
-.PHONY: compat-check-ci demo consumers lint test test-all test-torch-versions test-torch-ci drop-venv bench compat compat-check compat-record compat-reference compat-torch lock clean
+.PHONY: compat-check-ci compat-check-rerun demo consumers lint test test-all test-torch-versions test-torch-ci drop-venv bench compat compat-check compat-record compat-reference compat-torch lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,26 +87,32 @@ consumers: $(STAMP)     ## the consumer matrix: every public zoo model's program
 # compat/known_passes/), "all" (every file of ../shared/torch_suite, about 20 minutes), or a list
 #   make compat COMPAT_FILES="test_export.py test_verifier.py"
 COMPAT_FILES ?= listed
-# CI's ratchet: test_export.py and the small files (a few minutes). The three files that re-run
-# test_export.py's tests through save/load, re-export and decompositions, and opinfo (about 15
-# minutes more) are held by `make compat-check` (every listed file; docs/torch-suite.md).
+# pytest-xdist processes per suite file ("auto": one per core; 0: one process, in the file's order)
+COMPAT_WORKERS ?= 0
+# CI's ratchet: test_export.py and the small files (a few minutes), then the three files that re-run
+# test_export.py's tests through save/load, a re-export and decompositions (about 600 tests each),
+# each spread over every core. opinfo is held by `make compat-check` only (docs/torch-suite.md).
 CI_COMPAT_FILES := test_export.py test_unflatten.py test_swap.py test_hop.py test_verifier.py \
 	test_draft_export.py test_dynamic_spec_export.py test_lift_unlift.py test_dynamic_shapes.py
+CI_RERUN_FILES := test_serdes.py test_export_training_ir_to_run_decomp.py test_retraceability.py
 
 compat: compat-torch $(STAMP)        ## PyTorch's own export tests with graphcap: figures and failures by cause, per file
-	$(PY) compat/compat.py --files "$(COMPAT_FILES)"
+	$(PY) compat/compat.py --files "$(COMPAT_FILES)" --workers $(COMPAT_WORKERS)
 
 compat-check: compat-torch $(STAMP)  ## the same, as CI's ratchet (compat/known_differences.txt, compat/known_passes/)
-	$(PY) compat/compat.py --check --files "$(COMPAT_FILES)"
+	$(PY) compat/compat.py --check --files "$(COMPAT_FILES)" --workers $(COMPAT_WORKERS)
 
 compat-check-ci:                     ## compat-check on CI's files (CI_COMPAT_FILES)
 	$(MAKE) --no-print-directory compat-check COMPAT_FILES="$(CI_COMPAT_FILES)"
 
+compat-check-rerun:                  ## compat-check on the three re-run files (CI_RERUN_FILES), over every core
+	$(MAKE) --no-print-directory compat-check COMPAT_FILES="$(CI_RERUN_FILES)" COMPAT_WORKERS=auto
+
 compat-record: compat-torch $(STAMP)  ## run the suite and add graphcap's new passes to compat/known_passes/
-	$(PY) compat/compat.py --record --files "$(COMPAT_FILES)"
+	$(PY) compat/compat.py --record --files "$(COMPAT_FILES)" --workers $(COMPAT_WORKERS)
 
 compat-reference: compat-torch $(STAMP)  ## rerun the suite with torch.export itself: rewrites compat/torch_passes*
-	$(PY) compat/compat.py --reference --files "$(COMPAT_FILES)"
+	$(PY) compat/compat.py --reference --files "$(COMPAT_FILES)" --workers $(COMPAT_WORKERS)
 
 compat-torch:
 	@test "$(TORCH)" = "$(COMPAT_TORCH)" || { echo "make compat runs on torch $(COMPAT_TORCH) only: the suite and compat/torch_passes.txt are torch 2.14.1's (docs/torch-versions.md)"; exit 2; }

@@ -123,6 +123,18 @@ def run_suite(mode: str, outdir: Path, python: str, extra: list[str], files: lis
     return junits
 
 
+def xdist_args(workers: str) -> list[str]:
+    """pytest's arguments for ``--workers``: none for 0 (one process runs a file in its order), else
+    pytest-xdist's ``-n`` (each test goes to the next free process; on the three re-run files the
+    passes are the serial run's, docs/torch-suite.md)."""
+    workers = str(workers).strip()
+    if workers in ("", "0"):
+        return []
+    if workers != "auto" and not workers.isdigit():
+        raise SystemExit(f"--workers takes a number of processes or 'auto', got {workers!r}")
+    return ["-n", workers]
+
+
 def test_id(file: str, classname: str, name: str) -> str:
     """``Class::test`` for test_export.py (as its lists always named them), ``FILE::Class::test`` else."""
     short = classname.split(".")[-1] + "::" + name
@@ -293,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the suite files to run: 'listed' (default; env COMPAT_FILES: test_export.py and "
                              "every file with a known-passes list), 'all', or names, e.g. "
                              "'test_export.py test_verifier.py'")
+    parser.add_argument("--workers", default="0",
+                        help="spread each file's tests over this many pytest-xdist processes ('auto': one per "
+                             "core; 0, the default: one process per file, in the file's order)")
     parser.add_argument("--check", action="store_true", help="exit 1 on any ratchet violation (CI)")
     parser.add_argument("--record", action="store_true",
                         help=f"add the tests that passed to {KNOWN_PASSES_DIR.name}/<file>.txt (files other "
@@ -302,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{TORCH_PASSES_DIR.name}/<file>.txt")
     args, extra = parser.parse_known_args(argv)
     files = chosen_files(args.files)
+    extra = xdist_args(args.workers) + extra
 
     if args.reference:
         junits = ({f: junit_path(args.results, f, "torch") for f in files} if args.results

@@ -74,3 +74,32 @@ def test_the_listed_files_are_test_export_and_those_with_a_list(compat):
     assert compat.chosen_files("test_hop") == ["test_hop.py"]
     with pytest.raises(SystemExit):
         compat.chosen_files("test_nothing.py")
+
+
+def test_workers_become_pytest_xdist_processes(compat):
+    assert compat.xdist_args("0") == [] and compat.xdist_args("") == []
+    assert compat.xdist_args("2") == ["-n", "2"]
+    assert compat.xdist_args("auto") == ["-n", "auto"]
+    with pytest.raises(SystemExit, match="--workers"):
+        compat.xdist_args("two")
+
+
+def _make_list(name: str) -> list[str]:
+    """A file list of the Makefile (``NAME := a.py b.py \\`` with continuation lines)."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith(name + " :="):
+            return line.split(":=", 1)[1].split()
+    raise AssertionError(f"the Makefile defines no {name}")
+
+
+def test_ci_holds_every_listed_file_but_opinfo():
+    """CI's two ratchet runs (compat-check-ci, compat-check-rerun) cover every file with a list, once;
+    only opinfo (about 40 minutes alone) is left to `make compat-check`."""
+    ci, rerun = _make_list("CI_COMPAT_FILES"), _make_list("CI_RERUN_FILES")
+    assert not set(ci) & set(rerun)
+    listed = {"test_export.py"} | {p.stem + ".py" for p in (ROOT / "compat" / "known_passes").glob("*.txt")}
+    assert listed - set(ci) - set(rerun) == {"test_export_opinfo.py"}
+    assert set(ci) | set(rerun) <= listed  # a file CI runs has its list
+    ci_script = (ROOT / ".ci" / "run").read_text()
+    assert "make compat-check-ci" in ci_script and "make compat-check-rerun" in ci_script

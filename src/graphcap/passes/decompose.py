@@ -200,10 +200,42 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
     return replay
 
 
-def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str]) -> None:
-    """The old program's input names; operator nodes move aside as torch.export moves them."""
+def _size_read(node: torch.fx.Node) -> Optional[tuple[torch.fx.Node, int]]:
+    """``(input, dim)`` when ``node`` reads the size of one of the graph's inputs."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.sym_size.int:
+        return None
+    src, dim = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if isinstance(src, torch.fx.Node) and src.op == "placeholder" and isinstance(dim, int):
+        return src, dim
+    return None
+
+
+def _size_read_names(gm: torch.fx.GraphModule) -> dict[tuple[str, int], str]:
+    """``(input name, dim) -> name`` of the node of ``gm`` that reads that size (the first)."""
+    names: dict[tuple[str, int], str] = {}
+    for node in gm.graph.nodes:
+        read = _size_read(node)
+        if read is not None:
+            names.setdefault((read[0].name, read[1]), node.name)
+    return names
+
+
+def _rename_placeholders(gm: torch.fx.GraphModule, names: list[str],
+                         size_reads: Optional[dict[tuple[str, int], str]] = None) -> None:
+    """The old program's input names, and the names its reads of an input's size had (a size read
+    is no operator to decompose: the program keeps it, so a user who named it before decomposing,
+    e.g. ``sym_size_int_1``, finds it under that name after); other nodes move aside as
+    torch.export moves them."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    apply_owed_names(gm.graph, list(zip(placeholders, names)))
+    old_name = dict(zip(placeholders, names))
+    owed = list(zip(placeholders, names))
+    for node in gm.graph.nodes:
+        read = _size_read(node)
+        if read is not None and read[0] in old_name:
+            name = (size_reads or {}).get((old_name[read[0]], read[1]))
+            if name is not None:
+                owed.append((node, name))
+    apply_owed_names(gm.graph, owed)
 
 
 def _keep_placeholder_values(gm: torch.fx.GraphModule, old_placeholders: list[torch.fx.Node],
@@ -309,7 +341,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
             fix="Use the out-of-place form (x = x.t()) in the model.")
 
     drop_input_copies(new_gm)
-    _rename_placeholders(new_gm, [p.name for p in placeholders])
+    _rename_placeholders(new_gm, [p.name for p in placeholders], _size_read_names(gm))
     grad_inputs = {spec.arg.name for spec in sig.input_specs
                    if spec.kind in (InputKind.PARAMETER, InputKind.USER_INPUT) and hasattr(spec.arg, "name")}
     _keep_placeholder_values(new_gm, placeholders, fake_args, fake_mode, grad_inputs)
