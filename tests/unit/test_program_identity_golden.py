@@ -15,7 +15,6 @@ change, saying why in the commit) with ``GRAPHCAP_UPDATE_GOLDEN=1``.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import sysconfig
@@ -34,21 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCH_LINE = ".".join(torch.__version__.split(".")[:2])
 GOLDEN = ROOT / "tests" / "golden" / "programs" / f"torch-{TORCH_LINE}"
 SITE = Path(sysconfig.get_paths()["purelib"]).resolve()
-
-
-def _library_roots(names=("torch", "torchvision", "transformers", "timm")) -> list[Path]:
-    """Where the libraries a program's stack traces name are imported from, all printed ``<site>``:
-    the environment's site-packages and each library's own import root, which differs when it was
-    installed elsewhere on the path (``pip install --target`` on the GPU machine, a user site)."""
-    roots = {SITE}
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            roots.add(Path(spec.origin).resolve().parents[1])
-    return sorted(roots, key=lambda root: len(str(root)), reverse=True)
-
-
-LIBRARY_ROOTS = _library_roots()
 PREFIX = Path(sys.prefix).resolve()
 
 
@@ -106,6 +90,22 @@ CASES = {
                     "tv_squeezenet1_0", "tv_resnet18", "hf_gpt2")
        for kind in ("static", "dynamic")},
 }
+
+
+def _library_roots(names=("torch", "torchvision", "transformers", "timm")) -> list[Path]:
+    """Where the libraries a program's stack traces name are imported from, all printed ``<site>``:
+    the environment's site-packages and each library's own import root, which differs when it was
+    installed elsewhere on the path (``pip install --target`` on the GPU machine, a user site)."""
+    from importlib.util import find_spec  # here, not at the top: the goldens name this file's lines above
+    roots = {SITE}
+    for name in names:
+        spec = find_spec(name)
+        if spec is not None and spec.origin:
+            roots.add(Path(spec.origin).resolve().parents[1])
+    return sorted(roots, key=lambda root: len(str(root)), reverse=True)
+
+
+LIBRARY_ROOTS = _library_roots()
 
 
 def _normalized(text: str) -> str:
