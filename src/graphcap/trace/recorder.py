@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import module_inputs
+from .. import frame_stack, module_inputs
 from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
 from ..pytree import auto_register
 from ..torch_private import fake as fake_private
@@ -249,6 +249,7 @@ def record(
         reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
             block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
             if scope is not None and block_reuse.reuse_enabled() else None))
+        _calls_with_room(tracer)
         results.tracked = getattr(tracer, "tensor_tracker", None)
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
@@ -256,7 +257,8 @@ def record(
                if root is not None else contextlib.nullcontext())
         try:
             with ctx:
-                out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
+                out = frame_stack.with_room(module_paths.traced_call(scope, call, root) if root is not None else call,
+                                            *args, **kwargs)
                 reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         finally:
             if reuse is not None:
@@ -286,6 +288,16 @@ def record(
     module_paths.normalize_module_stacks(gm)
     assert results.out_spec is not None  # make_fx returned: the traced function ran to its end
     return Recording(gm, results.out_spec, results.reassigned, results.tracked)
+
+
+def _calls_with_room(tracer: torch.fx.Tracer) -> None:
+    """Each submodule call the tracer makes starts a fresh frame-stack chunk (``graphcap/frame_stack.py``):
+    its operators' calls never map and unmap stack memory, however deep the stack of the export is."""
+    call_module = tracer.call_module
+
+    def call_module_with_room(m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        return frame_stack.with_room(call_module, m, forward, args, kwargs)
+    tracer.call_module = call_module_with_room
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
