@@ -84,6 +84,23 @@ def reuse_repeated_blocks(enabled: bool) -> Iterator[None]:
         _setting.enabled = saved
 
 
+def _values_as_views() -> bool:
+    return getattr(_setting, "views", True)
+
+
+@contextlib.contextmanager
+def symbolic_values_as_views(enabled: bool) -> Iterator[None]:
+    """Within the block, copies make symbolically sized values as strided views of a one-dimensional
+    storage of the value's extent (``True``, the default) or with ``empty_strided``/``set_``
+    (``False``); the programs are the same either way (for tests and benchmarks)."""
+    saved = getattr(_setting, "views", True)
+    _setting.views = bool(enabled)
+    try:
+        yield
+    finally:
+        _setting.views = saved
+
+
 LAST_STATS: dict[str, int] = {}
 """Of the last export: ``recorded`` calls kept for replay, ``replayed`` calls (for tests and benchmarks)."""
 log = logging.getLogger("graphcap.block_reuse")
@@ -311,6 +328,7 @@ class _Recording:
     value_plan: dict = field(default_factory=dict)
     output_layouts: dict = field(default_factory=dict)
     retracked: list = field(default_factory=list)
+    extents: dict = field(default_factory=dict)  # a symbolically sized value's storage extent, made once
 
 
 @dataclass
@@ -748,8 +766,8 @@ class BlockReuse:
                 for node, layout in rec.output_layouts.items():
                     shape, stride, dtype, device, requires_grad, _ = layout
                     shape, stride = [dim(d) for d in shape], [dim(d) for d in stride]
-                    leaf = fake_from_meta(self.fake_mode, torch.empty_strided(shape, stride, dtype=dtype,
-                                                                              device="meta"), device)
+                    leaf = fake_from_meta(self.fake_mode, _own_storage_value(shape, stride, dtype, rec.extents,
+                                                                             ("output", node)), device)
                     if requires_grad:
                         with torch.enable_grad():
                             leaf.requires_grad_(True)
@@ -777,7 +795,12 @@ class BlockReuse:
                             # a storage of its own, at offset 0 (the plan checked): the tensor made with it
                             # is the value (a second tensor set_ onto it would redo the symbolic size and
                             # contiguity arithmetic, most of a dynamic copy's time)
-                            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+                            meta = _own_storage_value(shape, stride, dtype, rec.extents, (node, j))
+                        elif origin is not None and origin[0] == "node" and _values_as_views() \
+                                and metas[origin[1]].dtype == dtype:
+                            # a view of an earlier value of the call: a strided view of its meta tensor (no
+                            # storage bounds or contiguity worked out in symbols, as set_ does)
+                            meta = metas[origin[1]].as_strided(shape, stride, offset)
                         else:
                             if origin is None:
                                 storage = runtime[node].untyped_storage()
@@ -1016,6 +1039,31 @@ def _same_dims(got: tuple, planned: tuple, inputs: list) -> bool:
             return False
     return _alias_pattern([getattr(a, "node", a) for a in got if isinstance(a, torch.SymInt)]) == \
         _alias_pattern([b.node for b in planned if isinstance(b, torch.SymInt)])
+
+
+def _own_storage_value(shape: Any, stride: Any, dtype: torch.dtype, extents: dict, key: Any) -> torch.Tensor:
+    """A meta tensor of this layout over a storage of its own, at offset 0.
+
+    With symbolic sizes, ``torch.empty_strided`` has c10 work out the storage's size through
+    Python symbol arithmetic on every call (20 symbol operations, ~150 us a value: most of a
+    dynamic copy's time). The storage's extent in elements depends only on the layout, which is
+    the same expressions in every copy of a recording: it is worked out once (``extents``, per
+    recorded value) and a one-dimensional tensor of that extent, viewed with the layout, gives
+    the same sizes, strides and storage size.
+    """
+    symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
+    if not symbolic or not _values_as_views():
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    extent = extents.get(key)
+    if extent is None:
+        if any(isinstance(d, int) and d == 0 for d in shape):
+            extent = 0
+        else:  # as c10 counts it: 1 + sum((size - 1) * stride), a symbolic size taken as nonzero
+            extent = 1
+            for size, step in zip(shape, stride):
+                extent = extent + step * (size - 1)
+        extents[key] = extent
+    return torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride)
 
 
 def _dense_contiguous(t: torch.Tensor) -> bool:
