@@ -54,7 +54,7 @@ from torch.fx.experimental import proxy_tensor
 from ..errors import InternalError
 from ..torch_private import block_replay as tracer_state
 from ..torch_private import modules, pytree
-from ..torch_private.fake import FakeTensorMode, fake_from_meta, storage_key
+from ..torch_private.fake import FakeTensorMode, fake_from_meta, meta_with_layout, storage_extent, storage_key
 from ..torch_private.ops import OpOverload, schema_of
 from . import module_paths
 
@@ -1044,26 +1044,16 @@ def _same_dims(got: tuple, planned: tuple, inputs: list) -> bool:
 def _own_storage_value(shape: Any, stride: Any, dtype: torch.dtype, extents: dict, key: Any) -> torch.Tensor:
     """A meta tensor of this layout over a storage of its own, at offset 0.
 
-    With symbolic sizes, ``torch.empty_strided`` has c10 work out the storage's size through
-    Python symbol arithmetic on every call (20 symbol operations, ~150 us a value: most of a
-    dynamic copy's time). The storage's extent in elements depends only on the layout, which is
-    the same expressions in every copy of a recording: it is worked out once (``extents``, per
-    recorded value) and a one-dimensional tensor of that extent, viewed with the layout, gives
-    the same sizes, strides and storage size.
+    With symbolic sizes the storage's extent is worked out once per recorded value (``extents``):
+    it is the same expression in every copy of a recording (see ``meta_with_layout``).
     """
     symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
     if not symbolic or not _values_as_views():
         return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     extent = extents.get(key)
     if extent is None:
-        if any(isinstance(d, int) and d == 0 for d in shape):
-            extent = 0
-        else:  # as c10 counts it: 1 + sum((size - 1) * stride), a symbolic size taken as nonzero
-            extent = 1
-            for size, step in zip(shape, stride):
-                extent = extent + step * (size - 1)
-        extents[key] = extent
-    return torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride)
+        extent = extents[key] = storage_extent(shape, stride)
+    return meta_with_layout(shape, stride, 0, dtype, extent)
 
 
 def _dense_contiguous(t: torch.Tensor) -> bool:
