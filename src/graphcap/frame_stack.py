@@ -12,12 +12,13 @@ Llama-3-70B-architecture export (``bench/llama70b_bench.py``) crossed one at
 80 layers, not at 72, and spent 3-4 of its ~7 CPU seconds in 500,000
 ``mmap``/``munmap`` pairs (``bench/RESULTS.md``, 2026-11-26 morning).
 
-:func:`with_room` calls a function from a frame as large as a chunk: that
+:func:`with_room` calls a function from a frame as large as a chunk (:func:`large_frame` makes a
+function's own frame that large): that
 frame never fits in the chunk in use, so CPython starts a fresh 128 KB chunk
 for it, and every call made below it finds 64 KB of room in that chunk — no
 mapping per call, whatever the depth of the caller. The cost is one
-``mmap``/``munmap`` pair per :func:`with_room` call, so it wraps sections
-(a module call, a copied block), not single operations. The large frame's
+``mmap``/``munmap`` pair per call, so it wraps sections (a module call, a
+copied block), not single operations. The large frame's
 value stack is never touched beyond what the call uses, and nothing else
 changes: the same function runs with the same arguments, and its frame
 (graphcap's file, not a ``forward``) is not a user frame of any stack trace.
@@ -43,3 +44,17 @@ _call.__code__ = _call.__code__.replace(co_stacksize=_FRAME_WORDS)
 def with_room(fn: Callable[..., _R], *args: Any, **kwargs: Any) -> _R:
     """``fn(*args, **kwargs)``, its calls starting at the beginning of a fresh frame-stack chunk."""
     return _call(fn, args, kwargs)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def large_frame(fn: _F) -> _F:
+    """Give ``fn`` itself a frame as large as :func:`with_room`'s (its code object's value stack
+    enlarged; the function is otherwise the same): the calls it makes get the room, with no
+    frame added between its caller and it — for a function on the path of every call at every
+    level of a deep module tree, where each extra frame would count against the recursion limit.
+    ``fn.small_code`` keeps the original code."""
+    fn.small_code = fn.__code__  # type: ignore[attr-defined]
+    fn.__code__ = fn.__code__.replace(co_stacksize=max(fn.__code__.co_stacksize, _FRAME_WORDS))
+    return fn

@@ -15,6 +15,7 @@ from torch import nn
 import graphcap
 from block_reuse_compare import program_facts
 from graphcap import frame_stack
+from graphcap.trace import block_reuse
 
 
 def _leaf(i: int) -> int:
@@ -54,16 +55,53 @@ def test_calls_below_with_room_map_no_stack_memory_at_any_depth():
     depths = range(0, 400)  # frames of ``at`` are ~100 bytes: several 16 KB chunk boundaries
     plain = _faults_at_each_depth(lambda fn, n: fn(n), depths)
     roomy = _faults_at_each_depth(frame_stack.with_room, depths)
+    def enlarged_loop(calls: int) -> int:
+        return _loop(calls)
+    frame_stack.large_frame(enlarged_loop)
+    wrapped = _faults_at_each_depth(lambda fn, n: enlarged_loop(n), depths)
     # without room, some depth puts _leaf's frame across a chunk's end: a fresh chunk per call
     assert max(plain) >= 400, max(plain)
     # with room every depth runs the loop inside one fresh chunk (a few pages for the chunk itself)
     assert max(roomy) < 40, max(roomy)
+    assert max(wrapped) < 40, max(wrapped)
 
 
 def test_with_room_returns_and_raises_as_the_call():
     assert frame_stack.with_room(lambda a, b=0: a - b, 5, b=2) == 3
+    assert frame_stack.large_frame(lambda a, b=0: a - b)(5, b=2) == 3
     with pytest.raises(KeyError):
         frame_stack.with_room({}.__getitem__, "missing")
+
+
+def test_a_deep_module_tree_costs_no_frame_per_level(monkeypatch):
+    """The room adds no frame per module level: a module tree exports as deep with it as without."""
+    class Wrap(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) + 1
+
+    def deepest_exported() -> int:
+        depth = 0
+        for candidate in range(20, 400, 10):
+            model = nn.Linear(2, 2)
+            for _ in range(candidate):
+                model = Wrap(model)
+            try:
+                graphcap.export(model.eval(), (torch.randn(1, 2),))
+            except graphcap.errors.GraphcapError as e:
+                assert isinstance(e.__cause__, RecursionError), e
+                break
+            depth = candidate
+        return depth
+
+    with_room = deepest_exported()
+    with monkeypatch.context() as m:
+        _without_room(m)
+        without = deepest_exported()
+    assert with_room == without >= 60
 
 
 class Block(nn.Module):
@@ -93,6 +131,8 @@ class Stack(nn.Module):
 
 def _without_room(monkeypatch):
     monkeypatch.setattr(frame_stack, "_call", lambda fn, args, kwargs: fn(*args, **kwargs))
+    call_module = block_reuse.BlockReuse._call_module
+    monkeypatch.setattr(call_module, "__code__", call_module.small_code)
 
 
 def _llama():

@@ -51,6 +51,7 @@ import torch
 import torch.fx
 from torch.fx.experimental import proxy_tensor
 
+from .. import frame_stack
 from ..errors import InternalError
 from ..torch_private import block_replay as tracer_state
 from ..torch_private import modules, pytree
@@ -419,6 +420,9 @@ class BlockReuse:
 
     # -- the intercepted module call --
 
+    # every submodule call of the trace passes here: its frame gives the calls below it room on the
+    # frame stack (graphcap/frame_stack.py), with no frame added per module level
+    @frame_stack.large_frame
     def _call_module(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.replaying is not None or m is self.root or not reuse_enabled() \
                 or isinstance(m, torch.fx.GraphModule) or tracer_state.is_attr_proxy(m) \

@@ -249,7 +249,6 @@ def record(
         reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
             block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
             if scope is not None and block_reuse.reuse_enabled() else None))
-        _calls_with_room(tracer)
         results.tracked = getattr(tracer, "tensor_tracker", None)
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
@@ -288,16 +287,6 @@ def record(
     module_paths.normalize_module_stacks(gm)
     assert results.out_spec is not None  # make_fx returned: the traced function ran to its end
     return Recording(gm, results.out_spec, results.reassigned, results.tracked)
-
-
-def _calls_with_room(tracer: torch.fx.Tracer) -> None:
-    """Each submodule call the tracer makes starts a fresh frame-stack chunk (``graphcap/frame_stack.py``):
-    its operators' calls never map and unmap stack memory, however deep the stack of the export is."""
-    call_module = tracer.call_module
-
-    def call_module_with_room(m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        return frame_stack.with_room(call_module, m, forward, args, kwargs)
-    tracer.call_module = call_module_with_room
 
 
 def _drop_failed_calls(gm: torch.fx.GraphModule) -> None:
