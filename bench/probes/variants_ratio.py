@@ -24,12 +24,14 @@ def switched_off(name: str):
     from graphcap import frame_stack
     from graphcap.trace import block_reuse
     if name == "room":
-        saved = frame_stack._call
+        saved, hook = frame_stack._call, block_reuse.BlockReuse._call_module
+        large = hook.__code__
         frame_stack._call = lambda fn, args, kwargs: fn(*args, **kwargs)
+        hook.__code__ = hook.small_code
         try:
             yield
         finally:
-            frame_stack._call = saved
+            frame_stack._call, hook.__code__ = saved, large
     elif name == "views":
         with block_reuse.symbolic_values_as_views(False):
             yield
