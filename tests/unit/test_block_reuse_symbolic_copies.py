@@ -105,3 +105,33 @@ def test_copied_program_runs_as_eager():
     for length in (2, 6, 17):
         x = torch.randn(2, length, 16)
         torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_a_layout_not_known_nonnegative_is_built_as_before():
+    """An extent the shape engine cannot tell is nonnegative (an unbacked size) is not given to
+    ``torch.empty``, whose size check would add a runtime assert: ``empty_strided`` builds it."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    from graphcap.torch_private.fake import meta_with_layout, storage_extent
+
+    def asserts(env):
+        return sum(len(v) for v in env.deferred_runtime_asserts.values())
+
+    for make in ("backed", "unbacked"):
+        env, plain_env = ShapeEnv(), ShapeEnv()
+        sizes = []
+        for e in (env, plain_env):
+            if make == "backed":
+                symbol = e.create_symbol(16, ConstantSource("s"), dynamic_dim=DimDynamic.DYNAMIC)
+                sizes.append(e.create_symintnode(symbol, hint=16))
+            else:
+                sizes.append(e.create_unbacked_symint())
+        (n, plain_n) = sizes
+        extent = storage_extent((n, 8), (8, 1))
+        assert (extent is None) == (make == "unbacked")
+        made = meta_with_layout((n, 8), (8, 1), 0, torch.float32, extent)
+        plain = torch.empty_strided((plain_n, 8), (8, 1), dtype=torch.float32, device="meta")
+        assert (str(made.shape), made.stride(), str(made.untyped_storage().nbytes())) == \
+            (str(plain.shape), plain.stride(), str(plain.untyped_storage().nbytes()))
+        assert (len(env.guards), asserts(env)) == (len(plain_env.guards), asserts(plain_env))

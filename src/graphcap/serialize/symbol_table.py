@@ -144,14 +144,15 @@ class SymbolTable:
                 raise bad(f"Negative size or stride at {where}.")
         # built on the meta device and wrapped, as the fake mode itself does, without its dispatch; a
         # symbolic layout's storage extent is worked out once (a deep program repeats each layout per layer)
-        extent = None
-        if any(isinstance(x, torch.SymInt) for x in (*shape, *stride, offset)):
-            key = (tuple(d["shape"]), tuple(d["stride"]), d.get("offset", 0))
-            extent = self._extents.get(key)
-            if extent is None:
-                extent = self._extents[key] = storage_extent(shape, stride, offset)
-        return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, d.get("requires_grad") is True,
-                                extent)
+        requires_grad = d.get("requires_grad") is True
+        if not any(isinstance(x, torch.SymInt) for x in (*shape, *stride, offset)):
+            return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, requires_grad)
+        key = (tuple(d["shape"]), tuple(d["stride"]), d.get("offset", 0))
+        if key in self._extents:
+            extent = self._extents[key]
+        else:
+            extent = self._extents[key] = storage_extent(shape, stride, offset)
+        return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, requires_grad, extent)
 
     def _fake_subclass(self, d: dict[str, Any], where: str, depth: int) -> torch.Tensor:
         """A fake value of a tensor subclass: fake inner tensors, put together by the class itself."""

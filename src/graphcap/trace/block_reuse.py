@@ -1054,8 +1054,9 @@ def _own_storage_value(shape: Any, stride: Any, dtype: torch.dtype, extents: dic
     symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
     if not symbolic or not _values_as_views():
         return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-    extent = extents.get(key)
-    if extent is None:
+    if key in extents:
+        extent = extents[key]
+    else:
         extent = extents[key] = storage_extent(shape, stride)
     return meta_with_layout(shape, stride, 0, dtype, extent)
 
