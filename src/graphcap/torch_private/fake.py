@@ -204,21 +204,22 @@ _NOT_GIVEN: Any = object()
 def meta_with_layout(shape: Any, stride: Any, offset: Any, dtype: torch.dtype,
                      extent: Any = _NOT_GIVEN) -> torch.Tensor:
     """A meta tensor of this layout over a storage of its own, of ``extent`` elements
-    (:func:`storage_extent`'s, worked out here when not given).
+    (:func:`storage_extent`'s; worked out here when not given, at a nonzero offset).
 
-    A static layout at offset 0 is ``empty_strided``'s. Any other is a one-dimensional tensor of
-    the extent viewed with the layout: with symbolic sizes ``empty_strided`` has c10 work out the
-    storage size and contiguity through Python symbol arithmetic (20 operations, ~150 us a
-    tensor), the view takes 8, and a caller that makes many tensors of one layout (a program's
-    repeated layers) works the extent out once and passes it. Sizes, strides, offset and the
-    storage's size come out the same either way."""
-    symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride, offset))
-    if not symbolic and offset == 0:
+    A static layout at offset 0, or a symbolic one without a given extent, is ``empty_strided``'s.
+    Otherwise it is a one-dimensional tensor of the extent viewed with the layout: with symbolic
+    sizes ``empty_strided`` has c10 work out the storage size and contiguity through Python
+    symbol arithmetic (20 operations, ~150 us a tensor), the view takes 8, and a caller that
+    makes many tensors of one layout (a program's repeated layers) works the extent out once
+    and passes it. Sizes, strides, offset and the storage's size come out the same either way."""
+    at_zero = isinstance(offset, int) and offset == 0
+    symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
+    if at_zero and (not symbolic or extent is _NOT_GIVEN or extent is None):
+        # static, or no extent worked out once by the caller (working it out and checking it for one
+        # tensor costs what empty_strided does), or one not known to be nonnegative (storage_extent)
         return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     if extent is _NOT_GIVEN:
         extent = storage_extent(shape, stride, offset)
-    if extent is None:  # (offset 0) an extent not known to be nonnegative: see storage_extent
-        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     return torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
 
 
