@@ -12,15 +12,15 @@ Llama-3-70B-architecture export (``bench/llama70b_bench.py``) crossed one at
 80 layers, not at 72, and spent 3-4 of its ~7 CPU seconds in 500,000
 ``mmap``/``munmap`` pairs (``bench/RESULTS.md``, 2026-11-26 morning).
 
-:func:`with_room` calls a function from a frame as large as a chunk (:func:`large_frame` makes a
-function's own frame that large): that
-frame never fits in the chunk in use, so CPython starts a fresh 128 KB chunk
-for it, and every call made below it finds 64 KB of room in that chunk — no
+:func:`with_room` calls a function from a frame as large as a chunk, and
+:func:`large_frame` makes a function's own frame that large: such a frame
+never fits in the chunk in use, so CPython starts a fresh 128 KB chunk for
+it, and every call made below it finds 64 KB of room in that chunk — no
 mapping per call, whatever the depth of the caller. The cost is one
-``mmap``/``munmap`` pair per call, so it wraps sections (a module call, a
-copied block), not single operations. The large frame's
-value stack is never touched beyond what the call uses, and nothing else
-changes: the same function runs with the same arguments, and its frame
+``mmap``/``munmap`` pair per call, so it is for sections (a module call, a
+copied block), not single operations. The large frame's value stack is never
+touched beyond what the call uses, and nothing else changes: the same
+function runs with the same arguments, and its frame
 (graphcap's file, not a ``forward``) is not a user frame of any stack trace.
 """
 from __future__ import annotations
