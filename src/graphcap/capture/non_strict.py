@@ -24,6 +24,7 @@ from ..errors import ExportArgsError, ExportInputError
 from ..program import ExportedProgram
 from ..signature import ModuleCallEntry, ModuleCallSignature
 from ..stage_clock import StageClock
+from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
 from ..trace import constant_writes, fakify, graph_module_replay, leaks, lifting, metadata, recorder
@@ -263,6 +264,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
         inputs=[], outputs=[], in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
     call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
 
+    fx_private.generate_code(gm)  # the graph is final: its code, generated once (lifting deferred it)
     ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,
                          example_inputs=(args, kwargs), constants=constants)
     clock.lap("verify")

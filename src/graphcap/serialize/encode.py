@@ -58,6 +58,7 @@ class _Writer:
         self.ep = ep
         self.operators: dict[str, str] = {}
         self.symbols: dict[str, sympy.Symbol] = {}
+        self._expr_text: dict[sympy.Basic, str] = {}  # an expression -> its text, written once
         self.shape_envs: list[Any] = []
         self.py_targets = {fn: name for name, fn in python_targets().items()}
 
@@ -65,9 +66,15 @@ class _Writer:
     def expr(self, e: Any) -> Any:
         if isinstance(e, (int, sympy.Integer)) or (isinstance(e, sympy.Basic) and e.is_Integer):
             return int(e)
+        text = self._expr_text.get(e) if isinstance(e, sympy.Basic) else None
+        if text is not None:  # a deep program writes a few expressions tens of thousands of times
+            return text
         for sym in getattr(e, "free_symbols", ()):
             self.symbols.setdefault(str(sym), sym)
-        return expr_to_str(e)
+        text = expr_to_str(e)
+        if isinstance(e, sympy.Basic):
+            self._expr_text[e] = text
+        return text
 
     def sym(self, s: Any) -> Any:
         node = s.node

@@ -13,7 +13,7 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import ValueRangesSLoc
 
-from ..torch_private.fake import fake_with_layout, tracing_fake_mode
+from ..torch_private.fake import fake_with_layout, storage_extent, tracing_fake_mode
 from ..torch_private.shapes import (
     example_values,
     guard_location,
@@ -53,6 +53,7 @@ class SymbolTable:
             raise bad("The symbol table is malformed.")
         self.by_name: dict[str, sympy.Symbol] = {}
         self._symints: dict[str, Any] = {}
+        self._extents: dict[tuple, Any] = {}  # a symbolic layout (as written) -> its storage extent
         self.shape_env = new_shape_env()
         self.fake_mode = tracing_fake_mode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         for i, entry in enumerate(table):
@@ -141,8 +142,17 @@ class SymbolTable:
         for x in (*shape, *stride, offset):
             if isinstance(x, int) and x < 0:
                 raise bad(f"Negative size or stride at {where}.")
-        # built on the meta device and wrapped, as the fake mode itself does, without its dispatch
-        return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, d.get("requires_grad") is True)
+        # built on the meta device and wrapped, as the fake mode itself does, without its dispatch; a
+        # symbolic layout's storage extent is worked out once (a deep program repeats each layout per layer)
+        requires_grad = d.get("requires_grad") is True
+        if not any(isinstance(x, torch.SymInt) for x in (*shape, *stride, offset)):
+            return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, requires_grad)
+        key = (tuple(d["shape"]), tuple(d["stride"]), d.get("offset", 0))
+        if key in self._extents:
+            extent = self._extents[key]
+        else:
+            extent = self._extents[key] = storage_extent(shape, stride, offset)
+        return fake_with_layout(self.fake_mode, shape, stride, offset, dtype, device, requires_grad, extent)
 
     def _fake_subclass(self, d: dict[str, Any], where: str, depth: int) -> torch.Tensor:
         """A fake value of a tensor subclass: fake inner tensors, put together by the class itself."""

@@ -32,9 +32,14 @@ MAX_DEPTH = 400
 class SchemaMismatch(Exception):
     """A value does not fit its definition: where (a JSON path), what was expected, what was found."""
 
-    def __init__(self, path: str, expected: str, found: str):
+    def __init__(self, path: Any, expected: str, found: str):
         super().__init__(path)
-        self.path, self.expected, self.found = path, expected, found
+        self._path, self.expected, self.found = path, expected, found
+
+    @property
+    def path(self) -> str:
+        """The JSON path, written out (``graph_module.nodes[3].args[0]``)."""
+        return _render(self._path)
 
 
 def _found(x: Any) -> str:
@@ -62,12 +67,24 @@ def _join(path: str, key: Any) -> str:
     return f"{path}[{key!r}]"
 
 
+# A path is carried down the walk unwritten, as ``(parent, key)`` pairs from the root's "" (a
+# document of 100,000 values is checked on every save and load; only a mismatch's path is read).
+def _render(path: Any) -> str:
+    keys = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    for key in reversed(keys):
+        path = _join(path, key)
+    return path
+
+
 class Shape:
     """A definition of JSON values. ``expected`` says, in words, what it accepts."""
 
     expected = "a value"
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         raise NotImplementedError
 
     def describe(self, defs: dict[str, Any]) -> Any:
@@ -75,13 +92,14 @@ class Shape:
 
 
 class _Kind(Shape):
-    """A JSON scalar of one kind (booleans are not numbers here, as in JSON)."""
+    """A JSON scalar of one kind (booleans are not numbers here, as in JSON). ``test`` looks at the
+    value's type alone (``Union`` chooses its options by type)."""
 
     def __init__(self, name: str, expected: str, test: Callable[[Any], bool], pattern: Optional[str] = None):
         self.name, self.expected, self._test = name, expected, test
         self.pattern = re.compile(pattern) if pattern else None
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not self._test(x) or (self.pattern is not None and not self.pattern.fullmatch(x)):
             raise SchemaMismatch(path, self.expected, _found(x))
 
@@ -108,7 +126,7 @@ class OneOf(Shape):
         self.values = values
         self.expected = "one of " + ", ".join(json.dumps(v) for v in values)
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not any(x == v and type(x) is type(v) for v in self.values):
             raise SchemaMismatch(path, self.expected, _found(x))
 
@@ -123,11 +141,11 @@ class ListOf(Shape):
         self.item = item
         self.expected = f"an array of {item.expected}"
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not isinstance(x, list):
             raise SchemaMismatch(path, self.expected, _found(x))
         for i, v in enumerate(x):
-            self.item.check(v, f"{path}[{i}]", depth + 1)
+            self.item.check(v, (path, i), depth + 1)
 
     def describe(self, defs: dict[str, Any]) -> Any:
         return {"array": self.item.describe(defs)}
@@ -140,11 +158,11 @@ class Tuple(Shape):
         self.items = items
         self.expected = f"an array of {len(items)} items ({', '.join(i.expected for i in items)})"
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not isinstance(x, list) or len(x) != len(self.items):
             raise SchemaMismatch(path, self.expected, _found(x))
         for i, (shape, v) in enumerate(zip(self.items, x)):
-            shape.check(v, f"{path}[{i}]", depth + 1)
+            shape.check(v, (path, i), depth + 1)
 
     def describe(self, defs: dict[str, Any]) -> Any:
         return {"tuple": [i.describe(defs) for i in self.items]}
@@ -157,11 +175,11 @@ class MapOf(Shape):
         self.value = value
         self.expected = f"an object whose values are {value.expected}"
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not isinstance(x, dict):
             raise SchemaMismatch(path, self.expected, _found(x))
         for k, v in x.items():
-            self.value.check(v, _join(path, k), depth + 1)
+            self.value.check(v, (path, k), depth + 1)
 
     def describe(self, defs: dict[str, Any]) -> Any:
         return {"map": self.value.describe(defs)}
@@ -196,19 +214,19 @@ class Record(_Named):
     def keys_fit(self, x: dict[str, Any]) -> bool:
         return set(self.required) <= set(x) <= set(self.required) | set(self.optional)
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not isinstance(x, dict):
             raise SchemaMismatch(path, self.expected, _found(x))
         for key in self.required:
             if key not in x:
-                raise SchemaMismatch(_join(path, key), f"the field {key!r} of {self.expected}", "nothing")
+                raise SchemaMismatch((path, key), f"the field {key!r} of {self.expected}", "nothing")
         for key, v in x.items():
             shape = self.required.get(key) or self.optional.get(key)
             if shape is None:
                 known = ", ".join(repr(k) for k in (*self.required, *self.optional))
-                raise SchemaMismatch(_join(path, key), f"only the fields {known} in {self.expected}",
+                raise SchemaMismatch((path, key), f"only the fields {known} in {self.expected}",
                                      f"the unknown field {key!r}")
-            shape.check(v, _join(path, key), depth + 1)
+            shape.check(v, (path, key), depth + 1)
 
     def definition(self, defs: dict[str, Any]) -> Any:
         return {"object": {k: s.describe(defs) for k, s in self.required.items()},
@@ -222,14 +240,14 @@ class Tagged(_Named):
         self.name, self.tags = name, tags
         self.expected = f"a {name} (an object with one of the keys {', '.join(map(repr, tags))})"
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if not isinstance(x, dict) or len(x) != 1:
             raise SchemaMismatch(path, self.expected, _found(x))
         (tag, payload), = x.items()
         shape = self.tags.get(tag)
         if shape is None:
             raise SchemaMismatch(path, self.expected, f"the unknown tag {tag!r:.60}")
-        shape.check(payload, _join(path, tag), depth + 1)
+        shape.check(payload, (path, tag), depth + 1)
 
     def definition(self, defs: dict[str, Any]) -> Any:
         return {"tagged": {k: s.describe(defs) for k, s in self.tags.items()}}
@@ -241,11 +259,19 @@ class Union(_Named):
     def __init__(self, name: str, *options: Shape):
         self.name, self.options = name, list(options)
         self.expected = f"a {name} ({' or '.join(o.expected for o in options)})"
+        # the options that may fit a value, by its JSON kind (and an object's keys): what _may_fit
+        # reads of a value, so the choice is made once per kind, not per value
+        self._by_kind: dict[Any, list[Shape]] = {}
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         if depth > MAX_DEPTH:
             raise SchemaMismatch(path, f"a value nested at most {MAX_DEPTH} deep", "a deeper one")
-        candidates = [o for o in self.options if _may_fit(o, x)]
+        kind = (dict, *x) if type(x) is dict else type(x)
+        candidates = self._by_kind.get(kind)
+        if candidates is None:
+            candidates = [o for o in self.options if _may_fit(o, x)]
+            if len(self._by_kind) < 256:  # a crafted file's many key sets are not kept
+                self._by_kind[kind] = candidates
         if not candidates:
             raise SchemaMismatch(path, self.expected, _found(x))
         if len(candidates) == 1:  # the only option of this kind: its error is the precise one
@@ -278,7 +304,7 @@ class Ref(Shape):
         self.target = target
         return target
 
-    def check(self, x: Any, path: str, depth: int = 0) -> None:
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
         assert self.target is not None, f"unbound schema reference {self.name}"
         if depth > MAX_DEPTH:
             raise SchemaMismatch(path, f"a value nested at most {MAX_DEPTH} deep", "a deeper one")

@@ -179,16 +179,57 @@ def fake_from_meta(fake_mode: FakeTensorMode, meta: torch.Tensor, device: torch.
     return fake_mode.fake_tensor_converter.from_meta_and_device(fake_mode, meta, device)
 
 
+def storage_extent(shape: Any, stride: Any, offset: Any = 0) -> Any:
+    """The elements a storage needs for a tensor of this layout: ``offset + 1 + sum((size - 1) *
+    stride)``, and at offset 0 none when a size is 0, as c10 counts it for ``empty_strided`` (a
+    symbolic size is taken as nonzero there too). Symbolic when the layout is.
+
+    None at offset 0 when the shape engine cannot tell without a guard that a symbolic extent is
+    not negative (a size that may be 0 or 1, an unbacked size): ``torch.empty`` of it would check
+    that, adding a guard or a runtime assert the program does not have, so such a layout is
+    built by ``empty_strided`` (:func:`meta_with_layout`), whose storage size needs no check."""
+    if isinstance(offset, int) and offset == 0 and any(isinstance(s, int) and s == 0 for s in shape):
+        return 0
+    extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+    if isinstance(offset, int) and offset == 0 and isinstance(extent, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        if not statically_known_true(extent >= 0):
+            return None
+    return extent
+
+
+_NOT_GIVEN: Any = object()
+
+
+def meta_with_layout(shape: Any, stride: Any, offset: Any, dtype: torch.dtype,
+                     extent: Any = _NOT_GIVEN) -> torch.Tensor:
+    """A meta tensor of this layout over a storage of its own, of ``extent`` elements
+    (:func:`storage_extent`'s; worked out here when not given, at a nonzero offset).
+
+    A static layout at offset 0, or a symbolic one without a given extent, is ``empty_strided``'s.
+    Otherwise it is a one-dimensional tensor of the extent viewed with the layout: with symbolic
+    sizes ``empty_strided`` has c10 work out the storage size and contiguity through Python
+    symbol arithmetic (20 operations, ~150 us a tensor), the view takes 8, and a caller that
+    makes many tensors of one layout (a program's repeated layers) works the extent out once
+    and passes it. Sizes, strides, offset and the storage's size come out the same either way."""
+    at_zero = isinstance(offset, int) and offset == 0
+    symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
+    if at_zero and (not symbolic or extent is _NOT_GIVEN or extent is None):
+        # static, or no extent worked out once by the caller (working it out and checking it for one
+        # tensor costs what empty_strided does), or one not known to be nonnegative (storage_extent)
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if extent is _NOT_GIVEN:
+        extent = storage_extent(shape, stride, offset)
+    return torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+
+
 def fake_with_layout(fake_mode: FakeTensorMode, shape: Any, stride: Any, offset: Any, dtype: torch.dtype,
-                     device: torch.device, requires_grad: bool) -> torch.Tensor:
+                     device: torch.device, requires_grad: bool, extent: Any = _NOT_GIVEN) -> torch.Tensor:
     """A fake tensor of ``fake_mode`` with the given layout (sizes, strides and offset possibly
-    symbolic), built on the meta device and wrapped (:func:`fake_from_meta`). ``requires_grad`` is
-    set only where a tensor may hold it (floating point, complex)."""
-    if isinstance(offset, int) and offset == 0:
-        meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-    else:
-        extent = offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-        meta = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+    symbolic), built on the meta device (:func:`meta_with_layout`, ``extent`` as there) and
+    wrapped (:func:`fake_from_meta`). ``requires_grad`` is set only where a tensor may hold it
+    (floating point, complex)."""
+    meta = meta_with_layout(shape, stride, offset, dtype, extent)
     fake = fake_from_meta(fake_mode, meta, device)
     if requires_grad and (dtype.is_floating_point or dtype.is_complex):
         with fake_mode:

@@ -51,10 +51,11 @@ import torch
 import torch.fx
 from torch.fx.experimental import proxy_tensor
 
+from .. import frame_stack
 from ..errors import InternalError
 from ..torch_private import block_replay as tracer_state
 from ..torch_private import modules, pytree
-from ..torch_private.fake import FakeTensorMode, fake_from_meta, storage_key
+from ..torch_private.fake import FakeTensorMode, fake_from_meta, meta_with_layout, storage_extent, storage_key
 from ..torch_private.ops import OpOverload, schema_of
 from . import module_paths
 
@@ -82,6 +83,23 @@ def reuse_repeated_blocks(enabled: bool) -> Iterator[None]:
         yield
     finally:
         _setting.enabled = saved
+
+
+def _values_as_views() -> bool:
+    return getattr(_setting, "views", True)
+
+
+@contextlib.contextmanager
+def symbolic_values_as_views(enabled: bool) -> Iterator[None]:
+    """Within the block, copies make symbolically sized values as strided views of a one-dimensional
+    storage of the value's extent (``True``, the default) or with ``empty_strided``/``set_``
+    (``False``); the programs are the same either way (for tests and benchmarks)."""
+    saved = getattr(_setting, "views", True)
+    _setting.views = bool(enabled)
+    try:
+        yield
+    finally:
+        _setting.views = saved
 
 
 LAST_STATS: dict[str, int] = {}
@@ -311,6 +329,7 @@ class _Recording:
     value_plan: dict = field(default_factory=dict)
     output_layouts: dict = field(default_factory=dict)
     retracked: list = field(default_factory=list)
+    extents: dict = field(default_factory=dict)  # a symbolically sized value's storage extent, made once
 
 
 @dataclass
@@ -401,6 +420,9 @@ class BlockReuse:
 
     # -- the intercepted module call --
 
+    # every submodule call of the trace passes here: its frame gives the calls below it room on the
+    # frame stack (graphcap/frame_stack.py), with no frame added per module level
+    @frame_stack.large_frame
     def _call_module(self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.replaying is not None or m is self.root or not reuse_enabled() \
                 or isinstance(m, torch.fx.GraphModule) or tracer_state.is_attr_proxy(m) \
@@ -748,8 +770,8 @@ class BlockReuse:
                 for node, layout in rec.output_layouts.items():
                     shape, stride, dtype, device, requires_grad, _ = layout
                     shape, stride = [dim(d) for d in shape], [dim(d) for d in stride]
-                    leaf = fake_from_meta(self.fake_mode, torch.empty_strided(shape, stride, dtype=dtype,
-                                                                              device="meta"), device)
+                    leaf = fake_from_meta(self.fake_mode, _own_storage_value(shape, stride, dtype, rec.extents,
+                                                                             ("output", node)), device)
                     if requires_grad:
                         with torch.enable_grad():
                             leaf.requires_grad_(True)
@@ -777,7 +799,12 @@ class BlockReuse:
                             # a storage of its own, at offset 0 (the plan checked): the tensor made with it
                             # is the value (a second tensor set_ onto it would redo the symbolic size and
                             # contiguity arithmetic, most of a dynamic copy's time)
-                            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+                            meta = _own_storage_value(shape, stride, dtype, rec.extents, (node, j))
+                        elif origin is not None and origin[0] == "node" and _values_as_views() \
+                                and metas[origin[1]].dtype == dtype:
+                            # a view of an earlier value of the call: a strided view of its meta tensor (no
+                            # storage bounds or contiguity worked out in symbols, as set_ does)
+                            meta = metas[origin[1]].as_strided(shape, stride, offset)
                         else:
                             if origin is None:
                                 storage = runtime[node].untyped_storage()
@@ -1016,6 +1043,22 @@ def _same_dims(got: tuple, planned: tuple, inputs: list) -> bool:
             return False
     return _alias_pattern([getattr(a, "node", a) for a in got if isinstance(a, torch.SymInt)]) == \
         _alias_pattern([b.node for b in planned if isinstance(b, torch.SymInt)])
+
+
+def _own_storage_value(shape: Any, stride: Any, dtype: torch.dtype, extents: dict, key: Any) -> torch.Tensor:
+    """A meta tensor of this layout over a storage of its own, at offset 0.
+
+    With symbolic sizes the storage's extent is worked out once per recorded value (``extents``):
+    it is the same expression in every copy of a recording (see ``meta_with_layout``).
+    """
+    symbolic = any(isinstance(d, torch.SymInt) for d in (*shape, *stride))
+    if not symbolic or not _values_as_views():
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if key in extents:
+        extent = extents[key]
+    else:
+        extent = extents[key] = storage_extent(shape, stride)
+    return meta_with_layout(shape, stride, 0, dtype, extent)
 
 
 def _dense_contiguous(t: torch.Tensor) -> bool:

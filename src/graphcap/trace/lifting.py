@@ -44,6 +44,7 @@ from ..signature import (
     SymIntArgument,
     TensorArgument,
 )
+from ..torch_private import fx as fx_private
 from ..torch_private.fake import FakeTensor, FakeTensorMode
 from .naming import node_names
 from .naming.owed_names import apply_owed_names
@@ -327,7 +328,9 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     output_node.args = (tuple(user_values),)
 
     graph.lint()
-    gm = torch.fx.GraphModule(gm, graph, class_name="GraphModule")
+    # the passes after lifting edit the graph again: its code is generated once, when the program
+    # is made (capture/non_strict.py calls generate_code)
+    gm = fx_private.graph_module_with_code_deferred(gm, graph, class_name="GraphModule")
     program_constants = {fqn: c.value for c in constants for fqn in c.fqns}
     return Lifted(gm, ExportGraphSignature(input_specs, output_specs), program_constants)
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import module_inputs
+from .. import frame_stack, module_inputs
 from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
 from ..pytree import auto_register
 from ..torch_private import fake as fake_private
@@ -256,7 +256,8 @@ def record(
                if root is not None else contextlib.nullcontext())
         try:
             with ctx:
-                out = (module_paths.traced_call(scope, call, root) if root is not None else call)(*args, **kwargs)
+                out = frame_stack.with_room(module_paths.traced_call(scope, call, root) if root is not None else call,
+                                            *args, **kwargs)
                 reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         finally:
             if reuse is not None:
