@@ -53,7 +53,7 @@ class SymbolTable:
             raise bad("The symbol table is malformed.")
         self.by_name: dict[str, sympy.Symbol] = {}
         self._symints: dict[str, Any] = {}
-        self._extents: dict[tuple, Any] = {}  # a symbolic layout (as written) -> its storage extent
+        self._extents: dict[tuple[Any, ...], Any] = {}  # a symbolic layout (as written) -> its storage extent
         self.shape_env = new_shape_env()
         self.fake_mode = tracing_fake_mode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         for i, entry in enumerate(table):

@@ -74,9 +74,10 @@ def _render(path: Any) -> str:
     while isinstance(path, tuple):
         path, key = path
         keys.append(key)
+    text: str = path
     for key in reversed(keys):
-        path = _join(path, key)
-    return path
+        text = _join(text, key)
+    return text
 
 
 class Shape:
