@@ -74,32 +74,32 @@ def reuse_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def reuse_repeated_blocks(enabled: bool) -> Iterator[None]:
-    """Within the block, exports on this thread replay repeated blocks (``True``) or trace every
-    call (``False``); it overrides ``GRAPHCAP_REUSE_BLOCKS``."""
-    saved = getattr(_setting, "enabled", None)
-    _setting.enabled = bool(enabled)
+def _set_on_this_thread(name: str, value: bool) -> Iterator[None]:
+    """``_setting.<name>`` is ``value`` within the block on this thread, then what it was."""
+    saved = getattr(_setting, name, None)
+    setattr(_setting, name, bool(value))
     try:
         yield
     finally:
-        _setting.enabled = saved
+        setattr(_setting, name, saved)
+
+
+def reuse_repeated_blocks(enabled: bool) -> contextlib.AbstractContextManager[None]:
+    """Within the block, exports on this thread replay repeated blocks (``True``) or trace every
+    call (``False``); it overrides ``GRAPHCAP_REUSE_BLOCKS``."""
+    return _set_on_this_thread("enabled", enabled)
 
 
 def _values_as_views() -> bool:
-    return getattr(_setting, "views", True)
+    views = getattr(_setting, "views", None)
+    return True if views is None else views
 
 
-@contextlib.contextmanager
-def symbolic_values_as_views(enabled: bool) -> Iterator[None]:
+def symbolic_values_as_views(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Within the block, copies make symbolically sized values as strided views of a one-dimensional
     storage of the value's extent (``True``, the default) or with ``empty_strided``/``set_``
     (``False``); the programs are the same either way (for tests and benchmarks)."""
-    saved = getattr(_setting, "views", True)
-    _setting.views = bool(enabled)
-    try:
-        yield
-    finally:
-        _setting.views = saved
+    return _set_on_this_thread("views", enabled)
 
 
 LAST_STATS: dict[str, int] = {}
