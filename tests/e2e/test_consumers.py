@@ -596,8 +596,9 @@ def test_a_program_aoti_or_model_explorer_cannot_take_fails_there(consumer):
     # the first line: the dispatcher's message goes on with a C++ backtrace (addresses, temporary paths)
     first_line = str(got.value).splitlines()[0]
     assert type(got.value) is type(want.value) and first_line == str(want.value).splitlines()[0]
-    if consumer is _through_aoti:
-        assert "Could not run 'graphcap_consumer_test::no_cpu_kernel'" in first_line
+    if consumer is _through_aoti:  # the dispatcher's message; torch 2.10's runner raises its own line
+        assert "Could not run 'graphcap_consumer_test::no_cpu_kernel'" in first_line \
+            or "API call failed" in first_line, first_line
     else:
         assert "Unsupported output type" in first_line
     package = str(Path(graphcap.__file__).resolve().parent)

@@ -45,7 +45,7 @@ class Model(torch.nn.Module):
 
 # Exports, packages for AOTInductor, and writes torch's and graphcap's files, with eager's leaves.
 MAKE = '''
-import importlib.util, sys, warnings, torch, graphcap
+import importlib.util, sys, warnings, torch, torch._inductor, graphcap
 import torch.utils._pytree as torch_pytree
 which = sys.argv[1]
 torch.manual_seed(0)
@@ -76,7 +76,7 @@ print("MADE", type(torch_pytree.tree_structure(eager)))
 # Loads each file with its own loader and runs it: "bare" registers nothing, "registered" calls
 # graphcap.register_flattenable(cls, with_torch=True) for each class first.
 LOAD = '''
-import os, sys, torch, graphcap
+import os, sys, torch, torch._inductor.codecache, graphcap  # torch 2.10's loader needs codecache imported
 from graphcap import auto_flatten
 which, mode = sys.argv[1:3]
 if which == "dataclass":
