@@ -174,7 +174,7 @@ def register_with_torch(cls: type) -> bool:
 
     What a hand-over does for each class a program's structure names, and what
     ``graphcap.register_flattenable(cls, with_torch=True)`` does in a process
-    that loads torch's files (an AOTInductor package, ``torch.export.save``'s)
+    that loads torch's files (an AOTInductor package, a program file torch's own saver wrote)
     made from a graphcap program: the same functions under the same name,
     so the file's structure reads back. Returns False when torch's registry
     already holds another registration of ``cls`` (left as it is).

@@ -111,8 +111,8 @@ def register_flattenable(cls: type, *, serialized_type_name: Optional[str] = Non
             of the process, under the same node functions and name as a
             program's hand-over: what a process needs that loads, with torch's
             own loaders, a file made from a graphcap program whose structure
-            holds the class (``torch._inductor.aoti_load_package``,
-            ``torch.export.load``); without it torch's loader fails with
+            holds the class (an AOTInductor package, or a program file written
+            by torch's own saver); without it torch's loader fails with
             ``Deserializing <name> in pytree is not registered``.
 
     Returns:
