@@ -52,7 +52,7 @@ SAMPLES = {
 
 __all__ = ["FakeTensor", "FakeTensorMode", "tracing_fake_mode", "unsupported_operator_error", "same_storage",
            "storage_key", "fake_from_meta", "fake_of_plain_leaf", "slice_ends_clamped_symbolically",
-           "one_argument_where_decomposed", "holds_constant",
+           "one_argument_where_decomposed", "copies_check_broadcast_only", "holds_constant",
            "EMBEDDING_OF_META_WEIGHTS_SINCE", "embedding_takes_meta_weights"]
 
 
@@ -414,6 +414,83 @@ def slice_ends_clamped_symbolically() -> Iterator[None]:
         yield
         return
     with _SYMBOLIC_SLICE.active():
+        yield
+
+
+# --- copy_ checks the broadcast it performs, not a stride assumption -----------------------------
+
+_COPY_OPS = ("copy_", "copy")
+
+
+def _install_copy_rules() -> dict[Any, Any]:
+    from torch._subclasses import fake_impls
+    table = fake_impls.op_implementations_dict
+    saved = {}
+    for name in _COPY_OPS:
+        op = getattr(torch.ops.aten, name).default
+        saved[op] = table[op]
+        table[op] = _copy_checking_broadcast
+    return saved
+
+
+def _restore_copy_rules(saved: dict[Any, Any]) -> None:
+    from torch._subclasses import fake_impls
+    fake_impls.op_implementations_dict.update(saved)
+
+
+_COPY_RULES = ThreadScopedPatch(_install_copy_rules, _restore_copy_rules)
+
+
+def _has_symbolic_size(*tensors: Any) -> bool:
+    return any(isinstance(d, torch.SymInt) for t in tensors for d in (*t.shape, *t.stride()))
+
+
+def _copy_checking_broadcast(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``aten.copy_`` / ``aten.copy`` on fake tensors, on the exporting thread: the source must
+    broadcast to the destination (each size 1 or equal, checked as eager checks it), and nothing
+    more; the rest (the written tensor's own overlap, the dtype and device conversion) is torch's
+    kernel's, run on a stand-in source of the destination's sizes.
+
+    torch's kernel checks the broadcast by expanding the source, and the expansion's stride rule
+    adds, for a size that may be 1 but is not known to be, the assumption that it is not
+    broadcast (``Eq(n, target)``): a program that copies a size-1 value into a slice of another
+    length would refuse it, where eager broadcasts. The expanded tensor is discarded (a copy's
+    result is its destination), so only the broadcast condition belongs in the program.
+    Other threads, and copies between tensors of static layout, keep torch's kernel."""
+    original = _COPY_RULES.saved[func]
+    names = ("self", "src", "non_blocking")
+    bound = dict(zip(names, args), **kwargs)
+    self, src = bound.get("self"), bound.get("src")
+    if not _COPY_RULES.in_scope() or not isinstance(self, torch.Tensor) or not isinstance(src, torch.Tensor) \
+            or not _has_symbolic_size(self, src):
+        return original(fake_mode, func, *args, **kwargs)
+    from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_or
+    target, given = list(self.shape), list(src.shape)
+    torch._check(len(given) <= len(target), lambda: (
+        f"copy_: the source of shape {tuple(given)} has more dimensions than the destination of "
+        f"shape {tuple(target)}"))
+    for size, want in zip(reversed(given), reversed(target)):
+        if statically_known_true(size == want) or statically_known_true(size == 1):
+            continue
+        torch._check(sym_or(size == 1, size == want), lambda size=size, want=want: (
+            f"copy_: the source's size {size} must be 1 or the destination's size {want}"))
+    with fake_mode:
+        stand_in = torch.empty_strided(target, self.stride(), dtype=src.dtype, device=src.device)
+    bound["src"] = stand_in
+    return original(fake_mode, func, *(bound[n] for n in names if n in bound))
+
+
+@contextlib.contextmanager
+def copies_check_broadcast_only() -> Iterator[None]:
+    """While tracing on this thread, a copy between symbolically sized tensors
+    (``dst.copy_(src)``, ``t[..., :n] = v``) records only the condition eager checks: every size
+    of the source is 1 or the destination's (:func:`_copy_checking_broadcast`). Every other
+    thread keeps torch's fake kernel.
+
+    Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (fake kernels by
+    operator, read at each call; ``aten.copy_`` and ``aten.copy`` have an entry there).
+    """
+    with _COPY_RULES.active():
         yield
 
 

@@ -70,6 +70,9 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#pending_fresh_unbacked_symbols": None,
     "torch.fx.experimental.symbolic_shapes.compute_unbacked_bindings": (
         "shape_env", "example_value", "old_example_value", "peek"),
+    # what c10's TORCH_GUARD_OR_FALSE calls on a symbolic bool (setitem's shortcut question)
+    "torch.fx.experimental.sym_node.SymNode.guard_or_false": ("self", "file", "line"),
+    "torch.fx.experimental.sym_node.SymNode#expr": None,
 }
 
 
@@ -97,7 +100,8 @@ __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary"
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
            "count_deferred_assert", "guards", "axioms", "fake_cache", "set_fake_cache", "tracked_fakes",
-           "real_unbacked_values", "copy_shape_env", "claim_input_bindings"]
+           "real_unbacked_values", "copy_shape_env", "claim_input_bindings",
+           "undecided_size_equalities_taken_as_equal"]
 
 
 # -- what a ShapeEnv knows, in its fields --------------------------------------------------------
@@ -403,3 +407,54 @@ def copy_shape_env(env: Any) -> Any:
         if callable(value) and not isinstance(value, type) and hasattr(type(new), name):
             del new.__dict__[name]
     return new
+
+
+# -- setitem's shortcut question -------------------------------------------------------------------
+
+def _install_equal_answer() -> Any:
+    from torch.fx.experimental.sym_node import SymNode
+    saved = SymNode.guard_or_false
+    SymNode.guard_or_false = _guard_or_false_taking_equal  # type: ignore[method-assign]
+    return saved
+
+
+def _restore_equal_answer(saved: Any) -> None:
+    from torch.fx.experimental.sym_node import SymNode
+    SymNode.guard_or_false = saved  # type: ignore[method-assign]
+
+
+def _guard_or_false_taking_equal(node: Any, file: str, line: int) -> bool:
+    """``SymNode.guard_or_false``, but inside :func:`undecided_size_equalities_taken_as_equal` on
+    this thread an equality of two symbolic sizes the engine cannot decide answers True."""
+    original = _EQUAL_ANSWER.saved
+    if _EQUAL_ANSWER.in_scope():
+        import sympy
+        expr = node.expr
+        if isinstance(expr, sympy.Eq) and not expr.lhs.is_number and not expr.rhs.is_number \
+                and node.shape_env is not None and evaluate_statically(node.shape_env, expr) is None:
+            return True
+    return original(node, file, line)
+
+
+from .thread_scoped import ThreadScopedPatch  # noqa: E402
+
+_EQUAL_ANSWER = ThreadScopedPatch(_install_equal_answer, _restore_equal_answer)
+
+
+@contextlib.contextmanager
+def undecided_size_equalities_taken_as_equal() -> Iterator[None]:
+    """Within the block, on this thread, C++ code that asks ``guard_or_false(a == b)`` of two
+    symbolic sizes the engine cannot decide (neither a number) gets True, without a guard.
+
+    For the one caller graphcap opens it around: tensor setitem (``t[..., :n] = v``) asks
+    whether the slice and the value have equal sizes only to skip reshaping the value before
+    its ``copy_`` (``copy_`` broadcasts the value itself: the same result and the same refusal
+    for every size); the questions it asks about one size against a number (contiguity) are
+    left to the engine. Every other thread, and every other question, keeps torch's answer.
+
+    Relies on ``SymNode.guard_or_false(self, file, line)`` being what c10's
+    ``TORCH_GUARD_OR_FALSE`` calls for a symbolic bool (looked up on the class at each call),
+    and ``SymNode.expr`` / ``shape_env``.
+    """
+    with _EQUAL_ANSWER.active():
+        yield

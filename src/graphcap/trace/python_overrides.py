@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from ..torch_private import pytree
 from ..torch_private.decomp import tensor_from_symbolic_data
 from ..torch_private.dispatch import is_batched_tensor
+from ..torch_private.shapes import undecided_size_equalities_taken_as_equal
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -224,12 +225,31 @@ class _TraceableCalls(TorchFunctionMode):
         if func is torch.tensor and args and any(
                 isinstance(v, _SYMBOLIC) for v in pytree.tree_leaves(args[0])):
             return tensor_from_symbolic_data(*args, **kwargs)
+        if getattr(func, "__name__", None) == "__setitem__" and len(args) == 3 and not kwargs \
+                and isinstance(args[0], torch.Tensor) and isinstance(args[2], torch.Tensor):
+            return _setitem_broadcast_by_copy(func, *args)
         if getattr(func, "__name__", None) == "__getitem__" and len(args) == 2 \
                 and isinstance(args[0], torch.Tensor) and not kwargs:
             run = _index_as_calls(args[0], args[1])
             if run is not None:
                 return run()
         return func(*args, **kwargs)
+
+
+def _setitem_broadcast_by_copy(setitem: Callable, t: torch.Tensor, index: Any, value: torch.Tensor) -> Any:
+    """``t[index] = value`` where sizes are symbolic, leaving the broadcast of ``value`` to ``copy_``.
+
+    torch's setitem copies ``value`` into the indexed view directly when it can tell their sizes
+    are equal, and otherwise first reshapes and expands it; the expansion of a size that may be 1
+    records the assumption that it is not broadcast, so ``mask[..., :n] = v`` (the view's size
+    ``Min(m, n)``) would refuse a size-1 ``v`` where eager broadcasts it. Both ways compute the
+    same (``copy_`` broadcasts the value itself and refuses what the expansion refuses), so
+    setitem takes the direct copy wherever its sizes are undecided. Static sizes keep torch's
+    path unchanged."""
+    if not any(isinstance(d, torch.SymInt) for d in (*t.shape, *value.shape)):
+        return setitem(t, index, value)
+    with undecided_size_equalities_taken_as_equal():
+        return setitem(t, index, value)
 
 
 def reentered() -> contextlib.AbstractContextManager:

@@ -210,6 +210,7 @@ def _recording_surroundings(target: Any, root: Optional[torch.nn.Module], fake_m
         stack.enter_context(hop_capture.capturing(root))
         stack.enter_context(python_overrides.installed())
         stack.enter_context(fake_private.slice_ends_clamped_symbolically())
+        stack.enter_context(fake_private.copies_check_broadcast_only())
         stack.enter_context(subclass_access.recorded(flat_inputs))
         stack.enter_context(tensor_metadata_cached())
         stack.enter_context(fx_private.code_generated_on_first_use())
