@@ -75,10 +75,12 @@ def _eager(model, x, y):
 MODELS = [PrefixSetitem4d, PrefixSetitem1d, SuffixSetitem, MiddleDimSetitem, PrefixCopy]
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-def test_program_matches_eager_at_every_size(model):
+@pytest.mark.parametrize("model,strict", [(m, False) for m in MODELS]
+                         + [(PrefixSetitem4d, True), (MiddleDimSetitem, True), (PrefixCopy, True)],
+                         ids=lambda v: v.__name__ if isinstance(v, type) else "strict" if v else "nonstrict")
+def test_program_matches_eager_at_every_size(model, strict):
     x, y = (torch.randn(s) for s in _shapes(model, 4, 3))
-    ep = graphcap.export(model(), (x, y), dynamic_shapes=_spec(model))
+    ep = graphcap.export(model(), (x, y), dynamic_shapes=_spec(model), strict=strict)
     run = ep.module()
     accepted = refused = 0
     for m, n in itertools.product(range(5), range(5)):
@@ -106,10 +108,11 @@ def test_size_one_value_into_empty_slice(model):
     torch.testing.assert_close(ep.module()(x, y), model()(x, y))
 
 
-def test_setitem_program_copies_the_value_directly():
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+def test_setitem_program_copies_the_value_directly(strict):
     """No view/expand of the value and one check in the program: eager's broadcast condition."""
     x, y = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 3)
-    ep = graphcap.export(PrefixSetitem4d(), (x, y), dynamic_shapes=_spec(PrefixSetitem4d))
+    ep = graphcap.export(PrefixSetitem4d(), (x, y), dynamic_shapes=_spec(PrefixSetitem4d), strict=strict)
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
     assert torch.ops.aten.expand.default not in targets
     assert torch.ops.aten.copy_.default in targets

@@ -25,7 +25,9 @@ Two things cross from dynamo's trace to graphcap's:
 """
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -34,6 +36,7 @@ import torch.fx.traceback as fx_traceback
 
 from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
+from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private import shapes as shapes_private
@@ -91,6 +94,19 @@ def _state_placeholders_name_their_first_use(ep: Any) -> None:
             node.meta["source_fn_stack"] = list(first.meta["source_fn_stack"])
 
 
+@contextlib.contextmanager
+def copies_broadcast_by_copy() -> Iterator[None]:
+    """While dynamo reads the program, a copy of a value into a slice of symbolic size records
+    only eager's broadcast condition, as non-strict's trace does
+    (``graphcap.trace.python_overrides``): the copy's fake kernel checks the broadcast alone,
+    and c10's shortcut question "do these two symbolic sizes match?" (asked, with
+    ``guard_or_false``, only by setitem's and ``expand_inplace``'s skip of an expansion the
+    following copy or operator broadcasts itself) answers yes where the engine cannot decide.
+    Dynamo runs setitem on its own fake tensors, out of reach of a per-call override."""
+    with fake_private.copies_check_broadcast_only(), shapes_private.undecided_size_equalities_taken_as_equal():
+        yield
+
+
 def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list,
            preserved: dict[str, torch.nn.Module]) -> "DynamoGraphReplay":
     """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic), the
@@ -105,6 +121,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     def capture(sizes_0_1_symbolic: bool) -> tuple:
         with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
                 shapes_private.backed_size_oblivious(sizes_0_1_symbolic), \
+                copies_broadcast_by_copy(), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
             gm, side_effects = dynamo_private.capture_torch_level_graph(entry, args, kwargs)
         return gm, side_effects, marker

@@ -15,6 +15,7 @@ from typing import Any
 import sympy
 import torch
 
+from ..dynamic.guard_words import in_framework
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import shapes as shapes_private
 
@@ -118,9 +119,9 @@ def _user_sloc(sloc: Any, files: set[str]) -> Any:
     as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
     frame = getattr(sloc, "framework_loc", None)
     frame_file = os.path.abspath(getattr(frame, "filename", "") or "")
-    if frame_file.startswith(_TORCH_DIR) and not frame_file.startswith(_DYNAMO_DIR):
-        # an operator's own logic (a meta kernel, a reference) made it, not a branch of the user's:
-        # keep torch's frame, so graphcap's spec check treats it as the framework's
+    if in_framework(sloc) and not frame_file.startswith(_DYNAMO_DIR):
+        # an operator's own logic (a meta kernel, a reference, a fake rule of graphcap's) made it, not
+        # a branch of the user's: keep its frame, so graphcap's spec check treats it as the framework's
         return dynamo_private.user_sloc(frame.filename, frame.lineno, frame.name, frame.line or "")
     text = getattr(sloc, "maybe_user_loc", None)
     match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
