@@ -29,7 +29,7 @@ from torch.fx.experimental.symbolic_shapes import (
 
 from ..errors import DynamicSpecError
 from ..torch_private import shapes
-from ..torch_private.dispatch import backend_kernel_switches, is_traceable_wrapper_subclass
+from ..torch_private.dispatch import backend_kernels_off, is_traceable_wrapper_subclass
 from ..torch_private.fake import FakeTensorMode
 from ..torch_private.shapes import GuardSource, Source, guards
 from ..torch_private.symbolic import ValueRanges, int_oo
@@ -387,16 +387,10 @@ def tracing(inputs: Optional[SymbolicInputs]):
     env = inputs.shape_env
     saved_summary = shapes.own_stack_summary(env)
     shapes.set_stack_summary(env, _with_user_line(shapes.stack_summary(env)))
-    switches = backend_kernel_switches()
-    saved = [get() for get, _ in switches]
     try:
-        for _, set_ in switches:
-            set_(False)
-        with shapes.backed_size_oblivious():
+        with backend_kernels_off(), shapes.backed_size_oblivious():
             yield
     finally:
-        for (_, set_), value in zip(switches, saved):
-            set_(value)
         shapes.restore_stack_summary(env, saved_summary)
 
 

@@ -9,7 +9,8 @@ sizes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._C import DispatchKey
@@ -38,7 +39,7 @@ RELIES_ON = {
 
 __all__ = ["DispatchKey", "set_grad_enabled", "auto_dispatch_below_autograd", "has_kernel",
            "has_kernel_for_dispatch_key", "registrations_for_dispatch_key", "torch_function_mode_enabled",
-           "is_batched_tensor", "backend_kernel_switches", "disable_current_modes",
+           "is_batched_tensor", "backend_kernel_switches", "backend_kernels_off", "disable_current_modes",
            "is_traceable_wrapper_subclass", "enable_python_dispatcher", "dispatch_mode_base"]
 
 # The grad-mode setter itself: traced programs record calls of this very function
@@ -95,6 +96,24 @@ def backend_kernel_switches() -> list[tuple[Callable[[], bool], Callable[[bool],
     return [(torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled),
             (torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled),
             (torch._C._get_nnpack_enabled, torch._C._set_nnpack_enabled)]
+
+
+@contextlib.contextmanager
+def backend_kernels_off() -> Iterator[None]:
+    """Within the block, the oneDNN, cuDNN and NNPACK backends are switched off.
+
+    A fake convolution picks its backend kernel from the batch size (``batch < 16``) and so
+    asks a question of a symbolic batch that would become a guard; the recorded operator is the
+    same whichever kernel a backend would pick, so a trace runs with them off."""
+    switches = backend_kernel_switches()
+    saved = [get() for get, _ in switches]
+    try:
+        for _, set_ in switches:
+            set_(False)
+        yield
+    finally:
+        for (_, set_), value in zip(switches, saved):
+            set_(value)
 
 
 def disable_current_modes() -> Any:
