@@ -32,12 +32,17 @@ class Training(torch.nn.Module):
 
 def _describe(ep) -> list:
     """Everything compared: code, each node's name, target, value layout and metadata keys, the
-    signature, the ranges and what the program's ShapeEnv holds."""
+    signature, the ranges and what the program's ShapeEnv holds.
+
+    One exception: torch 2.10's functionalized retrace leaves the last operator's
+    ``original_aten`` on the output node, where a plain retrace (every program that writes
+    nowhere, on every torch) has none; on torch 2.13 and 2.14 neither has it."""
     rows = [ep.graph_module.code, str(ep.graph_signature), sorted(map(str, ep.range_constraints.items()))]
     for n in ep.graph.nodes:
         v = n.meta.get("val")
         layout = (tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else repr(v)
-        rows.append((n.name, str(n.target), layout, sorted(n.meta), n.meta.get("nn_module_stack"),
+        keys = sorted(k for k in n.meta if not (n.op == "output" and k == "original_aten"))
+        rows.append((n.name, str(n.target), layout, keys, n.meta.get("nn_module_stack"),
                      n.meta.get("stack_trace")))
     env = fake_mode_of_graph(ep.graph_module).shape_env
     if env is not None:
