@@ -1,7 +1,8 @@
 """graphcap's run_decompositions against torch.export's on the public model zoo.
 
 For each selected zoo model, in one process: the model is exported once by
-each system (graphcap.export, torch.export.export, non-strict, static shapes),
+each system (graphcap.export, torch.export.export, non-strict; static shapes, or
+the zoo's dynamic shapes with ``--dynamic``),
 then each program is decomposed to core ATen with the default table — one
 warm-up run each, then three timed runs each, interleaved (graphcap, torch,
 graphcap, ...) so drift on a shared machine hits both alike. The median is
@@ -12,6 +13,7 @@ shown as a sanity check that both did the same work.
     .venv/bin/python bench/decomp_bench.py                      # whole zoo
     .venv/bin/python bench/decomp_bench.py --models tv_resnet18,timm_vit_tiny_patch16_224
     .venv/bin/python bench/decomp_bench.py --models tv_resnet18 --profile 30
+    .venv/bin/python bench/decomp_bench.py --dynamic --models tv_densenet121 --profile 30 --profile-torch
     .venv/bin/python bench/decomp_bench.py --json out.json
 """
 from __future__ import annotations
@@ -71,15 +73,17 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return wall, out
 
 
-def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS) -> Row:
+def bench_model(name: str, builder: Callable[[], Any], repeats: int = REPEATS, dynamic: bool = False) -> Row:
     built = builder()
     model, args, kwargs = built.model, built.args, built.kwargs
+    shapes = built.dynamic_shapes if dynamic else None
     figures = {"graphcap": Figures(), "torch": Figures()}
     calls: dict[str, Callable[[], Any]] = {}
     for key, export in (("graphcap", graphcap.export),
-                        ("torch", lambda m, a, k: torch.export.export(m, a, k, strict=False))):
+                        ("torch", lambda m, a, k, dynamic_shapes: torch.export.export(
+                            m, a, k, dynamic_shapes=dynamic_shapes, strict=False))):
         try:
-            ep = export(model, args, kwargs)
+            ep = export(model, args, kwargs, dynamic_shapes=shapes)
         except Exception as e:  # a failing exporter is a result, not a crash
             figures[key].error = "export: " + _describe(e)
             continue
@@ -122,9 +126,14 @@ def print_table(rows: list[Row]) -> None:
     print(f"\nmedian ratio graphcap/torch: {'-' if m is None else f'{m:.2f}x'}{verdict}")
 
 
-def profile(name: str, builder: Callable[[], Any], top: int) -> None:
+def profile(name: str, builder: Callable[[], Any], top: int, dynamic: bool = False,
+            exporter: str = "graphcap") -> None:
     built = builder()
-    ep = graphcap.export(built.model, built.args, built.kwargs)
+    shapes = built.dynamic_shapes if dynamic else None
+    if exporter == "torch":
+        ep = torch.export.export(built.model, built.args, built.kwargs, dynamic_shapes=shapes, strict=False)
+    else:
+        ep = graphcap.export(built.model, built.args, built.kwargs, dynamic_shapes=shapes)
     ep.run_decompositions()  # warm-up
     prof = cProfile.Profile()
     prof.enable()
@@ -132,7 +141,7 @@ def profile(name: str, builder: Callable[[], Any], top: int) -> None:
     prof.disable()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
-    print(f"== {name}\n{out.getvalue()}")
+    print(f"== {name} ({exporter}{', dynamic' if dynamic else ''})\n{out.getvalue()}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -142,20 +151,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--json", default=None, help="write raw figures here")
     parser.add_argument("--profile", type=int, default=0, help="profile graphcap only; print top N")
+    parser.add_argument("--profile-torch", action="store_true", help="with --profile: torch.export's program too")
+    parser.add_argument("--dynamic", action="store_true", help="export with the zoo's dynamic shapes")
     opts = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     cases = zoo.select(opts.models)
     if opts.profile:
         for case in cases:
-            profile(case.name, case.builder, opts.profile)
+            profile(case.name, case.builder, opts.profile, opts.dynamic)
+            if opts.profile_torch:
+                profile(case.name, case.builder, opts.profile, opts.dynamic, "torch")
         return 0
     rows = []
     for case in cases:
-        row = bench_model(case.name, case.builder, opts.repeats)
+        row = bench_model(case.name, case.builder, opts.repeats, opts.dynamic)
         rows.append(row)
         print(f"  {case.name}: graphcap {row.graphcap.time_s} torch {row.torch.time_s}", file=sys.stderr)
-    print(f"torch {torch.__version__}, python {platform.python_version()}, {platform.machine()}")
+    print(f"torch {torch.__version__}, python {platform.python_version()}, {platform.machine()}, "
+          f"{'dynamic' if opts.dynamic else 'static'} shapes")
     print_table(rows)
     if opts.json:
         Path(opts.json).write_text(json.dumps(

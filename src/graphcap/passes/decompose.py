@@ -77,15 +77,18 @@ class _Replay(torch.fx.Interpreter):
 
     Nodes in ``out_of_place`` (see :mod:`.simple_inplace`) run their
     out-of-place operator instead, and every name of the tensor they wrote
-    then stands for the result.
+    then stands for the result; nodes in ``identity`` stand for their first
+    argument.
     """
 
     current: Optional[torch.fx.Node] = None
 
     def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None,
-                 carry: Optional[CallGraphCarry] = None, memo: Optional[DecompositionMemo] = None):
+                 carry: Optional[CallGraphCarry] = None, memo: Optional[DecompositionMemo] = None,
+                 identity: Optional[set] = None):
         super().__init__(gm)
         self.out_of_place = out_of_place or {}
+        self.identity = identity or set()
         self.carry = carry
         self.memo = memo
 
@@ -100,6 +103,8 @@ class _Replay(torch.fx.Interpreter):
         if n.op == "call_function" and n.target is torch.ops.aten.detach_.default:
             # only autograd sees an in-place detach (it returns its input, cut from the graph of
             # gradients): the inference IR has no autograd, and torch's functionalization drops it
+            return self.env[n.args[0]]
+        if n in self.identity:  # an in-place operator that writes nothing here (simple_inplace)
             return self.env[n.args[0]]
         variant = self.out_of_place.get(n)
         if variant is None:
@@ -144,14 +149,14 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _plain_replay_fn(gm: torch.fx.GraphModule, out_of_place: dict, box: dict, carry: CallGraphCarry,
-                     memo: Optional[DecompositionMemo]):
+def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePlan, box: dict,
+                     carry: CallGraphCarry, memo: Optional[DecompositionMemo]):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization.
     Calls identical to an earlier one are copied from its recording (:mod:`.decomposition_memo`)."""
 
     def replay(*args: Any) -> tuple:
         carry.reset()
-        interpreter = _Replay(gm, out_of_place, carry, memo)
+        interpreter = _Replay(gm, inplace.replace, carry, memo, inplace.identity)
         box["interpreter"] = interpreter
         outs = interpreter.run(*args, enable_io_processing=False)
         box["mutated"] = []
@@ -300,13 +305,14 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     old_mutations = _declared_mutations(sig)
     n_old_mutations = sum(1 for s in sig.output_specs if s.kind in MUTATION_OUTPUT_KINDS)
     box: dict[str, Any] = {}
-    inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations))
+    inplace = simple_inplace.plan(gm, has_declared_mutations=bool(old_mutations),
+                                  has_symbols=bool(ep.range_constraints))
     carry = CallGraphCarry(gm, call_graph_of(ep))  # the signatures' values, found again in the new graph
 
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
         replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry) if functionalize
-                  else _plain_replay_fn(gm, inplace.replace, box, carry,
+                  else _plain_replay_fn(gm, inplace, box, carry,
                                         memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
                                                          python_table)))
         grad = torch.is_grad_enabled()

@@ -27,6 +27,7 @@ from ..torch_private.ops import OpOverload, overload_name, schema_of
 class InplacePlan:
     replace: dict[torch.fx.Node, OpOverload] = field(default_factory=dict)
     needs_functionalization: bool = False
+    identity: set[torch.fx.Node] = field(default_factory=set)  # in-place nodes that write nothing
 
 
 def functional_variant(op: object) -> Optional[OpOverload]:
@@ -83,7 +84,22 @@ def _viewed(base: torch.fx.Node, inplace_on: dict) -> bool:
     return False
 
 
-def plan(gm: torch.fx.GraphModule, has_declared_mutations: bool) -> InplacePlan:
+def _dropout_off(node: torch.fx.Node) -> bool:
+    """``aten.dropout_(x, p, train=False)`` (``nn.Dropout(inplace=True)`` in eval mode): writes
+    nothing, returns ``x`` (EfficientNet's classifier, on a ``flatten`` view). Replayed as ``x``
+    it leaves nothing to functionalize, so the whole retrace skips that engine."""
+    if node.target is not torch.ops.aten.dropout_.default:
+        return False
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+    return train is False
+
+
+def plan(gm: torch.fx.GraphModule, has_declared_mutations: bool, has_symbols: bool = False) -> InplacePlan:
+    """What to replay out of place (or as its input) in ``gm``, and whether functionalization is
+    still needed. With ``has_symbols``, an eval-mode dropout is left to functionalization: in a
+    program with symbols the functionalized retrace names nodes otherwise than the plain one (its
+    wrapping of symbolic inputs makes size nodes that take names: ``mul_22`` where the plain
+    retrace has ``mul``), and a program decomposes to what it did before this rule."""
     result = InplacePlan(needs_functionalization=has_declared_mutations)
     inplace_on: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for node in gm.graph.nodes:
@@ -92,6 +108,9 @@ def plan(gm: torch.fx.GraphModule, has_declared_mutations: bool) -> InplacePlan:
             inplace_on.setdefault(node.args[0], []).append(node)
     for node in gm.graph.nodes:
         if node.op != "call_function":
+            continue
+        if not has_symbols and _dropout_off(node):
+            result.identity.add(node)
             continue
         variant = functional_variant(node.target)
         if variant is not None and _fresh(node.args[0], result.replace) \
