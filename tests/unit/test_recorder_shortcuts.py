@@ -44,7 +44,9 @@ class Stack(nn.Module):
         self.steps.add_(1)
         for block in self.blocks:
             x = block(x)
-        return x.sum(-1), x[:, :2]
+        # a property read that records a node: its torch_fn counts every property read before it,
+        # the trace's own reads of the placeholders' properties included
+        return x.sum(-1), x[:, :2], x.T
 
 
 class Branchy(nn.Module):
