@@ -382,23 +382,24 @@ _torch_create_node = proxy_tensor.PythonKeyTracer.create_node
 
 def _create_node_without_dropped_trace(self: Any, kind: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
     """torch's ``PythonKeyTracer.create_node``, without formatting a stack trace it deletes."""
+    create = _DROPPED_TRACES.saved or _torch_create_node  # what the class had when the patch went in
     if kind in _NODES_WITHOUT_STACK_TRACE and self.record_stack_traces and _DROPPED_TRACES.in_scope():
         self.record_stack_traces = False
         try:
-            return _torch_create_node(self, kind, *args, **kwargs)
+            return create(self, kind, *args, **kwargs)
         finally:
             self.record_stack_traces = True
-    return _torch_create_node(self, kind, *args, **kwargs)
+    return create(self, kind, *args, **kwargs)
 
 
 def _install_create_node() -> Any:
     saved = proxy_tensor.PythonKeyTracer.__dict__["create_node"]
-    proxy_tensor.PythonKeyTracer.create_node = _create_node_without_dropped_trace
+    proxy_tensor.PythonKeyTracer.create_node = _create_node_without_dropped_trace  # type: ignore[method-assign]
     return saved
 
 
 def _restore_create_node(saved: Any) -> None:
-    proxy_tensor.PythonKeyTracer.create_node = saved
+    proxy_tensor.PythonKeyTracer.create_node = saved  # type: ignore[method-assign]
 
 
 _DROPPED_TRACES = ThreadScopedPatch(_install_create_node, _restore_create_node)

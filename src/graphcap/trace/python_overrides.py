@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import inspect
 import math
 import threading
 from typing import Any, Callable, Iterator, Optional
@@ -209,7 +210,8 @@ def _collective_remapper() -> Optional[Callable]:
     return traceable_collective_remapper()
 
 
-_PROPERTY_READ = type(torch.Tensor.shape.__get__)  # what a tensor property read is handled as: a method-wrapper
+# what a tensor property read is handled as: the property's ``__get__``, a method-wrapper
+_PROPERTY_READ = type(inspect.getattr_static(torch.Tensor, "shape").__get__)
 
 
 class _TraceableCalls(TorchFunctionMode):

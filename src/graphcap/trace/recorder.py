@@ -131,7 +131,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
             and file not in internal
 
     def frame_keys_walking_all(frame: Any) -> tuple:
-        keys = []
+        keys: list[tuple] = []
         while frame is not None:
             code = frame.f_code
             if kept(code):
@@ -150,7 +150,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
             kept_by_code.clear()
             above_stop.clear()
         end = stop[0] if stop else None
-        keys = []
+        keys: list[tuple] = []
         while frame is not None:
             if frame is end:
                 if not above_stop:
