@@ -17,6 +17,8 @@
 - ``torch.fx.passes.shape_prop._extract_tensor_metadata``.
 - ``torch.fx._lazy_graph_module``: graph modules whose Python code is generated
   on first use, for the recorder's graph, which lifting replaces unused.
+- ``PythonKeyTracer.create_node`` and the tracer's ``record_stack_traces``: the stack trace torch
+  formats for a placeholder or output node and then deletes, skipped.
 - ``torch._functorch.predispatch`` and the autocast markers
   (``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``): functions
   the pre-dispatch tracer records.
@@ -30,6 +32,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch.fx
 from torch.fx.experimental import proxy_tensor
+
+from .thread_scoped import ThreadScopedPatch
 
 RELIES_ON = {
     "torch.fx.graph._PyTreeCodeGen": ("pytree_info",),
@@ -60,6 +64,8 @@ RELIES_ON = {
     "torch.amp.autocast_mode._exit_autocast": (),
     "torch.fx._lazy_graph_module._use_lazy_graph_module": ("should_use",),
     "torch.fx._lazy_graph_module._LazyGraphModule": None,
+    "torch.fx.experimental.proxy_tensor.PythonKeyTracer.create_node": ("self", "kind", "target", "args", "kwargs"),
+    "torch.fx.experimental.proxy_tensor.PythonKeyTracer#record_stack_traces": None,
 }
 
 # Entries older supported torch lines lack (the first release that has each); see stack_trace_anchors
@@ -89,7 +95,8 @@ __all__ = ["set_pytree_codegen", "own_pytree_info_reads",
            "set_module_stack_root",
            "current_fx_tracer", "tracked_as_constant", "operator_node_name", "interpreting_node",
            "extract_tensor_metadata", "autocast_markers",
-           "predispatch_functions", "code_generated_on_first_use", "generate_code_of_submodules",
+           "predispatch_functions", "code_generated_on_first_use", "dropped_stack_traces_skipped",
+           "generate_code_of_submodules",
            "plain_graph_module"]
 
 
@@ -366,6 +373,53 @@ def code_generated_on_first_use() -> Iterator[None]:
     """
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
     with _use_lazy_graph_module(True):
+        yield
+
+
+_NODES_WITHOUT_STACK_TRACE = ("placeholder", "output")
+_torch_create_node = proxy_tensor.PythonKeyTracer.create_node
+
+
+def _create_node_without_dropped_trace(self: Any, kind: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
+    """torch's ``PythonKeyTracer.create_node``, without formatting a stack trace it deletes."""
+    create = _DROPPED_TRACES.saved or _torch_create_node  # what the class had when the patch went in
+    if kind in _NODES_WITHOUT_STACK_TRACE and self.record_stack_traces and _DROPPED_TRACES.in_scope():
+        self.record_stack_traces = False
+        try:
+            return create(self, kind, *args, **kwargs)
+        finally:
+            self.record_stack_traces = True
+    return create(self, kind, *args, **kwargs)
+
+
+def _install_create_node() -> Any:
+    saved = proxy_tensor.PythonKeyTracer.__dict__["create_node"]
+    proxy_tensor.PythonKeyTracer.create_node = _create_node_without_dropped_trace  # type: ignore[method-assign]
+    return saved
+
+
+def _restore_create_node(saved: Any) -> None:
+    proxy_tensor.PythonKeyTracer.create_node = saved  # type: ignore[method-assign]
+
+
+_DROPPED_TRACES = ThreadScopedPatch(_install_create_node, _restore_create_node)
+
+
+@contextlib.contextmanager
+def dropped_stack_traces_skipped() -> Iterator[None]:
+    """In the block, on this thread, the proxy-tensor tracers do not format a stack trace for a
+    placeholder or output node.
+
+    torch's ``TracerBase.create_node`` formats the whole Python stack (50+ frames, with source
+    lines) for every node while ``record_stack_traces`` is on, and ``PythonKeyTracer.create_node``
+    (every torch line graphcap supports) then deletes it from placeholder and output nodes: for
+    resnet18's 123 placeholders that was about 5% of a warm export. The nodes come out the same.
+
+    Relies on ``PythonKeyTracer.create_node(self, kind, ...)`` (which ``_ModuleStackTracer``'s calls)
+    and the tracer's ``record_stack_traces`` field, read while the node is made; the class method
+    is replaced for the process while some thread is inside, and defers to torch's elsewhere.
+    """
+    with _DROPPED_TRACES.active():
         yield
 
 

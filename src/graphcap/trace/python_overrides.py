@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import inspect
 import math
 import threading
 from typing import Any, Callable, Iterator, Optional
@@ -210,10 +211,18 @@ def _collective_remapper() -> Optional[Callable]:
     return traceable_collective_remapper()
 
 
+# what a tensor property read is handled as: the property's ``__get__``, a method-wrapper
+_PROPERTY_READ = type(inspect.getattr_static(torch.Tensor, "shape").__get__)
+
+
 class _TraceableCalls(TorchFunctionMode):
     """Redirects the torch calls listed in the module docstring to traceable equivalents."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if type(func) is _PROPERTY_READ and func.__name__ == "__get__":
+            # reading a tensor property (``t.shape``, ``t.dtype``): none of the redirects applies, and
+            # torch's tracer reads a dozen of them for every placeholder it tracks
+            return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         if torch.compiler.is_dynamo_compiling():  # a control-flow body dynamo captures: it knows these
             return func(*args, **kwargs)

@@ -42,7 +42,7 @@ from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
-from . import block_reuse, module_paths, python_overrides, subclass_access
+from . import block_reuse, module_paths, python_overrides, recorder_shortcuts, subclass_access
 from .control_flow import control_flow_errors, hop_capture
 from .module_state import preserved_module_attributes, reassigned_buffers
 
@@ -99,7 +99,8 @@ def _restore_grad_mode():
 
 
 def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Callable[[Any], tuple],
-                                                                            Callable[[tuple], str]], Any]) -> Any:
+                                                                            Callable[[tuple], str]], Any],
+                              calling_frame: Any = None) -> tuple[Any, Callable[[], None]]:
     """Give each node the user frames of the stack that created it.
 
     torch's tracer formats the whole Python stack (50+ frames, each with its
@@ -109,24 +110,63 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
     as stack-trace anchors (the exported function), never torch's own files —
     and formats each distinct stack once: consecutive nodes mostly share it.
 
+    ``calling_frame`` (the traced function's frame, or None): the frames from it up to the
+    top of the stack stay where they are while the recording runs, so with the recorder's
+    shortcuts on (:mod:`recorder_shortcuts`) their part of every stack is found once and a
+    walk stops there; which code objects a stack keeps is remembered per code object too.
+
     ``reuse_of(frame_keys, format_keys)`` makes the block reuse of this recording (or None):
     it is told each node's frames, and makes the nodes of a replayed call itself.
+    Returns the block reuse and a function to call when the recording ends (it lets go of
+    ``calling_frame``).
     """
-    anchors = fx_private.stack_trace_anchors()
+    anchors = fx_private.stack_trace_anchors()  # the live set: an anchor may come or go while recording
     internal = engine_files()
     create = tracer.create_node
     formatted: dict[tuple, str] = {}
 
-    def frame_keys(frame: Any) -> tuple:
-        keys = []
+    def kept(code: Any) -> bool:
+        file, name = code.co_filename, code.co_name
+        return (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
+            and file not in internal
+
+    def frame_keys_walking_all(frame: Any) -> tuple:
+        keys: list[tuple] = []
         while frame is not None:
             code = frame.f_code
-            file, name = code.co_filename, code.co_name
-            if (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
-                    and file not in internal:
-                keys.append((file, frame.f_lineno, name))
+            if kept(code):
+                keys.append((code.co_filename, frame.f_lineno, code.co_name))
             frame = frame.f_back
         return tuple(reversed(keys))
+
+    stop: list[Any] = [calling_frame] if calling_frame is not None else []
+    above_stop: list[tuple] = []  # the keys of the frames from the stop frame up, once found
+    kept_by_code: dict[Any, bool] = {}
+    anchors_seen: list[frozenset] = [frozenset(anchors)]
+
+    def frame_keys_bounded(frame: Any) -> tuple:
+        if anchors_seen[0] != anchors:  # an anchor came or went: decide each code and the top part again
+            anchors_seen[0] = frozenset(anchors)
+            kept_by_code.clear()
+            above_stop.clear()
+        end = stop[0] if stop else None
+        keys: list[tuple] = []
+        while frame is not None:
+            if frame is end:
+                if not above_stop:
+                    above_stop.append(tuple(reversed(frame_keys_walking_all(frame))))
+                keys.extend(above_stop[0])
+                break
+            code = frame.f_code
+            keep = kept_by_code.get(code)
+            if keep is None:
+                keep = kept_by_code[code] = kept(code)
+            if keep:
+                keys.append((code.co_filename, frame.f_lineno, code.co_name))
+            frame = frame.f_back
+        return tuple(reversed(keys))
+
+    frame_keys = frame_keys_bounded if recorder_shortcuts.enabled() else frame_keys_walking_all
 
     def format_keys(stack: tuple) -> str:
         text = formatted.get(stack)
@@ -155,7 +195,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
         return node
 
     tracer.create_node = create_node
-    return reuse
+    return reuse, stop.clear
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -214,6 +254,8 @@ def _recording_surroundings(target: Any, root: Optional[torch.nn.Module], fake_m
         stack.enter_context(subclass_access.recorded(flat_inputs))
         stack.enter_context(tensor_metadata_cached())
         stack.enter_context(fx_private.code_generated_on_first_use())
+        if recorder_shortcuts.enabled():
+            stack.enter_context(fx_private.dropped_stack_traces_skipped())
         yield
 
 
@@ -247,9 +289,9 @@ def record(
         tracer = fx_private.current_make_fx_tracer().fx_tracer
         tracer.record_stack_traces = False
         block_reuse.LAST_STATS.clear()
-        reuse = _record_user_stack_traces(tracer, lambda keys, fmt: (
+        reuse, end_stack_recording = _record_user_stack_traces(tracer, lambda keys, fmt: (
             block_reuse.BlockReuse(tracer, scope, root, fake_mode, keys, fmt)
-            if scope is not None and block_reuse.reuse_enabled() else None))
+            if scope is not None and block_reuse.reuse_enabled() else None), sys._getframe())
         results.tracked = getattr(tracer, "tensor_tracker", None)
         state = dict(zip(state_names, flat[:n_state]))
         args, kwargs = module_inputs.unwrap(pytree.tree_unflatten(list(flat[n_state:]), in_spec))
@@ -261,6 +303,7 @@ def record(
                                             *args, **kwargs)
                 reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
         finally:
+            end_stack_recording()
             if reuse is not None:
                 reuse.close()
         auto_register(out, "outputs")
