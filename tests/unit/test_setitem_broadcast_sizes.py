@@ -21,7 +21,7 @@ from graphcap.errors import RuntimeInputError
 # guard (``SymInt ==``), not ``guard_or_false``: the trace keeps that guard (N <= M here), so the
 # program refuses M = 0, N = 1 and some specs do not export there (docs/torch-versions.md).
 _SETITEM_ASKS_WITHOUT_GUARD = pytest.mark.skipif(
-    TORCH_LINE < (2, 13), reason="torch < 2.13's setitem guards the equality of the slice's and the value's sizes")
+    TORCH_LINE < (2, 13), reason="needs torch 2.13: before it, setitem guards the slice and value sizes being equal")
 
 
 class PrefixSetitem4d(torch.nn.Module):
