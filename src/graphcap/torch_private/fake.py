@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from .dispatch import backend_kernels_off
 from .ops import schema_of
 from .thread_scoped import ThreadScopedPatch
 
@@ -43,6 +44,8 @@ RELIES_ON = {
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
     # the Python decompositions fake tensors run for operators without a meta kernel
     "torch._decomp.decomposition_table": None,
+    # the fake convolution asks the backend choice (oneDNN, NNPACK) of the input's sizes
+    "torch._C._select_conv_backend": None,
 }
 
 SAMPLES = {
@@ -76,6 +79,15 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
     rules by the mode's exact type); the choice is this instance's
     ``_cached_dispatch_impl``.
 
+    Convolutions run their fake kernel with the oneDNN, cuDNN and NNPACK backends off
+    (:data:`_BACKEND_CHOOSING_OPERATORS`), in every call through this mode: at export, in
+    ``run_decompositions``, and in a consumer's passes over the program (ExecuTorch's
+    ``to_edge`` re-runs each operator in the program's fake mode, with the backends on). The
+    kernel asks the backend choice ``batch >= 16`` of a symbolic batch, which becomes a guard
+    that narrows the program's batch range to one side of 16 (``docs/consumers.md``,
+    "Convolutions and a dynamic batch"). The recorded operator and the layout the program
+    carries are the ones the trace computed with the backends off.
+
     Relies on ``FakeTensorMode._cached_dispatch_impl`` and ``_dispatch_impl``
     (called with the same arguments) and ``OpOverload.is_view``.
     """
@@ -85,6 +97,9 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
     def dispatch(func, types, args, kwargs):
         if getattr(func, "is_view", False) and _symbolic_tensor_among(args):
             return uncached(func, types, args, kwargs)
+        if func in _BACKEND_CHOOSING_OPERATORS:
+            with backend_kernels_off():
+                return cached(func, types, args, kwargs)
         return cached(func, types, args, kwargs)
     mode._cached_dispatch_impl = dispatch
 
@@ -97,6 +112,16 @@ def tracing_fake_mode(**options: Any) -> FakeTensorMode:
     mode.dispatch = dispatch_writing_fakes  # type: ignore[method-assign, assignment]
     return mode
 
+
+# Operators whose fake kernel (torch's ``fake_impls.conv``) calls ``torch._C._select_conv_backend``
+# on the input's sizes when they have hints: with oneDNN or NNPACK on, the choice compares the batch
+# with 16 and guards a symbolic batch; with them off it asks nothing of the sizes.
+_BACKEND_CHOOSING_OPERATORS = frozenset({
+    torch.ops.aten.convolution.default,
+    torch.ops.aten._convolution.default,
+    torch.ops.aten._convolution.deprecated,
+    torch.ops.aten.convolution_backward.default,
+})
 
 _WRITTEN_ARGUMENTS: dict[Any, tuple] = {}
 
