@@ -350,13 +350,13 @@ def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
 def _add_pending_size_checks(found: _Findings) -> None:
     """Size special cases (``Ne(batch, 1)``) wait to be confirmed on the program; when other problems
     already stop the export there is no program, so they are reported with the rest."""
-    pending = found.inputs.pending_size_checks
+    pending = [c for c in found.inputs.pending_size_checks if not c.soft]
     if not found.problems or not pending:
         return
     for check in pending:
         found.problems.append(check.problem)
         found.fixes.setdefault(check.root.name, check.fix)
-    pending.clear()
+    found.inputs.pending_size_checks[:] = [c for c in found.inputs.pending_size_checks if c.soft]
 
 
 def _raise_violations(found: _Findings) -> None:
