@@ -119,7 +119,10 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
         if bound is not None:
             symbol_ranges(env)[sym] = traced & bound
             continue
-        k = is_size_special_case(g, sym, hinted[sym].declared & traced)
+        try:
+            k = is_size_special_case(g, sym, hinted[sym].declared & traced)
+        except ValueRangeError:  # the ranges do not meet: apply_bounds reports it
+            k = None
         if k is not None and not in_framework(guard.sloc):
             # ``if b != pos.shape[0]: expand`` on Dim.AUTO: size k stays in the program's range
             # when the program matches eager there (checked once it exists), else it is cut off
