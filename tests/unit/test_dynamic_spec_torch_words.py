@@ -71,3 +71,16 @@ def test_tuple_spec_for_tuple_input_exports():
     ep = graphcap.export(Pair(), PAIR, dynamic_shapes=(({0: d}, {0: d}), None))
     xs = (torch.rand(5, 2), torch.rand(5, 2))
     torch.testing.assert_close(ep.module()(xs, 2), Pair()(xs, 2))
+
+
+def test_static_int_that_differs_from_the_example_says_torchs_sentence():
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    args = (torch.randn(5, 3), torch.randn(5, 3))
+    with pytest.raises(torch.fx.experimental.symbolic_shapes.ConstraintViolationError) as ref:
+        torch.export.export(Add(), args, dynamic_shapes=({0: 4}, None))
+    expected = str(ref.value).splitlines()[0]
+    with pytest.raises(UserError, match=re.escape(expected)):
+        graphcap.export(Add(), args, dynamic_shapes=({0: 4}, None))

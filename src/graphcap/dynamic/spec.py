@@ -224,7 +224,9 @@ class _Walker:
                                    f"{t.shape[dim]})" if self.from_shapes_spec else "")
                     raise DynamicSpecError(
                         f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
-                        f"{t.shape[dim]} there{torch_words}.", where=where,
+                        f"{t.shape[dim]} there{torch_words}." + _torch_words(
+                            f"Static shape constraint of {d} does not match input size of {t.shape[dim]}, "
+                            f"for L{path}.size()[{dim}]"), where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
             if isinstance(d, SpecSize):
