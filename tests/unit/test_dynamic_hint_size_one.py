@@ -82,3 +82,26 @@ def test_size_zero_checked_apart_from_one():
     ep = graphcap.export(m, (torch.randn(3, 2, 2),), dynamic_shapes=({0: Dim.DYNAMIC(min=0, max=8)},))
     assert sorted((int(v.lower), int(v.upper)) for v in ep.range_constraints.values()) == [(1, 8)]
     torch.testing.assert_close(ep.module()(torch.randn(1, 2, 2)).shape, torch.Size([1]))
+
+
+def test_gpt2_with_automatic_batch_runs_at_batch_one():
+    """transformers' masking code expands position ids unless the batch is 1 (``Ne(batch, 1)``):
+    with Dim.AUTO the program used to refuse batch 1, the batch of most generation calls."""
+    pytest.importorskip("transformers")
+    from transformers_factories import gpt2
+
+    model, _ = gpt2()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).logits
+
+    m = Logits()
+    ep = graphcap.export(m, (torch.randint(0, 64, (2, 8)),), dynamic_shapes=({0: Dim.AUTO, 1: Dim.AUTO},))
+    for b, s in ((1, 2), (1, 8), (3, 5)):
+        ids = torch.randint(0, 64, (b, s))
+        torch.testing.assert_close(ep.module()(ids), m(ids))
