@@ -40,21 +40,30 @@ _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
 
 
 def normalize_edited_graph(graph_module: torch.fx.GraphModule, graph_signature: Any,
-                           module_call_graph: list) -> None:
+                           module_call_graph: list, *, recompile: bool = True) -> None:
     """Fill in missing metadata and merge duplicate ``getitem`` nodes, in place (see the module
-    docstring)."""
+    docstring). ``recompile=False``: regenerate the code only where a merge changed the graph
+    (a program's own graph, normalised before a pass, keeps its code)."""
+    merged = False
     for gm in graph_module.modules():
         if isinstance(gm, torch.fx.GraphModule):
-            _merge_duplicate_getitems(gm, graph_signature, module_call_graph, top=gm is graph_module)
+            merged |= _merge_duplicate_getitems(gm, graph_signature, module_call_graph, top=gm is graph_module)
     root = _root_entry(graph_module)
     for gm in graph_module.modules():
         if isinstance(gm, torch.fx.GraphModule):
             _fill_metadata(gm, root)
-    graph_module.recompile()
+    if merged:  # metadata alone does not change the code
+        for gm in graph_module.modules():
+            if isinstance(gm, torch.fx.GraphModule):
+                gm.recompile()
+    elif recompile:
+        graph_module.recompile()
 
 
-def _merge_duplicate_getitems(gm: torch.fx.GraphModule, signature: Any, call_graph: list, top: bool) -> None:
+def _merge_duplicate_getitems(gm: torch.fx.GraphModule, signature: Any, call_graph: list, top: bool) -> bool:
+    """Whether any ``getitem`` was merged into another."""
     seen: dict[tuple, torch.fx.Node] = {}
+    merged = False
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not operator.getitem or len(node.args) != 2 \
                 or not isinstance(node.args[0], torch.fx.Node) or not isinstance(node.args[1], int):
@@ -70,6 +79,8 @@ def _merge_duplicate_getitems(gm: torch.fx.GraphModule, signature: Any, call_gra
                     entry.signature.replace_all_uses_with(node, kept)
         node.replace_all_uses_with(kept)
         gm.graph.erase_node(node)
+        merged = True
+    return merged
 
 
 def _root_entry(gm: torch.fx.GraphModule) -> Any:

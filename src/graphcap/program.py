@@ -377,6 +377,9 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
         """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
         from .passes import run_decompositions
+        # a graph the user edited in place (ep.graph_module.graph) gets the metadata its new
+        # nodes lack, as a rebuilt one does in _update: the decomposed program is verified
+        normalize_edited_graph(self._graph_module, self._graph_signature, self._call_graph, recompile=False)
         with TRACING_LOCK, quiet_torch_logs(), trace_allocations_only():
             new_ep = run_decompositions(self, decomp_table)
         new_ep._verifiers = _as_torch_verifiers([InferenceVerifier])

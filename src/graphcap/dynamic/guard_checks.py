@@ -181,12 +181,19 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     sloc = None
     if slocs is not None:
         sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-    found.range_problems.append(
-        f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
-        f"{range_words(r.name, r.declared)} satisfy the generated guard "
-        f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
-        f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
-    found.fixes[r.name] = dim_fix(r.name, finite_int(lo), finite_int(hi))
+    problem = (f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+               f"{range_words(r.name, r.declared)} satisfy the generated guard "
+               f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
+               f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
+    fix = dim_fix(r.name, finite_int(lo), finite_int(hi))
+    if hi == r.declared.upper and r.declared.lower < lo <= 2:
+        # ``if x.size(0) > 1:`` only cuts sizes 0/1 off the range: like ``Ne(batch, 1)``, the
+        # general branch the trace took is kept for them when the program matches eager there
+        for k in range(max(0, finite_int(r.declared.lower)), finite_int(lo)):
+            found.inputs.pending_size_checks.append(PendingSizeCheck(r, k, problem, fix))
+        return
+    found.range_problems.append(problem)
+    found.fixes[r.name] = fix
 
 
 def _check_relations(found: _Findings, prefer_deferred_asserts: bool) -> None:
@@ -343,13 +350,13 @@ def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
 def _add_pending_size_checks(found: _Findings) -> None:
     """Size special cases (``Ne(batch, 1)``) wait to be confirmed on the program; when other problems
     already stop the export there is no program, so they are reported with the rest."""
-    pending = found.inputs.pending_size_checks
+    pending = [c for c in found.inputs.pending_size_checks if not c.soft]
     if not found.problems or not pending:
         return
     for check in pending:
         found.problems.append(check.problem)
         found.fixes.setdefault(check.root.name, check.fix)
-    pending.clear()
+    found.inputs.pending_size_checks[:] = [c for c in found.inputs.pending_size_checks if c.soft]
 
 
 def _raise_violations(found: _Findings) -> None:

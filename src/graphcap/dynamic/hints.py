@@ -22,9 +22,17 @@ from typing import Any, Optional
 import sympy
 
 from ..errors import DynamicSpecError
-from ..torch_private.shapes import count_deferred_assert, deferred_asserts, guards, symbol_ranges
+from ..torch_private.shapes import (
+    count_deferred_assert,
+    deferred_asserts,
+    guards,
+    symbol_range_locations,
+    symbol_ranges,
+)
 from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy, int_oo
 from .dims import DimHint
+from .guard_words import in_framework
+from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import RootSymbol, SymbolicInputs
 
 
@@ -110,6 +118,15 @@ def narrow_from_guards(env: Any, inputs: SymbolicInputs, first_guard: int = 0) -
         bound = _bound_of(_without_min_max(g), sym)
         if bound is not None:
             symbol_ranges(env)[sym] = traced & bound
+            continue
+        try:
+            k = is_size_special_case(g, sym, hinted[sym].declared & traced)
+        except ValueRangeError:  # the ranges do not meet: apply_bounds reports it
+            k = None
+        if k is not None and not in_framework(guard.sloc):
+            # ``if b != pos.shape[0]: expand`` on Dim.AUTO: size k stays in the program's range
+            # when the program matches eager there (checked once it exists), else it is cut off
+            inputs.pending_size_checks.append(PendingSizeCheck(hinted[sym], k, "", "", soft=True))
             continue
         deferred_asserts(env).setdefault(None, []).append(
             RuntimeAssert(g, f"the program needs {g}", CapturedTraceback.extract(skip=1)))
@@ -225,6 +242,7 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
         narrowed = _meet_or_conflict(traced, r, conflicts)
         if narrowed is None:
             continue
+        narrowed = _keep_zero_one_to_check(env, inputs, r, narrowed)
         symbol_ranges(env)[r.symbol] = narrowed
         if r.hint.kind is DimHint.Kind.DYNAMIC and narrowed.is_singleton():
             conflicts.append(
@@ -238,6 +256,22 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             where="export(..., dynamic_shapes=...)",
             fix="Widen the hint's bounds to meet the range the program needs (or drop them), or use "
                 "Dim.AUTO / Dim.STATIC where the program only works for one size.")
+
+
+def _keep_zero_one_to_check(env: Any, inputs: SymbolicInputs, r: RootSymbol, narrowed: Any) -> Any:
+    """A hint whose range user code cut by sizes 0/1 only (``if x.size(0) > 1:``): those sizes
+    stay in the range, each a pending check on the program (``size_one_checks``) that cuts it
+    off again where the program would differ from eager there."""
+    lo = r.declared.lower if r.declared.lower != -int_oo else 0
+    lo = max(int(lo), 0)
+    if not (lo < narrowed.lower <= 2):
+        return narrowed
+    slocs = symbol_range_locations(env).get(r.symbol)
+    if slocs is None or in_framework(slocs.lower):
+        return narrowed
+    for k in range(lo, int(narrowed.lower)):
+        inputs.pending_size_checks.append(PendingSizeCheck(r, k, "", "", soft=True))
+    return ValueRanges(lo, narrowed.upper)
 
 
 def _example_outside(r: RootSymbol) -> Optional[str]:

@@ -46,6 +46,9 @@ class PendingSizeCheck:
     value: int  # the size the guard excludes (0 or 1)
     problem: str  # the constraint-violation line if the check fails
     fix: str  # the suggested fix if the check fails
+    # a Dim.AUTO / Dim.DYNAMIC dim (hints take any range): a failed check cuts the size off
+    # the program's range instead of refusing the export
+    soft: bool = False
 
 
 def is_size_special_case(guard: Any, sym: Any, declared: Any) -> Optional[int]:
@@ -191,6 +194,21 @@ def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: lis
         _restore(mod, saved)
 
 
+def _cut_off(ep: Any, root: RootSymbol, value: int) -> None:
+    """Raise the lower bound of ``root``'s range in ``ep`` above ``value`` (and the ranges of the
+    sizes derived from it): ``module()`` then refuses that size before computing."""
+    from ..torch_private.symbolic import ValueRanges, bound_sympy
+    ranges = ep.range_constraints
+    sym = root.symbol
+    if sym not in ranges or ranges[sym].lower > value:
+        return
+    ranges[sym] = ValueRanges(value + 1, ranges[sym].upper)
+    for expr in list(ranges):
+        if expr != sym and sym in getattr(expr, "free_symbols", ()):
+            ranges[expr] = bound_sympy(expr, {s: ranges.get(s, ValueRanges(value + 1, ranges[sym].upper))
+                                              for s in expr.free_symbols})
+
+
 def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: list[Any],
             inputs: Optional[SymbolicInputs]) -> None:
     """Keep each pending size when the program agrees with eager at it; else raise the violation.
@@ -217,11 +235,16 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
             log.info("graphcap: %s = %d takes the general branch: the program matches eager there",
                      check.root.name, check.value)
             continue
+        if check.soft:
+            log.info("graphcap: %s = %d is left out of the program's range: %s", check.root.name, check.value,
+                     reason)
+            _cut_off(ep, check.root, check.value)
+            continue
         problems.append(f"{check.problem} At {check.root.name} = {check.value} the general branch the program "
                         f"took was checked and is not the same: {reason}.")
         fixes.append(check.fix)
     if problems:
-        names = sorted({c.root.name for c in inputs.pending_size_checks})
+        names = sorted({c.root.name for c in inputs.pending_size_checks if not c.soft})
         listing = "\n".join(f"  - {p}" for p in problems)
         raise ConstraintViolationError(
             f"Constraints violated ({', '.join(names)})! The program does not work for every size the "

@@ -52,6 +52,17 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     return list(children), suffixes, context
 
 
+def _torch_words(sentence: str) -> str:
+    """torch.export's own sentence for a spec mistake, in parentheses after graphcap's: code
+    written against torch.export matches on it (its ``dynamic_shapes_validation`` errors)."""
+    return f" ({sentence})"
+
+
+def _mismatch(tpath: str, what: str) -> str:
+    return _torch_words(f"Detected mismatch between the structure of `inputs` and `dynamic_shapes`: "
+                        f"`inputs{tpath}` {what}")
+
+
 def _fix_hint() -> str:
     return ("Give the spec the structure of the inputs: a dict keyed by argument names (or a tuple by "
             "position), None for a static input, and per tensor a dict {dim: Dim} or a list over its dims.")
@@ -88,9 +99,12 @@ class _Walker:
         self.leaf_paths: list[str] = []
         self.names: dict[str, tuple[Any, str]] = {}  # dim name -> (root Dim, first path)
 
-    def walk(self, value: Any, spec: Any, path: str) -> None:
+    def walk(self, value: Any, spec: Any, path: str, tpath: Optional[str] = None) -> None:
+        """``path`` names the input by argument name (graphcap's messages); ``tpath`` as torch.export's
+        messages name it (``[0]...`` when the spec is a tuple by position)."""
+        tpath = path if tpath is None else tpath
         if isinstance(value, torch.Tensor):
-            self.leaf_specs.append(self._tensor_spec(value, spec, path))
+            self.leaf_specs.append(self._tensor_spec(value, spec, path, tpath))
             self.leaf_paths.append(path)
             return
         kids = _children(value)
@@ -102,35 +116,51 @@ class _Walker:
                     return
                 raise DynamicSpecError(
                     f"dynamic_shapes{path} gives {spec!r} for a {type(value).__name__} input, which has no "
-                    f"shape.", where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
+                    f"shape." + _torch_words(f"Cannot associate shape {spec} specified at `dynamic_shapes{tpath}` "
+                                             f"to non-tensor type {type(value)} at `inputs{tpath}` (expected None)"),
+                    where=f"dynamic_shapes{path}", fix="Use None for non-tensor inputs.")
             self.leaf_specs.append(None)
             self.leaf_paths.append(path)
             return
         children, suffixes, context = kids
         if spec is None:
             for child, suffix in zip(children, suffixes):
-                self.walk(child, None, path + suffix)
+                self.walk(child, None, path + suffix, tpath + suffix)
             return
-        spec_children = self._spec_children(value, spec, children, path)
+        spec_children = self._spec_children(value, spec, children, path, tpath)
         for child, child_spec, suffix in zip(children, spec_children, suffixes):
-            self.walk(child, child_spec, path + suffix)
+            self.walk(child, child_spec, path + suffix, tpath + suffix)
 
-    def _spec_children(self, value: Any, spec: Any, children: list[Any], path: str) -> list[Any]:
+    def _spec_children(self, value: Any, spec: Any, children: list[Any], path: str, tpath: str) -> list[Any]:
+        def not_same_kind() -> str:
+            other = f"is a {type(spec)}" if isinstance(spec, (dict, list, tuple)) else "is not"
+            return _mismatch(tpath, f"is a {type(value)}, but `dynamic_shapes{tpath}` {other}")
+
         if isinstance(value, dict):
             if not isinstance(spec, dict):
                 raise DynamicSpecError(
                     f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a dict with "
-                    f"keys {list(value)}.", where=f"dynamic_shapes{path}", fix=_fix_hint())
+                    f"keys {list(value)}." + not_same_kind(), where=f"dynamic_shapes{path}", fix=_fix_hint())
             if set(spec) != set(value):
                 raise DynamicSpecError(
                     f"dynamic_shapes{path} has keys {sorted(map(str, spec))}, but the input there has keys "
-                    f"{sorted(map(str, value))}.", where=f"dynamic_shapes{path}",
+                    f"{sorted(map(str, value))}." + _mismatch(tpath, f"has keys {list(value)}, but "
+                                                                      f"`dynamic_shapes{tpath}` has keys {list(spec)}"),
+                    where=f"dynamic_shapes{path}",
                     fix="Use exactly the keys of the input dict (None for the static entries).")
             return [spec[k] for k in value]
         if isinstance(spec, (list, tuple)):
+            if type(value) in (list, tuple) and type(spec) is not type(value):
+                # a tuple spec for a list input (or the reverse): torch.export refuses it
+                raise DynamicSpecError(
+                    f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a "
+                    f"{type(value).__name__}." + not_same_kind(), where=f"dynamic_shapes{path}",
+                    fix=f"Give a {type(value).__name__} there, as the input has.")
             if len(spec) != len(children):
                 raise DynamicSpecError(
-                    f"dynamic_shapes{path} has {len(spec)} entries, but the input there has {len(children)}.",
+                    f"dynamic_shapes{path} has {len(spec)} entries, but the input there has {len(children)}."
+                    + _mismatch(tpath, f"has {len(children)} elements, but `dynamic_shapes{tpath}` has "
+                                       f"{len(spec)} elements"),
                     where=f"dynamic_shapes{path}", fix=_fix_hint())
             return list(spec)
         if type(spec) is type(value):
@@ -139,10 +169,11 @@ class _Walker:
                 return spec_kids[0]
         raise DynamicSpecError(
             f"dynamic_shapes{path} is a {type(spec).__name__}, but the input there is a "
-            f"{type(value).__name__} with {len(children)} entries.", where=f"dynamic_shapes{path}",
+            f"{type(value).__name__} with {len(children)} entries."
+            + (not_same_kind() if type(value) in (dict, list, tuple) else ""), where=f"dynamic_shapes{path}",
             fix=_fix_hint())
 
-    def _tensor_spec(self, t: torch.Tensor, spec: Any, path: str) -> LeafSpec:
+    def _tensor_spec(self, t: torch.Tensor, spec: Any, path: str, tpath: str) -> LeafSpec:
         if spec is None:
             return None
         if isinstance(spec, dict):
@@ -151,7 +182,10 @@ class _Walker:
             if len(spec) != t.dim():
                 raise DynamicSpecError(
                     f"dynamic_shapes{path} lists {len(spec)} dims, but the tensor there has {t.dim()} "
-                    f"(shape {tuple(t.shape)}).", where=f"dynamic_shapes{path}",
+                    f"(shape {tuple(t.shape)})." + _torch_words(
+                        f"Expected dynamic shape spec {spec} specified at `dynamic_shapes{tpath}` to have the same "
+                        f"length as the actual tensor shape {t.shape} (expected {t.dim()}, but got {len(spec)} "
+                        f"instead)"), where=f"dynamic_shapes{path}",
                     fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
             items = list(enumerate(spec))
         else:
@@ -161,7 +195,11 @@ class _Walker:
             else:
                 raise DynamicSpecError(
                     f"dynamic_shapes{path} is {spec!r}; a tensor's spec is a dict {{dim: Dim}}, a list over "
-                    f"its dims, or None.", where=f"dynamic_shapes{path}", fix=_fix_hint())
+                    f"its dims, or None." + _torch_words(
+                        f"Unexpected input tensor shape {spec} specified at `dynamic_shapes{tpath}` (expected "
+                        f"either a list/tuple of dimensions, or a dict mapping indices to dimensions, where each "
+                        f"dimension is an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)"),
+                    where=f"dynamic_shapes{path}", fix=_fix_hint())
         out: dict[int, Any] = {}
         for dim, entry in items:
             if not isinstance(dim, int) or isinstance(dim, bool):
@@ -186,16 +224,25 @@ class _Walker:
                                    f"{t.shape[dim]})" if self.from_shapes_spec else "")
                     raise DynamicSpecError(
                         f"dynamic_shapes{path} fixes dim {dim} to {d}, but the example input has size "
-                        f"{t.shape[dim]} there{torch_words}.", where=where,
+                        f"{t.shape[dim]} there{torch_words}." + _torch_words(
+                            f"Static shape constraint of {d} does not match input size of {t.shape[dim]}, "
+                            f"for L{path}.size()[{dim}]"), where=where,
                         fix=f"Use {t.shape[dim]}, or change the example input.")
                 continue
             if isinstance(d, SpecSize):
                 out[dim] = d
                 continue
             if not isinstance(d, (Dim, DimHint)):
+                torch_sentence = (
+                    f"Unexpected dimension mapped to index {dim} in input tensor shape {spec} specified at "
+                    f"`dynamic_shapes{tpath}` (expected None, an int, a Dim, Dim.AUTO, Dim.STATIC, or "
+                    f"Dim.DYNAMIC,  but got {entry!r} instead)" if isinstance(spec, dict) else
+                    f"Unexpected dimension #{dim} in input tensor shape {spec} specified at "
+                    f"`dynamic_shapes{tpath}` (expected None, an int, a Dim, Dim.AUTO, Dim.STATIC, or "
+                    f"Dim.DYNAMIC, but got {entry!r} instead)")
                 raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
-                    f"an int or None.", where=where, fix=_fix_hint())
+                    f"an int or None." + _torch_words(torch_sentence), where=where, fix=_fix_hint())
             if isinstance(d, Dim):
                 self._check_name(d, where)
             out[dim] = d
@@ -285,9 +332,19 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         if set(dynamic_shapes) != set(combined):
             missing = [k for k in combined if k not in dynamic_shapes]
             extra = [k for k in dynamic_shapes if k not in combined]
+            names = list(combined)
+            torch_sentence = (f"When `dynamic_shapes` is specified as a dict, its top-level keys must be the arg "
+                              f"names {names} of `inputs`, but here they are {list(dynamic_shapes)}. ")
+            if len(names) == 1 and names[0] not in dynamic_shapes and isinstance(values[0], dict):
+                torch_sentence += ("Since here `inputs` is a list/tuple enclosing a single dict, maybe you just "
+                                   "forgot to enclose `dynamic_shapes` in a list/tuple?")
+            else:
+                torch_sentence += ("Alternatively, you could also ignore arg names entirely and specify "
+                                   "`dynamic_shapes` as a list/tuple matching `inputs`.")
             raise DynamicSpecError(
                 f"The keys of dynamic_shapes do not match the inputs: expected {list(combined)}"
-                + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + ".",
+                + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + "."
+                + _torch_words(torch_sentence),
                 where="export(..., dynamic_shapes={...})",
                 fix="Key dynamic_shapes by the argument names of forward for the inputs you pass "
                     "(None for static ones), or give a tuple with one entry per input.")
@@ -306,8 +363,9 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         raise DynamicSpecError(
             f"dynamic_shapes must be a dict, tuple or list, got {type(dynamic_shapes).__name__}.",
             where="export(..., dynamic_shapes=...)", fix=_fix_hint())
-    for (name, value), spec in zip(combined.items(), specs):
-        walker.walk(value, spec, f"['{name}']")
+    by_position = not isinstance(dynamic_shapes, dict)
+    for i, ((name, value), spec) in enumerate(zip(combined.items(), specs)):
+        walker.walk(value, spec, f"['{name}']", f"[{i}]" if by_position else f"['{name}']")
     n_leaves = len(pytree.tree_leaves((args, kwargs)))
     if len(walker.leaf_specs) != n_leaves:
         raise DynamicSpecError(

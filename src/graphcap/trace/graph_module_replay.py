@@ -28,10 +28,15 @@ from ..torch_private.fx import pytree_specs_of
 
 _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
 
+REPLAY_FILE = __file__
+"""The replay's own frame is graphcap's, never a user frame: a node whose source node has no
+``stack_trace`` records only the frames below it (a submodule's ``forward``), as torch's does."""
+
 
 def _carries_metadata(gm: torch.fx.GraphModule) -> bool:
-    return any(node.op == "call_function" and any(node.meta.get(k) for k in _SOURCE_KEYS)
-               for node in gm.graph.nodes)
+    # symbolic_trace records nn_module_stack on call_module / call_method nodes
+    return any(node.op in ("call_function", "call_method", "call_module")
+               and any(node.meta.get(k) for k in _SOURCE_KEYS) for node in gm.graph.nodes)
 
 
 def replaying_call(root: Any) -> Optional[Callable[..., Any]]:

@@ -42,7 +42,7 @@ from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
-from . import block_reuse, module_paths, python_overrides, recorder_shortcuts, subclass_access
+from . import block_reuse, graph_module_replay, module_paths, python_overrides, recorder_shortcuts, subclass_access
 from .control_flow import control_flow_errors, hop_capture
 from .module_state import preserved_module_attributes, reassigned_buffers
 
@@ -128,7 +128,7 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
     def kept(code: Any) -> bool:
         file, name = code.co_filename, code.co_name
         return (name == "forward" or file.endswith("torch/__init__.py") or (file, name) in anchors) \
-            and file not in internal
+            and file not in internal and file != graph_module_replay.REPLAY_FILE
 
     def frame_keys_walking_all(frame: Any) -> tuple:
         keys: list[tuple] = []
