@@ -53,8 +53,8 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
 
 
 def _torch_words(sentence: str) -> str:
-    """torch.export's own sentence for a spec mistake, in parentheses after graphcap's: code
-    written against torch.export matches on it (its ``dynamic_shapes_validation`` errors)."""
+    """torch.export's key phrase for a spec mistake (the statement of the mismatch, not its advice),
+    in parentheses after graphcap's message: code written against torch.export matches on it."""
     return f" ({sentence})"
 
 
@@ -333,14 +333,9 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
             missing = [k for k in combined if k not in dynamic_shapes]
             extra = [k for k in dynamic_shapes if k not in combined]
             names = list(combined)
+            # torch's key phrase only: graphcap's own fix below says what to do instead
             torch_sentence = (f"When `dynamic_shapes` is specified as a dict, its top-level keys must be the arg "
-                              f"names {names} of `inputs`, but here they are {list(dynamic_shapes)}. ")
-            if len(names) == 1 and names[0] not in dynamic_shapes and isinstance(values[0], dict):
-                torch_sentence += ("Since here `inputs` is a list/tuple enclosing a single dict, maybe you just "
-                                   "forgot to enclose `dynamic_shapes` in a list/tuple?")
-            else:
-                torch_sentence += ("Alternatively, you could also ignore arg names entirely and specify "
-                                   "`dynamic_shapes` as a list/tuple matching `inputs`.")
+                              f"names {names} of `inputs`, but here they are {list(dynamic_shapes)}")
             raise DynamicSpecError(
                 f"The keys of dynamic_shapes do not match the inputs: expected {list(combined)}"
                 + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + "."
