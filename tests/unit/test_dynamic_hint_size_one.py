@@ -6,16 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from size_one_models import CountsBigBatches, DiffersAtOne, FlattenUnlessOne
 from torch.export import Dim
 
 import graphcap
-
-
-class FlattenUnlessOne(torch.nn.Module):
-    def forward(self, x):
-        if x.size(0) > 1:
-            return x.view(x.size(0), -1).sum(-1)
-        return x.view(1, -1).sum(-1)
 
 
 class ExpandUnlessSame(torch.nn.Module):
@@ -23,24 +17,6 @@ class ExpandUnlessSame(torch.nn.Module):
         if x.shape[0] != pos.shape[0]:
             pos = pos.expand(x.shape[0], -1)
         return x + pos
-
-
-class DiffersAtOne(torch.nn.Module):
-    def forward(self, x):
-        if x.size(0) > 1:
-            return x * 2
-        return x * 100
-
-
-class CountsBigBatches(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x):
-        if x.size(0) >= 2:
-            self.count.add_(1)
-        return x * 2
 
 
 HINTS = {"auto": Dim.AUTO, "dynamic": Dim.DYNAMIC, "dynamic 1..8": Dim.DYNAMIC(min=1, max=8)}

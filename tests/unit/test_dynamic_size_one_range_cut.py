@@ -5,20 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from size_one_models import CountsBigBatches, DiffersAtOne, FlattenUnlessOne
 
 import graphcap
 from graphcap import Dim
-
-
-class FlattenUnlessOne(torch.nn.Module):
-    """At size 1 the special branch does what the general one does."""
-
-    def forward(self, x):
-        if x.size(0) > 1:
-            x = x.view(x.size(0), -1)
-        else:
-            x = x.view(1, -1)
-        return x.sum(-1)
 
 
 class DoubleUnlessOne(torch.nn.Module):
@@ -26,26 +16,6 @@ class DoubleUnlessOne(torch.nn.Module):
         if x.size(0) >= 2:
             return x * 2
         return x + x
-
-
-class DiffersAtOne(torch.nn.Module):
-    def forward(self, x):
-        if x.size(0) > 1:
-            return x * 2
-        return x * 100
-
-
-class CountsBigBatches(torch.nn.Module):
-    """Same outputs at size 1, but the buffer is updated only by the general branch."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x):
-        if x.size(0) >= 2:
-            self.count.add_(1)
-        return x * 2
 
 
 @pytest.mark.parametrize("model", [FlattenUnlessOne(), DoubleUnlessOne()])
