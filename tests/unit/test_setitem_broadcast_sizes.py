@@ -167,3 +167,15 @@ def test_copy_rule_is_scoped_to_the_export():
     x, y = torch.randn(4), torch.randn(3)
     graphcap.export(PrefixSetitem1d(), (x, y), dynamic_shapes=_spec(PrefixSetitem1d))
     assert fake_impls.op_implementations_dict[torch.ops.aten.copy_.default] is rule
+
+
+@_SETITEM_ASKS_WITHOUT_GUARD
+def test_refusal_says_the_operator_needs_the_sizes_to_agree():
+    """A size pair eager refuses too (the value does not broadcast into the slice) is not
+    presented as a choice made at export only."""
+    x, y = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 3)
+    ep = graphcap.export(PrefixSetitem4d(), (x, y), dynamic_shapes=_spec(PrefixSetitem4d))
+    with pytest.raises(RuntimeInputError) as info:
+        ep.module()(torch.randn(2, 2, 3, 2), torch.randn(2, 2, 3, 5))
+    message = str(info.value)
+    assert "*args[1].shape[3]" in message and "broadcast" in message and "eager refuses" in message

@@ -196,9 +196,11 @@ class InputChecker:
                     guards.with_guard(
                         f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {values}",
                         guards.expr_condition(relation, sources)),
-                    fix="The program was specialized on this relation between input sizes at export "
-                        "(a shape comparison in Python); export with inputs on the other side of it "
-                        "to get a program for them, or use torch.cond to keep both sides.")
+                    fix="The program computes only for input sizes that satisfy this relation: either an "
+                        "operator needs the sizes to agree (a broadcast, a copy into a slice; eager refuses "
+                        "such inputs too), or a shape comparison in the model was decided at export from the "
+                        "example inputs. Pass sizes that satisfy it; for a comparison, export with inputs on "
+                        "its other side to get a program for them, or keep both sides with torch.cond.")
 
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
         same_nan = isinstance(leaf.value, float) and math.isnan(leaf.value) \
