@@ -85,3 +85,12 @@ def test_static_int_that_differs_from_the_example_says_torchs_sentence():
     expected = str(ref.value).splitlines()[0]
     with pytest.raises(UserError, match=re.escape(expected)):
         graphcap.export(Add(), args, dynamic_shapes=({0: 4}, None))
+
+
+@pytest.mark.parametrize("spec", [(None, None), {"xs": None, "n": None}])
+def test_none_for_a_container_input_means_every_tensor_in_it_is_static(spec):
+    """A deliberate difference (docs/torch-suite.md): torch.export refuses None for a tuple input."""
+    ep = graphcap.export(Pair(), PAIR, dynamic_shapes=spec)
+    assert not ep.range_constraints
+    with pytest.raises(graphcap.errors.RuntimeInputError):
+        ep.module()((torch.rand(4, 2), torch.rand(4, 2)), 2)
