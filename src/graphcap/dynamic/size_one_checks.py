@@ -216,7 +216,8 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
     ``call_of`` turns flat input leaves into ``(args, kwargs)`` for ``mod`` and ``ep.module()``."""
     if inputs is None or not inputs.pending_size_checks:
         return
-    problems, fixes = [], []
+    problems: list[str] = []
+    fixes: dict[str, str] = {}  # one line per Dim: sizes 0 and 1 failing alike must not repeat the fix
     verdicts: dict[tuple[str, int], Optional[str]] = {}  # one run per (Dim, size), however many guards
     for check in inputs.pending_size_checks:
         key = (check.root.name, check.value)
@@ -242,7 +243,7 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
             continue
         problems.append(f"{check.problem} At {check.root.name} = {check.value} the general branch the program "
                         f"took was checked and is not the same: {reason}.")
-        fixes.append(check.fix)
+        fixes[check.root.name] = check.fix  # the later size's fix wins, as the refine helper reads it
     if problems:
         names = sorted({c.root.name for c in inputs.pending_size_checks if not c.soft})
         listing = "\n".join(f"  - {p}" for p in problems)
@@ -252,4 +253,4 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
             where="export(..., dynamic_shapes=...)",
             fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
                 "dynamic_shapes) does it for you), or change the code at the line shown."
-                + "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes))
+                + "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values()))

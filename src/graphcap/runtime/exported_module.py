@@ -243,16 +243,20 @@ def _record_provenance(program_graph: torch.fx.Graph, copy_graph: torch.fx.Graph
 def _install_state(root: torch.nn.Module, ep: Any) -> None:
     """Parameters and buffers at their FQNs; constants as plain attributes."""
     sig = ep.graph_signature
-    updated = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
-    # the training IR writes its buffers in place in the graph, with no output saying so
+    updated = {s.target for s in sig.output_specs
+               if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
+    # the training IR writes its buffers (and parameters, under no_grad) in place in the graph, with no output saying so
     placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
     written = set(written_placeholders(ep.graph_module.graph))
     updated |= {s.target for s, n in zip(sig.input_specs, placeholders) if n in written}
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER:
             value = ep.state_dict[spec.target]
-            param = value if isinstance(value, torch.nn.Parameter) else \
-                torch.nn.Parameter(value, requires_grad=value.requires_grad)
+            if spec.target in updated:  # written in place under no_grad: the module's own copy, as for buffers
+                param = torch.nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
+            else:
+                param = value if isinstance(value, torch.nn.Parameter) else \
+                    torch.nn.Parameter(value, requires_grad=value.requires_grad)
             _install(root, spec.target, param)
         elif spec.kind is InputKind.BUFFER:
             store = ep.constants if spec.persistent is False else ep.state_dict
