@@ -17,11 +17,11 @@ import graphcap
 from conftest import TORCH_LINE
 from graphcap.errors import RuntimeInputError
 
-# Before torch 2.13, tensor setitem asks whether the slice and the value have equal sizes with a
-# guard (``SymInt ==``), not ``guard_or_false``: the trace keeps that guard (N <= M here), so the
-# program refuses M = 0, N = 1 and some specs do not export there (docs/torch-versions.md).
-_SETITEM_ASKS_WITHOUT_GUARD = pytest.mark.skipif(
-    TORCH_LINE < (2, 13), reason="needs torch 2.13: before it, setitem guards the slice and value sizes being equal")
+# Strict capture: before torch 2.13 dynamo's own run of setitem on its fake tensors asks whether
+# the slice and the value have equal sizes with a guard (``SymInt ==``), which dynamo keeps
+# (N <= M here); non-strict records the copy itself on every line (docs/torch-versions.md).
+_STRICT_SETITEM_NEEDS_2_13 = pytest.mark.skipif(
+    TORCH_LINE < (2, 13), reason="needs torch 2.13 for strict: before it, dynamo's setitem guards the sizes being equal")
 
 
 class PrefixSetitem4d(torch.nn.Module):
@@ -82,15 +82,10 @@ def _eager(model, x, y):
 MODELS = [PrefixSetitem4d, PrefixSetitem1d, SuffixSetitem, MiddleDimSetitem, PrefixCopy]
 
 
-def _setitem_param(model, *rest):
-    """A parameter set whose model is a setitem model carries the torch-line skip above."""
-    marks = () if model is PrefixCopy else (_SETITEM_ASKS_WITHOUT_GUARD,)
-    return pytest.param(model, *rest, marks=marks)
-
-
-@pytest.mark.parametrize("model,strict", [_setitem_param(m, False) for m in MODELS]
-                         + [_setitem_param(PrefixSetitem4d, True), _setitem_param(MiddleDimSetitem, True),
-                            _setitem_param(PrefixCopy, True)],
+@pytest.mark.parametrize("model,strict", [(m, False) for m in MODELS]
+                         + [pytest.param(PrefixSetitem4d, True, marks=_STRICT_SETITEM_NEEDS_2_13),
+                            pytest.param(MiddleDimSetitem, True, marks=_STRICT_SETITEM_NEEDS_2_13),
+                            (PrefixCopy, True)],
                          ids=lambda v: v.__name__ if isinstance(v, type) else "strict" if v else "nonstrict")
 def test_program_matches_eager_at_every_size(model, strict):
     x, y = (torch.randn(s) for s in _shapes(model, 4, 3))
@@ -113,7 +108,7 @@ def test_program_matches_eager_at_every_size(model, strict):
     assert accepted and refused  # both sides of eager's condition were exercised
 
 
-@pytest.mark.parametrize("model", [_setitem_param(m) for m in MODELS], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_size_one_value_into_empty_slice(model):
     """M = 0, N = 1: the broadcast case the non-broadcast assumption used to refuse."""
     x, y = (torch.randn(s) for s in _shapes(model, 4, 3))
@@ -122,8 +117,8 @@ def test_size_one_value_into_empty_slice(model):
     torch.testing.assert_close(ep.module()(x, y), model()(x, y))
 
 
-@_SETITEM_ASKS_WITHOUT_GUARD
-@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+@pytest.mark.parametrize("strict", [False, pytest.param(True, marks=_STRICT_SETITEM_NEEDS_2_13)],
+                         ids=["nonstrict", "strict"])
 def test_setitem_program_copies_the_value_directly(strict):
     """No view/expand of the value and one check in the program: eager's broadcast condition."""
     x, y = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 3)
@@ -135,7 +130,6 @@ def test_setitem_program_copies_the_value_directly(strict):
     assert len(asserts) == 1
 
 
-@_SETITEM_ASKS_WITHOUT_GUARD
 @pytest.mark.parametrize("example", [(4, 3), (3, 3), (5, 1)])
 def test_example_sizes_do_not_narrow_the_program(example):
     """Exported at equal, unequal or size-1 examples, the program accepts the same sizes."""
@@ -147,7 +141,6 @@ def test_example_sizes_do_not_narrow_the_program(example):
         torch.testing.assert_close(ep.module()(x, y), PrefixSetitem4d()(x, y), rtol=0, atol=0)
 
 
-@_SETITEM_ASKS_WITHOUT_GUARD
 def test_decomposed_and_reloaded_programs_keep_the_sizes(tmp_path):
     x, y = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 3)
     ep = graphcap.export(PrefixSetitem4d(), (x, y), dynamic_shapes=_spec(PrefixSetitem4d))
@@ -169,7 +162,6 @@ def test_copy_rule_is_scoped_to_the_export():
     assert fake_impls.op_implementations_dict[torch.ops.aten.copy_.default] is rule
 
 
-@_SETITEM_ASKS_WITHOUT_GUARD
 def test_refusal_says_the_operator_needs_the_sizes_to_agree():
     """A size pair eager refuses too (the value does not broadcast into the slice) is not
     presented as a choice made at export only."""
