@@ -21,7 +21,7 @@ from graphcap.errors import RuntimeInputError
 # the slice and the value have equal sizes with a guard (``SymInt ==``), which dynamo keeps
 # (N <= M here); non-strict records the copy itself on every line (docs/torch-versions.md).
 _STRICT_SETITEM_NEEDS_2_13 = pytest.mark.skipif(
-    TORCH_LINE < (2, 13), reason="needs torch 2.13 for strict: before it, dynamo's setitem guards the sizes being equal")
+    TORCH_LINE < (2, 13), reason="strict needs torch 2.13: before it, dynamo's setitem guards the sizes being equal")
 
 
 class PrefixSetitem4d(torch.nn.Module):
