@@ -171,3 +171,103 @@ def test_refusal_says_the_operator_needs_the_sizes_to_agree():
         ep.module()(torch.randn(2, 2, 3, 2), torch.randn(2, 2, 3, 5))
     message = str(info.value)
     assert "*args[1].shape[3]" in message and "broadcast" in message and "eager refuses" in message
+
+
+# Basic-index setitems recorded as the view's copy_ (non-strict, every torch line): each model
+# takes x (dim M) and y (dim N); the shapes give x's and y's shape at sizes m, n.
+def _int_then_slice(x, y):
+    x[0, :y.shape[0]] = y
+
+
+def _ellipsis(x, y):
+    x[..., :y.shape[-1]] = y
+
+
+def _value_with_leading_ones(x, y):
+    x[:y.shape[1]] = y
+
+
+def _scalar_value(x, y):
+    x[:y.shape[0]] = y.sum()
+
+
+def _float64_value(x, y):
+    x[:y.shape[0]] = y.double() / 3
+
+
+def _value_broadcast_along_another_dim(x, y):
+    x[:, :y.shape[0]] = y
+
+
+def _step_slice(x, y):
+    x[::2] = y
+
+
+def _then_in_place(x, y):
+    x[:y.shape[0]] = y
+    x.mul_(2)
+    x[1:].add_(1)
+
+
+BASIC_INDEX_CASES = {  # body: (x's shape at m, y's shape at n, x's dynamic dim, y's dynamic dim, example)
+    _int_then_slice: (lambda m: (2, m), lambda n: (n,), 1, 0, (4, 3)),
+    _ellipsis: (lambda m: (2, 3, m), lambda n: (2, 3, n), 2, 2, (4, 3)),
+    _value_with_leading_ones: (lambda m: (m, 4), lambda n: (1, n, 4), 0, 1, (4, 3)),
+    _scalar_value: (lambda m: (m,), lambda n: (n,), 0, 0, (4, 3)),
+    _float64_value: (lambda m: (m,), lambda n: (n,), 0, 0, (4, 3)),
+    _value_broadcast_along_another_dim: (lambda m: (3, m), lambda n: (n,), 1, 0, (4, 3)),
+    _step_slice: (lambda m: (m,), lambda n: (n,), 0, 0, (4, 2)),
+    _then_in_place: (lambda m: (m,), lambda n: (n,), 0, 0, (4, 3)),
+}
+
+
+class _CloneThenSetitem(torch.nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x, y):
+        x = x.clone()
+        self.body(x, y)
+        return x
+
+
+@pytest.mark.parametrize("body", list(BASIC_INDEX_CASES), ids=lambda f: f.__name__.strip("_"))
+def test_basic_index_setitem_matches_eager_at_every_size(body):
+    xs, ys, xd, yd, (m0, n0) = BASIC_INDEX_CASES[body]
+    model = _CloneThenSetitem(body)
+    dims = ({xd: Dim("M")}, {yd: Dim("N")})
+    if body is _step_slice:  # y's size is (M + 1) // 2: export with x alone dynamic and y derived
+        m_dim = Dim("M2", min=0, max=32)
+        dims = ({0: 2 * m_dim}, {0: m_dim})
+    ep = graphcap.export(model, (torch.randn(xs(m0)), torch.randn(ys(n0))), dynamic_shapes=dims)
+    run = ep.module()
+    accepted = 0
+    for m, n in itertools.product(range(5), range(5)):
+        if body is _step_slice and m != 2 * n:
+            continue
+        x, y = torch.randn(xs(m)), torch.randn(ys(n))
+        try:
+            expected = model(x.clone(), y.clone())
+        except RuntimeError:
+            with pytest.raises(RuntimeInputError):
+                run(x, y)
+            continue
+        torch.testing.assert_close(run(x, y), expected, rtol=0, atol=0)
+        accepted += 1
+    assert accepted
+
+
+def test_advanced_index_setitem_keeps_torch_setitem():
+    """A tensor index is not a basic index: torch's own setitem records it, as before."""
+    class MaskedFill(torch.nn.Module):
+        def forward(self, x, y):
+            x = x.clone()
+            x[x > 0] = y.sum()
+            return x
+
+    x, y = torch.randn(5), torch.randn(3)
+    ep = graphcap.export(MaskedFill(), (x, y), dynamic_shapes=({0: Dim("M")}, {0: Dim("N")}))
+    for m, n in [(1, 1), (4, 2), (6, 0)]:
+        x, y = torch.randn(m), torch.randn(n)
+        torch.testing.assert_close(ep.module()(x, y), MaskedFill()(x, y))
