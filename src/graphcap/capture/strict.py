@@ -102,7 +102,8 @@ def copies_broadcast_by_copy() -> Iterator[None]:
     and c10's shortcut question "do these two symbolic sizes match?" (asked, with
     ``guard_or_false``, only by setitem's and ``expand_inplace``'s skip of an expansion the
     following copy or operator broadcasts itself) answers yes where the engine cannot decide.
-    Dynamo runs setitem on its own fake tensors, out of reach of a per-call override."""
+    Dynamo runs setitem on its own fake tensors, out of reach of a per-call override (and
+    before torch 2.13 setitem asks with a guard, which this answer does not reach)."""
     with fake_private.copies_check_broadcast_only(), shapes_private.undecided_size_equalities_taken_as_equal():
         yield
 

@@ -446,11 +446,13 @@ def undecided_size_equalities_taken_as_equal() -> Iterator[None]:
     """Within the block, on this thread, C++ code that asks ``guard_or_false(a == b)`` of two
     symbolic sizes the engine cannot decide (neither a number) gets True, without a guard.
 
-    For the one caller graphcap opens it around: tensor setitem (``t[..., :n] = v``) asks
-    whether the slice and the value have equal sizes only to skip reshaping the value before
-    its ``copy_`` (``copy_`` broadcasts the value itself: the same result and the same refusal
-    for every size); the questions it asks about one size against a number (contiguity) are
-    left to the engine. Every other thread, and every other question, keeps torch's answer.
+    graphcap opens it around dynamo's read of a strict program, for the setitem dynamo runs on
+    its own fake tensors (non-strict records a setitem as the view's ``copy_`` without asking):
+    tensor setitem (``t[..., :n] = v``) asks whether the slice and the value have equal sizes
+    only to skip reshaping the value before its ``copy_`` (``copy_`` broadcasts the value
+    itself: the same result and the same refusal for every size); the questions it asks about
+    one size against a number (contiguity) are left to the engine. Every other thread, and
+    every other question, keeps torch's answer.
 
     Relies on ``SymNode.guard_or_false(self, file, line)`` being what c10's
     ``TORCH_GUARD_OR_FALSE`` calls for a symbolic bool (looked up on the class at each call),

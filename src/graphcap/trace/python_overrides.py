@@ -39,7 +39,6 @@ from torch.overrides import TorchFunctionMode
 from ..torch_private import pytree
 from ..torch_private.decomp import tensor_from_symbolic_data
 from ..torch_private.dispatch import is_batched_tensor
-from ..torch_private.shapes import undecided_size_equalities_taken_as_equal
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -245,20 +244,44 @@ class _TraceableCalls(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _setitem_broadcast_by_copy(setitem: Callable, t: torch.Tensor, index: Any, value: torch.Tensor) -> Any:
-    """``t[index] = value`` where sizes are symbolic, leaving the broadcast of ``value`` to ``copy_``.
+def _is_basic_index(index: Any) -> bool:
+    """Whether ``index`` is made of slices, integers and Ellipsis only (no tensor, None, bool, list)."""
+    items = index if isinstance(index, tuple) else (index,)
 
-    torch's setitem copies ``value`` into the indexed view directly when it can tell their sizes
-    are equal, and otherwise first reshapes and expands it; the expansion of a size that may be 1
-    records the assumption that it is not broadcast, so ``mask[..., :n] = v`` (the view's size
-    ``Min(m, n)``) would refuse a size-1 ``v`` where eager broadcasts it. Both ways compute the
-    same (``copy_`` broadcasts the value itself and refuses what the expansion refuses), so
-    setitem takes the direct copy wherever its sizes are undecided. Static sizes keep torch's
-    path unchanged."""
-    if not any(isinstance(d, torch.SymInt) for d in (*t.shape, *value.shape)):
+    def plain_int(v: Any) -> bool:
+        return isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)
+
+    return all(i is Ellipsis or plain_int(i)
+               or (isinstance(i, slice) and all(b is None or plain_int(b) for b in (i.start, i.stop, i.step)))
+               for i in items)
+
+
+def _setitem_broadcast_by_copy(setitem: Callable, t: torch.Tensor, index: Any, value: torch.Tensor) -> Any:
+    """``t[index] = value`` where sizes are symbolic, recorded as eager computes it: ``copy_`` of
+    ``value`` into the indexed view.
+
+    torch's setitem copies ``value`` into the view directly when it can tell their sizes are
+    equal, and otherwise first expands it; the expansion of a size that may be 1 records the
+    assumption that it is not broadcast, so ``mask[..., :n] = v`` (the view's size ``Min(m, n)``)
+    would refuse a size-1 ``v`` where eager broadcasts it. ``copy_`` broadcasts (and converts the
+    dtype) itself, with exactly eager's condition, so a basic index (slices, integers, Ellipsis)
+    is spelled as the view and its ``copy_``, whatever way this torch's setitem asks about the
+    sizes. Eager setitem first drops the value's leading dims of size 1 beyond the view's rank;
+    those are dropped here when they are static 1s, and anything else (advanced indexing,
+    symbolic leading dims) as well as all-static sizes keep torch's own setitem."""
+    if not any(isinstance(d, torch.SymInt) for d in (*t.shape, *value.shape)) or not _is_basic_index(index) \
+            or is_batched_tensor(t) or is_batched_tensor(value):
         return setitem(t, index, value)
-    with undecided_size_equalities_taken_as_equal():
-        return setitem(t, index, value)
+    run = _index_as_calls(t, index)
+    view = run() if run is not None else t[index]
+    extra = value.dim() - view.dim()
+    if extra > 0:
+        leading = value.shape[:extra]
+        if not all(type(d) is int and d == 1 for d in leading):
+            return setitem(t, index, value)
+        value = value.view(value.shape[extra:])
+    view.copy_(value)
+    return None
 
 
 def reentered() -> contextlib.AbstractContextManager:
