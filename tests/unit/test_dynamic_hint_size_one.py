@@ -63,7 +63,6 @@ def test_size_zero_checked_apart_from_one():
 def test_gpt2_with_automatic_batch_runs_at_batch_one():
     """transformers' masking code expands position ids unless the batch is 1 (``Ne(batch, 1)``):
     with Dim.AUTO the program used to refuse batch 1, the batch of most generation calls."""
-    pytest.importorskip("transformers")
     from transformers_factories import gpt2
 
     model, _ = gpt2()
