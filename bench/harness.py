@@ -143,3 +143,16 @@ def machine_header() -> dict[str, str]:
         "python": platform.python_version(),
         "machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
     }
+
+
+def to_meta(value: Any) -> Any:
+    """``value`` with every tensor moved to the meta device (lists, tuples and dicts walked): the
+    inputs of a model's meta-device forward, the yardstick of the warm-export goal."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.to("meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_meta(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_meta(v) for k, v in value.items()}
+    return value

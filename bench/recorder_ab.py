@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import harness  # noqa: F401  (puts ../shared/zoo on the path)
+import harness  # also puts ../shared/zoo on the path
 import torch
 
 import graphcap
@@ -52,16 +52,6 @@ def _cpu(fn: Any) -> float:
     return time.process_time() - start
 
 
-def _to_meta(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to("meta")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_meta(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _to_meta(v) for k, v in value.items()}
-    return value
-
-
 def run_model(name: str, builder: Any, repeats: int, meta: bool, profile: Path | None) -> str:
     built = builder()
     model, args, kwargs = built.model, built.args, built.kwargs
@@ -75,7 +65,8 @@ def run_model(name: str, builder: Any, repeats: int, meta: bool, profile: Path |
             export()
     meta_times: list[float] = []
     if meta:
-        meta_model, meta_args, meta_kwargs = copy.deepcopy(model).to("meta"), _to_meta(args), _to_meta(kwargs)
+        meta_model = copy.deepcopy(model).to("meta")
+        meta_args, meta_kwargs = harness.to_meta(args), harness.to_meta(kwargs)
 
         def forward() -> Any:
             with exporting_flags_set():

@@ -60,17 +60,6 @@ def _exporter(key: str):
     return lambda *a, **k: torch.export.export(*a, strict=False, **k)
 
 
-def _to_meta(value):
-    import torch
-    if isinstance(value, torch.Tensor):
-        return value.to("meta")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_meta(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _to_meta(v) for k, v in value.items()}
-    return value
-
-
 def run_worker(name: str, mode: str, first: str, repeats: int, decompose: bool = True) -> dict[str, Any]:
     import torch
     import zoo
@@ -118,7 +107,7 @@ def _meta_forward(model, args, kwargs, repeats: int) -> tuple[dict, str]:
     from graphcap.torch_private.dynamo import exporting_flags_set
 
     meta_model = copy.deepcopy(model).to("meta")
-    meta_args, meta_kwargs = _to_meta(args), _to_meta(kwargs)
+    meta_args, meta_kwargs = harness.to_meta(args), harness.to_meta(kwargs)
 
     def forward():
         with exporting_flags_set():
