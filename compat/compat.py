@@ -125,14 +125,16 @@ def run_suite(mode: str, outdir: Path, python: str, extra: list[str], files: lis
 
 def xdist_args(workers: str) -> list[str]:
     """pytest's arguments for ``--workers``: none for 0 (one process runs a file in its order), else
-    pytest-xdist's ``-n`` (each test goes to the next free process; on the three re-run files the
-    passes are the serial run's, docs/torch-suite.md)."""
+    pytest-xdist's ``-n`` with ``--dist loadscope``: each test class runs whole, in the file's order,
+    in one process, so a test meets the same predecessors in every run (torch's own process-wide
+    state, e.g. an operator's dispatch cache that a test patches by hand, makes a few tests depend
+    on what ran before them; docs/torch-suite.md)."""
     workers = str(workers).strip()
     if workers in ("", "0"):
         return []
     if workers != "auto" and not workers.isdigit():
         raise SystemExit(f"--workers takes a number of processes or 'auto', got {workers!r}")
-    return ["-n", workers]
+    return ["-n", workers, "--dist", "loadscope"]
 
 
 def test_id(file: str, classname: str, name: str) -> str:

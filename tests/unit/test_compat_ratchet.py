@@ -78,8 +78,8 @@ def test_the_listed_files_are_test_export_and_those_with_a_list(compat):
 
 def test_workers_become_pytest_xdist_processes(compat):
     assert compat.xdist_args("0") == [] and compat.xdist_args("") == []
-    assert compat.xdist_args("2") == ["-n", "2"]
-    assert compat.xdist_args("auto") == ["-n", "auto"]
+    assert compat.xdist_args("2") == ["-n", "2", "--dist", "loadscope"]
+    assert compat.xdist_args("auto") == ["-n", "auto", "--dist", "loadscope"]
     with pytest.raises(SystemExit, match="--workers"):
         compat.xdist_args("two")
 
