@@ -17,29 +17,19 @@ programs both ways; see docs/recorder.md).
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-from typing import Iterator
+
+from ..thread_switch import ThreadSwitch
 
 ENV_VAR = "GRAPHCAP_RECORDER_SHORTCUTS"
-_setting = threading.local()
+_SWITCH = ThreadSwitch(ENV_VAR)
 
 
 def enabled() -> bool:
     """Whether the recorder takes its shortcuts on this thread (on unless turned off)."""
-    explicit = getattr(_setting, "enabled", None)
-    if explicit is not None:
-        return explicit
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _SWITCH.enabled()
 
 
-@contextlib.contextmanager
-def recorder_shortcuts(on: bool) -> Iterator[None]:
+def recorder_shortcuts(on: bool) -> contextlib.AbstractContextManager[None]:
     """Within the block, exports on this thread take the recorder's shortcuts (``True``) or
     the long way (``False``); it overrides ``GRAPHCAP_RECORDER_SHORTCUTS``."""
-    saved = getattr(_setting, "enabled", None)
-    _setting.enabled = bool(on)
-    try:
-        yield
-    finally:
-        _setting.enabled = saved
+    return _SWITCH.set_on_this_thread(on)
