@@ -150,7 +150,7 @@ def _unique(names: Sequence[str]) -> list[str]:
 def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: Any = None,
                       preserve_module_call_signature: tuple[str, ...] = (),
                       prefer_deferred_asserts: bool = False, front: Optional[Callable[..., Any]] = None,
-                      ) -> ExportedProgram:
+                      strict: bool = False) -> ExportedProgram:
     """Export ``mod``; then warn about fake tensors user code kept (``graphcap.trace.leaks``).
 
     Classes graphcap flattens by their attributes are torch pytree nodes only
@@ -165,13 +165,15 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
     mode's replay of dynamo's graph, ``graphcap.capture.strict``): called as
     ``front(target, args, kwargs, user_leaves, fake_user)`` once the inputs are
     bound and fake, it returns what the recorder runs in place of
-    ``target.call``; every other step is the same.
+    ``target.call``; every other step is the same. ``strict`` says the program is strict
+    mode's: its symbols are numbered as torch's strict mode numbers them.
     """
     # classes flattened by attributes are torch's only meanwhile; the garbage collector skips the old heap
     with auto_flatten.registered_while_tracing(), young_heap.trace_allocations_only():
         traced = _export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                     preserve_module_call_signature=preserve_module_call_signature,
-                                    prefer_deferred_asserts=prefer_deferred_asserts, front=front)
+                                    prefer_deferred_asserts=prefer_deferred_asserts, front=front,
+                                    strict=strict)
     leaks.warn_if_leaked(traced.leak_probe)
     return traced.program
 
@@ -179,7 +181,7 @@ def export_non_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes
 def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        preserve_module_call_signature: tuple[str, ...],
                        prefer_deferred_asserts: bool,
-                       front: Optional[Callable[..., Any]] = None) -> _Traced:
+                       front: Optional[Callable[..., Any]] = None, strict: bool = False) -> _Traced:
     clock = StageClock()  # seconds per stage, kept on the program for the report
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
@@ -207,7 +209,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     fake_state = [fakes[id(t)] for t in state_tensors]
     if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
         dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode, user_leaves,
-                                         [gp_pytree.input_path_str(p) for p in paths])
+                                         [gp_pytree.input_path_str(p) for p in paths], strict=strict)
         fake_user = dyn_inputs.fakes
     else:
         dyn_inputs = None

@@ -71,7 +71,8 @@ def export_strict(mod: Any, args: Any, kwargs: Any = None, *, dynamic_shapes: An
     front_end = None if isinstance(mod, torch.fx.GraphModule) else front
     ep = non_strict.export_non_strict(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                                       preserve_module_call_signature=tuple(preserved),
-                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front_end)
+                                      prefer_deferred_asserts=prefer_deferred_asserts, front=front_end,
+                                      strict=True)
     _state_placeholders_name_their_first_use(ep)
     if replays and replays[0].marker is not None:
         strict_call_boundaries.warn_unrecorded_calls(ep, strict_call_boundaries.marked_in_branches(

@@ -164,8 +164,12 @@ def _hint_trace_range(use: DimUse) -> tuple[Any, Any]:
 
 
 def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_paths: list[str],
-          source_names: list[str], arg_paths: Optional[list[str]] = None) -> SymbolicInputs:
-    """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``)."""
+          source_names: list[str], arg_paths: Optional[list[str]] = None,
+          numbered_as: Optional[list[str]] = None) -> SymbolicInputs:
+    """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``).
+
+    ``numbered_as`` names, per leaf, the source a symbol's number is taken from where that is not
+    the leaf's own name (strict mode: torch numbers by the leaf's flat position)."""
     env = mode.shape_env
     uses = _uses(leaves, specs, input_paths, source_names, arg_paths or [p[1:] for p in source_names])
 
@@ -185,10 +189,12 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
         # An int input ranges over [0, oo] as in torch.export, unless its example is negative:
         # then it ranges below 0 too (torch cannot export that example at all).
         positive = None if use.is_int and value < 0 else True
-        sym = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC,
-                                constraint_dim=StrictMinMaxConstraint(warn_only=False, vr=_vr(lo, hi)),
-                                positive=positive, do_not_specialize_zero_one=True)
-        return sym
+        numbering = (shapes.symbols_numbered_as(env, source_names[use.leaf], numbered_as[use.leaf])
+                     if numbered_as else contextlib.nullcontext())
+        with numbering:
+            return env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC,
+                                     constraint_dim=StrictMinMaxConstraint(warn_only=False, vr=_vr(lo, hi)),
+                                     positive=positive, do_not_specialize_zero_one=True)
 
     for name, group in groups.items():
         direct = [u for u in group if not isinstance(u.spec, DerivedDim)]
@@ -321,8 +327,13 @@ def _dim_src(root: Dim, use: DimUse, value: int) -> str:
 
 
 def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: FakeTensorMode,
-            leaves: list[Any], input_paths: list[str]) -> SymbolicInputs:
-    """Match ``dynamic_shapes`` to the inputs and build their symbolic fakes (the pipeline's step)."""
+            leaves: list[Any], input_paths: list[str], strict: bool = False) -> SymbolicInputs:
+    """Match ``dynamic_shapes`` to the inputs and build their symbolic fakes (the pipeline's step).
+
+    Symbols are numbered as torch.export numbers them: from the argument's name
+    (``L['x'].size()[0]`` gives s77), and in strict mode from the input's flat position
+    (``L['flat_args'][0].size()[0]`` gives s6), so a program prints the symbols torch's
+    program of the same mode prints. Guards and messages name the argument either way."""
     from .spec import match_spec
     specs, arg_paths = match_spec(forward, args, kwargs, dynamic_shapes)
     env = mode.shape_env
@@ -331,7 +342,9 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     # which imports torch.export's own tracing module and AOTAutograd on first use: locate it here instead
     shapes.set_stack_summary(env, _with_engine_frame(shapes.stack_summary(env)))
     try:
-        return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths)
+        numbered_as = [f"L['flat_args'][{i}]" for i in range(len(leaves))] if strict else None
+        return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths,
+                     numbered_as)
     finally:
         shapes.restore_stack_summary(env, saved_summary)
 

@@ -32,6 +32,7 @@ RELIES_ON = {
     "torch.utils._traceback.CapturedTraceback.extract": (),
     "torch.fx.experimental.symbolic_shapes.ShapeEnv._get_stack_summary": ("self", "is_debug", "framework_loc"),
     "torch.fx.experimental.symbolic_shapes.ShapeEnv._get_sloc": ("self", "framework_loc"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._generate_unique_id": ("self", "source_name"),
     "torch.fx.experimental._config.patch": (),
     "torch.fx.experimental._config.backed_size_oblivious": None,
     "torch.fx.experimental.symbolic_shapes.ValueRangesSLoc": ("lower", "upper"),
@@ -205,6 +206,25 @@ def own_stack_summary(env: Any) -> Any:
 def set_stack_summary(env: Any, summary: Callable[..., Any]) -> None:
     """Make this one ShapeEnv locate guards with ``summary`` (an instance attribute; the class is untouched)."""
     env._get_stack_summary = summary
+
+
+@contextlib.contextmanager
+def symbols_numbered_as(env: Any, own: str, numbered_as: str) -> Iterator[None]:
+    """Inside the block, a symbol this one ShapeEnv makes for a source named ``own...`` takes the
+    number the engine would give a source named ``numbered_as...`` (the engine numbers a new symbol
+    from its source's name); the source keeps its own name, and so do guards and messages."""
+    numbered = type(env)._generate_unique_id
+
+    def number(source_name: str) -> int:
+        if source_name.startswith(own):
+            source_name = numbered_as + source_name[len(own):]
+        return numbered(env, source_name)
+
+    env._generate_unique_id = number
+    try:
+        yield
+    finally:
+        env.__dict__.pop("_generate_unique_id", None)
 
 
 def restore_stack_summary(env: Any, saved: Any) -> None:

@@ -39,6 +39,7 @@ import contextlib
 import enum
 import logging
 import operator
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -52,7 +53,6 @@ from torch.fx.experimental import proxy_tensor
 
 from .. import frame_stack
 from ..errors import InternalError
-from ..thread_switch import ThreadSwitch
 from ..torch_private import block_replay as tracer_state
 from ..torch_private import modules, pytree
 from ..torch_private.fake import FakeTensorMode, fake_from_meta, meta_with_layout, storage_extent, storage_key
@@ -60,7 +60,6 @@ from ..torch_private.ops import OpOverload, schema_of
 from . import module_paths
 
 ENV_VAR = "GRAPHCAP_REUSE_BLOCKS"
-_REUSE = ThreadSwitch(ENV_VAR)
 _setting = threading.local()
 
 _MAX_RECORDINGS_PER_CLASS = 3
@@ -68,7 +67,10 @@ _MAX_RECORDINGS_PER_CLASS = 3
 
 def reuse_enabled() -> bool:
     """Whether export replays repeated blocks (on unless turned off)."""
-    return _REUSE.enabled()
+    explicit = getattr(_setting, "enabled", None)
+    if explicit is not None:
+        return explicit
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @contextlib.contextmanager
@@ -85,7 +87,7 @@ def _set_on_this_thread(name: str, value: bool) -> Iterator[None]:
 def reuse_repeated_blocks(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Within the block, exports on this thread replay repeated blocks (``True``) or trace every
     call (``False``); it overrides ``GRAPHCAP_REUSE_BLOCKS``."""
-    return _REUSE.set_on_this_thread(enabled)
+    return _set_on_this_thread("enabled", enabled)
 
 
 def _values_as_views() -> bool:

@@ -17,19 +17,29 @@ programs both ways; see docs/recorder.md).
 from __future__ import annotations
 
 import contextlib
-
-from ..thread_switch import ThreadSwitch
+import os
+import threading
+from typing import Iterator
 
 ENV_VAR = "GRAPHCAP_RECORDER_SHORTCUTS"
-_SWITCH = ThreadSwitch(ENV_VAR)
+_setting = threading.local()
 
 
 def enabled() -> bool:
     """Whether the recorder takes its shortcuts on this thread (on unless turned off)."""
-    return _SWITCH.enabled()
+    explicit = getattr(_setting, "enabled", None)
+    if explicit is not None:
+        return explicit
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def recorder_shortcuts(on: bool) -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def recorder_shortcuts(on: bool) -> Iterator[None]:
     """Within the block, exports on this thread take the recorder's shortcuts (``True``) or
     the long way (``False``); it overrides ``GRAPHCAP_RECORDER_SHORTCUTS``."""
-    return _SWITCH.set_on_this_thread(on)
+    saved = getattr(_setting, "enabled", None)
+    _setting.enabled = bool(on)
+    try:
+        yield
+    finally:
+        _setting.enabled = saved
