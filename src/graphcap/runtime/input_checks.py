@@ -41,9 +41,14 @@ def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str
     entry = "{" + ", ".join(f"{d}: {dims[d]}" for d in sorted(dims)) + "}"
     spec = (f"dynamic_shapes={{{top.group(1)!r}: {entry}}}" if top
             else f"{entry} as the dynamic_shapes entry of the input at {path}")
-    return (f"The program was exported with this dimension static. To accept other sizes, export "
-            f"with {spec} (give the Dim a name of your choice; pass the same Dim wherever a dimension "
-            f"must have the same size).")
+    # The program does not know why the size is fixed: the spec left the dim static, or marked it
+    # (Dim.AUTO, or any Dim under draft_export) and the model's code fixed the size while tracing.
+    # A named Dim tells the two apart: the export succeeds, or stops naming the line that fixes it.
+    return (f"The program holds this dimension at the example's size: dynamic_shapes left it static, or "
+            f"the model's code fixed the size while tracing (Dim.AUTO and draft_export accept that). "
+            f"To accept other sizes, export with {spec} (give the Dim a name of your choice; pass the "
+            f"same Dim wherever a dimension must have the same size); if the code fixes this size, "
+            f"that export stops with an error naming the line that does.")
 
 
 @dataclass
