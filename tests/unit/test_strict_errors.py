@@ -94,3 +94,29 @@ def test_a_failed_strict_export_leaves_dim_marks_off_the_inputs():
     with pytest.raises(graphcap.errors.GraphcapError):
         graphcap.export(PythonBranchOnData(), (x,), dynamic_shapes=({0: graphcap.Dim("n")},), strict=True)
     assert not hasattr(x, "_dynamo_weak_dynamic_indices")
+
+
+def _model_storing_into_attributes_of_a_closed_over_object():
+    class Holder:
+        def __init__(self):
+            self.bank, self.by_key = [], {}
+
+    holder = Holder()
+
+    class StoresIntoHolder(torch.nn.Module):
+        def forward(self, x):
+            holder.bank.append(x.clone())
+            holder.by_key["x"] = x.clone()
+            return x + 1
+
+    return StoresIntoHolder(), holder
+
+
+def test_side_effect_on_an_attribute_of_a_closed_over_object_names_the_attribute():
+    model, holder = _model_storing_into_attributes_of_a_closed_over_object()
+    with pytest.raises(StrictCaptureError) as info:
+        graphcap.export(model, (torch.randn(3),), strict=True)
+    # each changed object by its path from the variable, not the variable alone ("holder, holder")
+    assert "(holder.bank, holder.by_key)" in info.value.what
+    assert "holder.bank.append(x.clone())" in info.value.where
+    assert holder.bank == [] and holder.by_key == {}  # nothing was stored

@@ -79,13 +79,13 @@ def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
 def _readable_source(name: str, target: Any) -> str:
     """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
     (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
-    cell = re.search(r"__closure__\[(\d+)\]\.cell_contents", name)
+    cell = re.search(r"__closure__\[(\d+)\]\.cell_contents(.*)$", name)
     if cell:
         fn = getattr(target.forward, "__func__", target.forward)
         freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
         index = int(cell.group(1))
-        if index < len(freevars):
-            return freevars[index]
+        if index < len(freevars):  # the variable, then what of it changed (self.bank, cache['k'])
+            return freevars[index] + cell.group(2)
     name = re.sub(r"^G\[['\"]__import_\w+['\"]\]\.", "", name)
     found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
     if found:
