@@ -66,6 +66,8 @@ def export(
         >>> ep.module()(torch.randn(5, 4)).shape
         torch.Size([5, 2])
     """
+    from .dynamic.shape_var_specs import with_attached_spec
+    dynamic_shapes = with_attached_spec(mod, dynamic_shapes)  # torch's @dynamic_spec(...) on forward
     if samples is not None or (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
         from .capture.inferred_shapes import export_with_inferred_shapes
         ep = export_with_inferred_shapes(mod, args, kwargs, dynamic_shapes=dynamic_shapes, samples=samples,

@@ -172,11 +172,64 @@ def test_a_dict_spec_static_mismatch_does_not_speak_of_a_shapes_spec():
     assert "fixes dim 1 to 3" in str(caught.value) and "shapes_spec" not in str(caught.value)
 
 
-def test_assumptions_are_refused_with_the_torch_check_fix():
+@pytest.mark.parametrize("strict", [False, True])
+def test_assumptions_are_known_to_the_trace_and_asserted(strict):
+    """``ShapesSpec(assumptions=[b % 2 == 0])``: the program holds for every even b and refuses an
+    odd one before computing, after run_decompositions and a save/load round trip as well."""
+    import io
     b = ShapeVar("b", min=2, max=64)
-    with pytest.raises(graphcap.ExportInputError, match="torch._check"):
+    spec = ShapesSpec(ParamsSpec({"x": TensorSpec([b, 3]), "y": TensorSpec([b * 2, 3])}), assumptions=[b % 2 == 0])
+    model = Pair()
+    ep = graphcap.export(model, (torch.randn(4, 3), torch.randn(8, 3)), dynamic_shapes=spec, strict=strict)
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    for program in (ep, ep.run_decompositions(), graphcap.load(buf)):
+        x, y = torch.randn(6, 3), torch.randn(12, 3)
+        torch.testing.assert_close(program.module()(x, y), model(x, y))
+        with pytest.raises(RuntimeError, match=r"x.size\(\)\[0\] % 2 == 0"):
+            program.module()(torch.randn(5, 3), torch.randn(10, 3))
+
+
+def test_an_assumption_over_a_variable_the_params_do_not_use_is_refused():
+    b, c = ShapeVar("b"), ShapeVar("c")
+    with pytest.raises(graphcap.ExportInputError, match="assumptions"):
         graphcap.export(Sum0(), (torch.randn(8, 3),),
-                        dynamic_shapes=ShapesSpec(ParamsSpec({"x": TensorSpec([b, STATIC])}), assumptions=[b % 2 == 0]))
+                        dynamic_shapes=ShapesSpec(ParamsSpec({"x": TensorSpec([b, STATIC])}), assumptions=[c > 2]))
+
+
+@pytest.mark.parametrize("case", ["below min", "expression", "assumption"])
+def test_examples_that_break_the_spec_are_refused_at_export(case):
+    """The program asserts each of these, so it would refuse the inputs it was exported with:
+    refused at export, naming the input (torch exports the program)."""
+    b = ShapeVar("b", min=6)
+    x, y = torch.randn(4, 3), torch.randn(8, 3)
+    if case == "below min":
+        spec, text = ParamsSpec({"x": TensorSpec([b, 3]), "y": None}), "size 4 at *args[0].shape[0]"
+    elif case == "expression":
+        b = ShapeVar("b")
+        spec, text = ParamsSpec({"x": TensorSpec([b, 3]), "y": TensorSpec([b * 3, 3])}), "3*b = 12"
+    else:
+        b = ShapeVar("b")
+        x, y = torch.randn(5, 3), torch.randn(10, 3)
+        spec = ShapesSpec(ParamsSpec({"x": TensorSpec([b, 3]), "y": TensorSpec([b * 2, 3])}), assumptions=[b % 2 == 0])
+        text = "(b = 5)"
+    with pytest.raises(graphcap.ExportInputError) as caught:
+        graphcap.export(Pair(), (x, y), dynamic_shapes=spec)
+    assert text in str(caught.value)
+
+
+def test_params_spec_programs_decompose():
+    """The spec's own range checks (no user line of theirs) keep that record through
+    run_decompositions, whose verifier refused them before."""
+    b = ShapeVar("b")
+    ep = graphcap.export(Pair(), (torch.randn(4, 3), torch.randn(8, 3)),
+                         dynamic_shapes=ParamsSpec({"x": TensorSpec([b, 3]), "y": TensorSpec([b * 2, 3])}))
+    decomposed = ep.run_decompositions()
+    x, y = torch.randn(7, 3), torch.randn(14, 3)
+    torch.testing.assert_close(decomposed.module()(x, y), Pair()(x, y))
+    asserts = [n for n in decomposed.graph.nodes if n.target is torch.ops.aten._assert_scalar.default]
+    assert asserts and all(n.meta["stack_trace"] == "" for n in asserts)
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -17,11 +17,13 @@ graph (``module()`` refuses a size that breaks it before computing).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import DynamicSpecError
-from ..torch_private.user_specs import params_spec_parts, shapes_spec_params, spec_entries
+from ..torch_private import pytree
+from ..torch_private.user_specs import attached_dynamic_spec, params_spec_parts, shapes_spec_params, spec_entries
 
 _MODULE = "torch.fx.experimental.dynamic_spec"
 
@@ -61,7 +63,8 @@ def _size(value: Any) -> Any:
         else:
             expr = value.node.expr
         variables = tuple(sorted(((s, _variable(s)) for s in expr.free_symbols), key=lambda p: str(p[0])))
-        return SpecSize(expr, variables, str(value) if not _is(value, "IntVar") else value.name)
+        # the text the user wrote: b*2, not the spec engine's b#0*2
+        return SpecSize(expr, variables, re.sub(r"#\d+", "", str(value)) if not _is(value, "IntVar") else value.name)
     raise DynamicSpecError(f"{value!r} is not a ShapeVar / IntVar, an expression of them, an int or STATIC.",
                            where="ParamsSpec", fix="Use ShapeVar(...) / IntVar(...), an int, or STATIC.")
 
@@ -120,9 +123,32 @@ def _tree(value: Any, example: Any, where: str) -> Any:
         entries = dict(value.items())
         return {k: _tree(entries.get(k), x, f"{where}[{k!r}]") for k, x in example.items()}
     if _is(value, "ObjectSpec"):
-        raise DynamicSpecError("ObjectSpec in a ParamsSpec is not supported by graphcap.export.",
-                               where=f"ParamsSpec[{where}]", fix="Pass the object's tensors as inputs.")
+        return _object_tree(value, example, where)
     return _size(value)
+
+
+def _object_tree(value: Any, example: Any, where: str) -> list:
+    """An ``ObjectSpec`` (entries by attribute name) for an input object the pytree flattens by
+    attribute (a registered dataclass, a class graphcap flattens by its fields): the spec of each
+    child, in the object's own flattening order, None for attributes the ObjectSpec leaves out."""
+    handler = pytree.SUPPORTED_NODES.get(pytree.node_type(example))
+    keyed = handler.flatten_with_keys_fn(example)[0] if handler is not None and handler.flatten_with_keys_fn else None
+    names = [getattr(key, "name", None) for key, _ in keyed or []]
+    if not keyed or None in names:
+        raise DynamicSpecError(
+            f"ParamsSpec entry for forward param {where} is an ObjectSpec, but the input there "
+            f"({type(example).__name__}) is not an object flattened by its attributes.",
+            where=f"ParamsSpec[{where}]",
+            fix="Use ObjectSpec for a dataclass registered with torch.export.register_dataclass (or a "
+                "pytree node keyed by attribute); SeqSpec / DictSpec for lists, tuples and dicts.")
+    fields = dict(value.items())
+    unknown = [f for f in fields if f not in names]
+    if unknown:
+        raise DynamicSpecError(
+            f"ObjectSpec for forward param {where} names {unknown}, which {type(example).__name__} does not "
+            f"flatten to (its attributes: {names}).", where=f"ParamsSpec[{where}]",
+            fix=f"Key the ObjectSpec by the attributes {names}.")
+    return [_tree(fields.get(name), child, f"{where}.{name}") for name, (_, child) in zip(names, keyed)]
 
 
 def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
@@ -133,11 +159,6 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
 
     from .named_inputs import combined_inputs
     params = shapes_spec_params(spec) if _is(spec, "ShapesSpec") else spec
-    if _is(spec, "ShapesSpec") and spec.assumptions:
-        raise DynamicSpecError(
-            "ShapesSpec(assumptions=[...]) is not supported by graphcap.export yet.",
-            where="export(..., dynamic_shapes=ShapesSpec(...))",
-            fix="State the assumptions in forward with torch._check(...), which graphcap asserts in the graph.")
     combined = combined_inputs(m, args, kwargs)
     out: dict[str, Any] = {name: None for name in combined}
     if params is None:
@@ -168,6 +189,43 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
         elif kind is inspect.Parameter.VAR_KEYWORD and varkw is not None:
             values = combined[name]
             out[name] = {k: _tree(varkw.get(k), v, f"'**kwargs'[{k!r}]") for k, v in values.items()}
+    return out
+
+
+def with_attached_spec(mod: Any, dynamic_shapes: Any) -> Any:
+    """``dynamic_shapes``, or the spec torch's ``@dynamic_spec(...)`` attached to the exported
+    function (a module's ``forward``) when the call gives none; both at once is ambiguous and
+    refused, as torch.export refuses it."""
+    import torch
+    fn = mod.forward if isinstance(mod, torch.nn.Module) else mod
+    attached = attached_dynamic_spec(fn)
+    if attached is None:
+        return dynamic_shapes
+    if dynamic_shapes is not None:
+        name = getattr(fn, "__qualname__", type(mod).__name__)
+        raise DynamicSpecError(
+            f"{name} carries a spec from @dynamic_spec(...) and export was also given dynamic_shapes=: "
+            f"it is not clear which one to follow.", where="export(..., dynamic_shapes=...)",
+            fix="Drop the dynamic_shapes= argument to use the decorator's spec, or remove the decorator.")
+    return attached
+
+
+def assumptions_of(spec: Any) -> list[tuple[Any, tuple, str]]:
+    """A ``ShapesSpec``'s assumptions, each as ``(sympy condition over the spec variables' symbols,
+    ((symbol, IntVar), ...), its text)``; empty for any other spec. Read after :func:`translate`
+    (which collects the variables the params use): an assumption over another variable is refused."""
+    if not _is(spec, "ShapesSpec"):
+        return []
+    out = []
+    for i, condition in enumerate(spec.assumptions):
+        expr = condition.node.expr
+        try:
+            variables = tuple(sorted(((sym, _variable(sym)) for sym in expr.free_symbols), key=lambda p: str(p[0])))
+        except DynamicSpecError as e:
+            raise DynamicSpecError(f"ShapesSpec.assumptions[{i}] ({condition}): {e.what}",
+                                   where=f"ShapesSpec.assumptions[{i}]",
+                                   fix="State assumptions over the ShapeVar / IntVar objects the params use.") from e
+        out.append((expr, variables, re.sub(r"#\d+", "", str(condition))))  # b#0 is the variable b
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import sympy
 import torch
@@ -165,11 +165,12 @@ def _hint_trace_range(use: DimUse) -> tuple[Any, Any]:
 
 def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_paths: list[str],
           source_names: list[str], arg_paths: Optional[list[str]] = None,
-          numbered_as: Optional[list[str]] = None) -> SymbolicInputs:
+          numbered_as: Optional[list[str]] = None, assumptions: Sequence[tuple] = ()) -> SymbolicInputs:
     """Fake inputs for ``leaves`` following ``specs`` (see ``graphcap.dynamic.spec``).
 
     ``numbered_as`` names, per leaf, the source a symbol's number is taken from where that is not
-    the leaf's own name (strict mode: torch numbers by the leaf's flat position)."""
+    the leaf's own name (strict mode: torch numbers by the leaf's flat position); ``assumptions``
+    are a ShapesSpec's (``shape_var_specs.assumptions_of``)."""
     env = mode.shape_env
     uses = _uses(leaves, specs, input_paths, source_names, arg_paths or [p[1:] for p in source_names])
 
@@ -243,7 +244,7 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
             roots.append(RootSymbol(sym, u.path, _vr(user_lo, user_hi), [u], hint=u.spec, value=u.size))
             exprs[(u.leaf, u.dim)] = sym
 
-    unbacked = _unbacked_sizes(env, uses)
+    unbacked = _unbacked_sizes(env, uses, assumptions)
     exprs.update(unbacked)
 
     fakes = []
@@ -264,16 +265,19 @@ def build(mode: FakeTensorMode, leaves: list[Any], specs: list[LeafSpec], input_
     return SymbolicInputs(fakes, roots, derived, env, first_program_guard=len(guards(env)))
 
 
-def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[int]], Any]:
+def _unbacked_sizes(env: Any, uses: list[DimUse], assumptions: Sequence[tuple] = ()
+                    ) -> dict[tuple[int, Optional[int]], Any]:
     """Sizes a ShapesSpec / ParamsSpec gives (``shape_var_specs.SpecSize``): unbacked symbols.
 
     One unbacked symbol per ``ShapeVar`` / ``IntVar``, its range asserted in the graph
     (``u0 >= 0`` for a ShapeVar, and its min / max); a size given by an expression of them
-    (``B * 2``) is that expression, which ``module()`` checks before computing."""
+    (``B * 2``) is that expression, which ``module()`` checks before computing. Each of the
+    ShapesSpec's ``assumptions`` (``B % 2 == 0``) is known to the trace and asserted in the graph."""
     from ..torch_private.user_specs import check as check_condition
     from .shape_var_specs import SpecSize, variable_range
     out: dict[tuple[int, Optional[int]], Any] = {}
     made: dict[int, Any] = {}  # id(IntVar) -> unbacked SymInt
+    _example_meets_spec([u for u in uses if isinstance(u.spec, SpecSize)], assumptions)
 
     def symint_of(var: Any) -> Any:
         if id(var) not in made:
@@ -293,7 +297,44 @@ def _unbacked_sizes(env: Any, uses: list[DimUse]) -> dict[tuple[int, Optional[in
         # a derived size is the expression itself (y: f32[2*u0]): the trace knows the relation,
         # and module() checks the input's size against it before computing
         out[(u.leaf, u.dim)] = sympy.expand(u.spec.expr.xreplace(subs))
+    for condition, variables, _ in assumptions:
+        subs = {sym: symint_of(var).node.expr for sym, var in variables}
+        check_condition(env.create_symboolnode(condition.xreplace(subs)))
     return out
+
+
+def _example_meets_spec(uses: list[DimUse], assumptions: Sequence[tuple]) -> None:
+    """Refuse a ShapesSpec / ParamsSpec the example inputs break: a size outside its ShapeVar's
+    ``min`` / ``max``, a size that differs from the expression the spec gives it, an assumption
+    the example sizes make false. The program asserts each of these, so it would refuse the very
+    inputs it was exported with (torch exports such a program)."""
+    from .shape_var_specs import variable_range
+    values: dict[Any, int] = {}
+    for u in uses:
+        if isinstance(u.spec.expr, sympy.Symbol):
+            var = u.spec.variables[0][1]
+            lo, hi = variable_range(var)
+            if (lo is not None and u.size < lo) or (hi is not None and u.size > hi):
+                raise DynamicSpecError(
+                    f"The example input has size {u.size} at {u.path}, but its spec {u.spec.text} allows "
+                    f"{_range_str(lo if lo is not None else -int_oo, hi if hi is not None else int_oo)}.",
+                    where=u.path, fix=f"Change the example input, or widen {u.spec.text}'s min / max.")
+            values.setdefault(u.spec.expr, u.size)
+    for u in uses:
+        if not u.spec.expr.free_symbols <= set(values):
+            continue
+        expected = u.spec.expr.xreplace(values)
+        if expected != u.size:
+            raise DynamicSpecError(
+                f"The example input has size {u.size} at {u.path}, but the spec gives it {u.spec.text} = "
+                f"{expected} for these examples.", where=u.path,
+                fix="Make the example sizes satisfy the spec's expressions, or give the size its own ShapeVar.")
+    for condition, _, text in assumptions:
+        if condition.free_symbols <= set(values) and condition.xreplace(values) is sympy.false:
+            sizes = ", ".join(f"{u.spec.text} = {u.size}" for u in uses if isinstance(u.spec.expr, sympy.Symbol))
+            raise DynamicSpecError(
+                f"The example inputs break the ShapesSpec assumption {text} ({sizes}).",
+                where="ShapesSpec.assumptions", fix="Change the example inputs so the assumption holds for them.")
 
 
 def _symbolic_context(t: torch.Tensor, name: str, dim_exprs: dict[int, Any], env: Any) -> Any:
@@ -334,8 +375,10 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     (``L['x'].size()[0]`` gives s77), and in strict mode from the input's flat position
     (``L['flat_args'][0].size()[0]`` gives s6), so a program prints the symbols torch's
     program of the same mode prints. Guards and messages name the argument either way."""
+    from .shape_var_specs import assumptions_of
     from .spec import match_spec
     specs, arg_paths = match_spec(forward, args, kwargs, dynamic_shapes)
+    assumptions = assumptions_of(dynamic_shapes)
     env = mode.shape_env
     saved_summary = shapes.own_stack_summary(env)
     # the engine locates each new symbol's frame itself by asking torch's uninteresting_files(),
@@ -344,7 +387,7 @@ def prepare(forward: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, mode: 
     try:
         numbered_as = [f"L['flat_args'][{i}]" for i in range(len(leaves))] if strict else None
         return build(mode, leaves, specs, input_paths, [torch_style_name(p) for p in arg_paths], arg_paths,
-                     numbered_as)
+                     numbered_as, assumptions)
     finally:
         shapes.restore_stack_summary(env, saved_summary)
 

@@ -18,6 +18,8 @@ RELIES_ON = {
     "torch.fx.experimental.dynamic_spec.ParamsSpec#_varkw": None,
     "torch.fx.experimental.dynamic_spec.TensorSpec#_specs": None,
     "torch.fx.experimental.dynamic_spec.SeqSpec#_entries": None,
+    # the attribute @dynamic_spec(...) stores its spec under, on a function or forward
+    "torch.fx.experimental.dynamic_spec._DYNAMIC_SPEC_ATTR": None,
     "torch._check": ("cond", "message"),
     "torch.export.dynamic_shapes._DimHint": None,
     "torch.export.dynamic_shapes._IntWrapper": None,
@@ -28,6 +30,7 @@ RELIES_ON = {
 # torch's structured spec objects (torch.fx.experimental.dynamic_spec) first ship with 2.13: before
 # it no user can pass one, and the functions reading them meet none
 SINCE = {path: "2.13" for path in RELIES_ON if path.startswith("torch.fx.experimental.dynamic_spec.")}
+SINCE["torch.fx.experimental.dynamic_spec._DYNAMIC_SPEC_ATTR"] = "2.14"  # the @dynamic_spec decorator
 
 
 def _sample_tensor_spec():
@@ -66,6 +69,15 @@ def additional_inputs_examples(builder: Any) -> Any:
     Relies on the field ``AdditionalInputs._examples`` (a list of ``(args, kwargs)``).
     """
     return getattr(builder, "_examples", None)
+
+
+def attached_dynamic_spec(fn: Any) -> Any:
+    """The spec torch's ``@dynamic_spec(...)`` decorator attached to ``fn`` (a function or a bound
+    ``forward``), or None. Only a user who imported torch's spec module can have attached one.
+    Relies on ``torch.fx.experimental.dynamic_spec._DYNAMIC_SPEC_ATTR`` (the attribute's name)."""
+    module = sys.modules.get("torch.fx.experimental.dynamic_spec")
+    attr = getattr(module, "_DYNAMIC_SPEC_ATTR", None) if module is not None else None
+    return getattr(fn, attr, None) if attr is not None else None
 
 
 def shapes_spec_params(spec: Any) -> Any:

@@ -129,29 +129,37 @@ _SOURCE_KEYS = ("stack_trace",)  # the module stack stays the one the pass gave 
 NO_USER_FRAME = "<graphcap: no user frame>"
 """A retrace's stand-in for ``stack_trace`` None (torch's tracer copies only a non-empty one)."""
 
+SPEC_CHECK_FRAME = "<graphcap: a check the spec asks for>"
+"""A retrace's stand-in for ``stack_trace`` "" (a check of input sizes the spec alone asks for)."""
+
+_STAND_INS = {None: NO_USER_FRAME, "": SPEC_CHECK_FRAME}
+
 
 @contextlib.contextmanager
 def no_user_frame_marked(gm: torch.fx.GraphModule):
     """While a pass retraces ``gm`` with its node metadata preserved, the nodes recorded as
-    having no user frame (``stack_trace`` None) hold :data:`NO_USER_FRAME` instead, so the nodes
-    they become carry that record too; :func:`unmark_no_user_frame` turns it back into None."""
-    marked = [n for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule) for n in sub.graph.nodes
-              if "stack_trace" in n.meta and n.meta["stack_trace"] is None]
-    for node in marked:
-        node.meta["stack_trace"] = NO_USER_FRAME
+    having no user frame (``stack_trace`` None, or "" for a check the spec asks for) hold a
+    stand-in (:data:`NO_USER_FRAME`, :data:`SPEC_CHECK_FRAME`) instead, so the nodes they become
+    carry that record too; :func:`unmark_no_user_frame` turns it back."""
+    marked = [(n, n.meta["stack_trace"]) for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+              for n in sub.graph.nodes if "stack_trace" in n.meta and n.meta["stack_trace"] in _STAND_INS]
+    for node, value in marked:
+        node.meta["stack_trace"] = _STAND_INS[value]
     try:
         yield
     finally:
-        for node in marked:
-            node.meta["stack_trace"] = None
+        for node, value in marked:
+            node.meta["stack_trace"] = value
 
 
 def unmark_no_user_frame(gm: torch.fx.GraphModule) -> None:
+    originals = {stand_in: value for value, stand_in in _STAND_INS.items()}
     for sub in gm.modules():
         if isinstance(sub, torch.fx.GraphModule):
             for node in sub.graph.nodes:
-                if node.meta.get("stack_trace") == NO_USER_FRAME:
-                    node.meta["stack_trace"] = None
+                trace = node.meta.get("stack_trace")
+                if trace in originals:
+                    node.meta["stack_trace"] = originals[trace]
 
 
 def attribute_size_reads(gm: torch.fx.GraphModule) -> None:
