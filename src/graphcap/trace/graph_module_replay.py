@@ -86,7 +86,26 @@ def carry_graph_meta(source: Any, gm: torch.fx.GraphModule, input_specs: list) -
         old = next(user, None) if spec.kind.name == "USER_INPUT" else reads.get(spec.target)
         if old is not None and old.meta.get("custom") and "custom" not in node.meta:
             node.meta["custom"] = dict(old.meta["custom"])
+    _root_in_every_module_stack(source, gm)
     old_out = next((n for n in reversed(source.graph.nodes) if n.op == "output"), None)
     new_out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     if old_out is not None and new_out is not None and old_out.meta.get("custom"):
         new_out.meta.setdefault("custom", dict(old_out.meta["custom"]))
+
+
+def _root_in_every_module_stack(source: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> None:
+    """Every operator runs in the exported module's own forward, as in any program: a stack carried
+    from a graph that records none (make_fx) or only submodule calls under their paths
+    (symbolic_trace: ``{'l': ('l', Linear)}``) gets the root's entry first and torch.export's keys
+    (``L__self__l``). Stacks that already name the root (a program's ``module()``) stay as they are."""
+    from .module_paths import call_key
+    root_entry = (call_key(""), ("", f"{type(source).__module__}.{type(source).__qualname__}"))
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        if any(path == "" for path, _ in stack.values()):
+            continue
+        entries = [root_entry] + [(key if key.startswith(call_key("")) else call_key(path), (path, cls))
+                                  for key, (path, cls) in stack.items()]
+        node.meta["nn_module_stack"] = dict(entries)
