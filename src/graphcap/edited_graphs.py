@@ -20,9 +20,11 @@ ones compute from, never invented:
 - ``getitem`` nodes reading the same element of the same node become one
   (the signature and the module call graph follow the kept node's name).
 
-Only rebuilt programs pass through here. A program graphcap's own stages
-build is verified as it is: a node without metadata there is a graphcap bug
-that the verifier must name.
+Only rebuilt programs pass through here (and, for the source metadata alone,
+a program whose graph was edited in place before ``ep.validate()``,
+:func:`fill_source_metadata`). A program graphcap's own stages build is
+verified as it is when it is constructed: a node without metadata there is a
+graphcap bug that the verifier must name.
 """
 from __future__ import annotations
 
@@ -58,6 +60,17 @@ def normalize_edited_graph(graph_module: torch.fx.GraphModule, graph_signature: 
                 gm.recompile()
     elif recompile:
         graph_module.recompile()
+
+
+def fill_source_metadata(graph_module: torch.fx.GraphModule) -> None:
+    """Give each operator node that lacks them the ``stack_trace``, ``nn_module_stack`` and
+    ``source_fn_stack`` of the node it reads (see the module docstring), in place; nothing else
+    (no ``val``, no merge, no new code). What ``ep.validate()`` does first: a program was verified
+    as graphcap built it, so an operator node without them now is one a user or a pass added."""
+    root = _root_entry(graph_module)
+    for gm in graph_module.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            _fill_metadata(gm, root, values=False)
 
 
 def _merge_duplicate_getitems(gm: torch.fx.GraphModule, signature: Any, call_graph: list, top: bool) -> bool:
@@ -109,12 +122,12 @@ def _value_of(node: torch.fx.Node, fake_mode: Any) -> Any:
         return node.target(*args, **kwargs)
 
 
-def _fill_metadata(gm: torch.fx.GraphModule, root: Any) -> None:
-    fake_mode = fake_mode_of_graph(gm)
+def _fill_metadata(gm: torch.fx.GraphModule, root: Any, values: bool = True) -> None:
+    fake_mode = fake_mode_of_graph(gm) if values else None
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        if "val" not in node.meta:
+        if values and "val" not in node.meta:
             try:
                 node.meta["val"] = _value_of(node, fake_mode)
             except Exception:

@@ -79,7 +79,8 @@ def rule_inputs_match_signature(ep) -> Iterator[Violation]:
     phs = _placeholders(ep)
     specs = ep.graph_signature.input_specs
     if len(phs) != len(specs):
-        yield ("<graph>", f"{len(phs)} placeholders but {len(specs)} input specs")
+        yield ("<graph>", f"Number of graph inputs ({len(phs)}) does not match number of inputs in the graph "
+                          f"signature ({len(specs)}): {len(phs)} placeholders but {len(specs)} input specs")
     for node, spec in zip(phs, specs):
         name = spec.arg.name
         if name != node.name:
@@ -113,9 +114,15 @@ def rule_state_present(ep) -> Iterator[Violation]:
             store = ep.constants if spec.persistent is False else ep.state_dict
             if spec.target not in store:
                 where = "constants" if spec.persistent is False else "state_dict"
-                yield (spec.arg.name, f"buffer {spec.target!r} is not in the {where.replace('_', ' ')}")
+                yield (spec.arg.name, f"buffer {spec.target!r} is not in the {where.replace('_', ' ')}"
+                                      + (" dictionary" if where == "constants" else ""))
+            elif spec.persistent is False and spec.target in ep.state_dict:
+                # a non-persistent buffer is state the module does not save: module().state_dict() and
+                # save would hand it out as if it were
+                yield (spec.arg.name, f"Non-persistent buffer {spec.target!r} is in the state dict, it should not "
+                                      f"be: it belongs in the constants")
         if spec.kind == InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
-            yield (spec.arg.name, f"constant {spec.target!r} is not in the constants")
+            yield (spec.arg.name, f"constant tensor {spec.target!r} is not in the constants dictionary")
 
 
 def rule_state_is_real(ep) -> Iterator[Violation]:
@@ -163,7 +170,7 @@ def rule_every_node_has_val(ep) -> Iterator[Violation]:
         for node in gm.graph.nodes:
             if node.op in ("placeholder", "call_function") and "val" not in node.meta \
                     and node.target not in _TRANSFORM_BOOKKEEPING:
-                yield (node.name, "has no meta['val']")
+                yield (node.name, "is missing val field: the node has no meta['val']")
 
 
 def rule_operator_metadata(ep) -> Iterator[Violation]:
@@ -188,9 +195,11 @@ def rule_no_state_get_attr(ep) -> Iterator[Violation]:
                 value = getattr(gm, node.target, None)
                 # a TreeSpec is structure, not state (flat_apply's function and argument specs)
                 if not isinstance(value, (torch.fx.GraphModule, pytree.TreeSpec)):
-                    yield (node.name, f"get_attr of {node.target!r}: state must be lifted to a placeholder")
+                    yield (node.name, f"Invalid get_attr type {type(value).__name__} on target {node.target!r}: "
+                                      f"state must be lifted to a placeholder")
             if node.op in ("call_module", "call_method"):
-                yield (node.name, f"{node.op} nodes are not part of the IR; only call_function")
+                yield (node.name, f"{node.op} is not valid: {node.op} nodes are not part of the IR; only "
+                                  f"call_function")
 
 
 def rule_subgraph_signatures(ep) -> Iterator[Violation]:
@@ -238,7 +247,8 @@ def rule_known_targets(ep) -> Iterator[Violation]:
         t = node.target
         if isinstance(t, (OpOverload, HigherOrderOperator)) or t in ALLOWED_PY_TARGETS:
             continue
-        yield (node.name, f"target {t!r} is neither an operator overload nor an allowed Python callable")
+        yield (node.name, f"Operator {t!r} is not an allowed operator type: it is neither an operator "
+                          f"overload nor an allowed Python callable")
 
 
 def rule_symbols_have_ranges(ep) -> Iterator[Violation]:
@@ -315,7 +325,8 @@ def rule_core_or_kept_ops(ep) -> Iterator[Violation]:
 def rule_no_mutation(ep) -> Iterator[Violation]:
     for node in _all_nodes(ep):
         if node.op == "call_function" and writes_to_argument(node):
-            yield (node.name, f"{node.target} writes to an argument; the inference IR is functional")
+            yield (node.name, f"operator '{node.target}' is not functional: it writes to an argument, and the "
+                              f"inference IR is functional")
 
 
 def rule_outputs_not_aliasing_inputs(ep) -> Iterator[Violation]:

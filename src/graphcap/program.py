@@ -30,7 +30,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 
-from .edited_graphs import normalize_edited_graph
+from .edited_graphs import fill_source_metadata, normalize_edited_graph
 from .ir_checks import verify
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .torch_logs import quiet_torch_logs
@@ -38,6 +38,11 @@ from .torch_private import pytree
 from .torch_private.export_program import is_torch_verifier, set_torch_only_fields, torch_verifier_for
 from .tracing_lock import TRACING_LOCK
 from .young_heap import trace_allocations_only
+
+
+def _verify_as_built(ep: "ExportedProgram") -> None:
+    """The construction's check (the constructor's ``verify`` argument hides the function's name)."""
+    verify(ep)
 
 
 class CallSpec(NamedTuple):
@@ -175,7 +180,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         self.export_dim_names: dict[str, str] = {}
         set_torch_only_fields(self)
         if verify:
-            self.validate()
+            _verify_as_built(self)  # as the stages built it: a node without metadata is named
 
     # -- views --------------------------------------------------------------
     @property
@@ -389,7 +394,13 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     def validate(self) -> None:
         """Check the IR invariants (graphcap's rules for the program's IR level, see
-        ``graphcap.ir_checks``); raises ``VerificationError`` naming the node and rule."""
+        ``graphcap.ir_checks``); raises ``VerificationError`` naming the node and rule.
+
+        The program was verified when it was built, so an operator node now without a source
+        line or module stack is one the user (or a pass) added to the graph: it takes those of
+        the node it reads (``graphcap.edited_graphs.fill_source_metadata``), as torch.export's
+        verifier asks none of them. Everything else is checked as it is."""
+        fill_source_metadata(self._graph_module)
         verify(self)
 
     def __call__(self, *args, **kwargs):

@@ -185,36 +185,36 @@ class ExportGraphSignature:
 
     # -- lists of state, by FQN ----------------------------------------------
     @property
-    def parameters(self) -> list[str]:
-        return [s.target for s in self._inputs(InputKind.PARAMETER)]
+    def parameters(self) -> tuple[str, ...]:
+        return tuple(s.target for s in self._inputs(InputKind.PARAMETER))
 
     @property
-    def buffers(self) -> list[str]:
-        return [s.target for s in self._inputs(InputKind.BUFFER)]
+    def buffers(self) -> tuple[str, ...]:
+        return tuple(s.target for s in self._inputs(InputKind.BUFFER))
 
     @property
-    def non_persistent_buffers(self) -> list[str]:
-        return [s.target for s in self._inputs(InputKind.BUFFER) if s.persistent is False]
+    def non_persistent_buffers(self) -> tuple[str, ...]:
+        return tuple(s.target for s in self._inputs(InputKind.BUFFER) if s.persistent is False)
 
     @property
-    def lifted_tensor_constants(self) -> list[str]:
-        return [s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)]
+    def lifted_tensor_constants(self) -> tuple[str, ...]:
+        return tuple(s.target for s in self._inputs(InputKind.CONSTANT_TENSOR))
 
     @property
-    def lifted_custom_objs(self) -> list[str]:
-        return [s.target for s in self._inputs(InputKind.CUSTOM_OBJ)]
+    def lifted_custom_objs(self) -> tuple[str, ...]:
+        return tuple(s.target for s in self._inputs(InputKind.CUSTOM_OBJ))
 
     # -- user-facing inputs and outputs --------------------------------------
     @property
-    def user_inputs(self) -> list[Any]:
-        return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
-                for s in self._inputs(InputKind.USER_INPUT)]
+    def user_inputs(self) -> tuple[Any, ...]:
+        return tuple(s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
+                     for s in self._inputs(InputKind.USER_INPUT))
 
     @property
-    def user_outputs(self) -> list[Any]:
+    def user_outputs(self) -> tuple[Any, ...]:
         """Names (or baked-in values) of the user outputs, the loss output included."""
-        return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
-                for s in self.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)]
+        return tuple(s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
+                     for s in self.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT))
 
     # -- placeholder name -> FQN ---------------------------------------------
     @property
@@ -273,12 +273,12 @@ class ExportGraphSignature:
         return None
 
     @property
-    def input_tokens(self) -> list[str]:
-        return [s.arg.name for s in self._inputs(InputKind.TOKEN)]
+    def input_tokens(self) -> tuple[str, ...]:
+        return tuple(s.arg.name for s in self._inputs(InputKind.TOKEN))
 
     @property
-    def output_tokens(self) -> list[str]:
-        return [s.arg.name for s in self._outputs(OutputKind.TOKEN)]
+    def output_tokens(self) -> tuple[str, ...]:
+        return tuple(s.arg.name for s in self._outputs(OutputKind.TOKEN))
 
     # -- renaming ------------------------------------------------------------
     def replace_all_uses(self, old: str, new: str) -> None:

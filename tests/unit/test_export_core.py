@@ -45,9 +45,9 @@ def test_lifting_names_kinds_and_order():
     persistent = {s.target: s.persistent for s in ep.graph_signature.input_specs if s.kind is InputKind.BUFFER}
     assert persistent == {"scale": True, "tmp": False}
     sig = ep.graph_signature
-    assert sig.parameters == ["lin.weight", "lin.bias"]
-    assert sig.buffers == ["scale", "tmp"]
-    assert sig.user_inputs == ["x"]
+    assert sig.parameters == ("lin.weight", "lin.bias")
+    assert sig.buffers == ("scale", "tmp")
+    assert sig.user_inputs == ("x",)
     assert sig.inputs_to_parameters == {"p_lin_weight": "lin.weight", "p_lin_bias": "lin.bias"}
     assert sig.inputs_to_buffers == {"b_scale": "scale", "b_tmp": "tmp"}
     assert set(ep.state_dict) == {"lin.weight", "lin.bias", "scale"}
@@ -264,7 +264,7 @@ def test_namedtuple_dataclass_nested_io():
             {"k": [torch.randn(2)]})
     ep = graphcap.export(f, args)
     names = ep.graph_signature.user_inputs
-    assert names == ["p_a", "p_b", "batch_image", "batch_label", "extra_k_0"]
+    assert names == ("p_a", "p_b", "batch_image", "batch_label", "extra_k_0")
     expected, got = f(*args), ep.module()(*args)
     assert isinstance(got[0], Batch)
     assert_same_outputs(expected, got)
@@ -285,7 +285,7 @@ def test_binding_defaults_kwonly_varargs():
     kwargs = {"bias": torch.randn(3), "scale": 3.0}
     ep = graphcap.export(m, args, kwargs)
     # kwargs keep the order they were given in (as in torch.export); *rest values are named rest_<i>
-    assert ep.graph_signature.user_inputs == ["x", "y", "rest_0", "bias", 3.0]
+    assert ep.graph_signature.user_inputs == ("x", "y", "rest_0", "bias", 3.0)
     assert_same_outputs(m(*args, **kwargs), ep.module()(*args, **kwargs))
     assert_same_outputs(m(*args, **kwargs), ep.module()(*args, bias=kwargs["bias"], scale=3.0))
 
@@ -305,7 +305,7 @@ def test_bound_method_and_function():
     m = M()
     x = torch.randn(1, 2)
     ep = graphcap.export(m.double, (x,))
-    assert ep.graph_signature.parameters == ["lin.weight", "lin.bias"]
+    assert ep.graph_signature.parameters == ("lin.weight", "lin.bias")
     assert_same_outputs(m.double(x), ep.module()(x))
     ep = graphcap.export(torch.nn.functional.relu, (x,))
     assert_same_outputs(torch.relu(x), ep.module()(x))

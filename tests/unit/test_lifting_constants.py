@@ -150,7 +150,7 @@ def test_kwargs_keep_the_order_given():
 
     args, kwargs = (torch.rand(1, 3),), {"flag": False, "x2": torch.rand(1, 3)}
     ep = graphcap.export(M(), args, kwargs)
-    assert ep.graph_signature.user_inputs == ["x1", False, "x2"]
+    assert ep.graph_signature.user_inputs == ("x1", False, "x2")
     torch.testing.assert_close(ep.module()(args[0], x2=kwargs["x2"], flag=False), M()(*args, **kwargs))
 
 
@@ -226,7 +226,7 @@ def test_tuple_dynamic_spec_follows_forward_order_whatever_the_kwargs_order():
     ep = graphcap.export(Foo(), (torch.randn(4, 4), torch.randn(4, 4)),
                          {"kw2": torch.ones(4, 4), "kw1": torch.zeros(4, 4)},
                          dynamic_shapes=(None, {0: graphcap.Dim("d")}, {0: graphcap.Dim("d_kw1")}, None))
-    assert ep.graph_signature.user_inputs == ["a", "b", "kw2", "kw1"]
+    assert ep.graph_signature.user_inputs == ("a", "b", "kw2", "kw1")
     args, kwargs = (torch.randn(4, 4), torch.randn(7, 4)), {"kw2": torch.ones(4, 4), "kw1": torch.zeros(9, 4)}
     torch.testing.assert_close(ep.module()(*args, **kwargs), Foo()(*args, **kwargs))
     with pytest.raises(RuntimeError):

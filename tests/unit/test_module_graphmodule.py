@@ -96,7 +96,7 @@ def test_reexport_keeps_state_as_state():
     args, kwargs = _inputs()
     ep2 = graphcap.export(ep.module(), args, kwargs)
     sig = ep2.graph_signature
-    assert sig.parameters == ["lin.weight", "lin.bias"] and sig.buffers == ["steps"]
+    assert sig.parameters == ("lin.weight", "lin.bias") and sig.buffers == ("steps",)
     assert [s.arg.name for s in sig.input_specs if s.kind is graphcap.InputKind.USER_INPUT] == ["x", "scale"]
     torch.testing.assert_close(ep2.module()(*args, **kwargs), ep.module()(*args, **kwargs))
 

@@ -73,9 +73,9 @@ def test_every_view_of_torchs_signature_exists():
     assert not missing
     assert sig.inputs_to_lifted_custom_objs == {}
     assert sig.parameters_to_mutate == {}
-    assert sig.backward_signature is None and sig.input_tokens == [] and sig.output_tokens == []
+    assert sig.backward_signature is None and sig.input_tokens == () and sig.output_tokens == ()
     assert sig.buffers_to_mutate == {}  # training IR: count.add_ is in the graph, as in torch's
-    assert sig.non_persistent_buffers == ["scratch"]
+    assert sig.non_persistent_buffers == ("scratch",)
     assert _export().run_decompositions().graph_signature.buffers_to_mutate == {"add": "count"}
 
 

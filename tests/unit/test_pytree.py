@@ -65,7 +65,7 @@ def test_unknown_input_class_is_flattened():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ep = graphcap.export(f, (h,))
-    assert ep.graph_signature.user_inputs == ["h_t"]
+    assert ep.graph_signature.user_inputs == ("h_t",)
     h2 = InputHolder(torch.randn(2), 3)
     assert_same_outputs(f(h2), ep.module()(h2))
     with pytest.raises(graphcap.RuntimeInputError, match="structure"):

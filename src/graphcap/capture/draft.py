@@ -52,6 +52,7 @@ from . import draft_spec
 from .draft_conditions import Decision, record_decision
 from .draft_report import ASSUMPTION, DATA_DEPENDENT, MISSING_FAKE_KERNEL, DraftReport, Problem, SourceLine
 from .front_ends import run_front_end
+from .strict import DRAFT_DECISIONS
 
 # A spec refined this many times and still violated is reported as the export's error.
 _MAX_REFINEMENTS = 4
@@ -82,6 +83,12 @@ class _Session:
 
     def _decided(self, condition: Any) -> None:
         self.decisions.append(record_decision(condition))
+        self.decided_at.append(next(self._clock))
+
+    def _decided_by_dynamo(self, condition: Any, line: Optional[tuple[str, int, str, str]]) -> None:
+        """A question strict mode's front end (dynamo) answered with a real value, at the user's line
+        it was reading (its frames are not live Python frames: no local names to read)."""
+        self.decisions.append(Decision(condition, SourceLine(*line) if line is not None else None))
         self.decided_at.append(next(self._clock))
 
     def _custom_call(self, op: Any) -> None:
@@ -167,6 +174,7 @@ def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **optio
     for attempt in range(_MAX_REFINEMENTS + 1):
         session = _Session()
         token = fakify.MODE_BUILDER.set(session.build_mode)
+        dynamo_token = DRAFT_DECISIONS.set(session._decided_by_dynamo)
         try:
             return run_front_end(mod, args, kwargs, dynamic_shapes=spec, **options), session, problems, refined
         except ConstraintViolationError as e:
@@ -176,6 +184,7 @@ def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **optio
             refined = spec
             problems += draft_spec.violation_problems(e, spec, read_fixes)
         finally:
+            DRAFT_DECISIONS.reset(dynamo_token)
             fakify.MODE_BUILDER.reset(token)
     raise AssertionError("unreachable")  # the loop returns or raises
 

@@ -62,6 +62,10 @@ class SourceLine:
     function: str = ""
     code: str = ""
 
+    def as_frame(self) -> dict[str, Any]:
+        """The line as torch's draft report writes a stack frame."""
+        return {"filename": self.filename, "line": self.lineno, "name": self.function, "loc": self.code}
+
     def __str__(self) -> str:
         text = f'File "{self.filename}", line {self.lineno}'
         if self.function:
@@ -96,21 +100,39 @@ class Problem:
 
     @property
     def data(self) -> dict[str, Any]:
-        """The details under the keys torch's report uses (``op``, ``reason``, ``expr``), with graphcap's."""
-        out = dict(self.details)
-        if "operator" in out:
-            out.setdefault("op", out["operator"])
+        """The details under the keys torch's report uses, with graphcap's own.
+
+        ``op``: the operator overload as torch names it (``"mylib.foo.default"``, the key of
+        ``op_profiles``); ``expr`` and ``result``: the condition decided and its outcome;
+        ``occurrences``: how often the trace met it; ``user_stack``: the user's frame as torch's
+        frame dicts (``filename``, ``line``, ``name``, ``loc``; ``report.str_to_filename`` maps
+        the filename to itself, so torch's helpers that look it up work); ``stack``: the
+        framework frames (none: graphcap reports only the user's); ``new_dynamic_shapes``: the
+        refined spec of a constraint problem; ``reason``: what went wrong.
+        """
+        out = {k: v for k, v in self.details.items() if k != "refined_spec"}
+        if "overload" in out or "operator" in out:
+            out.setdefault("op", out.get("overload", out.get("operator")))
         if "condition" in out:
             out.setdefault("expr", out["condition"])
+            out.setdefault("result", "True")  # the condition recorded is the outcome the example took
+        if "refined_spec" in self.details:
+            out.setdefault("new_dynamic_shapes", self.details["refined_spec"])
+            out.setdefault("expr", self.message)  # the guard the spec did not allow, in words
+        out.setdefault("occurrences", self.occurrences)
+        out.setdefault("user_stack", [self.where.as_frame()] if self.where is not None else [])
+        out.setdefault("stack", [])
+        out.setdefault("frame_locals", None)
         out.setdefault("reason", self.message)
         return out
 
     xfail = False  # torch's report marks expected failures; graphcap reports none as expected
 
     def as_data(self) -> dict[str, Any]:
-        plain = dataclasses.replace(self, details={k: v for k, v in self.details.items() if k != "profiles"})
+        objects = ("profiles", "refined_spec")  # Python objects, given as text: the data stays JSON-ready
+        plain = dataclasses.replace(self, details={k: v for k, v in self.details.items() if k not in objects})
         out = dataclasses.asdict(plain)
-        if "profiles" in self.details:  # torch's OpProfile objects, as text (the data stays JSON-ready)
+        if "profiles" in self.details:  # torch's OpProfile objects
             out["details"]["profiles"] = sorted(str(p) for p in self.details["profiles"])
         out["where"] = dataclasses.asdict(self.where) if self.where is not None else None
         return out
@@ -161,6 +183,21 @@ class DraftReport:
 
     def successful(self) -> bool:
         return not self.problems
+
+    @property
+    def str_to_filename(self) -> dict[str, str]:
+        """torch's table from the ``filename`` of a ``user_stack`` frame to the file's path; graphcap's
+        frames hold the path itself, so the table maps each path to itself."""
+        return {f["filename"]: f["filename"] for p in self.problems for f in p.data["user_stack"]}
+
+    def apply_suggested_fixes(self) -> None:
+        """Refuses, as torch's report does: the fixes are edits of the user's source (a
+        ``torch._check`` at a line, a ``register_fake``) or a refined spec to pass to ``export``;
+        the error lists each with its line."""
+        fixes = "\n\n".join(f"{i}. {p.where or 'anywhere'}:\n{p.fix}" for i, p in enumerate(self.problems, 1))
+        raise NotImplementedError(
+            "draft_export does not edit your code; apply each fix by hand, then export with "
+            "graphcap.export()" + (f":\n\n{fixes}" if fixes else " (there is nothing to fix)."))
 
     @property
     def op_profiles(self) -> dict[str, set[Any]]:

@@ -88,5 +88,5 @@ def violation_problems(error: BaseException, refined: Any, read_fixes: bool) -> 
         where = (SourceLine(m.group("file"), int(m.group("line")), m.group("fn"), (m.group("code") or "").strip())
                  if m else None)
         problems.append(Problem(CONSTRAINT_VIOLATION, item, where, f"{how}\n{code}",
-                                details={"refined_dynamic_shapes": code}))
+                                details={"refined_dynamic_shapes": code, "refined_spec": refined}))
     return problems

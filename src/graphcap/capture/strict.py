@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, Optional
 
 import torch
@@ -38,7 +39,7 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
-from ..torch_private import pytree
+from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
 from ..trace import recorder
@@ -109,6 +110,24 @@ def copies_broadcast_by_copy() -> Iterator[None]:
         yield
 
 
+# Set by draft_export while it captures: called with (condition, user's line or None) for every
+# data-dependent question dynamo answers with the example's real values. dynamo then runs with real
+# tensors propagated and writes the assert of each answer into its graph, which the replay records.
+DRAFT_DECISIONS: ContextVar[Optional[Callable[[Any, Optional[tuple[str, int, str, str]]], None]]] = \
+    ContextVar("graphcap_strict_draft_decisions", default=None)
+
+
+@contextlib.contextmanager
+def _real_values_in_dynamo(decided: Optional[Callable[[Any, Optional[tuple[str, int, str, str]]], None]]) \
+        -> Iterator[None]:
+    if decided is None:
+        yield
+        return
+    with real_values.real_tensor_propagation(), \
+            real_values.real_value_decisions_logged(lambda c: decided(c, dynamo_private.traced_user_line())):
+        yield
+
+
 def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user: list,
            preserved: dict[str, torch.nn.Module]) -> "DynamoGraphReplay":
     """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic), the
@@ -120,12 +139,15 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
     entry = _entry_for(target.call)
 
+    decided = DRAFT_DECISIONS.get()
+
     def capture(sizes_0_1_symbolic: bool) -> tuple:
         with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
                 shapes_private.backed_size_oblivious(sizes_0_1_symbolic), \
-                copies_broadcast_by_copy(), \
+                copies_broadcast_by_copy(), _real_values_in_dynamo(decided), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
-            gm, side_effects = dynamo_private.capture_torch_level_graph(entry, args, kwargs)
+            gm, side_effects = dynamo_private.capture_torch_level_graph(entry, args, kwargs,
+                                                                        runtime_asserts=decided is not None)
         return gm, side_effects, marker
 
     # dynamo reads sizes as non-strict's trace does (size questions answered for the general size):

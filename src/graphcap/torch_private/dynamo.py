@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 from torch._dynamo.exc import UserError, UserErrorType
@@ -31,6 +31,8 @@ RELIES_ON = {
     "torch._C._dynamo.eval_frame.set_code_exec_strategy": (),
     "torch._dynamo.types.FrameExecStrategy": None,
     "torch._dynamo.types.FrameAction": None,
+    # the user's frames dynamo is reading (traced_user_line)
+    "torch._guards.TracingContext.extract_stack": (),
 }
 
 # Key of the disabled method's name, and the prefix of all of dynamo's keys, in ``node.meta["custom"]``.
@@ -230,7 +232,19 @@ def dims_marked_dynamic(marks: list) -> Iterator[None]:
                     delattr(t, a)
 
 
-def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch.fx.GraphModule, list[str]]:
+def traced_user_line() -> Optional[tuple[str, int, str, str]]:
+    """The user's line dynamo is reading now (file, line number, function, code), or None outside
+    its capture. Relies on ``torch._guards.TracingContext.extract_stack()``."""
+    from torch._guards import TracingContext
+    stack = TracingContext.extract_stack()
+    if not stack:
+        return None
+    frame = stack[-1]
+    return frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip()
+
+
+def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict, *, runtime_asserts: bool = False) \
+        -> tuple[torch.fx.GraphModule, list[str]]:
     """dynamo's full-graph capture of ``fn(*args, **kwargs)``: one torch-level fx graph, or dynamo's error;
     with dynamo's names of the outside objects the call changed (side effects, not replayed).
 
@@ -240,12 +254,16 @@ def capture_torch_level_graph(fn: Any, args: tuple, kwargs: dict) -> tuple[torch
     ``get_attr`` on attributes holding the same tensor objects; a graph break
     raises dynamo's ``Unsupported`` (a ``TorchDynamoException``). Side effects
     are reported by a warning listing their sources (``side_effect_replay_policy="warn"``).
+    ``runtime_asserts``: dynamo writes the asserts of what its ShapeEnv assumed into the graph
+    (draft_export: the questions it answered with the example's real values), else graphcap
+    derives every assert itself.
     """
     import warnings
 
     import torch._dynamo
     side_effects: list[str] = []
-    with torch._dynamo.config.patch(_export_dynamo_config()), dynamo_state_kept(), _scalar_alpha_kept_whole(), \
+    config = dict(_export_dynamo_config(), do_not_emit_runtime_asserts=not runtime_asserts)
+    with torch._dynamo.config.patch(config), dynamo_state_kept(), _scalar_alpha_kept_whole(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = torch._dynamo.export(

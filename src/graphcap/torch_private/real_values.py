@@ -12,7 +12,10 @@ public name; graphcap reaches them here only.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable, Iterator, Optional
+
+from .thread_scoped import ThreadScopedPatch
 
 RELIES_ON = {
     "torch._functorch.config.patch": (),
@@ -38,6 +41,10 @@ RELIES_ON = {
     # torch._library.fake_profile.unsafe_generate_fake_kernels turns into fake kernels
     "torch._library.fake_profile.OpProfile": None,
     "torch._library.fake_profile.TensorMetadata.maybe_from_tensor": ("t",),
+    # called with (question, answer) whenever any ShapeEnv (dynamo's included) answers a question
+    # with a real value; wrapped per thread by real_value_decisions_logged
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._log_real_tensor_propagation":
+        ("self", "orig_expr", "unsound_result"),
 }
 
 
@@ -52,7 +59,8 @@ SAMPLES = {"torch._subclasses.fake_tensor.FakeTensor": _sample_fake_tensor}
 # The message prefix torch gives the runtime assert of a guard decided with a real value.
 REAL_VALUE_ASSERT_PREFIX = "propagate_real_tensors"
 
-__all__ = ["real_tensor_propagation", "infer_kernels_from_real_mismatches", "cross_check_custom_operators_only",
+__all__ = ["real_tensor_propagation", "real_value_decisions_logged", "infer_kernels_from_real_mismatches",
+           "cross_check_custom_operators_only",
            "op_profile",
            "watch_real_value_decisions", "keep_real_truth_values_boolean", "has_fake_kernel", "is_builtin_operator",
            "real_tensor_of", "carry_real_tensor", "REAL_VALUE_ASSERT_PREFIX"]
@@ -68,6 +76,53 @@ def real_tensor_propagation() -> Iterator[None]:
     import torch._functorch.config as config
     with config.patch(fake_tensor_propagate_real_tensors=True):
         yield
+
+
+_DECISION_WATCHERS = threading.local()  # .stack: the callbacks of this thread's open watches
+
+
+def _install_decision_log() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    inner = ShapeEnv._log_real_tensor_propagation
+
+    def log_real_tensor_propagation(self: Any, orig_expr: Any, unsound_result: Any) -> Any:
+        watchers = getattr(_DECISION_WATCHERS, "stack", None)
+        if _DECISION_LOG.in_scope() and watchers:
+            import sympy
+            watchers[-1](orig_expr if bool(unsound_result) else sympy.Not(orig_expr))
+        return inner(self, orig_expr, unsound_result)
+
+    ShapeEnv._log_real_tensor_propagation = log_real_tensor_propagation  # type: ignore[method-assign]
+    return inner
+
+
+def _restore_decision_log(saved: Any) -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    ShapeEnv._log_real_tensor_propagation = saved  # type: ignore[method-assign]
+
+
+_DECISION_LOG = ThreadScopedPatch(_install_decision_log, _restore_decision_log)
+
+
+@contextlib.contextmanager
+def real_value_decisions_logged(on_decision: Callable[[Any], None]) -> Iterator[None]:
+    """Call ``on_decision(condition)`` for every question a ShapeEnv answers with a real value inside
+    the block, whichever ShapeEnv it is: one graphcap cannot reach (dynamo's, made inside its
+    capture) included. The condition is the sympy boolean that held on the example.
+
+    Relies on every such answer passing through ``ShapeEnv._log_real_tensor_propagation(orig_expr,
+    unsound_result)`` (torch's record of it), which is wrapped for the calling thread only while
+    the block runs (:class:`ThreadScopedPatch`), whatever the logging configuration.
+    """
+    stack = getattr(_DECISION_WATCHERS, "stack", None)
+    if stack is None:
+        stack = _DECISION_WATCHERS.stack = []
+    stack.append(on_decision)
+    try:
+        with _DECISION_LOG.active():
+            yield
+    finally:
+        stack.pop()
 
 
 @contextlib.contextmanager
