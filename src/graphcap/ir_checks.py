@@ -79,8 +79,9 @@ def rule_inputs_match_signature(ep) -> Iterator[Violation]:
     phs = _placeholders(ep)
     specs = ep.graph_signature.input_specs
     if len(phs) != len(specs):
-        yield ("<graph>", f"Number of graph inputs ({len(phs)}) does not match number of inputs in the graph "
-                          f"signature ({len(specs)}): {len(phs)} placeholders but {len(specs)} input specs")
+        # "Number of graph inputs": torch's key phrase for this, which code written against it matches
+        yield ("<graph>", f"Number of graph inputs ({len(phs)}) differs from the input specs ({len(specs)}): "
+                          f"{len(phs)} placeholders but {len(specs)} input specs")
     for node, spec in zip(phs, specs):
         name = spec.arg.name
         if name != node.name:

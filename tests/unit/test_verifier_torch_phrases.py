@@ -76,7 +76,7 @@ def _state_get_attr(ep):
 
 
 _EDITS = [
-    (_extra_placeholder, r"Number of graph inputs \(\d+\) does not match number of inputs in the graph signature"),
+    (_extra_placeholder, r"Number of graph inputs \(\d+\)"),
     (_drop_val, r"is missing val field"),
     (_lose_constant, r"nowhere'? is not in the constants dictionary"),
     (_non_persistent_into_state, r"Non-persistent buffer '?scratch'? is in the state dict, it should not be"),
