@@ -173,6 +173,9 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         self.export_assumptions: Optional[list[Any]] = None
         # symbol text -> the spec's Dim name (graphcap.dynamic.symbol_names.dim_names reads it)
         self.export_dim_names: dict[str, str] = {}
+        # operator namespace -> operator-set version, as the file this program was loaded from recorded
+        # them (empty otherwise); save writes the user's namespaces again (serialize/opsets.py)
+        self.opset_version: dict[str, int] = {}
         set_torch_only_fields(self)
         if verify:
             self.validate()
@@ -314,6 +317,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
             verifiers=verifiers if verifiers is not None else self._verifiers)
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         new_ep.export_dim_names = dict(self.export_dim_names)
+        new_ep.opset_version = dict(self.opset_version)
         return new_ep
 
     def _new_program(self, *args: Any, **kwargs: Any) -> "ExportedProgram":
@@ -385,6 +389,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         new_ep._verifiers = _as_torch_verifiers([InferenceVerifier])
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         new_ep.export_dim_names = dict(self.export_dim_names)
+        new_ep.opset_version = dict(self.opset_version)
         return new_ep
 
     def validate(self) -> None:

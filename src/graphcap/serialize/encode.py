@@ -11,7 +11,7 @@ naming the node or value, at save time rather than at load time.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import sympy
 import torch
@@ -342,11 +342,13 @@ def _bound(b: Any) -> Any:
     return float(b)
 
 
-def encode_program(ep: Any, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
+def encode_program(ep: Any, *, with_weights: bool = True,
+                   opset_version: Optional[dict[str, int]] = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The program.json dict and the tensor entries (name → safetensors bytes).
 
     ``with_weights=False`` describes the weights without their data (and
     constants without data too): see ``tensors.pack_structure``.
+    ``opset_version``: the operator-set versions the file records (``opsets.versions_to_write``).
     """
     from .tensors import checksums, pack, pack_structure
     w = _Writer(ep)
@@ -372,6 +374,7 @@ def encode_program(ep: Any, *, with_weights: bool = True) -> tuple[dict[str, Any
         "state": {"weights": weights, "constants": constants,
                   "checksums": {"weights": checksums(weights_bytes), "constants": checksums(constants_bytes)}},
         "operators": dict(sorted(w.operators.items())),
+        "opset_version": dict(sorted((opset_version or {}).items())),
     }
     ir = ep.graph_module.meta.get("graphcap_ir")
     if ir:  # the IR level the program claims, so the loaded one is verified by the same rules
