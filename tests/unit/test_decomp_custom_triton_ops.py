@@ -8,6 +8,7 @@ case compares graphcap's program with torch.export's on the same model.
 """
 from __future__ import annotations
 
+import io
 from collections import Counter
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 from torch.library import triton_op
 
 import graphcap
+from graphcap.errors import SerializationError
 from graphcap.torch_private.functional import is_triton_op
 
 
@@ -158,3 +160,80 @@ def test_multi_method_program_passes_the_flag():
     assert all(not any(str(op).startswith("gc_triton_test.") for op in _ops(ep)) for ep in split.values())
     assert _ops(kept["forward"])["gc_triton_test.scale_add.default"] == 1
     assert _ops(kept["other"])["gc_triton_test.gated.default"] == 1
+
+
+# -- an implementation that launches a real triton kernel (triton installed; no GPU needed to trace) --
+
+def _triton_kernel_op():
+    """A triton_op whose implementation launches a triton kernel through wrap_triton; defined once."""
+    triton = pytest.importorskip("triton")
+    if hasattr(_triton_kernel_op, "op"):
+        return _triton_kernel_op.op
+    from torch.library import wrap_triton
+    from triton import language as tl
+
+    @triton.jit
+    def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: "tl.constexpr"):
+        offsets = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(a_ptr + offsets, mask=mask) + tl.load(b_ptr + offsets, mask=mask),
+                 mask=mask)
+
+    @triton_op("gc_triton_test::kernel_add", mutates_args={})
+    def kernel_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(a)
+        wrap_triton(add_kernel)[(triton.cdiv(a.numel(), 16),)](a, b, out, a.numel(), 16)
+        return out
+
+    _triton_kernel_op.op = kernel_add
+    return kernel_add
+
+
+def _kernel_model():
+    kernel_add = _triton_kernel_op()
+
+    class UsesKernel(torch.nn.Module):
+        def forward(self, x, y):
+            return kernel_add(x, y).relu()
+    return UsesKernel()
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_real_kernel_kept_or_split_as_torch_does(flag):
+    """Tracing only (fake tensors): the kernel never launches, so no GPU is needed. Running the program
+    needs one: test_real_kernel_runs_on_cuda."""
+    model, args = _kernel_model(), _args()
+    theirs = torch.export.export(model, args).run_decompositions(decompose_custom_triton_ops=flag)
+    ours = graphcap.export(model, args).run_decompositions(decompose_custom_triton_ops=flag)
+    assert _ops(ours) == _ops(theirs)
+    assert ("gc_triton_test.kernel_add.default" in _ops(ours)) is (not flag)
+    assert ("triton_kernel_wrapper_functional" in _ops(ours)) is flag
+
+
+def test_a_split_kernel_call_is_not_saved():
+    """The split call names its kernel by an index into this process's kernel table: a file cannot
+    say which kernel runs (torch.export.save refuses it too). The kept operator saves."""
+    model, args = _kernel_model(), _args()
+    ep = graphcap.export(model, args)
+    with pytest.raises(SerializationError) as info:
+        graphcap.save(ep.run_decompositions(decompose_custom_triton_ops=True), io.BytesIO())
+    assert "triton kernel" in info.value.what and "node triton_kernel_wrapper_functional" in info.value.where
+    assert "decompose_custom_triton_ops=False" in info.value.fix
+    buf = io.BytesIO()
+    graphcap.save(ep.run_decompositions(), buf)  # the fix works
+    buf.seek(0)
+    assert "gc_triton_test.kernel_add.default" in _ops(graphcap.load(buf))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="launching a triton kernel needs a CUDA GPU")
+def test_real_kernel_runs_on_cuda():
+    """Kept and split, graphcap's program gives eager's numbers on the GPU, as torch.export's does."""
+    model = _kernel_model()
+    x, y = (t.cuda() for t in _args(40))
+    expected = model(x, y)
+    for flag in (False, True):
+        ours = graphcap.export(model, (x, y)).run_decompositions(decompose_custom_triton_ops=flag)
+        theirs = torch.export.export(model, (x, y)).run_decompositions(decompose_custom_triton_ops=flag)
+        torch.testing.assert_close(ours.module()(x, y), expected)
+        torch.testing.assert_close(theirs.module()(x, y), expected)

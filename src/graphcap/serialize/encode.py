@@ -208,6 +208,7 @@ class _Writer:
         for node in gm.graph.nodes:
             entry: dict[str, Any] = {"name": node.name, "op": node.op}
             if node.op == "call_function":
+                _refuse_triton_kernel_call(node, path)
                 entry["target"] = self.target(node)
             elif node.op == "get_attr":
                 sub = getattr(gm, node.target, None) if isinstance(node.target, str) else None
@@ -321,6 +322,25 @@ def _refuse_subclass_construction(node: torch.fx.Node, path: str) -> None:
         fix="Save the inference IR, where subclasses are flattened into their inner tensors: "
             "`graphcap.save(ep.run_decompositions(), path)`; or build the subclass outside "
             "forward (as a weight or a constant) so that it is stored as one.")
+
+
+_TRITON_KERNEL_CALLS = ("triton_kernel_wrapper_functional", "triton_kernel_wrapper_mutation")
+
+
+def _refuse_triton_kernel_call(node: torch.fx.Node, path: str) -> None:
+    """Refuse a call of a triton kernel: it names the kernel by its index in this process's kernel
+    table (``kernel_idx``), which another process fills differently or not at all, so a loaded
+    program would call no kernel or another one."""
+    if not (isinstance(node.target, HigherOrderOperator) and node.target.name() in _TRITON_KERNEL_CALLS):
+        return
+    raise SerializationError(
+        f"Node {node.name} calls a triton kernel ({node.target.name()}); the call names the kernel by "
+        f"its index in this process's table of triton kernels, which a process loading the file does "
+        f"not share, so the file cannot say which kernel runs.",
+        where=f"{path}node {node.name}",
+        fix="Keep the kernel behind its operator: define it with torch.library.triton_op and save the "
+            "program before splitting it, or `graphcap.save(ep.run_decompositions(), path)` "
+            "(decompose_custom_triton_ops=False, the default); split it where it is compiled.")
 
 
 def _type_str(x: Any) -> str:
