@@ -178,6 +178,11 @@ def test_malformed_versions_are_refused(ep, bad):
     assert "expected_opset_version" in info.value.where and info.value.fix
 
 
+def test_highest_pickle_protocol_is_this_pythons():
+    from graphcap.serialize.opsets import HIGHEST_PICKLE_PROTOCOL
+    assert HIGHEST_PICKLE_PROTOCOL == pickle.HIGHEST_PROTOCOL
+
+
 def _torch_accepts_protocol(torch_ep, protocol) -> bool:
     try:
         torch.export.save(torch_ep, io.BytesIO(), pickle_protocol=protocol)

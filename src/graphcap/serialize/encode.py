@@ -331,10 +331,11 @@ def _refuse_triton_kernel_call(node: torch.fx.Node, path: str) -> None:
     """Refuse a call of a triton kernel: it names the kernel by its index in this process's kernel
     table (``kernel_idx``), which another process fills differently or not at all, so a loaded
     program would call no kernel or another one."""
-    if not (isinstance(node.target, HigherOrderOperator) and node.target.name() in _TRITON_KERNEL_CALLS):
+    hop = node.target.name() if isinstance(node.target, HigherOrderOperator) else None  # type: ignore[no-untyped-call]
+    if hop not in _TRITON_KERNEL_CALLS:
         return
     raise SerializationError(
-        f"Node {node.name} calls a triton kernel ({node.target.name()}); the call names the kernel by "
+        f"Node {node.name} calls a triton kernel ({hop}); the call names the kernel by "
         f"its index in this process's table of triton kernels, which a process loading the file does "
         f"not share, so the file cannot say which kernel runs.",
         where=f"{path}node {node.name}",

@@ -30,7 +30,6 @@ pickler would refuse is refused here too.
 """
 from __future__ import annotations
 
-import pickle
 import re
 from typing import Any, Mapping, Optional
 
@@ -38,6 +37,9 @@ from ..errors import SerializationError
 from ..torch_private.ops import max_operator_version
 
 _NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# pickle.HIGHEST_PROTOCOL of every Python graphcap supports (src/graphcap never imports pickle;
+# tests/unit/test_serialize_opset_versions.py checks the number against the running Python's)
+HIGHEST_PICKLE_PROTOCOL = 5
 
 
 def checked_versions(given: Any, *, argument: str, call: str) -> dict[str, int]:
@@ -99,9 +101,9 @@ def check_pickle_protocol(protocol: Any, *, call: str) -> None:
             f"pickle_protocol is a {type(protocol).__name__}; torch's pickler takes an int.",
             where=f"{call}(pickle_protocol=...)",
             fix="Leave pickle_protocol out: graphcap's file holds no pickle, so it has no effect.")
-    if protocol > pickle.HIGHEST_PROTOCOL:
+    if protocol > HIGHEST_PICKLE_PROTOCOL:
         raise SerializationError(
-            f"pickle_protocol={protocol} is higher than this Python's pickle supports "
-            f"({pickle.HIGHEST_PROTOCOL}); torch.export.save refuses it too.",
+            f"pickle_protocol={protocol} is higher than Python's pickle supports "
+            f"({HIGHEST_PICKLE_PROTOCOL}); torch.export.save refuses it too.",
             where=f"{call}(pickle_protocol=...)",
             fix="Leave pickle_protocol out: graphcap's file holds no pickle, so it has no effect.")
