@@ -198,9 +198,9 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
             records beside ``aten`` (always this process's ATen operator version, unless
             given here); a program loaded from a file keeps that file's namespaces.
             ``load(f, expected_opset_version=...)`` compares with them (docs/files.md).
-        pickle_protocol: accepted as ``torch.export.save`` takes it, with no effect:
-            the file holds no pickle. A value torch's pickler refuses (not an int, or
-            above ``pickle.HIGHEST_PROTOCOL``) is refused.
+        pickle_protocol: accepted as ``torch.export.save`` takes it, with no effect,
+            since the file holds no pickled data; a value torch's pickler refuses (not
+            an int, or above Python's highest protocol, 5) is refused.
         weights: ``False`` writes the structure alone (graph, signature, and the
             dtype, shape, strides and requires_grad of every weight), also for a
             program exported on the meta device; the weights are attached when

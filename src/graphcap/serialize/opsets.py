@@ -37,8 +37,8 @@ from ..errors import SerializationError
 from ..torch_private.ops import max_operator_version
 
 _NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# pickle.HIGHEST_PROTOCOL of every Python graphcap supports (src/graphcap never imports pickle;
-# tests/unit/test_serialize_opset_versions.py checks the number against the running Python's)
+# the highest pickle protocol of every Python graphcap supports (src/graphcap never imports the
+# pickle module; tests/unit/test_serialize_opset_versions.py checks the number against Python's)
 HIGHEST_PICKLE_PROTOCOL = 5
 
 
