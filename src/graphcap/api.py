@@ -259,8 +259,9 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None,
         extra_files: optional dict whose keys name extra files to read; it is
             filled in place with their contents (str when the bytes are UTF-8).
         expected_opset_version: optional operator namespace -> the operator-set
-            version the caller's code was written for. A file recording a newer
-            version of one of these namespaces is refused; an older or equal one,
+            version the caller's code was written for (``aten``, unless named, is
+            this process's ATen version). A file recording a newer version of one
+            of these namespaces is refused; an older or equal one,
             a namespace the file does not record, and files written before format 5
             (which record none) load (docs/files.md, "Operator-set versions").
         mmap: leave the weights in the file (memory-mapped) until used; needs a path.

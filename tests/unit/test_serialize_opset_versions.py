@@ -134,6 +134,24 @@ def test_a_file_newer_than_expected_is_refused_with_the_fix(ep, namespace):
     graphcap.load(io.BytesIO(data), expected_opset_version={namespace: found})
 
 
+def test_a_file_from_a_newer_aten_than_this_torchs_is_refused_by_default(ep, args):
+    """Without expected_opset_version, aten is compared with this process's version (torch.export's loader
+    fills its expectation the same way): a file claiming newer ATen operators than this torch has is
+    refused, naming the versions; saying the program is fine with that version loads it."""
+    newer = _recorded(_saved(ep))["aten"] + 1
+    data = _saved(ep, opset_version={"aten": newer})
+    with pytest.raises(SerializationError) as info:
+        graphcap.load(io.BytesIO(data))
+    e = info.value
+    assert f"version {newer} of ATen" in e.what and f"version {newer - 1}" in e.what
+    assert e.where.endswith("opset_version['aten']") and f"expected_opset_version={{'aten': {newer}}}" in e.fix
+    for expected in ({"aten": newer}, {"aten": newer, "mylib": 0}):
+        loaded = graphcap.load(io.BytesIO(data), expected_opset_version=expected)
+        torch.testing.assert_close(loaded.module()(*args), ep.module()(*args))
+    with pytest.raises(SerializationError, match="ATen"):  # naming another namespace keeps aten's default
+        graphcap.load(io.BytesIO(data), expected_opset_version={"mylib": 0})
+
+
 def test_refused_before_anything_is_decoded(ep):
     """A file from a newer operator set may name operators this process lacks: the version check
     comes first, so the caller reads why rather than which operator is missing."""
@@ -148,8 +166,10 @@ def test_refused_before_anything_is_decoded(ep):
     write_archive(out, entries)
     with pytest.raises(SerializationError, match="operator set"):
         graphcap.load(io.BytesIO(out.getvalue()), expected_opset_version={"aten": 10})
-    with pytest.raises(SerializationError, match="not_yet_invented"):  # without the argument: the operator
+    with pytest.raises(SerializationError, match="operator set"):  # this torch's version, by default
         graphcap.load(io.BytesIO(out.getvalue()))
+    with pytest.raises(SerializationError, match="not_yet_invented"):  # told to accept it: the operator
+        graphcap.load(io.BytesIO(out.getvalue()), expected_opset_version={"aten": 99})
 
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("format_v[1-4].pt2")), ids=lambda p: p.name)

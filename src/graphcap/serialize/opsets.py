@@ -10,9 +10,10 @@ the process that saves, whose operators the loaded graph now calls (every
 operator's schema was checked against this process's as it loaded).
 
 ``load(f, expected_opset_version={...})`` states what the caller's code was
-written for. A file whose recorded version of a namespace is newer than the
-expected one is refused: its operators may mean something the caller's code
-does not know. An older or equal version loads, as torch.export's design
+written for; ``aten``, unless named, is this process's ATen version, as
+torch.export's loader fills it. A file whose recorded version of a namespace
+is newer than the expected one is refused: its operators may mean something
+the caller's code (or this torch) does not know. An older or equal version loads, as torch.export's design
 brings older operator sets forward: the ATen version has been 10 on every
 torch graphcap supports (2.10 to 2.15), so no graphcap file needs an operator
 rewritten, and every load refuses an operator whose schema differs from this
@@ -76,20 +77,39 @@ def versions_to_write(ep: Any, given: Optional[Mapping[str, Any]], *, call: str)
     return dict(sorted(versions.items()))
 
 
-def check_expected(recorded: Optional[Mapping[str, int]], expected: Mapping[str, int], *, entry: str) -> None:
-    """Refuse a file recording a namespace's version newer than the caller expects (module docstring)."""
+def expected_versions(given: Any) -> dict[str, int]:
+    """What a load compares the file with: the caller's ``expected_opset_version``, and ``aten`` as this
+    process's ATen version where the caller does not name it (torch.export's loader fills it the same way)."""
+    expected = checked_versions(given, argument="expected_opset_version", call="graphcap.load")
+    expected.setdefault("aten", max_operator_version())
+    return expected
+
+
+def check_expected(recorded: Optional[Mapping[str, int]], expected: Mapping[str, int], *, entry: str,
+                   given: Optional[Mapping[str, Any]] = None) -> None:
+    """Refuse a file recording a namespace's version newer than expected (module docstring). ``given``: what
+    the caller passed, to tell its expectations from this process's own ATen version."""
     if not recorded:
         return
     for namespace, wanted in expected.items():
         found = recorded.get(namespace)
-        if found is not None and found > wanted:
+        if found is None or found <= wanted:
+            continue
+        if namespace == "aten" and "aten" not in (given or {}):
             raise SerializationError(
-                f"The file's program was written against version {found} of the {namespace!r} operator set; "
-                f"the caller expects version {wanted} (expected_opset_version), and a newer operator set may "
-                f"give its operators meanings the caller's code was not written for.",
-                where=f"{entry}: opset_version[{namespace!r}]",
-                fix=f"Load it with expected_opset_version={{{namespace!r}: {found}}} if your code supports that "
-                    f"version, or save the program again from a process with {namespace!r} version {wanted}.")
+                f"The file's program was written against version {found} of ATen's operator set; this "
+                f"process's torch has version {wanted}, whose operators may not mean what the file's did.",
+                where=f"{entry}: opset_version['aten']",
+                fix=f"Load it with a torch whose ATen operator version is {found} or newer (the one that saved "
+                    f"it), or, if the program's operators are known to mean the same here, pass "
+                    f"expected_opset_version={{'aten': {found}}}.")
+        raise SerializationError(
+            f"The file's program was written against version {found} of the {namespace!r} operator set; "
+            f"the caller expects version {wanted} (expected_opset_version), and a newer operator set may "
+            f"give its operators meanings the caller's code was not written for.",
+            where=f"{entry}: opset_version[{namespace!r}]",
+            fix=f"Load it with expected_opset_version={{{namespace!r}: {found}}} if your code supports that "
+                f"version, or save the program again from a process with {namespace!r} version {wanted}.")
 
 
 def check_pickle_protocol(protocol: Any, *, call: str) -> None:

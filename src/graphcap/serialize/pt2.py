@@ -141,7 +141,8 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
 
 
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool,
-          checkpoint: Optional[checkpoints.Checkpoint], expected_opsets: dict[str, int]) -> ExportedProgram:
+          checkpoint: Optional[checkpoints.Checkpoint], expected_opsets: dict[str, int],
+          given_opsets: Optional[dict[str, int]]) -> ExportedProgram:
     text = reader.read(schema.PROGRAM_ENTRY)
     if len(text) > schema.MAX_JSON_BYTES:
         raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
@@ -155,7 +156,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         raise corrupt("program.json does not match the archive's format version.")
     recorded = program.get("opset_version")  # checked before anything is decoded; its form by the schema, below
     opsets.check_expected(recorded if isinstance(recorded, dict) else None, expected_opsets,
-                          entry=schema.PROGRAM_ENTRY)
+                          entry=schema.PROGRAM_ENTRY, given=given_opsets)
     parts = decode_program(program, reader.version)
     placement.place_graph(parts["graph_module"])
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
@@ -213,8 +214,7 @@ def _assumptions(items: list[dict[str, Any]]) -> list[Any]:
 def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
          weights: checkpoints.WeightsArg = True, import_modules: Sequence[str] = (),
          stand_ins: bool = False, expected_opset_version: Optional[dict[str, int]] = None) -> ExportedProgram:
-    expected = opsets.checked_versions(expected_opset_version, argument="expected_opset_version",
-                                       call="graphcap.load")
+    expected = opsets.expected_versions(expected_opset_version)
     if isinstance(import_modules, str):
         import_modules = (import_modules,)
     class_lookup.import_named_modules(import_modules)
@@ -222,7 +222,8 @@ def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: b
     reader = ArchiveReader(f)
     try:
         with disable_current_modes(), class_lookup.options(import_modules, stand_ins):
-            return _load(reader, extra_files, mmap, weights is not False, checkpoint, expected)
+            return _load(reader, extra_files, mmap, weights is not False, checkpoint, expected,
+                         expected_opset_version)
     except GraphcapError:
         raise
     except RecursionError:
