@@ -182,6 +182,7 @@ def export_methods(model: Any, inputs: Any, dynamic_shapes: Any = None, strict: 
 
 @young_objects_only  # cost linear in the program's size (young_heap.py)
 def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] = None,
+         opset_version: Optional[dict[str, int]] = None, pickle_protocol: int = 2,
          weights: bool = True) -> None:
     """Write ``ep`` to ``f`` in graphcap's pickle-free .pt2 format.
 
@@ -195,6 +196,13 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
             ``from_torch`` first (``load`` then gives the graphcap program).
         f: a path (str or ``os.PathLike``) or a binary file object open for writing.
         extra_files: optional name -> str/bytes stored beside the program.
+        opset_version: optional operator namespace -> operator-set version the file
+            records beside ``aten`` (always this process's ATen operator version, unless
+            given here); a program loaded from a file keeps that file's namespaces.
+            ``load(f, expected_opset_version=...)`` compares with them (docs/files.md).
+        pickle_protocol: accepted as ``torch.export.save`` takes it, with no effect,
+            since the file holds no pickled data; a value torch's pickler refuses (not
+            an int, or above Python's highest protocol, 5) is refused.
         weights: ``False`` writes the structure alone (graph, signature, and the
             dtype, shape, strides and requires_grad of every weight), also for a
             program exported on the meta device; the weights are attached when
@@ -206,7 +214,9 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
     Raises:
         SerializationError: ``ep`` holds something the format cannot write (a
             callable that is no operator, an unsupported dtype, meta weights
-            without ``weights=False``), or ``f`` is not a path or binary file.
+            without ``weights=False``), or ``f`` is not a path or binary file;
+            ``opset_version`` is not a mapping of namespace names to ints >= 0, or
+            ``pickle_protocol`` is one torch would refuse.
 
     Example:
         >>> graphcap.save(ep, "model.pt2", extra_files={"notes.txt": "v1"})
@@ -219,17 +229,21 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
             raise SerializationError(f"graphcap.save's weights= is True or False, got {type(weights).__name__}.",
                                      where="graphcap.save(progs, f, weights=...)",
                                      fix="weights=False writes the structure alone; weights are attached at load.")
-        _save_methods(ep, f, extra_files=extra_files, weights=weights)
+        from .serialize.opsets import check_pickle_protocol
+        check_pickle_protocol(pickle_protocol, call="graphcap.save")
+        _save_methods(ep, f, extra_files=extra_files, weights=weights, opset_version=opset_version)
         return
     from .interop import from_torch, is_torch_program
     from .serialize import save as _save
     if is_torch_program(ep):
         ep = from_torch(ep)  # a torch.export program is saved as the graphcap program it converts to
-    _save(ep, f, extra_files=extra_files, weights=weights)
+    _save(ep, f, extra_files=extra_files, weights=weights, opset_version=opset_version,
+          pickle_protocol=pickle_protocol)
 
 
 @young_objects_only
-def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
+def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None,
+         expected_opset_version: Optional[dict[str, int]] = None, mmap: bool = False,
          weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False,
          map_location: Any = None) -> ExportedProgram:
     """Read a program saved by :func:`save`; never unpickles, and imports only what the user chose.
@@ -246,6 +260,12 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         f: a path or a binary file object open for reading.
         extra_files: optional dict whose keys name extra files to read; it is
             filled in place with their contents (str when the bytes are UTF-8).
+        expected_opset_version: optional operator namespace -> the operator-set
+            version the caller's code was written for (``aten``, unless named, is
+            this process's ATen version). A file recording a newer version of one
+            of these namespaces is refused; an older or equal one,
+            a namespace the file does not record, and files written before format 5
+            (which record none) load (docs/files.md, "Operator-set versions").
         mmap: leave the weights in the file (memory-mapped) until used; needs a path.
         weights: where the weights come from. ``True`` (default): the file
             itself. ``False``: nowhere, the structure only (printable, not
@@ -277,7 +297,8 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
         SerializationError: the file is damaged, crafted, of a newer format
             version, or names an operator or class this process does not have;
             a checkpoint tensor is missing, extra, or of the wrong shape or
-            dtype. The message names the entry, JSON path or tensor at fault and
+            dtype; the file records a newer operator-set version than
+            ``expected_opset_version``. The message names the entry, JSON path or tensor at fault and
             the fix.
 
     Example:
@@ -289,7 +310,8 @@ def load(f: Any, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = F
     from .serialize import placement
     with placement.mapping(map_location):
         return _read_program(f, extra_files=extra_files, mmap=mmap, weights=weights,
-                               import_modules=import_modules, stand_ins=stand_ins)
+                               import_modules=import_modules, stand_ins=stand_ins,
+                               expected_opset_version=expected_opset_version)
 
 
 def _read_program(f: Any, **options: Any) -> ExportedProgram:

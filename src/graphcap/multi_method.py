@@ -154,10 +154,11 @@ class MultiMethodProgram(Mapping):
         :class:`MultiMethodModule`)."""
         return MultiMethodModule(self)
 
-    def run_decompositions(self, decomp_table: Any = None) -> "MultiMethodProgram":
+    def run_decompositions(self, decomp_table: Any = None,
+                           decompose_custom_triton_ops: bool = False) -> "MultiMethodProgram":
         """Every method in the inference IR; the state stays shared."""
-        return MultiMethodProgram({name: ep.run_decompositions(decomp_table) for name, ep in self._programs.items()},
-                                  share_equal_values=True)
+        return MultiMethodProgram({name: ep.run_decompositions(decomp_table, decompose_custom_triton_ops)
+                                   for name, ep in self._programs.items()}, share_equal_values=True)
 
     def __str__(self) -> str:
         parts = [f"MultiMethodProgram: {len(self._programs)} methods over {len(self._state_dict)} "

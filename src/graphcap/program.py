@@ -178,6 +178,9 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         self.export_assumptions: Optional[list[Any]] = None
         # symbol text -> the spec's Dim name (graphcap.dynamic.symbol_names.dim_names reads it)
         self.export_dim_names: dict[str, str] = {}
+        # operator namespace -> operator-set version, as the file this program was loaded from recorded
+        # them (empty otherwise); save writes the user's namespaces again (serialize/opsets.py)
+        self.opset_version: dict[str, int] = {}
         set_torch_only_fields(self)
         if verify:
             _verify_as_built(self)  # as the stages built it: a node without metadata is named
@@ -319,6 +322,7 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
             verifiers=verifiers if verifiers is not None else self._verifiers)
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         new_ep.export_dim_names = dict(self.export_dim_names)
+        new_ep.opset_version = dict(self.opset_version)
         return new_ep
 
     def _new_program(self, *args: Any, **kwargs: Any) -> "ExportedProgram":
@@ -379,17 +383,23 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
             state.append((self._state_dict if in_state else self._constants)[spec.target])
         return (*state, *leaves)
 
-    def run_decompositions(self, decomp_table=None) -> "ExportedProgram":
-        """A new program in the inference IR (functional core ATen); see ``graphcap.passes``."""
+    def run_decompositions(self, decomp_table=None, decompose_custom_triton_ops: bool = False) -> "ExportedProgram":
+        """A new program in the inference IR (functional core ATen); see ``graphcap.passes``.
+
+        Operators defined with ``torch.library.triton_op`` stay whole, as torch.export keeps them;
+        ``decompose_custom_triton_ops=True`` replaces each by its implementation (the triton kernel
+        calls it wraps), as torch.export does (docs/decompositions.md)."""
         from .passes import run_decompositions
         # a graph the user edited in place (ep.graph_module.graph) gets the metadata its new
         # nodes lack, as a rebuilt one does in _update: the decomposed program is verified
         normalize_edited_graph(self._graph_module, self._graph_signature, self._call_graph, recompile=False)
         with TRACING_LOCK, quiet_torch_logs(), trace_allocations_only():
-            new_ep = run_decompositions(self, decomp_table)
+            new_ep = run_decompositions(self, decomp_table,
+                                        decompose_custom_triton_ops=decompose_custom_triton_ops)
         new_ep._verifiers = _as_torch_verifiers([InferenceVerifier])
         new_ep.export_timings, new_ep.export_assumptions = dict(self.export_timings), self.export_assumptions
         new_ep.export_dim_names = dict(self.export_dim_names)
+        new_ep.opset_version = dict(self.opset_version)
         return new_ep
 
     def validate(self) -> None:

@@ -12,7 +12,8 @@ The model covers what the format must carry: convolution + batch norm
 non-persistent buffer, a lifted constant, keyword and list inputs, a nested
 dict/tuple output, a dynamic batch dimension and a torch.cond subgraph; from
 format 4 on, a tensor-subclass buffer (torch's ``TwoTensor``) and the user's
-annotations (``torch.fx.traceback.annotate``, the graph module's ``meta["custom"]``).
+annotations (``torch.fx.traceback.annotate``, the graph module's ``meta["custom"]``);
+from format 5 on, operator-set versions (``aten`` and a user namespace, ``golden``).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def main() -> None:
                              dynamic_shapes={"images": {0: batch}, "extras": [{0: batch}, None], "gain": None})
     ep.graph_module.meta["custom"] = {"golden": True}
     version = graphcap.FORMAT_VERSION
-    graphcap.save(ep, OUT / f"format_v{version}.pt2")
+    graphcap.save(ep, OUT / f"format_v{version}.pt2", opset_version={"golden": 1})
     tensors = {}
     for i, (a, k) in enumerate((example(3, 1), example(5, 2))):
         with torch.no_grad():

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from ..program import ExportedProgram
 
 
-def run_decompositions(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
+def run_decompositions(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
+                       decompose_custom_triton_ops: bool = False) -> ExportedProgram:
     return run_passes(ep, [
-        Pass("decompose", lambda p: decompose.decompose(p, decomp_table)),
+        Pass("decompose", lambda p: decompose.decompose(
+            p, decomp_table, decompose_custom_triton_ops=decompose_custom_triton_ops)),
         Pass("dce", dce.dce_pass),
     ])
 

@@ -276,8 +276,14 @@ def _keep_input_and_output_annotations(new_gm: torch.fx.GraphModule, old_gm: tor
             new.meta["custom"] = dict(old.meta["custom"])
 
 
-def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> ExportedProgram:
-    """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen)."""
+def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
+              decompose_custom_triton_ops: bool = False) -> ExportedProgram:
+    """``ep`` retraced into the inference IR with ``decomp_table`` (default: to core ATen).
+
+    An operator defined with ``torch.library.triton_op`` is kept (torch.export keeps it: the program
+    stays free of backend kernels) unless ``decompose_custom_triton_ops``: then it becomes its
+    implementation. Its rule for that runs under functionalization and reads one torch flag, which
+    the retrace sets either way; a program holding such an operator to decompose is functionalized."""
     table: TableView = as_table(decomp_table)
     ep = flatten_subclass_state(ep)  # subclass parameters/buffers become their inner tensors
     gm = ep.graph_module
@@ -294,6 +300,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     # (a composite called only under ``with torch.no_grad():`` or in a cond branch is kept too)
     used_ops = {n.target for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
                 for n in sub.graph.nodes if n.op == "call_function"}
+    triton_ops_to_split = decompose_custom_triton_ops and any(functional.is_triton_op(op) for op in used_ops)
     keep = {op for op in used_ops | table.deleted if table.keeps_composite(op)}
     if table.calls_user_functions:
         # torch.export keeps whole every composite a plain table does not list, also when
@@ -319,7 +326,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
-                    one_argument_where_decomposed(), code_generated_on_first_use():
+                    one_argument_where_decomposed(), code_generated_on_first_use(), \
+                    functional.triton_ops_decomposed(decompose_custom_triton_ops):
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -334,8 +342,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None) -> Ex
     # computed does not need it, unless a decomposition brought a write in.
     # The traced module generates its code on first use: its graph changes below, and the code is
     # generated once, when the graph is final.
-    new_gm = trace(functionalize=inplace.needs_functionalization)
-    if not inplace.needs_functionalization and simple_inplace.has_mutation(new_gm):
+    functionalize = inplace.needs_functionalization or triton_ops_to_split
+    new_gm = trace(functionalize=functionalize)
+    if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
 
     if "metadata_mutation" in box:

@@ -295,4 +295,5 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
     return {"graph_module": gm, "signature": decode_signature(field(program, "signature", dict, "signature")),
             "range_constraints": range_constraints,
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),
-            "state": field(program, "state", dict, "state")}
+            "state": field(program, "state", dict, "state"),
+            "opset_version": dict(field(program, "opset_version", dict, "opset_version"))}

@@ -11,7 +11,7 @@ naming the node or value, at save time rather than at load time.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import sympy
 import torch
@@ -208,6 +208,7 @@ class _Writer:
         for node in gm.graph.nodes:
             entry: dict[str, Any] = {"name": node.name, "op": node.op}
             if node.op == "call_function":
+                _refuse_triton_kernel_call(node, path)
                 entry["target"] = self.target(node)
             elif node.op == "get_attr":
                 sub = getattr(gm, node.target, None) if isinstance(node.target, str) else None
@@ -323,6 +324,26 @@ def _refuse_subclass_construction(node: torch.fx.Node, path: str) -> None:
             "forward (as a weight or a constant) so that it is stored as one.")
 
 
+_TRITON_KERNEL_CALLS = ("triton_kernel_wrapper_functional", "triton_kernel_wrapper_mutation")
+
+
+def _refuse_triton_kernel_call(node: torch.fx.Node, path: str) -> None:
+    """Refuse a call of a triton kernel: it names the kernel by its index in this process's kernel
+    table (``kernel_idx``), which another process fills differently or not at all, so a loaded
+    program would call no kernel or another one."""
+    hop = node.target.name() if isinstance(node.target, HigherOrderOperator) else None  # type: ignore[no-untyped-call]
+    if hop not in _TRITON_KERNEL_CALLS:
+        return
+    raise SerializationError(
+        f"Node {node.name} calls a triton kernel ({hop}); the call names the kernel by "
+        f"its index in this process's table of triton kernels, which a process loading the file does "
+        f"not share, so the file cannot say which kernel runs.",
+        where=f"{path}node {node.name}",
+        fix="Keep the kernel behind its operator: define it with torch.library.triton_op and save the "
+            "program before splitting it, or `graphcap.save(ep.run_decompositions(), path)` "
+            "(decompose_custom_triton_ops=False, the default); split it where it is compiled.")
+
+
 def _type_str(x: Any) -> str:
     if isinstance(x, str):
         return x
@@ -342,11 +363,13 @@ def _bound(b: Any) -> Any:
     return float(b)
 
 
-def encode_program(ep: Any, *, with_weights: bool = True) -> tuple[dict[str, Any], dict[str, bytes]]:
+def encode_program(ep: Any, *, with_weights: bool = True,
+                   opset_version: Optional[dict[str, int]] = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The program.json dict and the tensor entries (name → safetensors bytes).
 
     ``with_weights=False`` describes the weights without their data (and
     constants without data too): see ``tensors.pack_structure``.
+    ``opset_version``: the operator-set versions the file records (``opsets.versions_to_write``).
     """
     from .tensors import checksums, pack, pack_structure
     w = _Writer(ep)
@@ -372,6 +395,7 @@ def encode_program(ep: Any, *, with_weights: bool = True) -> tuple[dict[str, Any
         "state": {"weights": weights, "constants": constants,
                   "checksums": {"weights": checksums(weights_bytes), "constants": checksums(constants_bytes)}},
         "operators": dict(sorted(w.operators.items())),
+        "opset_version": dict(sorted((opset_version or {}).items())),
     }
     ir = ep.graph_module.meta.get("graphcap_ir")
     if ir:  # the IR level the program claims, so the loaded one is verified by the same rules

@@ -57,11 +57,14 @@ def _without_state(ep: ExportedProgram, fqns: set[str]) -> ExportedProgram:
         return _meta_of(t, memo)
     state = {k: meta(v) if k in fqns else v for k, v in ep.state_dict.items()}
     constants = {k: meta(v) if k in fqns else v for k, v in ep.constants.items()}
-    return ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, call_graph_of(ep),
-                           example_inputs=None, constants=constants, verify=False, verifiers=ep.verifiers)
+    out = ExportedProgram(ep.graph_module, ep.graph_signature, state, ep.range_constraints, call_graph_of(ep),
+                          example_inputs=None, constants=constants, verify=False, verifiers=ep.verifiers)
+    out.opset_version = dict(getattr(ep, "opset_version", None) or {})  # a loaded method's namespaces stay
+    return out
 
 
-def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, weights: bool = True) -> None:
+def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, weights: bool = True,
+         opset_version: Optional[dict[str, int]] = None) -> None:
     """Write a :class:`graphcap.multi_method.MultiMethodProgram`; see the module docstring.
 
     ``weights=False`` describes the parameters and persistent buffers without storing them (the
@@ -88,7 +91,7 @@ def save(progs: Any, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = N
     entries: dict[str, bytes] = {STATE_ENTRY: data}
     for i, ep in enumerate(progs.values()):
         buf = io.BytesIO()
-        save_program(_without_state(ep, set(shared)), buf, weights=False)
+        save_program(_without_state(ep, set(shared)), buf, weights=False, opset_version=opset_version)
         entries[f"{METHOD_PREFIX}{i}.pt2"] = buf.getvalue()
     method_state = {name: [fqn for fqn in (*ep.state_dict, *ep.constants) if fqn in shared]
                     for name, ep in progs.items()}
@@ -139,7 +142,8 @@ def _attach_checkpoint(layout: dict[str, Any], stored: dict[str, torch.Tensor],
 
 
 def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
-         weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False) -> Any:
+         weights: Any = True, import_modules: Sequence[str] = (), stand_ins: bool = False,
+         expected_opset_version: Optional[dict[str, int]] = None) -> Any:
     """Read a multi-method archive from an open reader; the methods share one tensor per FQN.
 
     ``weights``, ``mmap``, ``import_modules`` and ``stand_ins`` mean what they mean for one
@@ -169,7 +173,8 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
         raise attach.structure_only_error()
     else:
         state = _read_state(reader, layout, mmap)
-    program_options: dict[str, Any] = {"import_modules": import_modules, "stand_ins": stand_ins}
+    program_options: dict[str, Any] = {"import_modules": import_modules, "stand_ins": stand_ins,
+                                       "expected_opset_version": expected_opset_version}
     programs: dict[str, ExportedProgram] = {}
     for i, name in enumerate(layout["methods"]):
         entry = f"{METHOD_PREFIX}{i}.pt2"

@@ -19,7 +19,7 @@ from .. import auto_flatten
 from ..errors import GraphcapError, SerializationError, VerificationError
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
-from . import attach, checkpoints, class_lookup, placement, schema, tensors, upgrade
+from . import attach, checkpoints, class_lookup, opsets, placement, schema, tensors, upgrade
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
 from .decode import decode_program
 from .encode import encode_program
@@ -52,7 +52,10 @@ def _check_extra_name(name: Any) -> str:
 
 
 def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None,
-         weights: bool = True) -> None:
+         weights: bool = True, opset_version: Optional[dict[str, int]] = None,
+         pickle_protocol: Any = 2) -> None:
+    opsets.check_pickle_protocol(pickle_protocol, call="graphcap.save")
+    versions = opsets.versions_to_write(ep, opset_version, call="graphcap.save")
     if not isinstance(ep, ExportedProgram):
         raise SerializationError(
             f"graphcap.save expects a graphcap ExportedProgram, got {type(ep).__name__}.",
@@ -67,7 +70,7 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, 
                                  where="graphcap.save(ep, f)",
                                  fix="Load it with weights=True (or weights=<checkpoint>), then save; or save "
                                      "the structure again with graphcap.save(ep, f, weights=False).")
-    program, payloads = encode_program(ep, with_weights=weights)
+    program, payloads = encode_program(ep, with_weights=weights, opset_version=versions)
     entries: dict[str, bytes] = {schema.PROGRAM_ENTRY: json.dumps(program, indent=1, allow_nan=False).encode()}
     entries.update(payloads)
     entries.update(extra_file_entries(extra_files))
@@ -138,7 +141,8 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
 
 
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool,
-          checkpoint: Optional[checkpoints.Checkpoint]) -> ExportedProgram:
+          checkpoint: Optional[checkpoints.Checkpoint], expected_opsets: dict[str, int],
+          given_opsets: Optional[dict[str, int]]) -> ExportedProgram:
     text = reader.read(schema.PROGRAM_ENTRY)
     if len(text) > schema.MAX_JSON_BYTES:
         raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
@@ -150,6 +154,9 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         raise corrupt(f"program.json is not valid JSON ({type(e).__name__}: {e}).") from None
     if not isinstance(program, dict) or program.get("format_version") != reader.version:
         raise corrupt("program.json does not match the archive's format version.")
+    recorded = program.get("opset_version")  # checked before anything is decoded; its form by the schema, below
+    opsets.check_expected(recorded if isinstance(recorded, dict) else None, expected_opsets,
+                          entry=schema.PROGRAM_ENTRY, given=given_opsets)
     parts = decode_program(program, reader.version)
     placement.place_graph(parts["graph_module"])
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
@@ -193,6 +200,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     if "assumptions" in program:
         ep.export_assumptions = _assumptions(program["assumptions"])
     ep.export_dim_names = dict(program.get("dim_names", {}))
+    ep.opset_version = parts["opset_version"]
     return ep
 
 
@@ -205,7 +213,8 @@ def _assumptions(items: list[dict[str, Any]]) -> list[Any]:
 
 def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: bool = False,
          weights: checkpoints.WeightsArg = True, import_modules: Sequence[str] = (),
-         stand_ins: bool = False) -> ExportedProgram:
+         stand_ins: bool = False, expected_opset_version: Optional[dict[str, int]] = None) -> ExportedProgram:
+    expected = opsets.expected_versions(expected_opset_version)
     if isinstance(import_modules, str):
         import_modules = (import_modules,)
     class_lookup.import_named_modules(import_modules)
@@ -213,7 +222,8 @@ def load(f: PathOrFile, *, extra_files: Optional[dict[str, Any]] = None, mmap: b
     reader = ArchiveReader(f)
     try:
         with disable_current_modes(), class_lookup.options(import_modules, stand_ins):
-            return _load(reader, extra_files, mmap, weights is not False, checkpoint)
+            return _load(reader, extra_files, mmap, weights is not False, checkpoint, expected,
+                         expected_opset_version)
     except GraphcapError:
         raise
     except RecursionError:

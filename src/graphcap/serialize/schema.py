@@ -52,7 +52,7 @@ from .typed_json import (
     fingerprint,
 )
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -66,7 +66,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    4
+    5
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -110,6 +110,12 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "plain values only; each node's 'unbacked_bindings' (the data-dependent symbols it "
         "introduces, with the path into its value where each is read: size()[0] // 10). "
         "Version-3 files are version-4 files as they are (no rewrite)."),
+    5: ("2026-11-26", "eee521f3e34dd932",
+        "'opset_version': the operator-set version the program was written against, per operator "
+        "namespace (torch.export's opset_version): 'aten' is the saving process's ATen operator version, "
+        "other namespaces are the user's (save(ep, f, opset_version={...})) or carried from the file the "
+        "program was loaded from; load(f, expected_opset_version={...}) refuses a file recording a newer "
+        "version than expected. Version-4 files upgrade with an empty map: they make no claim."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -244,6 +250,8 @@ PROGRAM = Record("Program", {
         "checksums": MapOf(Record("Checksums", {"algorithm": OneOf("crc32"), "header": Str,
                                                 "storages": MapOf(Str)}))}),
     "operators": MapOf(Str),  # operator name -> its schema, checked against the loading process's
+    # operator namespace -> the operator-set version the program was written against (serialize/opsets.py)
+    "opset_version": MapOf(Int),
 }, {
     "ir": Record("IRLevel", {"level": OneOf("training", "inference"), "kept": ListOf(Str)}),
     "example_inputs": Record("ExampleInputs", {"leaves": ListOf(EXAMPLE_VALUE), "tensors": TENSOR_TABLE}),

@@ -8,7 +8,8 @@ what program.json holds adds its step here, so every version in
 ``schema.READABLE_VERSIONS`` keeps loading (its golden file proves it).
 Version 1 → 2 is the identity (version 2 only allows weights without data),
 2 → 3 adds optional fields and clears the root call-graph entry's value lists,
-and 3 → 4 is the identity (version 4 only allows tensor-subclass state and annotations).
+3 → 4 is the identity (version 4 only allows tensor-subclass state and annotations),
+and 4 → 5 adds an empty 'opset_version' (the file recorded no operator-set versions).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23
@@ -66,8 +67,15 @@ def _v3_to_v4(program: dict[str, Any]) -> dict[str, Any]:
     return program
 
 
+def _v4_to_v5(program: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 records the operator-set versions ('opset_version'); a version-4 file recorded none, and
+    an empty map says so: it makes no claim an ``expected_opset_version`` could contradict."""
+    program["opset_version"] = {}
+    return program
+
+
 FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3,
-                                                                           3: _v3_to_v4}
+                                                                           3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:

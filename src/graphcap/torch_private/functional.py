@@ -7,6 +7,9 @@ inference IR.
 """
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
@@ -17,6 +20,8 @@ RELIES_ON = {
     "torch._sync": (),
     "torch._functionalize_has_metadata_mutation": (),
     "torch._functionalize_has_data_mutation": (),
+    "torch._functorch.config.decompose_custom_triton_ops": None,
+    "torch._library.triton.triton_ops_to_kernels": None,
 }
 
 
@@ -28,7 +33,8 @@ def _sample_functional_tensor() -> FunctionalTensor:
 
 SAMPLES = {"torch._subclasses.functional_tensor.FunctionalTensor": _sample_functional_tensor}
 
-__all__ = ["FunctionalTensor", "FunctionalTensorMode", "sync", "has_metadata_mutation", "has_data_mutation"]
+__all__ = ["FunctionalTensor", "FunctionalTensorMode", "sync", "has_metadata_mutation", "has_data_mutation",
+           "is_triton_op", "triton_ops_decomposed"]
 
 
 def sync(tensor: FunctionalTensor) -> None:
@@ -53,3 +59,33 @@ def has_data_mutation(inner: torch.Tensor) -> bool:
     Relies on ``torch._functionalize_has_data_mutation(t)`` (C), given ``FunctionalTensor.elem``.
     """
     return torch._functionalize_has_data_mutation(inner)
+
+
+def is_triton_op(op: object) -> bool:
+    """Whether ``op`` is an operator defined with ``torch.library.triton_op``.
+
+    Such an operator decomposes into its implementation (the triton kernels it
+    wraps) under functionalization unless told otherwise. Relies on the registry
+    ``torch._library.triton.triton_ops_to_kernels`` (operator name -> kernels),
+    which ``triton_op`` fills for every operator it defines.
+    """
+    from torch._library.triton import triton_ops_to_kernels
+
+    from .ops import OpOverload
+    return isinstance(op, OpOverload) and op.name() in triton_ops_to_kernels
+
+
+@contextlib.contextmanager
+def triton_ops_decomposed(enabled: bool) -> Iterator[None]:
+    """Within the block, functionalization decomposes ``triton_op`` operators (``enabled``) or keeps them.
+
+    Relies on the flag ``torch._functorch.config.decompose_custom_triton_ops``,
+    which each ``triton_op``'s functionalization rule reads; restored after.
+    """
+    import torch._functorch.config as functorch_config
+    old = functorch_config.decompose_custom_triton_ops
+    functorch_config.decompose_custom_triton_ops = enabled
+    try:
+        yield
+    finally:
+        functorch_config.decompose_custom_triton_ops = old

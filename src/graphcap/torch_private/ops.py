@@ -23,12 +23,13 @@ RELIES_ON = {
     "torch._ops.OpOverload#_overloadname": None,
     "torch._ops.OpOverload#_op_dk": None,
     "torch._ops.OpOverload#_dispatch_cache": None,
+    "torch._C._get_max_operator_version": (),
     "torch._sym_sqrt": (),  # legacy_sym_sqrt tolerates its absence; listed so a removal is noticed
 }
 
 __all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "OpNamespace", "schema_of",
            "overload_name", "run_kernel_for_key", "clear_dispatch_cache", "legacy_sym_sqrt",
-           "is_higher_order_operator"]
+           "is_higher_order_operator", "max_operator_version"]
 
 # The class of ``torch.ops.aten`` and the other operator namespaces.
 OpNamespace = torch._ops._OpNamespace
@@ -75,3 +76,11 @@ def clear_dispatch_cache(op: OpOverload) -> None:
 def legacy_sym_sqrt() -> Any:
     """The private ``torch._sym_sqrt`` (what some traces record for ``math.sqrt`` of a SymInt), or None where absent."""
     return getattr(torch, "_sym_sqrt", None)
+
+
+def max_operator_version() -> int:
+    """The version of ATen's operator set in this process (what torch.export's files record as ``aten``).
+
+    It grows when an ATen operator's meaning changes. Relies on ``torch._C._get_max_operator_version()`` (C).
+    """
+    return int(torch._C._get_max_operator_version())
