@@ -342,6 +342,10 @@ class GraphCutter:
             if isinstance(out, torch.fx.Node) and out in members:
                 env[out] = g.call_function(operator.getitem, (call, i))
                 env[out].meta["val"] = out.meta.get("val")
+        # the module at the FQN may be a replacement that reassigns its state (``self.n = ...``):
+        # code after the call reads that state anew, as eager code reads ``self.sub.n`` after it
+        for node in [a for a in env if a in self.state and reachable_name(self.state[a], child.fqn) is not None]:
+            del env[node]
         return None
 
     @staticmethod
