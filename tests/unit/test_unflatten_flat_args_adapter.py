@@ -223,3 +223,23 @@ def test_graphcap_offers_every_name_torch_export_offers():
     joint = graphcap.ExportBackwardSignature({"g": "lin.weight"}, {}, "loss")
     assert joint.loss_output == "loss"
     assert isinstance(graphcap.Dim("b"), graphcap.Constraint) and isinstance(graphcap.Dim.AUTO, graphcap.Constraint)
+
+
+def test_the_program_data_torch_users_read_on_the_unflattened_module():
+    model, (x, y), ep = _program()
+    unf = graphcap.unflatten(ep)
+    assert unf.graph_signature is ep.graph_signature and unf.range_constraints == ep.range_constraints
+    assert [e.fqn for e in unf.module_call_graph] == [e.fqn for e in ep.module_call_graph]
+    assert [n.name for n in unf.input_placeholders] == ["x", "y"]
+    assert unf.meta["unflattened_module"] is unf
+    assert [v is w for v, w in zip(unf.process_forward_inputs(x, y), (x, y))] == [True, True]
+
+
+def test_turning_the_input_checks_off_keeps_the_structure_check():
+    model, (x, y), ep = _program()
+    unf = graphcap.unflatten(ep)
+    unf.check_input_constraints = False
+    wider = torch.randn(5, 4)  # the program was exported with batch 2, static
+    torch.testing.assert_close(unf(wider, y[:1]), copy.deepcopy(model)(wider, y[:1]))
+    with pytest.raises(FlatArgsAdaptationError):
+        unf(x, y, x)

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from .. import auto_flatten
+from ..errors import InputStructureError
 from ..runtime.input_structure import other_structure
 from ..torch_private import unflatten as private
 from . import flat_args
@@ -150,7 +151,13 @@ class UnflattenedModule(SubmoduleGraph):
     Attributes:
         flat_args_adapter: the adapter given to ``unflatten``, or None.
         adapted: whether a call has gone through the adapter yet.
+        check_input_constraints: True; set it to False to skip the checks of the inputs'
+            dtypes, sizes and values (their structure is still checked): a wrong input then
+            computes unchecked, as with torch's flag of this name.
         graph: the root's ``fx.Graph``; each submodule has its own.
+        graph_signature, module_call_graph, range_constraints: the program's.
+        meta: the dict an adapter is handed (the program's graph metadata and
+            ``"unflattened_module"``).
 
     Raises:
         RuntimeInputError: (on a call) an input the program does not accept; a
@@ -171,6 +178,33 @@ class UnflattenedModule(SubmoduleGraph):
         self._result_spec = out_spec
         self._adapter_state = adapter_state
         self.adapted = False
+        self.check_input_constraints = True
+
+    # -- the program's data, as torch's unflattened module offers it ---------------
+    @property
+    def graph_signature(self) -> Any:
+        return self._make_checker.program.graph_signature
+
+    @property
+    def module_call_graph(self) -> Any:
+        return self._make_checker.program.module_call_graph
+
+    @property
+    def range_constraints(self) -> Any:
+        return self._make_checker.program.range_constraints
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self._adapter_state.metadata(self)
+
+    @property
+    def input_placeholders(self) -> list[torch.fx.Node]:
+        graph = self.graph
+        return [n for n in graph.nodes if n.op == "placeholder"] if graph is not None else []
+
+    def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The flat inputs a call passes to the root's graph: adapted if shaped otherwise, checked."""
+        return self._flat_inputs(tuple(args), dict(kwargs))
 
     @property
     def flat_args_adapter(self) -> Any:
@@ -191,14 +225,17 @@ class UnflattenedModule(SubmoduleGraph):
     def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The program's flat inputs for this call, checked (adapted first if shaped otherwise)."""
         checker = self._checker
-        checking = not torch.compiler.is_dynamo_compiling()
+        checking = not torch.compiler.is_dynamo_compiling() and self.check_input_constraints
         if self._adapter_state.adapter is not None:
             adapted = flat_args.adapted_inputs(self._adapter_state, self, checker, args, kwargs, check=checking)
             if adapted is not None:
                 return adapted
-        elif checking and other_structure(args, kwargs, checker.in_spec) is not None:
-            raise flat_args.no_adapter_error(checker, args, kwargs)
-        return checker(args, kwargs) if checking else checker.flat_inputs(args, kwargs)
+        try:
+            return checker(args, kwargs) if checking else checker.flat_inputs(args, kwargs)
+        except InputStructureError:
+            if self._adapter_state.adapter is None and other_structure(args, kwargs, checker.in_spec) is not None:
+                raise flat_args.no_adapter_error(checker, args, kwargs) from None
+            raise
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves = self._flat_inputs(tuple(args), dict(kwargs))

@@ -45,10 +45,10 @@ class _CheckerFactory:
     share it (the checks describe the program, which copying the module does not change)."""
 
     def __init__(self, ep: Any):
-        self._ep = ep
+        self.program = ep
 
     def __call__(self) -> InputChecker:
-        return InputChecker(self._ep)
+        return InputChecker(self.program)
 
     def __deepcopy__(self, memo: dict) -> "_CheckerFactory":
         return self
