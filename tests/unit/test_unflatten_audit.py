@@ -224,3 +224,74 @@ def test_type_names_constants_and_train_mode_batch_norm():
     assert unf.type_name().endswith("Top") and unf.c.type_name().endswith("WithConstant")
     assert unf.c.bn.type_name() == "torch.nn.modules.batchnorm.BatchNorm1d"
     torch.testing.assert_close(unf.c.k, model.c.k)
+
+
+class TakesLength(torch.nn.Module):
+    def forward(self, x, k):
+        return x[:k] * 2
+
+
+class PassesLength(torch.nn.Module):
+    def __init__(self, offset):
+        super().__init__()
+        self.offset = offset
+        self.i = TakesLength()
+
+    def forward(self, x):
+        return self.i(x, x.shape[0] - self.offset) + 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_a_size_passed_to_a_preserved_submodule_is_a_symint_of_the_signature(strict, offset):
+    """``sub(x, x.shape[0] - 1)`` on a dynamic batch: the signature names the graph's value
+    (``SymIntArgument``), not the expression, so the unflattened module runs (it raised a
+    NameError on the expression's symbol), swapped, decomposed, and through torch's unflatten."""
+    model = PassesLength(offset)
+    batch = graphcap.Dim("batch", min=2, max=10)
+    ep = graphcap.export(model, (torch.randn(4, 4),), dynamic_shapes=({0: batch},),
+                         preserve_module_call_signature=("i",), strict=strict)
+    size_arg = ep.module_call_graph[1].signature.inputs[1]
+    assert isinstance(size_arg, graphcap.SymIntArgument)
+    for program in (ep, ep.run_decompositions()):
+        unf = graphcap.unflatten(program)
+        swapped = graphcap.unflatten(program)
+        swapped.set_submodule("i", TakesLength())
+        torch_unf = torch.export.unflatten(program)
+        for n in (2, 7, 10):
+            x = torch.randn(n, 4)
+            for runnable in (unf, swapped, torch_unf):
+                torch.testing.assert_close(runnable(x), model(x))
+
+
+class IgnoresLength(torch.nn.Module):
+    def forward(self, x, k):
+        return x * 2
+
+
+class UsesLength(torch.nn.Module):
+    def forward(self, x, k):
+        return x * 2 + k
+
+
+class PassesUnusedLength(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.i = IgnoresLength()
+
+    def forward(self, x):
+        return self.i(x, 2 * x.shape[0] + 1)
+
+
+def test_a_size_the_callee_ignores_is_still_passed_to_a_replacement():
+    """The trace drops a size nothing uses; the signature still names it (computed from the
+    input sizes), so a replacement that reads it gets the call's value at every size."""
+    batch = graphcap.Dim("batch", min=2, max=10)
+    ep = graphcap.export(PassesUnusedLength(), (torch.randn(4, 4),), dynamic_shapes=({0: batch},),
+                         preserve_module_call_signature=("i",))
+    for program in (ep, ep.run_decompositions()):
+        unf = graphcap.unflatten(program)
+        unf.set_submodule("i", UsesLength())
+        for n in (2, 5, 10):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(unf(x), x * 2 + (2 * n + 1))
