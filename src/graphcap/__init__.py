@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the public names as type checkers see them; at run time eac
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
     from .decomp_table import CustomDecompTable, default_decompositions
     from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
+    from .dynamic.dims import Constraint
     from .errors import (
         ConstraintViolationError,
         ExportInputError,
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # the public names as type checkers see them; at run time eac
         UnsupportedError,
         VerificationError,
     )
+    from .hierarchy.flat_args import FlatArgsAdapter
+    from .hierarchy.modules import UnflattenedModule
     from .hierarchy.unflatten import unflatten
     from .html_report import report
     from .interop import from_torch, to_torch
@@ -38,6 +41,7 @@ if TYPE_CHECKING:  # the public names as type checkers see them; at run time eac
     from .serialize.schema import FORMAT_VERSION
     from .signature import (
         ConstantArgument,
+        ExportBackwardSignature,
         ExportGraphSignature,
         InputKind,
         InputSpec,
@@ -60,6 +64,7 @@ def _import_core() -> dict[str, Any]:
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
     from .decomp_table import CustomDecompTable, default_decompositions
     from .dynamic import AdditionalInputs, Dim, ShapesCollection, dims, refine_dynamic_shapes_from_suggested_fixes
+    from .dynamic.dims import Constraint
     from .errors import (
         ExportInputError,
         GraphcapError,
@@ -75,6 +80,7 @@ def _import_core() -> dict[str, Any]:
     from .pytree import register_dataclass, register_flattenable
     from .signature import (
         ConstantArgument,
+        ExportBackwardSignature,
         ExportGraphSignature,
         InputKind,
         InputSpec,
@@ -116,7 +122,9 @@ def _import_constraint_violation_error() -> dict[str, Any]:
 # import (graphcap imports nothing by a computed name).
 def _import_unflatten() -> dict[str, Any]:
     from .hierarchy import unflatten
-    return {"unflatten": unflatten}
+    from .hierarchy.flat_args import FlatArgsAdapter
+    from .hierarchy.modules import UnflattenedModule
+    return {"unflatten": unflatten, "FlatArgsAdapter": FlatArgsAdapter, "UnflattenedModule": UnflattenedModule}
 
 
 def _import_interop() -> dict[str, Any]:
@@ -159,13 +167,14 @@ _CORE_NAMES = (
     "refine_dynamic_shapes_from_suggested_fixes", "ExportInputError", "GraphcapError",
     "MissingFakeKernelError", "RuntimeInputError", "SerializationError", "TraceError", "InternalError",
     "UnsupportedError", "VerificationError", "ExportedProgram", "register_dataclass", "register_flattenable",
-    "show_torch_logs", "ConstantArgument",
+    "show_torch_logs", "ConstantArgument", "Constraint", "ExportBackwardSignature",
     "ExportGraphSignature", "InputKind", "InputSpec", "ModuleCallEntry", "ModuleCallSignature", "OutputKind",
     "OutputSpec", "SymIntArgument", "TensorArgument",
 )
 _LAZY: dict[str, Callable[[], dict[str, Any]]] = {
     **{name: _import_core for name in _CORE_NAMES},
-    "unflatten": _import_unflatten, "from_torch": _import_interop, "to_torch": _import_interop,
+    "unflatten": _import_unflatten, "FlatArgsAdapter": _import_unflatten, "UnflattenedModule": _import_unflatten,
+    "from_torch": _import_interop, "to_torch": _import_interop,
     "move_to_device_pass": _import_move_to_device, "FORMAT_VERSION": _import_format_version,
     "report": _import_report, "verify": _import_verification, "VerificationResult": _import_verification,
     "errors": _import_errors_module, "ConstraintViolationError": _import_constraint_violation_error,
@@ -187,13 +196,14 @@ def __dir__() -> list[str]:
 __all__ = [
     "export", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError",
     "ExportedProgram",
-    "report", "register_dataclass", "register_flattenable", "unflatten", "show_torch_logs",
-    "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes",
+    "report", "register_dataclass", "register_flattenable", "unflatten", "FlatArgsAdapter", "UnflattenedModule",
+    "show_torch_logs",
+    "Dim", "dims", "ShapesCollection", "AdditionalInputs", "Constraint", "refine_dynamic_shapes_from_suggested_fixes",
     "infer_dynamic_shapes", "InferredShapes",
     "default_decompositions", "CustomDecompTable", "move_to_device_pass",
     "save", "load", "to_torch", "from_torch", "FORMAT_VERSION", "verify", "VerificationResult",
     "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind", "OutputSpec", "TensorArgument",
-    "SymIntArgument", "ConstantArgument", "ModuleCallEntry", "ModuleCallSignature",
+    "SymIntArgument", "ConstantArgument", "ModuleCallEntry", "ModuleCallSignature", "ExportBackwardSignature",
     "GraphcapError", "ExportInputError", "UnsupportedError", "TraceError", "InternalError", "RuntimeInputError",
     "VerificationError", "ConstraintViolationError", "MissingFakeKernelError", "SerializationError",
 ]

@@ -260,6 +260,15 @@ class InputStructureError(RuntimeInputError, ValueError):
     """
 
 
+class FlatArgsAdaptationError(InputStructureError, TypeError):
+    """An unflattened module was called with inputs of another structure than the program's,
+    and no ``flat_args_adapter`` maps them, or the adapter's result does not fit the program.
+
+    Also a ``TypeError``, the type torch.export's unflattened module raises in these cases
+    (and an ``InputStructureError``, as ``ep.module()`` raises for another structure).
+    """
+
+
 class VerificationError(GraphcapError, _TorchSpecViolationError):
     """An ExportedProgram breaks an IR invariant (see ``graphcap.ir_checks``).
 

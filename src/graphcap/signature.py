@@ -106,7 +106,26 @@ class OutputSpec:
 
 @dataclasses.dataclass
 class ExportBackwardSignature:
-    """Where a joint (forward + backward) program puts its loss and gradients."""
+    """Where a joint (forward + backward) program puts its loss and gradients.
+
+    graphcap never makes joint programs (``export`` gives the training IR, gradients are
+    left to autograd), so ``ep.graph_signature.backward_signature`` is None for its own
+    programs; a signature with ``LOSS_OUTPUT`` / ``GRADIENT_TO_*`` outputs (read from
+    torch) reports them here, as torch.export's class of this name does.
+
+    Attributes:
+        gradients_to_parameters: output name -> the parameter's FQN it is the gradient of.
+        gradients_to_user_inputs: output name -> the user input it is the gradient of.
+        loss_output: the name of the loss output.
+
+    Raises:
+        Nothing (a plain dataclass).
+
+    Example:
+        >>> sig = graphcap.ExportBackwardSignature({"g_w": "fc.weight"}, {}, "loss")
+        >>> ep.graph_signature.backward_signature is None
+        True
+    """
 
     gradients_to_parameters: dict[str, str]
     gradients_to_user_inputs: dict[str, str]

@@ -24,11 +24,11 @@ import torch
 from torch.fx.experimental import proxy_tensor
 
 from ..errors import ExportInputError
-from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, TensorArgument
+from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, SymIntArgument, TensorArgument
 from ..torch_private import pytree
 from ..torch_private.fx import current_make_fx_tracer
 from ..torch_private.modules import children_of
-from ..trace import module_paths
+from ..trace import module_paths, size_nodes
 from . import progress
 
 
@@ -42,11 +42,23 @@ def _graph_value(value: Any) -> Any:
         slot = proxy_tensor.get_proxy_slot(value, tracer, None)
         if slot is not None:
             return slot.proxy.node
+    if isinstance(value, torch.SymInt) and tracer is not None and value.node.is_symbolic():
+        # a size computed by the caller (``sub(x, x.shape[0] - 1)``): the node that made it,
+        # so the signature names a value of the graph, not an expression no graph defines
+        slot = proxy_tensor.get_proxy_slot(value, tracer, None)
+        proxy = slot.force() if slot is not None and hasattr(slot, "force") else slot
+        node = getattr(proxy, "node", None)
+        if isinstance(node, torch.fx.Node):
+            return node
     return value
 
 
 def _argument(value: Any) -> Any:
+    if isinstance(value, torch.SymInt) and not value.node.is_symbolic():
+        value = int(value)
     if isinstance(value, torch.fx.Node):
+        if isinstance(value.meta.get("val"), torch.SymInt):
+            return SymIntArgument(value.name)
         return TensorArgument(value.name)
     return ConstantArgument("", None if isinstance(value, torch.Tensor) else value)
 
@@ -130,20 +142,29 @@ class CallRecorder:
         else:
             self._left(call_name, values)
 
-    def _signature(self, name: str) -> Optional[ModuleCallSignature]:
+    def _signature(self, name: str, graph: Optional[torch.fx.Graph]) -> Optional[ModuleCallSignature]:
         found = self._calls.get(name)
         if found is None or "out_spec" not in found:
             return None  # never called (or the call raised)
-        return ModuleCallSignature([_argument(v) for v in found["inputs"]],
-                                   [_argument(v) for v in found["outputs"]],
+
+        def argument(value: Any) -> Any:
+            if graph is not None and isinstance(value, torch.fx.Node) \
+                    and isinstance(value.meta.get("val"), torch.SymInt):
+                # the tracer may have dropped or merged the node that made a size
+                value = size_nodes.size_node(graph, value.meta["val"], value) or value
+            return _argument(value)
+
+        return ModuleCallSignature([argument(v) for v in found["inputs"]],
+                                   [argument(v) for v in found["outputs"]],
                                    found["in_spec"], found["out_spec"])
 
-    def entries(self) -> list[ModuleCallEntry]:
-        """The call graph after the root's entry: the module tree, then further calls."""
+    def entries(self, graph: Optional[torch.fx.Graph] = None) -> list[ModuleCallEntry]:
+        """The call graph after the root's entry: the module tree, then further calls. With the
+        program's ``graph``, every size a signature names is a node of it (:mod:`..trace.size_nodes`)."""
         tree = [fqn for fqn, _ in self._tree if fqn]
         listed = set(tree)
-        out = [ModuleCallEntry(fqn, self._signature(fqn)) for fqn in tree]
-        further = ((name, self._signature(name)) for name in self._calls if name not in listed)
+        out = [ModuleCallEntry(fqn, self._signature(fqn, graph)) for fqn in tree]
+        further = ((name, self._signature(name, graph)) for name in self._calls if name not in listed)
         out += [ModuleCallEntry(name, sig) for name, sig in further if sig is not None]
         return out
 

@@ -264,7 +264,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # nodes without following a second list (they check it against the renamed graph).
     root_call = ModuleCallSignature(
         inputs=[], outputs=[], in_spec=in_spec, out_spec=recording.out_spec, forward_arg_names=arg_names + list(kwargs))
-    call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries()]
+    call_graph = [ModuleCallEntry("", root_call), *call_recorder.entries(gm.graph)]
 
     fx_private.generate_code(gm)  # the graph is final: its code, generated once (lifting deferred it)
     ep = ExportedProgram(gm, sig, state_dict, range_constraints=range_constraints, module_call_graph=call_graph,

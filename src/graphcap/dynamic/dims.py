@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -25,7 +25,7 @@ from .named_inputs import combined_inputs
 
 INT_MAX = sys.maxsize - 1  # the "no upper bound" of a Dim, as torch's int_oo prints it
 
-__all__ = ["Dim", "DerivedDim", "DimHint", "dims", "ShapesCollection", "AdditionalInputs", "as_dim"]
+__all__ = ["Dim", "DerivedDim", "DimHint", "Constraint", "dims", "ShapesCollection", "AdditionalInputs", "as_dim"]
 
 
 class DimHint:
@@ -235,6 +235,30 @@ def as_dim(obj: Any) -> Any:
         out.__name__, out.min, out.max = name, lo, hi
         return out
     return obj
+
+
+Constraint = Union[Dim, DerivedDim, DimHint]
+"""What a ``dynamic_shapes`` spec may say about one dimension: a ``Dim``, a derived dim or a hint.
+
+torch.export's ``Constraint`` names the per-tensor objects torch makes from such a
+spec; graphcap keeps none of its own, so its ``Constraint`` names the spec entries
+themselves, for annotations in code that builds specs.
+
+Args:
+    (a type) use it in annotations and ``isinstance`` checks.
+
+Returns:
+    ``Union[Dim, DerivedDim, DimHint]``.
+
+Raises:
+    Nothing.
+
+Example:
+    >>> def batch_first(c: graphcap.Constraint) -> dict:
+    ...     return {0: c}
+    >>> isinstance(graphcap.Dim("b") * 2, graphcap.Constraint)
+    True
+"""
 
 
 # ---------------------------------------------------------------------------

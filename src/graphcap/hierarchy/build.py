@@ -335,6 +335,19 @@ class GraphCutter:
         expected = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outputs]
         site = PreservedCallSite(child.fqn, child.call_name, signature.in_spec, signature.out_spec, expected)
         target = g.create_node("get_attr", rel, name=_node_name(rel))
+        def size_outside(n: torch.fx.Node) -> None:
+            # a size the call takes that the program computed inside it (``x.shape[0]`` read
+            # where the callee first used it): the caller computes it from what it has
+            if n in env or n not in members or not isinstance(n.meta.get("val"), _SYM_TYPES) \
+                    or n.op != "call_function":
+                return
+            for a in n.all_input_nodes:
+                size_outside(a)
+            env[n] = g.node_copy(n, value)
+
+        for n in arg_nodes:
+            if n is not None:
+                size_outside(n)
         flat = [value(n) if n is not None else c for n, c in zip(arg_nodes, constants)]
         call = g.call_function(site, (target, *flat))
         call.meta["val"] = tuple(expected)
@@ -342,6 +355,10 @@ class GraphCutter:
             if isinstance(out, torch.fx.Node) and out in members:
                 env[out] = g.call_function(operator.getitem, (call, i))
                 env[out].meta["val"] = out.meta.get("val")
+        # the module at the FQN may be a replacement that reassigns its state (``self.n = ...``):
+        # code after the call reads that state anew, as eager code reads ``self.sub.n`` after it
+        for node in [a for a in env if a in self.state and reachable_name(self.state[a], child.fqn) is not None]:
+            del env[node]
         return None
 
     @staticmethod

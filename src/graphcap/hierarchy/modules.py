@@ -24,7 +24,10 @@ from typing import Any, Optional
 import torch
 
 from .. import auto_flatten
+from ..errors import InputStructureError
+from ..runtime.input_structure import other_structure
 from ..torch_private import unflatten as private
+from . import flat_args
 
 
 class SubmoduleGraph(torch.nn.Module):
@@ -138,17 +141,79 @@ class CallView(SubmoduleGraph):
 
 
 class UnflattenedModule(SubmoduleGraph):
-    """The root of an unflattened program: takes the model's own arguments, checks them as
-    ``ep.module()`` does before computing anything, runs its graph on the flat inputs and
-    returns the model's output structure."""
+    """The root of an unflattened program (what ``graphcap.unflatten`` returns).
 
-    def __init__(self, class_name: str, make_checker: Any, out_spec: Any):
+    It takes the model's own arguments, checks them as ``ep.module()`` does before computing
+    anything, runs its graph (which calls the rebuilt submodules) on the flat inputs and
+    returns the model's output structure. Inputs of another structure go through its
+    ``flat_args_adapter`` (:mod:`graphcap.hierarchy.flat_args`) and are then checked the same way.
+
+    Attributes:
+        flat_args_adapter: the adapter given to ``unflatten``, or None.
+        adapted: whether a call has gone through the adapter yet.
+        check_input_constraints: True; set it to False to skip the checks of the inputs'
+            dtypes, sizes and values (their structure is still checked): a wrong input then
+            computes unchecked, as with torch's flag of this name.
+        graph: the root's ``fx.Graph``; each submodule has its own.
+        graph_signature, module_call_graph, range_constraints: the program's.
+        meta: the dict an adapter is handed (the program's graph metadata and
+            ``"unflattened_module"``).
+
+    Raises:
+        RuntimeInputError: (on a call) an input the program does not accept; a
+            ``FlatArgsAdaptationError`` for another structure that no adapter maps.
+
+    Example:
+        >>> unf = graphcap.unflatten(graphcap.export(model, (x,)))
+        >>> isinstance(unf, graphcap.UnflattenedModule), unf.type_name()
+        >>> out = unf(x)
+    """
+
+    def __init__(self, class_name: str, make_checker: Any, out_spec: Any, adapter_state: flat_args.AdapterState):
         super().__init__("", class_name)
         if not class_name:
             self._class_name = "UnflattenedModule"
         self._make_checker = make_checker
         self._input_checker = None
         self._result_spec = out_spec
+        self._adapter_state = adapter_state
+        self.adapted = False
+        self.check_input_constraints = True
+
+    # -- the program's data, as torch's unflattened module offers it ---------------
+    @property
+    def graph_signature(self) -> Any:
+        return self._make_checker.program.graph_signature
+
+    @property
+    def module_call_graph(self) -> Any:
+        return self._make_checker.program.module_call_graph
+
+    @property
+    def range_constraints(self) -> Any:
+        return self._make_checker.program.range_constraints
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self._adapter_state.metadata(self)
+
+    @property
+    def input_placeholders(self) -> list[torch.fx.Node]:
+        graph = self.graph
+        return [n for n in graph.nodes if n.op == "placeholder"] if graph is not None else []
+
+    def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The flat inputs a call passes to the root's graph: adapted if shaped otherwise, checked."""
+        return self._flat_inputs(tuple(args), dict(kwargs))
+
+    @property
+    def flat_args_adapter(self) -> Any:
+        return self._adapter_state.adapter
+
+    @flat_args_adapter.setter
+    def flat_args_adapter(self, adapter: Any) -> None:
+        flat_args.check_adapter(adapter)
+        self._adapter_state.adapter = adapter
 
     @property
     def _checker(self) -> Any:
@@ -157,11 +222,23 @@ class UnflattenedModule(SubmoduleGraph):
             self._input_checker = self._make_checker()
         return self._input_checker
 
+    def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The program's flat inputs for this call, checked (adapted first if shaped otherwise)."""
+        checker = self._checker
+        checking = not torch.compiler.is_dynamo_compiling() and self.check_input_constraints
+        if self._adapter_state.adapter is not None:
+            adapted = flat_args.adapted_inputs(self._adapter_state, self, checker, args, kwargs, check=checking)
+            if adapted is not None:
+                return adapted
+        try:
+            return checker(args, kwargs) if checking else checker.flat_inputs(args, kwargs)
+        except InputStructureError:
+            if self._adapter_state.adapter is None and other_structure(args, kwargs, checker.in_spec) is not None:
+                raise flat_args.no_adapter_error(checker, args, kwargs) from None
+            raise
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():
-            leaves = self._checker.flat_inputs(tuple(args), dict(kwargs))
-        else:
-            leaves = self._checker(tuple(args), dict(kwargs))
+        leaves = self._flat_inputs(tuple(args), dict(kwargs))
         outputs = super().forward(*leaves)
         if self._result_spec is None:
             return outputs

@@ -20,7 +20,8 @@ Rewrites that do not change what the graph computes:
   the last is an output. Each call's last value is written to the buffer at
   the end of that call too, and the next call reads the buffer, as in eager;
   so a call reads and writes its module's state, and a preserved submodule
-  can be swapped for an eager one that keeps its own state.
+  can be swapped for an eager one that keeps its own state. Code after the
+  call that reads the last value reads the buffer (or input) too.
 """
 from __future__ import annotations
 
@@ -128,10 +129,47 @@ def writes_from_outputs(ep, graph: torch.fx.Graph, state_names: dict[torch.fx.No
         if spec.kind is not OutputKind.USER_INPUT_MUTATION:
             stack = _stack_reaching(stack, state_names.get(dest, [spec.target]))
         copy_node.meta.update(val=value.meta.get("val"), nn_module_stack=dict(stack))
+        _read_written_value_outside_as_target(value, dest, copy_node)
         if spec.kind is OutputKind.BUFFER_MUTATION:
             _write_versions_between_calls(graph, dest, value, state_names.get(dest, [spec.target]))
     output.args = (tuple(user_values),)
+    _writes_in_graph(graph, state_names)
     return user_values
+
+
+def _writes_in_graph(graph: torch.fx.Graph, state_names: dict[torch.fx.Node, list[str]]) -> None:
+    """A buffer's new value written by the graph itself (the training IR writes a reassigned
+    buffer, ``self.n = self.n + 1``, with a ``copy_`` at the end) is handled as an update
+    output is: the write moves right after the value is computed, in the call that computed
+    it, each call's last value is written at the end of that call, and code after the call
+    reads the buffer. Left as it is when the buffer's old value (or another write) comes
+    after the new value is computed: moving the write would change what that reads."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for write in [n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.copy_.default]:
+        dest, value = write.args[0], write.args[1]
+        if not (isinstance(dest, torch.fx.Node) and dest in state_names and isinstance(value, torch.fx.Node)
+                and value.op == "call_function") or write.users:
+            continue
+        if any(order[u] > order[value] for u in dest.users if u is not write):
+            continue
+        names = state_names[dest]
+        value.append(write)
+        write.meta["nn_module_stack"] = dict(_stack_reaching(value.meta.get("nn_module_stack") or {}, names))
+        _read_written_value_outside_as_target(value, dest, write)
+        _write_versions_between_calls(graph, dest, value, names)
+        order = {n: i for i, n in enumerate(graph.nodes)}
+
+
+def _read_written_value_outside_as_target(value: torch.fx.Node, dest: torch.fx.Node, write: torch.fx.Node) -> None:
+    """Code outside the call that computed a buffer's (or input's) last value reads it as the
+    buffer (the input) once the call has written it back, as eager code outside reads
+    ``self.sub.buf`` after the call. Then the value is not an extra result of the call, and a
+    preserved submodule keeps its signature: an eager replacement updates its own buffer, and
+    the code after it reads that. The program's outputs keep the value itself: a returned
+    tensor must not change when a later call writes the buffer again."""
+    inside = _call_path(value)
+    value.replace_all_uses_with(dest, delete_user_cb=lambda user: user is not write and user.op != "output"
+                                and _call_path(user) != inside)
 
 
 def _call_path(node: torch.fx.Node) -> tuple:

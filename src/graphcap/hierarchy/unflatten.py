@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import UnsupportedError
 from ..runtime.input_checks import InputChecker
 from ..signature import InputKind, call_graph_of, call_spec_of
 from .build import GraphCutter
+from .flat_args import AdapterState, check_adapter
 from .modules import SubmoduleGraph, UnflattenedModule
 from .prepare import copy_graph, name_inplace_targets, read_no_op_conversions_as_their_input, writes_from_outputs
 from .preserved import PreservedModule
@@ -45,10 +45,10 @@ class _CheckerFactory:
     share it (the checks describe the program, which copying the module does not change)."""
 
     def __init__(self, ep: Any):
-        self._ep = ep
+        self.program = ep
 
     def __call__(self) -> InputChecker:
-        return InputChecker(self._ep)
+        return InputChecker(self.program)
 
     def __deepcopy__(self, memo: dict) -> "_CheckerFactory":
         return self
@@ -73,7 +73,10 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
 
     Args:
         ep: an :class:`ExportedProgram`.
-        flat_args_adapter: not supported (must be None).
+        flat_args_adapter: a :class:`graphcap.FlatArgsAdapter` (torch.export's are accepted
+            too): consulted on a call whose inputs are shaped otherwise than the program's, it
+            maps the call's flat inputs onto the program's; the program's input checks then
+            run on what it returns. Without one, such a call is refused.
         method: for a multi-method program (``graphcap.export_methods``), the method
             whose module tree to rebuild (the same as ``unflatten(progs[method])``).
 
@@ -83,16 +86,14 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
         in ``preserve_module_call_signature`` can be swapped for eager ones.
 
     Raises:
-        UnsupportedError: ``flat_args_adapter`` was given.
+        ExportInputError: ``flat_args_adapter`` has no ``adapt`` method.
 
     Example:
         >>> ep = graphcap.export(model, args, preserve_module_call_signature=("block",))
         >>> unf = graphcap.unflatten(ep)
         >>> unf.block  # a module of its own, callable alone
     """
-    if flat_args_adapter is not None:
-        raise UnsupportedError("unflatten(ep, flat_args_adapter=...) is not supported by graphcap.",
-                               fix="Call unflatten(ep) and pass the program's own inputs.")
+    check_adapter(flat_args_adapter)
     from ..multi_method import method_program
     ep = _as_graphcap_program(method_program(ep, method, "graphcap.unflatten"))
     graph = copy_graph(ep)
@@ -102,7 +103,8 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
     read_no_op_conversions_as_their_input(graph)
     user_outputs = writes_from_outputs(ep, graph, {n: e.names for n, e in state.items()})
     root_scope = build_scopes(graph)
-    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), call_spec_of(ep)[1])
+    adapter_state = AdapterState(flat_args_adapter, dict(ep.graph_module.meta))
+    root = UnflattenedModule(_root_class(root_scope, graph), _CheckerFactory(ep), call_spec_of(ep)[1], adapter_state)
 
     signatures = {e.fqn: e.signature for e in call_graph_of(ep)[1:] if e.signature is not None}
     preserved = {_split_call(name)[0] for name in signatures}

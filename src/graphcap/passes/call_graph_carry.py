@@ -17,8 +17,9 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
-from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature
+from ..signature import ConstantArgument, ModuleCallEntry, ModuleCallSignature, SymIntArgument
 from ..torch_private.functional import FunctionalTensor
+from ..trace.size_nodes import size_node
 
 
 def _is_named_value(arg: Any) -> bool:
@@ -39,6 +40,7 @@ class CallGraphCarry:
         self.watched = list(watched)
         self.values: dict[torch.fx.Node, Any] = {}
         self.new: dict[str, Any] = {}
+        self._gm: Optional[torch.fx.GraphModule] = None
 
     def reset(self) -> None:
         self.values = {}
@@ -56,6 +58,7 @@ class CallGraphCarry:
 
     def take(self, gm: torch.fx.GraphModule) -> None:
         """Remove the extra outputs from ``gm``; remember which new node holds each watched value."""
+        self._gm = gm
         if not self.watched:
             return
         output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
@@ -71,6 +74,12 @@ class CallGraphCarry:
         if not _is_named_value(arg) or arg.name not in self.new:
             return arg
         new = self.new[arg.name]
+        if isinstance(new, torch.fx.Node) and isinstance(arg, SymIntArgument) and self._gm is not None \
+                and isinstance(new.meta.get("val"), torch.SymInt):
+            # a size passed to a preserved call that nothing else uses: the clean-up after the
+            # retrace dropped its node; compute it again from the input sizes
+            found = size_node(self._gm.graph, new.meta["val"], new)
+            return SymIntArgument(found.name) if found is not None else arg
         if isinstance(new, torch.fx.Node):
             return type(arg)(new.name)
         if isinstance(new, (int, float, bool, str)) or new is None:
@@ -80,6 +89,7 @@ class CallGraphCarry:
     def call_graph(self, entries: list[ModuleCallEntry], user_outputs: list) -> list[ModuleCallEntry]:
         """``entries`` with every signature argument renamed to its holder in the new graph."""
         carried = []
+        nodes_before = len(self._gm.graph.nodes) if self._gm is not None else 0
         for entry in entries:
             sig: Optional[ModuleCallSignature] = entry.signature
             if sig is not None:
@@ -90,4 +100,6 @@ class CallGraphCarry:
                 sig = ModuleCallSignature([self._carried(a) for a in sig.inputs], list(outputs), sig.in_spec,
                                           sig.out_spec, sig.forward_arg_names)
             carried.append(ModuleCallEntry(entry.fqn, sig))
+        if self._gm is not None and len(self._gm.graph.nodes) != nodes_before:
+            self._gm.recompile()  # sizes computed again (_carried)
         return carried

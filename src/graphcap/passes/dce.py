@@ -8,7 +8,7 @@ its effect (``torch._C._set_grad_enabled``) always stays.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
 import torch
 import torch.fx
@@ -42,11 +42,13 @@ def has_side_effect(node: torch.fx.Node) -> bool:
     return node.is_impure()
 
 
-def eliminate_dead_code(gm: torch.fx.GraphModule, generate_code: bool = True) -> bool:
+def eliminate_dead_code(gm: torch.fx.GraphModule, generate_code: bool = True,
+                        keep: Collection[str] = ()) -> bool:
     """Remove dead, effect-free nodes from ``gm`` (and its subgraphs) in place; True if any went.
 
     Each module whose graph changed regenerates its code; with ``generate_code`` False, ``gm``'s own
-    is left to the caller, who generates it once its graph is final."""
+    is left to the caller, who generates it once its graph is final. Nodes of ``gm``'s own graph
+    named in ``keep`` stay (values a module call signature names)."""
     changed = False
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
@@ -54,7 +56,7 @@ def eliminate_dead_code(gm: torch.fx.GraphModule, generate_code: bool = True) ->
         graph = module.graph
         removed = False
         for node in reversed(list(graph.nodes)):
-            if node.op in ("placeholder", "output") or node.users:
+            if node.op in ("placeholder", "output") or node.users or (module is gm and node.name in keep):
                 continue
             if node.op == "get_attr" or (node.op == "call_function" and not has_side_effect(node)):
                 graph.erase_node(node)
@@ -66,5 +68,8 @@ def eliminate_dead_code(gm: torch.fx.GraphModule, generate_code: bool = True) ->
 
 
 def dce_pass(ep: ExportedProgram) -> ExportedProgram:
-    eliminate_dead_code(ep.graph_module)
+    from ..signature import call_graph_of
+    named = {a.name for e in call_graph_of(ep) or [] if e.signature is not None
+             for a in [*e.signature.inputs, *e.signature.outputs] if isinstance(getattr(a, "name", None), str)}
+    eliminate_dead_code(ep.graph_module, keep=named)  # a size passed to a preserved call stays
     return ep

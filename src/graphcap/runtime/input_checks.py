@@ -9,6 +9,7 @@ path, what was expected and what came.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -129,6 +130,11 @@ class InputChecker:
         self._named_dtypes = _dtypes_named_in(ep.graph_module)
         self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
 
+    @property
+    def in_spec(self) -> Any:
+        """The program's input tree spec: the structure of ``(args, kwargs)`` it takes."""
+        return self._in_spec
+
     # -- structure -----------------------------------------------------------
     def check_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
@@ -163,19 +169,24 @@ class InputChecker:
         self.check_leaves(leaves)
         return leaves
 
-    def check_leaves(self, leaves: list[Any]) -> None:
+    def check_leaves(self, leaves: list[Any], paths: Optional[list[str]] = None) -> None:
         """Every leaf against its exported dtype, device, sizes or value, then the relations
         between sizes. While a tracer runs the check (re-export of ``module()``), a symbolic size
-        is compared through guards and is never made concrete."""
+        is compared through guards and is never made concrete. ``paths``, one per leaf, name
+        the leaves in messages instead of the program's input paths (leaves a caller rearranged,
+        as an unflattened module's ``flat_args_adapter`` does)."""
         if len(leaves) != len(self._leaves):
             raise InputStructureError(
                 f"Unexpected number of inputs (expected {len(self._leaves)}, got {len(leaves)})",
                 fix="Pass the same inputs as the example inputs given to export.")
+        specs = self._leaves
+        if paths is not None:
+            specs = [dataclasses.replace(leaf, path=path) for leaf, path in zip(self._leaves, paths)]
         bindings: dict[sympy.Symbol, Any] = {}
         sources: dict[sympy.Symbol, str] = {}
         deferred: list[tuple[_TensorLeaf, int, Any, int]] = []
         exprs: dict[Any, tuple[str, Any]] = {}  # derived-dim expression -> (first source, its size)
-        for leaf, value in zip(self._leaves, leaves):
+        for leaf, value in zip(specs, leaves):
             if isinstance(leaf, _ConstantLeaf):
                 self._check_constant(leaf, value)
                 continue
