@@ -11,7 +11,7 @@ import types as _types
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # the public names as type checkers see them; at run time each loads on first use (below)
-    from .api import draft_export, export, export_methods, load, save
+    from .api import draft_export, export, export_for_training, export_methods, load, save
     from .capture.draft_report import DraftReport
     from .capture.inferred_shapes import InferredShapes, infer_dynamic_shapes
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the public names as type checkers see them; at run time eac
 
 def _import_core() -> dict[str, Any]:
     """The names every export needs: they load together, on the first use of any of them."""
-    from .api import draft_export, export, export_methods, load, save
+    from .api import draft_export, export, export_for_training, export_methods, load, save
     from .capture.draft_report import DraftReport
     from .capture.inferred_shapes import InferredShapes, infer_dynamic_shapes
     from .capture.strategies import Attempt, CaptureError, CaptureResult, capture
@@ -161,7 +161,8 @@ def _import_errors_module() -> dict[str, Any]:
 
 
 _CORE_NAMES = (
-    "draft_export", "export", "export_methods", "load", "save", "DraftReport", "Attempt", "CaptureError",
+    "draft_export", "export", "export_for_training", "export_methods", "load", "save", "DraftReport", "Attempt",
+    "CaptureError",
     "CaptureResult", "capture", "InferredShapes", "infer_dynamic_shapes",
     "CustomDecompTable", "default_decompositions", "AdditionalInputs", "Dim", "ShapesCollection", "dims",
     "refine_dynamic_shapes_from_suggested_fixes", "ExportInputError", "GraphcapError",
@@ -194,7 +195,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "export", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult", "Attempt", "CaptureError",
+    "export", "export_for_training", "export_methods", "draft_export", "DraftReport", "capture", "CaptureResult",
+    "Attempt", "CaptureError",
     "ExportedProgram",
     "report", "register_dataclass", "register_flattenable", "unflatten", "FlatArgsAdapter", "UnflattenedModule",
     "show_torch_logs",

@@ -85,6 +85,29 @@ def export(
     return ep
 
 
+def export_for_training(
+    mod: Any,
+    args: tuple[Any, ...],
+    kwargs: Optional[dict[str, Any]] = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+    preserve_module_call_signature: tuple[str, ...] = (),
+    prefer_deferred_runtime_asserts_over_guards: bool = False,
+) -> ExportedProgram:
+    """torch 2.10's name for :func:`export`, kept so code written for torch 2.10 runs unchanged.
+
+    torch 2.10 deprecated it (removed in 2.11): :func:`export` gives the same program, with
+    training-time operators kept. Warns as torch 2.10 does (``FutureWarning``).
+    """
+    import warnings
+    warnings.warn("export_for_training is torch 2.10's deprecated name for export, which gives the same "
+                  "program: call graphcap.export.", FutureWarning, stacklevel=2)
+    return export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+                  preserve_module_call_signature=preserve_module_call_signature,
+                  prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+
+
 def draft_export(
     mod: Any,
     args: tuple[Any, ...],
