@@ -98,7 +98,20 @@ def export_for_training(
     """torch 2.10's name for :func:`export`, kept so code written for torch 2.10 runs unchanged.
 
     torch 2.10 deprecated it (removed in 2.11): :func:`export` gives the same program, with
-    training-time operators kept. Warns as torch 2.10 does (``FutureWarning``).
+    training-time operators kept.
+
+    Args:
+        mod, args, kwargs, dynamic_shapes, strict, preserve_module_call_signature,
+        prefer_deferred_runtime_asserts_over_guards: as for :func:`export`.
+
+    Returns:
+        The :class:`ExportedProgram` :func:`export` returns for the same arguments.
+
+    Raises:
+        The errors of :func:`export`; warns ``FutureWarning`` first, as torch 2.10 does.
+
+    Example:
+        >>> ep = graphcap.export_for_training(torch.nn.Linear(4, 2), (torch.randn(3, 4),))  # doctest: +SKIP
     """
     import warnings
     warnings.warn("export_for_training is torch 2.10's deprecated name for export, which gives the same "
