@@ -85,24 +85,16 @@ def export(
     return ep
 
 
-def export_for_training(
-    mod: Any,
-    args: tuple[Any, ...],
-    kwargs: Optional[dict[str, Any]] = None,
-    *,
-    dynamic_shapes: Any = None,
-    strict: bool = False,
-    preserve_module_call_signature: tuple[str, ...] = (),
-    prefer_deferred_runtime_asserts_over_guards: bool = False,
-) -> ExportedProgram:
+def export_for_training(mod: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None,
+                        **options: Any) -> ExportedProgram:
     """torch 2.10's name for :func:`export`, kept so code written for torch 2.10 runs unchanged.
 
     torch 2.10 deprecated it (removed in 2.11): :func:`export` gives the same program, with
     training-time operators kept.
 
     Args:
-        mod, args, kwargs, dynamic_shapes, strict, preserve_module_call_signature,
-        prefer_deferred_runtime_asserts_over_guards: as for :func:`export`.
+        mod, args, kwargs: as for :func:`export`.
+        options: :func:`export`'s keyword arguments (``dynamic_shapes``, ``strict``, ...).
 
     Returns:
         The :class:`ExportedProgram` :func:`export` returns for the same arguments.
@@ -116,9 +108,7 @@ def export_for_training(
     import warnings
     warnings.warn("export_for_training is torch 2.10's deprecated name for export, which gives the same "
                   "program: call graphcap.export.", FutureWarning, stacklevel=2)
-    return export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
-                  preserve_module_call_signature=preserve_module_call_signature,
-                  prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+    return export(mod, args, kwargs, **options)
 
 
 def draft_export(
@@ -236,7 +226,7 @@ def save(ep: ExportedProgram, f: Any, *, extra_files: Optional[dict[str, Any]] =
             records beside ``aten`` (always this process's ATen operator version, unless
             given here); a program loaded from a file keeps that file's namespaces.
             ``load(f, expected_opset_version=...)`` compares with them (docs/files.md).
-        pickle_protocol: accepted as ``torch.export.save`` takes it, with no effect,
+        pickle_protocol: accepted as torch's own save takes it, with no effect,
             since the file holds no pickled data; a value torch's pickler refuses (not
             an int, or above Python's highest protocol, 5) is refused.
         weights: ``False`` writes the structure alone (graph, signature, and the

@@ -65,3 +65,13 @@ def test_no_pickle_in_src():
     hits = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+def test_src_text_does_not_send_users_to_the_pipeline_it_implements():
+    """Messages and docstrings say "torch's save", not ``torch.export.save``: graphcap is the
+    export pipeline a user switched to, and spelling torch's entry points in its own text reads
+    as a call of them. interop.py, whose job is handing programs to torch, may name them."""
+    pattern = re.compile(r"torch\.export\.(save|load|export|unflatten|draft_export|_trace)\b")
+    hits = [f"{p.relative_to(SRC)}:{i}: {line.strip()}" for p in SRC.rglob("*.py") if p.name not in INTEROP
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, "\n".join(hits)

@@ -81,8 +81,8 @@ def check_adapter(adapter: Any) -> None:
         raise ExportInputError(
             f"flat_args_adapter must have an adapt(target_spec, input_spec, input_args, metadata, obj) "
             f"method; got a {type(adapter).__name__}.", where="graphcap.unflatten(ep, flat_args_adapter=...)",
-            fix="Pass an instance of a graphcap.FlatArgsAdapter (or torch.export.unflatten.FlatArgsAdapter) "
-                "subclass, or leave flat_args_adapter out.")
+            fix="Pass an instance of a graphcap.FlatArgsAdapter subclass (torch's FlatArgsAdapter "
+                "subclasses work too), or leave flat_args_adapter out.")
 
 
 class AdapterState:

@@ -124,6 +124,6 @@ def check_pickle_protocol(protocol: Any, *, call: str) -> None:
     if protocol > HIGHEST_PICKLE_PROTOCOL:
         raise SerializationError(
             f"pickle_protocol={protocol} is higher than Python's pickle supports "
-            f"({HIGHEST_PICKLE_PROTOCOL}); torch.export.save refuses it too.",
+            f"({HIGHEST_PICKLE_PROTOCOL}); torch's own save refuses it too.",
             where=f"{call}(pickle_protocol=...)",
             fix="Leave pickle_protocol out: graphcap's file holds no pickle, so it has no effect.")
