@@ -193,9 +193,9 @@ def test_assumptions_are_known_to_the_trace_and_asserted(strict):
 
 def test_an_assumption_over_a_variable_the_params_do_not_use_is_refused():
     b, c = ShapeVar("b"), ShapeVar("c")
-    with pytest.raises(graphcap.ExportInputError, match="assumptions"):
-        graphcap.export(Sum0(), (torch.randn(8, 3),),
-                        dynamic_shapes=ShapesSpec(ParamsSpec({"x": TensorSpec([b, STATIC])}), assumptions=[c > 2]))
+    for params in (ParamsSpec({"x": TensorSpec([b, STATIC])}), None):  # a ShapesSpec without params too
+        with pytest.raises(graphcap.ExportInputError, match=r"assumptions\[0\] \(c > 2\) is over c, which no"):
+            graphcap.export(Sum0(), (torch.randn(8, 3),), dynamic_shapes=ShapesSpec(params, assumptions=[c > 2]))
 
 
 @pytest.mark.parametrize("case", ["below min", "expression", "assumption"])

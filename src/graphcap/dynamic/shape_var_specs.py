@@ -98,6 +98,15 @@ def _collect_variables(value: Any) -> None:
             _collect_variables(v)
 
 
+def _collect_spec_variables(params: Any) -> None:
+    """The ShapeVar / IntVar objects a ``ParamsSpec`` (or None: none) uses, by symbol (what
+    :func:`_variable` reads)."""
+    _VARIABLES.clear()
+    if params is not None:
+        named, varargs, varkw = params_spec_parts(params)
+        _collect_variables([list(named.values()), varargs or [], varkw or {}])
+
+
 def _tree(value: Any, example: Any, where: str) -> Any:
     """graphcap's spec for ``example`` from one ParamsSpec entry."""
     import torch
@@ -164,8 +173,7 @@ def translate(m: Any, args: tuple, kwargs: dict, spec: Any) -> Any:
     if params is None:
         return out
     named, varargs, varkw = params_spec_parts(params)
-    _VARIABLES.clear()
-    _collect_variables([list(named.values()), varargs or [], varkw or {}])
+    _collect_spec_variables(params)
     fn = m.forward if isinstance(m, torch.nn.Module) else m
     try:
         kinds = {n: p.kind for n, p in inspect.signature(fn).parameters.items()}
@@ -212,20 +220,22 @@ def with_attached_spec(mod: Any, dynamic_shapes: Any) -> Any:
 
 def assumptions_of(spec: Any) -> list[tuple[Any, tuple, str]]:
     """A ``ShapesSpec``'s assumptions, each as ``(sympy condition over the spec variables' symbols,
-    ((symbol, IntVar), ...), its text)``; empty for any other spec. Read after :func:`translate`
-    (which collects the variables the params use): an assumption over another variable is refused."""
-    if not _is(spec, "ShapesSpec"):
+    ((symbol, IntVar), ...), its text)``; empty for any other spec. An assumption over a variable
+    the params do not use is refused."""
+    if not _is(spec, "ShapesSpec") or not spec.assumptions:
         return []
+    _collect_spec_variables(shapes_spec_params(spec))
     out = []
     for i, condition in enumerate(spec.assumptions):
-        expr = condition.node.expr
-        try:
-            variables = tuple(sorted(((sym, _variable(sym)) for sym in expr.free_symbols), key=lambda p: str(p[0])))
-        except DynamicSpecError as e:
-            raise DynamicSpecError(f"ShapesSpec.assumptions[{i}] ({condition}): {e.what}",
-                                   where=f"ShapesSpec.assumptions[{i}]",
-                                   fix="State assumptions over the ShapeVar / IntVar objects the params use.") from e
-        out.append((expr, variables, re.sub(r"#\d+", "", str(condition))))  # b#0 is the variable b
+        expr, text = condition.node.expr, re.sub(r"#\d+", "", str(condition))  # b#0 is the variable b
+        unused = sorted(re.sub(r"#\d+", "", str(sym)) for sym in expr.free_symbols if sym not in _VARIABLES)
+        if unused:
+            raise DynamicSpecError(
+                f"ShapesSpec.assumptions[{i}] ({text}) is over {', '.join(unused)}, which no entry of the "
+                f"ShapesSpec's params uses.", where=f"ShapesSpec.assumptions[{i}]",
+                fix="State assumptions over the ShapeVar / IntVar objects the params use.")
+        variables = tuple(sorted(((sym, _variable(sym)) for sym in expr.free_symbols), key=lambda p: str(p[0])))
+        out.append((expr, variables, text))
     return out
 
 

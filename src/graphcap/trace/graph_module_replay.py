@@ -24,6 +24,7 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 
 from .. import auto_flatten
+from ..pytree import qualified_name
 from ..torch_private.fx import pytree_specs_of
 
 _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
@@ -99,7 +100,7 @@ def _root_in_every_module_stack(source: torch.fx.GraphModule, gm: torch.fx.Graph
     (symbolic_trace: ``{'l': ('l', Linear)}``) gets the root's entry first and torch.export's keys
     (``L__self__l``). Stacks that already name the root (a program's ``module()``) stay as they are."""
     from .module_paths import call_key
-    root_entry = (call_key(""), ("", f"{type(source).__module__}.{type(source).__qualname__}"))
+    root_entry = (call_key(""), ("", qualified_name(type(source))))
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
