@@ -26,20 +26,22 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -p no:benchmark -rfEs)
 } 2>&1 | tee "$OUT/machine.txt"
 
 gpu_tests() {
-  "$PY" bench/probes/aoti_gpu_probe.py "$OUT" > /dev/null
   "$PY" tests/golden/make_cuda_golden.py "$OUT"
-  "${PYTEST[@]}" -v -m cuda tests/e2e/test_cuda.py -k "not aoti"
+  "${PYTEST[@]}" -v -m cuda tests/e2e/test_cuda.py tests/unit/test_decomp_custom_triton_ops.py -k "not aoti"
   for name in tv_resnet18 hf_gpt2; do
     for exporter in graphcap torch.export; do
       "${PYTEST[@]}" -v -m cuda "tests/e2e/test_cuda.py::test_aoti_compiles_a_cuda_program[$name-$exporter]"
       echo "exit $? for aoti $name $exporter"
     done
   done
+  # Last: the toolchain probe only says why AOTInductor fails when the cases above fail; its CPU
+  # compile can outlast the time left while the default run holds the cores (2026-11-26 evening).
+  "$PY" bench/probes/aoti_gpu_probe.py "$OUT" > /dev/null
 }
 timeout "${GPU_TESTS_S:-330}" bash -c "$(declare -f gpu_tests); $(declare -p PY PYTEST OUT); gpu_tests" \
   > "$OUT/cuda_tests.log" 2>&1 &
 timeout "${DEFAULT_RUN_S:-330}" "${PYTEST[@]}" -v -n "${JOBS:-12}" --dist loadfile -m "not slow and not cuda" \
   > "$OUT/default_run.log" 2>&1
 wait
-grep -h "^=== \|^--- exit\|max diff" "$OUT/aoti_probe.log"
+grep -h "^=== \|^--- exit\|max diff" "$OUT/aoti_probe.log" 2>/dev/null
 grep -h "FAILED\|ERROR\|passed\|failed\|^exit" "$OUT/cuda_tests.log" "$OUT/default_run.log" | tail -60
