@@ -16,6 +16,7 @@ from .. import auto_flatten, module_inputs, young_heap
 from .. import pytree as gp_pytree
 from ..dynamic import assumptions as dyn_assumptions
 from ..dynamic import constraints as dyn_constraints
+from ..dynamic import negative_sizes as dyn_negative_sizes
 from ..dynamic import size_one_checks as dyn_size_one
 from ..dynamic import spec_objects as dyn_spec_objects
 from ..dynamic import symbols as dyn_symbols
@@ -274,6 +275,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     ep.export_dim_names = recorded_dim_names(dyn_inputs.roots if dyn_inputs is not None else ())
     if verify_examples is not None:
         verify_examples(ep)
+    dyn_negative_sizes.check(ep, dyn_inputs)  # a size below 0 at 0/1 (x[1:1 + n] at x.shape[0] == 0)
     if dyn_inputs is not None and dyn_inputs.pending_size_checks:  # Ne(batch, 1): checked on the program
         dyn_size_one.confirm(ep, mod, lambda leaves: module_inputs.unwrap(pytree.tree_unflatten(leaves, in_spec)),
                              user_leaves, dyn_inputs)

@@ -194,12 +194,11 @@ def _agree(mod: Any, ep: Any, call_of: Callable[[list[Any]], tuple], leaves: lis
         _restore(mod, saved)
 
 
-def _cut_off(ep: Any, root: RootSymbol, value: int) -> None:
-    """Raise the lower bound of ``root``'s range in ``ep`` above ``value`` (and the ranges of the
-    sizes derived from it): ``module()`` then refuses that size before computing."""
+def cut_off(ep: Any, sym: Any, value: int) -> None:
+    """Raise the lower bound of symbol ``sym``'s range in ``ep`` above ``value`` (and the ranges of
+    the sizes derived from it): ``module()`` then refuses that size before computing."""
     from ..torch_private.symbolic import ValueRanges, bound_sympy
     ranges = ep.range_constraints
-    sym = root.symbol
     if sym not in ranges or ranges[sym].lower > value:
         return
     ranges[sym] = ValueRanges(value + 1, ranges[sym].upper)
@@ -239,7 +238,7 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
         if check.soft:
             log.info("graphcap: %s = %d is left out of the program's range: %s", check.root.name, check.value,
                      reason)
-            _cut_off(ep, check.root, check.value)
+            cut_off(ep, check.root.symbol, check.value)
             continue
         problems.append(f"{check.problem} At {check.root.name} = {check.value} the general branch the program "
                         f"took was checked and is not the same: {reason}.")
