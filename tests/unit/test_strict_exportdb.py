@@ -4,8 +4,8 @@ ExportDB (``torch._export.db.examples``, imported here by the test only) is
 torch's catalogue of export cases. Each supported one must export in strict
 mode and its program must compute what the model computes on the example.
 Two of them change state dynamo leaves out of the program (a module attribute,
-an attribute of an input tensor): strict mode exports them, as torch does; only
-changes to globals and closed-over variables are refused.
+an attribute of an input tensor): strict mode exports them, as torch does (a
+store into a global or closed-over variable is left out too, with a warning).
 """
 from __future__ import annotations
 

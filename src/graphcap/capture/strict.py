@@ -169,7 +169,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         raise (refused or strict_refusals.explain_refusal(e, target)) from e
     outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
-        raise strict_refusals.side_effect_error(None, outside, target, None)
+        strict_refusals.warn_side_effects(outside, target)
     return DynamoGraphReplay(gm, target.root, marker)
 
 

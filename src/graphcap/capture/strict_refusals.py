@@ -1,8 +1,9 @@
 """Strict mode's refusals: dynamo's errors and reported side effects, in graphcap's words.
 
 A graph break names the user's line and dynamo's own explanation of the
-construct, and stays an instance of the exception dynamo raised. A change to a
-global or a closed-over variable is refused with the variable's name (not
+construct, and stays an instance of the exception dynamo raised. A store into a
+global or a closed-over variable (dynamo leaves it out of the program, as in
+torch.export's strict mode) is a warning with the variable's name (not
 dynamo's source path) and the line that makes it.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
 
 def is_outside_state(source: str) -> bool:
     """Whether dynamo's source of a changed object is a global or a closed-over variable of the
-    user's code (refused), rather than the module, its attributes, the inputs, or the state of an
+    user's code (warned of), rather than the module, its attributes, the inputs, or the state of an
     installed library (transformers sets and resets its own module globals inside forward):
     changes dynamo leaves out of the program, as torch.export's strict mode does."""
     if "__closure__" in source or "cell_contents" in source:
@@ -74,6 +75,21 @@ def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
     if e is None:
         return StrictCaptureError(what, where=where, fix=fix)
     return StrictCaptureError.like(e, what, where=where, fix=fix)
+
+
+def warn_side_effects(names: list[str], target: Any) -> None:
+    """The program leaves out a store into a global or closed-over object (dynamo does not replay
+    it, as in torch.export's strict mode, so the object is left as it was): say so, in the user's
+    names and with the line, as a UserWarning, and export."""
+    import warnings
+    readable = [_readable_source(n, target) for n in names]
+    line = _line_touching(target, readable)
+    warnings.warn(
+        f"strict=True: {target.name} changes state outside the program ({', '.join(readable)})"
+        + (f" at\n  {line}\n" if line else "; ")
+        + "the exported program leaves that change out (it runs without it, and the export left "
+          "the objects as they were). To keep the value, return it from forward, or register a "
+          "buffer and update it in place.", UserWarning, stacklevel=2)
 
 
 def _readable_source(name: str, target: Any) -> str:
