@@ -253,3 +253,40 @@ def test_each_input_placeholder_binds_the_symbols_of_its_sizes(strict):
     assert len(bound["xs_0"]) == 1 and not bound["xs_1"]
     xs = [torch.randn(7, 3), torch.randn(14, 3)]
     torch.testing.assert_close(ep.module()(xs), ListIn()(xs))
+
+
+def test_each_thread_translates_its_own_specs_variables():
+    """The ShapeVar objects of the spec being translated are kept per thread: a spec translated in
+    another thread at the same time neither sees nor replaces this thread's."""
+    import threading
+
+    from graphcap.dynamic import shape_var_specs
+    mine, theirs = ShapeVar("mine", min=1, max=8), ShapeVar("theirs", min=1, max=8)
+    shape_var_specs._collect_spec_variables(ParamsSpec({"x": TensorSpec([mine, STATIC])}))
+    seen_there = {}
+
+    def other_thread():
+        seen_there["before"] = dict(shape_var_specs._variables())
+        shape_var_specs._collect_spec_variables(ParamsSpec({"x": TensorSpec([theirs, STATIC])}))
+        seen_there["after"] = dict(shape_var_specs._variables())
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert seen_there["before"] == {}
+    assert list(seen_there["after"].values()) == [theirs]
+    assert list(shape_var_specs._variables().values()) == [mine]
+    # and exports in two threads at once each get their own program
+    x = torch.randn(4, 3)
+    results = {}
+
+    def export_with(name, var):
+        results[name] = graphcap.export(Sum0(), (x,), dynamic_shapes=ParamsSpec({"x": TensorSpec([var, STATIC])}))
+
+    threads = [threading.Thread(target=export_with, args=(n, v)) for n, v in (("a", mine), ("b", theirs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for ep in results.values():
+        torch.testing.assert_close(ep.module()(torch.ones(7, 3)), torch.full((3,), 7.0))

@@ -18,6 +18,7 @@ graph (``module()`` refuses a size that breaks it before computing).
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -69,11 +70,17 @@ def _size(value: Any) -> Any:
                            where="ParamsSpec", fix="Use ShapeVar(...) / IntVar(...), an int, or STATIC.")
 
 
-_VARIABLES: "dict[Any, Any]" = {}
+# The ShapeVar / IntVar objects of the spec being translated, by symbol: one dict per thread's
+# context (two threads may translate specs at once; translation runs outside the tracing lock).
+_VARIABLES: "ContextVar[dict[Any, Any]]" = ContextVar("graphcap_shape_var_spec_variables")
+
+
+def _variables() -> "dict[Any, Any]":
+    return _VARIABLES.get({})
 
 
 def _variable(sym: Any) -> Any:
-    var = _VARIABLES.get(sym)
+    var = _variables().get(sym)
     if var is None:
         raise DynamicSpecError(f"the spec expression uses {sym}, which is no ShapeVar / IntVar of this spec.",
                                where="ParamsSpec", fix="Build expressions from the ShapeVar / IntVar objects "
@@ -83,7 +90,7 @@ def _variable(sym: Any) -> Any:
 
 def _collect_variables(value: Any) -> None:
     if _is(value, "IntVar"):
-        _VARIABLES[value.sympy_sym] = value
+        _variables()[value.sympy_sym] = value
     elif _is(value, "TensorSpec") or _is(value, "SeqSpec"):
         for v in spec_entries(value):
             _collect_variables(v)
@@ -101,7 +108,7 @@ def _collect_variables(value: Any) -> None:
 def _collect_spec_variables(params: Any) -> None:
     """The ShapeVar / IntVar objects a ``ParamsSpec`` (or None: none) uses, by symbol (what
     :func:`_variable` reads)."""
-    _VARIABLES.clear()
+    _VARIABLES.set({})
     if params is not None:
         named, varargs, varkw = params_spec_parts(params)
         _collect_variables([list(named.values()), varargs or [], varkw or {}])
@@ -228,7 +235,7 @@ def assumptions_of(spec: Any) -> list[tuple[Any, tuple, str]]:
     out = []
     for i, condition in enumerate(spec.assumptions):
         expr, text = condition.node.expr, re.sub(r"#\d+", "", str(condition))  # b#0 is the variable b
-        unused = sorted(re.sub(r"#\d+", "", str(sym)) for sym in expr.free_symbols if sym not in _VARIABLES)
+        unused = sorted(re.sub(r"#\d+", "", str(sym)) for sym in expr.free_symbols if sym not in _variables())
         if unused:
             raise DynamicSpecError(
                 f"ShapesSpec.assumptions[{i}] ({text}) is over {', '.join(unused)}, which no entry of the "
