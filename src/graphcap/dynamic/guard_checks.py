@@ -22,12 +22,21 @@ from typing import Any
 
 import sympy
 
-from ..errors import ConstraintViolationError
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from . import hints as dyn_hints
-from .guard_words import DimNamer, defer_assert, dim_fix, finite_int, implied_by, in_framework, range_words, where_text
+from .guard_words import (
+    DimNamer,
+    constraint_violation,
+    defer_assert,
+    dim_fix,
+    finite_int,
+    implied_by,
+    in_framework,
+    range_words,
+    where_text,
+)
 from .relations import (
     defer_range_asserts,
     divisor_guard,
@@ -369,15 +378,9 @@ def _raise_violations(found: _Findings) -> None:
     if not found.problems:
         return
     names = sorted({*fixes} - root_names or {r.name for r in found.declared} or {r.name for r in found.inputs.roots})
-    listing = "\n".join(f"  - {p}" for p in found.problems)
-    suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values())) if fixes else ""
-    raise ConstraintViolationError(
-        f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
-        f"dynamic_shapes spec allows:\n{listing}",
-        where="export(..., dynamic_shapes=...)",
-        fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-            "dynamic_shapes) does it for you), or change the code at the line shown, or use Dim.AUTO to "
-            "let graphcap find the ranges." + suggested)
+    raise constraint_violation(names, found.problems, fixes.values(),
+                               ", or change the code at the line shown, or use Dim.AUTO to let graphcap "
+                               "find the ranges.")
 
 
 def check_guards(mode: Any, inputs: SymbolicInputs, prefer_deferred_asserts: bool = False) -> None:

@@ -6,10 +6,11 @@ Shared by the guard check (``guard_checks``), the relation rules
 from __future__ import annotations
 
 import traceback
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import sympy
 
+from ..errors import ConstraintViolationError
 from ..torch_private.shapes import count_deferred_assert, deferred_asserts
 from ..torch_private.symbolic import ValueRanges, int_oo
 from ..user_frames import ENGINE_PACKAGE_DIRS, GRAPHCAP_TRANSPARENT_FILES
@@ -38,6 +39,21 @@ def dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
     if hi is not None:
         parts.append(f"max={hi}")
     return f"{name} = Dim('{name}'" + "".join(f", {p}" for p in parts) + ")"
+
+
+def constraint_violation(names: Iterable[str], problems: list[str], fixes: Iterable[str],
+                         advice: str) -> ConstraintViolationError:
+    """The one error listing every problem of a spec, torch.export's header first and the
+    ``Suggested fixes:`` lines last (what the refine helpers read)."""
+    listing = "\n".join(f"  - {p}" for p in problems)
+    fix_lines = list(fixes)
+    suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fix_lines)) if fix_lines else ""
+    return ConstraintViolationError(
+        f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
+        f"dynamic_shapes spec allows:\n{listing}",
+        where="export(..., dynamic_shapes=...)",
+        fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
+            "dynamic_shapes) does it for you)" + advice + suggested)
 
 
 def where_text(sloc: Any) -> str:

@@ -26,10 +26,9 @@ from typing import Any, Iterator, Optional
 import sympy
 import torch
 
-from ..errors import ConstraintViolationError
 from ..torch_private import pytree
 from ..torch_private.symbolic import ValueRanges, bound_sympy
-from .guard_words import DimNamer, dim_fix, finite_int, range_words
+from .guard_words import DimNamer, constraint_violation, dim_fix, finite_int, range_words
 from .range_decide import holds_over_ranges
 from .size_one_checks import cut_off
 from .symbols import RootSymbol, SymbolicInputs
@@ -67,12 +66,8 @@ def check(ep: Any, inputs: Optional[SymbolicInputs]) -> None:
             f"formula answered for the general size there; eager's size is never negative).")
         fixes.append(dim_fix(root.name, lowest, finite_int(ranges[sym].upper)))
     if problems:
-        names = ", ".join(roots[s].name for s in lowest_kept if roots[s].hint is None)
-        raise ConstraintViolationError(
-            f"Constraints violated ({names})!\n" + "\n".join(f"  - {p}" for p in problems),
-            where="export(..., dynamic_shapes=...)",
-            fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-                "dynamic_shapes) does it for you).\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes))
+        names = [roots[s].name for s in lowest_kept if roots[s].hint is None]
+        raise constraint_violation(names, problems, fixes, ".")
 
 
 def _roots_by_program_symbol(inputs: SymbolicInputs, ranges: dict) -> dict[Any, RootSymbol]:

@@ -30,9 +30,9 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..errors import ConstraintViolationError
 from ..torch_private import pytree
 from .dims import DerivedDim
+from .guard_words import constraint_violation
 from .symbols import RootSymbol, SymbolicInputs
 
 log = logging.getLogger("graphcap.dynamic")
@@ -245,11 +245,4 @@ def confirm(ep: Any, mod: Any, call_of: Callable[[list[Any]], tuple], leaves: li
         fixes[check.root.name] = check.fix  # the later size's fix wins, as the refine helper reads it
     if problems:
         names = sorted({c.root.name for c in inputs.pending_size_checks if not c.soft})
-        listing = "\n".join(f"  - {p}" for p in problems)
-        raise ConstraintViolationError(
-            f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
-            f"dynamic_shapes spec allows:\n{listing}",
-            where="export(..., dynamic_shapes=...)",
-            fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-                "dynamic_shapes) does it for you), or change the code at the line shown."
-                + "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fixes.values()))
+        raise constraint_violation(names, problems, fixes.values(), ", or change the code at the line shown.")
