@@ -372,6 +372,18 @@ class _Replayer(torch.fx.Interpreter):
         if target is self.replay.marker and target is not None:
             self._report_boundary(*args, **kwargs)
             return strict_call_boundaries.passes_through(args[2])
+        enter_autocast, exit_autocast = fx_private.autocast_markers()
+        if target is enter_autocast:
+            # dynamo's marker of a `with torch.autocast(...)` block: called as such while recording,
+            # it is only recorded, and the block's operators would run (and be recorded) in
+            # float32; entering the block itself both switches autocast on and records the marker,
+            # as the user's `with` does in non-strict
+            block = torch.amp.autocast(*args, **kwargs)
+            block.__enter__()
+            return block
+        if target is exit_autocast:
+            args[0].__exit__(None, None, None)
+            return None
         return super().call_function(target, args, kwargs)
 
     def _report_boundary(self, fqn: str, entering: bool, tree: Any) -> None:
