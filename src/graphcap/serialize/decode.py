@@ -31,6 +31,7 @@ from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, Module
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
+from ..trace.source_fns import resolve
 from . import schema, upgrade
 from .binding_paths import decode_bindings
 from .checked_fields import field, ident
@@ -158,7 +159,7 @@ class _GraphReader:
             for item in field(m, "source_fn_stack", list, where):
                 if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
                     raise bad(f"Malformed source_fn_stack at {where}.")
-                source_fns.append((item[0], item[1]))
+                source_fns.append((item[0], resolve(item[1])))  # the class or function, where torch has it
             node.meta["source_fn_stack"] = source_fns
         if "torch_fn" in m:
             fn = m["torch_fn"]

@@ -18,9 +18,10 @@ where they are made:
 
 :func:`finalize` then makes the set uniform, in control-flow subgraphs too:
 placeholders and the output carry no source information, and
-``source_fn_stack`` names, for each node, the module or function the user
-called that produced it (as strings: torch's branch capture leaves operator
-objects there, which are replaced). A node still without metadata is left as
+``source_fn_stack`` names, for each node, the ``torch.nn`` module or the
+function the user called that produced it, as objects source-partition tools
+compare (``source_fns``; torch's branch capture leaves operator objects there,
+which are replaced). A node still without metadata is left as
 it is, so that the verifier (``every-node-has-val``, ``operator-metadata``)
 names it.
 """
@@ -34,28 +35,16 @@ import torch
 import torch.fx
 
 from ..torch_private.dynamo import DYNAMO_META_KEY_PREFIX
-from ..torch_private.ops import OpOverload, schema_of
-
-
-def _source_fn_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
-    """The user-level calls behind ``node``, outermost first.
-
-    One entry per submodule on the node's module stack (its attribute name and
-    class), then the torch function or tensor method the user called
-    (``('linear_1', 'builtin_function_or_method.linear')``).
-    """
-    stack = [(fqn.rsplit(".", 1)[-1], cls) for fqn, cls in node.meta.get("nn_module_stack", {}).values() if fqn]
-    torch_fn = node.meta.get("torch_fn")
-    stack.append((torch_fn[0], torch_fn[1]) if torch_fn is not None else (node.name, str(node.target)))
-    return stack
+from ..torch_private.ops import OpOverload, is_higher_order_operator, schema_of
+from . import source_fns
 
 
 def _recorded_by_branch_capture(stack: object) -> bool:
-    """A ``source_fn_stack`` torch's branch capture wrote: it holds operator objects
-    (``('cond', <CondOp>)``) where graphcap's holds their names."""
+    """A ``source_fn_stack`` torch's branch capture wrote: it names operator objects
+    (``('cond', <CondOp>)``) where graphcap's names what the user called."""
     return isinstance(stack, list) and any(
-        not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(e, str) for e in entry))
-        for entry in stack)
+        not (isinstance(entry, tuple) and len(entry) == 2) or isinstance(entry[1], OpOverload)
+        or is_higher_order_operator(entry[1]) for entry in stack)
 
 
 def finalize(gm: torch.fx.GraphModule) -> None:
@@ -293,4 +282,4 @@ def _finalize_graph(gm: torch.fx.GraphModule) -> None:
             continue
         if node.op == "call_function":
             if "source_fn_stack" not in node.meta or _recorded_by_branch_capture(node.meta["source_fn_stack"]):
-                node.meta["source_fn_stack"] = _source_fn_stack(node)
+                node.meta["source_fn_stack"] = source_fns.source_fn_stack(node)
