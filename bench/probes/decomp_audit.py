@@ -805,6 +805,144 @@ def data_dependent_outputs():
     compare("unique / bincount / masked_select", Unique(), (a,), [(a,)])
 
 
+# ---------------------------------------------------------------- third batch
+def _keep_linear(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    del t[aten.linear.default]
+    return t
+
+
+class CondLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cond(x.shape[0] > 2, lambda x: self.a(x).relu(), lambda x: self.b(x) * 2, (x,)) + self.a(x)
+
+
+@probe
+def kept_composite_in_cond_dynamic():
+    compare("linear kept, in cond branches, dynamic", CondLinear(), (R(3, 4),),
+            [(R(3, 4),), (R(1, 4),), (R(0, 4),), (R(7, 4),)], spec=({0: Dim("b")},), table=_keep_linear)
+
+
+def _addmm_replaced(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    t[aten.addmm.default] = lambda b, x, w, beta=1, alpha=1: aten.add.Tensor(aten.mm.default(x, w), b)
+    return t
+
+
+@probe
+def core_op_replaced_reached_by_decomposition():
+    compare("addmm replaced (reached via linear)", LinearConv(), lc_args(), [lc_args(), lc_args(1)],
+            table=_addmm_replaced, spec=({0: Dim("b", max=8)}, {0: Dim("b", max=8)}))
+
+
+class Aliases(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.ones(3))
+
+    def forward(self, x):
+        self.buf.add_(x.sum())
+        y = x.view(-1)
+        return y, y, self.buf, self.buf[1:], x.t()
+
+
+@probe
+def aliasing_outputs():
+    compare("outputs aliasing input / buffer / each other", Aliases(), (R(3, 1),), [(R(3, 1),)],
+            extra=lambda g, t: f"g-outs={[o.kind.name for o in g.graph_signature.output_specs]}")
+
+
+class MetaMut(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.transpose_(0, 1)
+        y.unsqueeze_(0)
+        return y
+
+
+@probe
+def intermediate_metadata_mutation():
+    compare("transpose_/unsqueeze_ on intermediate", MetaMut(), (R(2, 3),), [(R(2, 3),), (R(0, 3),)],
+            spec=({0: Dim("n")},))
+
+
+class TrainDrop(nn.Module):
+    def forward(self, x):
+        return nn.functional.dropout(x, 0.5, True).shape, nn.functional.alpha_dropout(x, 0.0, True)
+
+
+@probe
+def dropout_train_ops():
+    compare("dropout train p=0.5 (ops only)", TrainDrop(), (R(3, 4),), [])
+
+
+@probe
+def save_load_decompose_reexport():
+    import io
+
+    def post(ep, ex):
+        if ex is graphcap.export:
+            buf = io.BytesIO()
+            graphcap.save(ep, buf)
+            buf.seek(0)
+            ep = graphcap.load(buf)
+        else:
+            buf = io.BytesIO()
+            torch.export.save(ep, buf)
+            buf.seek(0)
+            ep = torch.export.load(buf)
+        return ex(ep.module(), (R(4, 3), R(4, 3)),
+                  dynamic_shapes=({0: Dim("n", max=4)}, {0: Dim("n", max=4)})).run_decompositions()
+    compare("decomposed, saved, loaded, re-exported, decomposed", InplaceInputs(), (R(4, 3), R(4, 3)),
+            [(R(4, 3), R(4, 3)), (R(1, 3), R(1, 3))], spec=({0: Dim("n", max=4)}, {0: Dim("n", max=4)}), post=post)
+
+
+class GN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gn = nn.GroupNorm(2, 4)
+        self.inorm = nn.InstanceNorm2d(4, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return self.gn(x), self.inorm(x)
+
+
+@probe
+def group_instance_norm_dynamic_spatial():
+    mk = lambda b, h: (R(b, 4, h, h + 1),)  # noqa: E731
+    compare("group/instance norm, dynamic spatial", GN().train(), mk(2, 3), [mk(2, 3), mk(1, 5), mk(3, 2)],
+            spec=({0: Dim("b"), 2: Dim("h", min=2, max=9), 3: Dim("w", min=3, max=10)},))
+
+
+class CustomDyn(nn.Module):
+    def forward(self, x):
+        return fakeonly(x.flatten()) + torch.ops.dcaudit.cia(x).flatten()
+
+
+@probe
+def custom_op_dynamic_reexport():
+    compare("fake-only custom op, dynamic, re-exported", CustomDyn(), (R(3, 4),), [(R(3, 4),), (R(1, 4),), (R(0, 4),)],
+            spec=({0: Dim("n")},), reexport=True)
+
+
+class SDPA0(nn.Module):
+    def forward(self, q, k, v):
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3, enable_gqa=True)
+
+
+@probe
+def sdpa_causal_gqa():
+    s = Dim("s", min=2, max=16)
+    mk = lambda n: (R(1, 4, n, 8), R(1, 2, n, 8), R(1, 2, n, 8))  # noqa: E731
+    compare("SDPA causal + gqa + scale, dynamic", SDPA0(), mk(5), [mk(5), mk(2), mk(16)],
+            spec=({2: s}, {2: s}, {2: s}))
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:

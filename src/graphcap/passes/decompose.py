@@ -149,6 +149,17 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
+def _unwrap_as(interpreter: _Replay, node: Any, value: Any) -> Any:
+    """``value`` taken out of functionalization as the output ``node`` of the old graph. An output that
+    views a tensor the program wrote (``self.buf[1:]`` after ``self.buf.add_(..)``) is made again
+    from the written value only now, outside any replayed node: its nodes are ``node``'s, so
+    they carry its source line and module stack."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return _unwrap(value)
+    with interpreting_node(interpreter, node):
+        return _unwrap(value)
+
+
 def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePlan, box: dict,
                      carry: CallGraphCarry, memo: Optional[DecompositionMemo]):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization.
@@ -175,6 +186,10 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
     IR program it is a computed value, and there is no in-place write to see.
     """
 
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    returned = output_node.args[0]
+    old_outputs = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+
     def replay(*args: Any) -> tuple:
         with FunctionalTensorMode():
             f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -199,7 +214,8 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
                     mutated.append(i)
                     new_values.append(_unwrap(f))
             box["mutated"] = mutated
-            user = [_unwrap(o) for o in outs[n_old_mutations:]]
+            user = [_unwrap_as(interpreter, node, o)
+                    for node, o in zip(old_outputs[n_old_mutations:], outs[n_old_mutations:])]
         return tuple(new_values + user + carry.extra_outputs())
 
     return replay
