@@ -943,6 +943,290 @@ def sdpa_causal_gqa():
             spec=({2: s}, {2: s}, {2: s}))
 
 
+# ---------------------------------------------------------------- fourth batch
+class IntOps(nn.Module):
+    def forward(self, a, b):
+        return (a // 3, a % 3, torch.div(a, b.clamp(min=1), rounding_mode="floor"), a.bitwise_xor(b), a ** 2,
+                (a > b).float().mean(), a.to(torch.float16) / 3, torch.div(a, 2, rounding_mode="trunc"))
+
+
+@probe
+def integer_ops():
+    mk = lambda n: (torch.randint(-9, 9, (n, 3)), torch.randint(-9, 9, (n, 3)))  # noqa: E731
+    compare("int floor-div/mod/xor/pow/trunc", IntOps(), mk(4), [mk(4), mk(1), mk(0)],
+            spec=({0: Dim("n")}, {0: Dim("n")}))
+
+
+class Masks(nn.Module):
+    def forward(self, x, m):
+        y = x.clone()
+        y[m] = 0.0
+        z = x.masked_fill(~m, -1.0)
+        w = nn.functional.pad(x.unsqueeze(0), (2, 1), mode="reflect").squeeze(0)
+        return y, z, w
+
+
+@probe
+def bool_mask_index_put_pad():
+    mk = lambda n: (R(n, 4), torch.rand(n, 4) > 0.5)  # noqa: E731
+    compare("bool-mask index_put_, masked_fill, reflect pad", Masks(), mk(3), [mk(3), mk(1), mk(6)],
+            spec=({0: Dim("n", min=1)}, {0: Dim("n", min=1)}))
+
+
+class ItemView(nn.Module):
+    def forward(self, x, k):
+        n = k.item()
+        torch._check(n >= 0)
+        torch._check(n % 2 == 0)
+        z = torch.arange(n).view(-1, 2).float()
+        return z.sum(0) + x.mean(), nn.functional.layer_norm(x[: n // 2 + 1], (3,))
+
+
+@probe
+def unbacked_through_composites():
+    compare("unbacked n: arange.view, layer_norm on slice", ItemView(), (R(5, 3), torch.tensor(4)),
+            [(R(5, 3), torch.tensor(4)), (R(5, 3), torch.tensor(0)), (R(5, 3), torch.tensor(3))])
+
+
+class Scalars(nn.Module):
+    def forward(self, x, n: int, f: float, flag: bool, none=None, *, mode: str = "a"):
+        y = x * f + n
+        if flag:
+            y = y.relu()
+        return y if mode == "a" else -y
+
+
+@probe
+def scalar_inputs():
+    args = (R(3, 2), 2, 0.5, True)
+    compare("int/float/bool/None/str inputs", Scalars(), args,
+            [args, (R(3, 2), 3, 0.5, True), ((R(3, 2), 2, 0.5, True), {"mode": "a"})])
+
+
+@probe
+def onnx_dynamic_consumer():
+    def post(ep, ex):
+        if ex is graphcap.export:
+            import io
+            torch.onnx.export(ep, lc_args(3), io.BytesIO(), dynamo=True)
+        return ep
+    compare("torch.onnx.export of decomposed dynamic program", LinearConv(), lc_args(), [lc_args(), lc_args(5)],
+            spec=({0: Dim("b", max=8)}, {0: Dim("b", max=8)}), post=post)
+
+
+@probe
+def executorch_dynamic_consumer():
+    def post(ep, ex):
+        if ex is graphcap.export:
+            from executorch.exir import to_edge
+            to_edge(ep).to_executorch()
+        return ep
+    compare("executorch to_edge, dynamic + mutations", InplaceInputs(), (R(4, 3), R(4, 3)),
+            [(R(4, 3), R(4, 3)), (R(2, 3), R(2, 3))], spec=({0: Dim("n", max=4)}, {0: Dim("n", max=4)}), post=post)
+
+
+@probe
+def strict_reexport_decomposed():
+    def post(ep, ex):
+        return ex(ep.module(), norm_args(), dynamic_shapes=({0: Dim("b")}, {0: Dim("b")}), strict=True)\
+            .run_decompositions()
+    compare("decomposed, re-exported strict, decomposed", Norms().eval(), norm_args(), [norm_args(), norm_args(1)],
+            spec=({0: Dim("b")}, {0: Dim("b")}), post=post)
+
+
+def _raising(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+
+    def bad(x):
+        raise NotImplementedError("no decomposition for you")
+    t[aten.relu.default] = bad
+    return t
+
+
+@probe
+def raising_decomposition():
+    compare("table entry that raises", LinearConv(), lc_args(), [lc_args()], table=_raising)
+
+
+def _self_composite(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    t[aten.linear.default] = lambda x, w, b=None: aten.linear.default(x * 1.0, w, b)
+    return t
+
+
+@probe
+def decomposition_calling_itself():
+    compare("linear's entry calls linear", LinearConv(), lc_args(), [lc_args()], table=_self_composite)
+
+
+class Bag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(10, 3, mode="mean", padding_idx=1)
+        self.bag2 = nn.EmbeddingBag(10, 3, mode="sum")
+
+    def forward(self, idx, off, w):
+        return self.bag(idx, off), self.bag2(idx, off, per_sample_weights=w)
+
+
+@probe
+def embedding_bag_modes():
+    args = (torch.tensor([1, 2, 4, 5, 4, 3, 1]), torch.tensor([0, 2, 5]), R(7))
+    compare("embedding_bag mean+padding / per_sample_weights", Bag(), args, [args])
+
+
+# ---------------------------------------------------------------- fifth batch
+def _custom_entries(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    t[torch_mod().ops.dcaudit.fakeonly.default] = lambda x: x * 3
+    t[torch_mod().ops.dcaudit.cex.default] = lambda x: x.cos() + 1
+    t[aten.add.Tensor] = lambda a, b, alpha=1: aten.sub.Tensor(a, aten.neg.default(aten.mul.Tensor(b, alpha)))
+    return t
+
+
+@probe
+def custom_ops_given_decompositions():
+    compare("custom ops + core add given decompositions", UsesCustom(), (R(3, 4),),
+            [(R(3, 4),), (R(1, 4),)], spec=({0: Dim("n")},), table=_custom_entries)
+
+
+@probe
+def empty_table_mutations():
+    compare("empty table, mutations + train BN", Norms().train(), norm_args(), [norm_args()], table={})
+
+
+@probe
+def empty_table_inplace_inputs():
+    compare("empty table, in-place inputs/buffers", InplaceInputs(), (R(4, 3), R(4, 3)), [(R(4, 3), R(4, 3))],
+            table={})
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.GELU(), nn.Dropout(0.0))
+                                    for _ in range(4))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x
+
+
+@probe
+def repeated_blocks_train():
+    compare("4 identical blocks, train BN (memo path)", Deep().train(), (R(3, 4),), [(R(3, 4),)])
+
+
+@probe
+def repeated_blocks_eval():
+    compare("4 identical blocks, eval", Deep().eval(), (R(3, 4),), [(R(3, 4),)])
+
+
+class TwiceSame(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("k", torch.ones(4))
+
+    def forward(self, x):
+        a = self.lin(x) * self.k
+        b = self.lin(x) * self.k
+        self.k.mul_(2)
+        c = self.lin(x) * self.k
+        return a, b, c
+
+
+@probe
+def identical_calls_around_a_write():
+    compare("identical calls before/after a buffer write", TwiceSame(), (R(2, 4),), [(R(2, 4),)])
+
+
+# ---------------------------------------------------------------- sixth batch: re-export
+def _reexport(args, spec, strict=False, cross=False):
+    def post(ep, ex):
+        other = (torch.export.export if ex is graphcap.export else graphcap.export) if cross else ex
+        return other(ep.module(), args, dynamic_shapes=spec, strict=strict).run_decompositions()
+    return post
+
+
+@probe
+def reexport_unbacked():
+    spec = ({0: Dim("n")}, None)
+    compare("unbacked + asserts: decomposed, re-exported", Asserts(), (R(4, 3), torch.tensor(3)),
+            [(R(4, 3), torch.tensor(3)), (R(4, 3), torch.tensor(1)), (R(0, 3), torch.tensor(10))],
+            spec=spec, post=_reexport((R(4, 3), torch.tensor(3)), spec), extra=_asserts)
+
+
+@probe
+def reexport_unbacked_strict():
+    spec = ({0: Dim("n")}, None)
+    compare("same, re-exported strict", Asserts(), (R(4, 3), torch.tensor(3)),
+            [(R(4, 3), torch.tensor(3)), (R(4, 3), torch.tensor(1))],
+            spec=spec, post=_reexport((R(4, 3), torch.tensor(3)), spec, strict=True))
+
+
+@probe
+def reexport_cross():
+    spec = ({0: Dim("n", max=4)}, {0: Dim("n", max=4)})
+    compare("decomposed by one, re-exported by the other", InplaceInputs(), (R(4, 3), R(4, 3)),
+            [(R(4, 3), R(4, 3)), (R(2, 3), R(2, 3))], spec=spec, post=_reexport((R(4, 3), R(4, 3)), spec, cross=True))
+
+
+@probe
+def reexport_derived():
+    dx = Dim("dx", min=1, max=12)
+    spec = ({0: dx}, {0: dx + 1}, None)
+    mk = lambda b, n: (R(b, 4), R(b + 1, 4), torch.tensor(n))  # noqa: E731
+    compare("derived dims: decomposed, re-exported", Dyn(), mk(3, 2), [mk(3, 2), mk(1, 1), mk(12, 5), mk(4, 6)],
+            spec=spec, post=_reexport(mk(3, 2), spec))
+
+
+@probe
+def reexport_cond_loop():
+    args = (R(3, 4), torch.tensor(3))
+    spec = ({0: Dim("b")}, None)
+    compare("cond/while/map: decomposed, re-exported", CondLoop(), args,
+            [args, (-R(3, 4).abs(), torch.tensor(2)), (R(1, 4), torch.tensor(0))], spec=spec,
+            post=_reexport(args, spec))
+
+
+@probe
+def reexport_regions():
+    spec = ({0: Dim("b")},)
+    compare("no_grad/autocast regions: decomposed, re-exported", Regions(), (R(2, 4),), [(R(2, 4),), (R(5, 4),)],
+            spec=spec, post=_reexport((R(2, 4),), spec))
+
+
+# ---------------------------------------------------------------- seventh batch: keeping ops
+def _keep_many(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    for op in (aten.matmul.default, aten.layer_norm.default, aten.instance_norm.default, aten.t.default,
+               aten.transpose.int):
+        del t[op]
+    return t
+
+
+class KeepMany(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.inorm = nn.InstanceNorm1d(3)
+
+    def forward(self, x):
+        y = torch.matmul(x, self.w.t())
+        y = nn.functional.layer_norm(y, (4,))
+        z = self.inorm(y.transpose(1, 2))
+        return y, z
+
+
+@probe
+def keep_matmul_layer_norm_views():
+    mk = lambda b: (R(b, 3, 4),)  # noqa: E731
+    compare("keep matmul/layer_norm/instance_norm/t/transpose", KeepMany(), mk(2), [mk(2), mk(1), mk(5)],
+            spec=({0: Dim("b")},), table=_keep_many)
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:

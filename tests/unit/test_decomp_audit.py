@@ -162,3 +162,64 @@ def test_views_of_written_state_survive_decomposing_twice_and_a_re_export():
     xe, xp = x.clone(), x.clone()
     torch.testing.assert_close(again.module()(xp), eager(xe))
     torch.testing.assert_close(xp, xe)
+
+
+def _table_keeping_norms(kind: str):
+    table = graphcap.default_decompositions() if kind == "graphcap" else torch.export.default_decompositions()
+    del table[aten.instance_norm.default]
+    return table
+
+
+@pytest.mark.parametrize("table_kind", ["graphcap", "torch"])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_instance_norm_without_running_stats_can_be_kept_whole(table_kind, dims):
+    # its running statistics are None: it writes nothing, yet graphcap's verifier took it for a
+    # writing operator and refused the program torch.export gives
+    model = getattr(nn, f"InstanceNorm{dims}d")(3, affine=True).train()
+    x = torch.randn(2, 3, *([5] * dims))
+    spec = ({0: torch.export.Dim("b"), 2: torch.export.Dim("h", min=2, max=16)},)
+    ep = graphcap.export(model, (x,), dynamic_shapes=spec).run_decompositions(_table_keeping_norms(table_kind))
+    ep.validate()
+    assert "aten::instance_norm" in _ops(ep)
+    for shape in ((2, 3, *([5] * dims)), (1, 3, 2, *([5] * (dims - 1))), (4, 3, 16, *([5] * (dims - 1)))):
+        y = torch.randn(*shape)
+        torch.testing.assert_close(ep.module()(y), model(y))
+
+
+def test_instance_norm_updating_running_stats_is_broken_down_even_when_the_table_keeps_it():
+    # kept whole, it would write its running statistics in place where no signature says so
+    # (torch.export's program does that; a runtime that does not write inputs loses the update):
+    # graphcap breaks this call down, and the update is a BUFFER_MUTATION output
+    model = nn.InstanceNorm1d(3, track_running_stats=True, momentum=0.3).train()
+    x = torch.randn(2, 3, 6)
+    ep = graphcap.export(copy.deepcopy(model), (x,)).run_decompositions(_table_keeping_norms("graphcap"))
+    ep.validate()
+    assert "aten::instance_norm" not in _ops(ep)
+    assert sorted(ep.graph_signature.buffers_to_mutate.values()) == ["running_mean", "running_var"]
+    program, eager = ep.module(), copy.deepcopy(model)
+    for _ in range(2):
+        y = torch.randn(2, 3, 6)
+        torch.testing.assert_close(program(y), eager(y))
+        torch.testing.assert_close(program.running_mean, eager.running_mean)
+        torch.testing.assert_close(program.running_var, eager.running_var)
+
+
+def test_a_kept_norm_writes_only_where_it_is_called_to_write():
+    # the same operator, kept, called once in a way that writes (train stats) and once not:
+    # the program stays functional and matches eager
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.plain = nn.InstanceNorm1d(3)
+            self.tracked = nn.InstanceNorm1d(3, track_running_stats=True)
+
+        def forward(self, x):
+            return self.plain(x) + self.tracked(x)
+
+    model = Two().train()
+    x = torch.randn(2, 3, 4)
+    ep = graphcap.export(copy.deepcopy(model), (x,)).run_decompositions(_table_keeping_norms("graphcap"))
+    ep.validate()
+    program, eager = ep.module(), copy.deepcopy(model)
+    torch.testing.assert_close(program(x), eager(x))
+    torch.testing.assert_close(program.tracked.running_mean, eager.tracked.running_mean)

@@ -36,6 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..node_facts import hidden_write
 from ..shape_env_copies import ValueMover, fake_mode_of_graph, own_fake_mode
 from ..signature import (
     MUTATION_OUTPUT_KINDS,
@@ -322,6 +323,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
         # torch.export keeps whole every composite a plain table does not list, also when
         # one of the table's functions calls it (linear -> matmul stays matmul)
         keep |= table.composites_kept()
+    # a composite whose schema hides a write (instance_norm updating its running statistics in
+    # training mode) cannot stay whole in a functional program: broken down, its write becomes a
+    # BUFFER_MUTATION output as every other write does (torch.export keeps it, writing in place)
+    keep -= _composites_that_write(gm)
     replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
@@ -431,6 +436,13 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = symbol_ranges(env).get(sym, ValueRanges.unknown())
     return ranges
+
+
+def _composites_that_write(gm: torch.fx.GraphModule) -> set:
+    """Operators of ``gm`` (and its subgraphs) called so that they write an argument their schema
+    does not mark as written."""
+    return {n.target for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+            for n in sub.graph.nodes if n.op == "call_function" and hidden_write(n)}
 
 
 def _declared_mutations(sig: ExportGraphSignature) -> dict[int, int]:
