@@ -1227,6 +1227,65 @@ def keep_matmul_layer_norm_views():
             spec=({0: Dim("b")},), table=_keep_many)
 
 
+# ---------------------------------------------------------------- eighth batch
+class GradToggle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        torch.set_grad_enabled(False)
+        a = nn.functional.layer_norm(self.lin(x), (4,))
+        torch.set_grad_enabled(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b = torch.softmax(self.lin(x), -1) @ self.lin.weight
+        return a, b.float().sum(-1)
+
+
+@probe
+def set_grad_enabled_calls():
+    compare("set_grad_enabled toggles + autocast matmul", GradToggle(), (R(3, 4),), [(R(3, 4),), (R(1, 4),)],
+            spec=({0: Dim("b")},))
+
+
+def _keep_instance_norm(torch=False):
+    t = torch_default() if torch else graphcap.default_decompositions()
+    del t[aten.instance_norm.default]
+    return t
+
+
+@probe
+def keep_instance_norm_no_stats():
+    compare("instance_norm kept (no running stats)", nn.InstanceNorm1d(3, affine=True), (R(2, 3, 5),),
+            [(R(2, 3, 5),), (R(1, 3, 5),)], spec=({0: Dim("b")},), table=_keep_instance_norm)
+
+
+@probe
+def keep_instance_norm_stats_train():
+    compare("instance_norm kept, updating running stats", nn.InstanceNorm1d(3, track_running_stats=True).train(),
+            (R(2, 3, 5),), [(R(2, 3, 5),)], table=_keep_instance_norm,
+            extra=lambda g, t: f"g-ops-instance_norm={'aten::instance_norm' in ops_of(g)} "
+            f"g-outs={[o.kind.name for o in g.graph_signature.output_specs]} "
+            f"t-outs={[o.kind.name for o in t.graph_signature.output_specs] if t else None}")
+
+
+@probe
+def keep_lstm():
+    class L(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(4, 3, batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    def table(torch=False):
+        t = torch_default() if torch else graphcap.default_decompositions()
+        del t[aten.lstm.input]
+        return t
+    compare("lstm kept", L().eval(), (R(2, 5, 4),), [(R(2, 5, 4),)], table=table)
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:

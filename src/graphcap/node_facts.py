@@ -83,7 +83,7 @@ def written_arguments(node: torch.fx.Node) -> list[object]:
 def hidden_write(node: torch.fx.Node) -> bool:
     """Whether ``node`` writes an argument its operator's schema does not mark as written (the
     running statistics of a training-mode ``batch_norm`` / ``instance_norm``)."""
-    hidden = _HIDDEN_MUTATIONS.get(node.target)  # type: ignore[call-overload]
+    hidden = _HIDDEN_MUTATIONS.get(node.target)
     if hidden is None:
         return False
     flag, indices = hidden
