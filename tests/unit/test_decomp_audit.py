@@ -223,3 +223,68 @@ def test_a_kept_norm_writes_only_where_it_is_called_to_write():
     program, eager = ep.module(), copy.deepcopy(model)
     torch.testing.assert_close(program(x), eager(x))
     torch.testing.assert_close(program.tracked.running_mean, eager.tracked.running_mean)
+
+
+class _LinearGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.ln = nn.LayerNorm(4)
+
+    def forward(self, x):
+        return nn.functional.gelu(self.ln(self.lin(x)))
+
+
+def _composite_tables():
+    implied = graphcap.default_decompositions()
+    return {
+        # an implied entry (a composite broken down by its own kernel) copied into a plain dict: it
+        # was op.decompose, which, installed as the composite's kernel, called itself forever
+        "one entry in a plain dict": {aten.linear.default: implied[aten.linear.default]},
+        "materialized table": implied.materialize(),
+        "entry set again": _set_again(graphcap.default_decompositions(), aten.layer_norm.default),
+        "python composite kernel (lstm) copied": {aten.linear.default: implied[aten.linear.default],
+                                                  aten.lstm.input: implied[aten.lstm.input]},
+    }
+
+
+def _set_again(table, op):
+    table[op] = table[op]
+    return table
+
+
+@pytest.mark.parametrize("name", list(_composite_tables()))
+def test_the_tables_own_composite_entries_work_copied_elsewhere(name):
+    torch.manual_seed(0)
+    model = _LinearGelu()
+    table = _composite_tables()[name]
+    spec = ({0: torch.export.Dim("b")},)
+    ep = graphcap.export(model, (torch.randn(3, 4),), dynamic_shapes=spec).run_decompositions(table)
+    ep.validate()
+    assert "aten::linear" not in _ops(ep)
+    for b in (3, 1, 0, 6):
+        x = torch.randn(b, 4)
+        torch.testing.assert_close(ep.module()(x), model(x))
+    # the same table object gives torch.export's decomposition the same operators
+    reference = torch.export.export(model, (torch.randn(3, 4),), dynamic_shapes=spec).run_decompositions(
+        _composite_tables()[name])
+    assert _ops(ep) == _ops(reference)
+
+
+def test_graphcap_tables_work_in_torch_export_run_decompositions():
+    # a user who switched the import keeps torch programs around: graphcap's table (its entries
+    # installed by torch as composite kernels) must not send torch's retrace into a recursion
+    torch.manual_seed(0)
+    model = _LinearGelu()
+    x = torch.randn(2, 4)
+    for table in (graphcap.default_decompositions(), graphcap.default_decompositions().materialize()):
+        ep = torch.export.export(model, (x,)).run_decompositions(table)
+        assert "aten::linear" not in _ops(ep) and "aten::layer_norm" not in _ops(ep)
+        torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_an_entry_is_the_composite_kernel_and_computes_the_operator():
+    table = graphcap.default_decompositions()
+    x, w, b = torch.randn(2, 4), torch.randn(3, 4), torch.randn(3)
+    torch.testing.assert_close(table[aten.linear.default](x, w, b), nn.functional.linear(x, w, b))
+    assert table[aten.lstm.input] is aten.lstm.input.py_kernels[torch._C.DispatchKey.CompositeImplicitAutograd]
