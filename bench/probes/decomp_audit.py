@@ -1286,6 +1286,22 @@ def keep_lstm():
     compare("lstm kept", L().eval(), (R(2, 5, 4),), [(R(2, 5, 4),)], table=table)
 
 
+# ---------------------------------------------------------------- ninth batch: tables as plain dicts
+@probe
+def materialized_table():
+    compare("default table .materialize() (plain dict)", LinearConv(), lc_args(), [lc_args(), lc_args(1)],
+            spec=({0: Dim("b", max=8)}, {0: Dim("b", max=8)}),
+            table=lambda torch=False: (torch_default() if torch else graphcap.default_decompositions()).materialize())
+
+
+@probe
+def implied_entry_in_plain_dict():
+    def table(torch=False):
+        t = torch_default() if torch else graphcap.default_decompositions()
+        return {aten.linear.default: t[aten.linear.default], aten.conv2d.default: t[aten.conv2d.default]}
+    compare("table's linear/conv2d entries in a plain dict", LinearConv(), lc_args(), [lc_args()], table=table)
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:
