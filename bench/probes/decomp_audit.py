@@ -1302,6 +1302,65 @@ def implied_entry_in_plain_dict():
     compare("table's linear/conv2d entries in a plain dict", LinearConv(), lc_args(), [lc_args()], table=table)
 
 
+# ---------------------------------------------------------------- tenth batch
+class Consts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.ones(3)  # a plain tensor attribute: a lifted constant
+
+    def forward(self, x):
+        t = torch.tensor([1.0, 2.0, 3.0])
+        return nn.functional.linear(x, torch.eye(3) * self.c) + t
+
+
+@probe
+def constants_reexport():
+    compare("tensor constants, decomposed + re-exported", Consts(), (R(2, 3),), [(R(2, 3),), (R(1, 3),)],
+            spec=({0: Dim("b")},), post=_reexport((R(2, 3),), ({0: Dim("b")},)),
+            extra=lambda g, t: f"g-in={[s.kind.name for s in g.graph_signature.input_specs]} "
+            f"t-in={[s.kind.name for s in t.graph_signature.input_specs] if t else None}")
+
+
+class OddNames(nn.Module):
+    def forward(self, add, view, sym_size_int_1, permute):
+        return (add + view).view(-1) * sym_size_int_1.shape[0], permute.t()
+
+
+@probe
+def inputs_named_like_nodes():
+    mk = lambda n: (R(n, 2), R(n, 2), R(n), R(2, 3))  # noqa: E731
+    n = Dim("n")
+    compare("inputs named add/view/sym_size_int_1/permute", OddNames(), mk(3), [mk(3), mk(1)],
+            spec=({0: n}, {0: n}, {0: n}, None),
+            extra=lambda g, t: f"g-in={g.graph_signature.user_inputs} "
+            f"t-in={t.graph_signature.user_inputs if t else None}")
+
+
+# ---------------------------------------------------------------- eleventh batch
+lib.define("viewish(Tensor(a) x) -> Tensor(a)")
+lib.impl("viewish", lambda x: x.view(-1), "CompositeImplicitAutograd")
+
+
+class UsesViewish(nn.Module):
+    def forward(self, x):
+        y = torch.ops.dcaudit.viewish(x * 2)
+        y.add_(1)
+        return y, torch.ops.dcaudit.viewish(x).sum()
+
+
+@probe
+def custom_aliasing_composite():
+    compare("custom CIA op returning a view, then add_", UsesViewish(), (R(3, 2),), [(R(3, 2),), (R(1, 2),)],
+            spec=({0: Dim("n")},))
+
+
+@probe
+def keep_then_decompose():
+    def post(ep, ex):
+        return ep.run_decompositions(_table_keep_conv(torch=ex is not graphcap.export)).run_decompositions()
+    compare("decomposed keeping conv2d, then default", LinearConv(), lc_args(), [lc_args()], post=post)
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:
