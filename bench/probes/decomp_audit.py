@@ -1361,6 +1361,40 @@ def keep_then_decompose():
     compare("decomposed keeping conv2d, then default", LinearConv(), lc_args(), [lc_args()], post=post)
 
 
+# ---------------------------------------------------------------- twelfth batch
+class Scan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, init, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def step(c, x):
+            c2 = nn.functional.layer_norm(self.lin(c) + x, (4,)).tanh()
+            return c2, nn.functional.silu(c2)
+        return scan(step, init, xs)
+
+
+@probe
+def scan_with_composites():
+    b, t = Dim("b"), Dim("t")
+    mk = lambda n, k: (R(n, 4), R(k, n, 4))  # noqa: E731
+    compare("scan with linear/layer_norm/silu, dynamic", Scan(), mk(2, 5), [mk(2, 5), mk(1, 3), mk(3, 1)],
+            spec=({0: b}, {0: t, 1: b}))
+
+
+class UpsampleDirect(nn.Module):
+    def forward(self, x, y):
+        return aten.upsample_nearest2d.default(x, [6, 5]), aten._upsample_nearest_exact1d.default(y, [7])
+
+
+@probe
+def upsample_default_overloads():
+    compare("upsample_nearest*.default called directly", UpsampleDirect(), (R(1, 2, 3, 3), R(1, 2, 4)),
+            [(R(1, 2, 3, 3), R(1, 2, 4))])
+
+
 if __name__ == "__main__":
     wanted = set(sys.argv[1:])
     for p in PROBES:
