@@ -37,9 +37,13 @@ _BACKEND_KEYS = [getattr(DispatchKey, name) for name in (
     if hasattr(DispatchKey, name)]
 
 
-def _original_composite(op: OpOverload) -> Callable[..., Any]:
+def composite_kernel_of(op: OpOverload) -> Callable[..., Any]:
+    """``op``'s own composite kernel as a plain function: its Python kernel, or its C++ one run
+    directly. Not ``op.decompose``, which looks the kernel up in ``py_kernels`` when called:
+    installed as that very kernel (here, or by torch's ``run_decompositions`` given a graphcap
+    table), it would call itself forever."""
     python_kernel = op.py_kernels.get(_CIA)
-    if python_kernel is not None:
+    if python_kernel is not None and not isinstance(python_kernel, DispatchKey):
         return python_kernel
 
     def run_composite(*args: Any, **kwargs: Any) -> Any:
@@ -70,7 +74,7 @@ def steer_composites(keep: Iterable[OpOverload],
     try:
         for op in keep:
             saved.setdefault(op, dict(op.py_kernels))
-            original = _original_composite(op)
+            original = composite_kernel_of(op)
             for key in _AUTOGRAD_KEYS:
                 if key not in op.py_kernels:
                     _install(op, key, _below_autograd(op))
@@ -83,7 +87,7 @@ def steer_composites(keep: Iterable[OpOverload],
             if op in saved:
                 continue
             saved[op] = dict(op.py_kernels)
-            original = _original_composite(op)
+            original = composite_kernel_of(op)
             for key in _BACKEND_KEYS:
                 if key not in op.py_kernels:
                     _install(op, key, original)

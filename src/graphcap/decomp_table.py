@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
 
+from .composite_kernels import composite_kernel_of
 from .torch_private.decomp import core_aten_decompositions_post_autograd, should_decompose_because_unsafe
 from .torch_private.dispatch import DispatchKey, has_kernel, has_kernel_for_dispatch_key, registrations_for_dispatch_key
 from .torch_private.ops import OpOverload, schema_of
@@ -87,8 +88,10 @@ def _all_composites() -> list[OpOverload]:
 
 
 def _decompose_composite(op: OpOverload) -> Callable[..., Any]:
-    """The entry standing for "decompose ``op`` by its own composite kernel"."""
-    return op.decompose
+    """The entry standing for "decompose ``op`` by its own composite kernel": the kernel itself, so
+    the entry still works copied into a plain dict (``materialize()``) or handed to torch's
+    ``run_decompositions``, which install it as the operator's composite kernel."""
+    return composite_kernel_of(op)
 
 
 def _default_composite(op: Any) -> bool:

@@ -75,8 +75,20 @@ def written_arguments(node: torch.fx.Node) -> list[object]:
     if hidden is not None:
         flag, indices = hidden
         if len(node.args) > flag and node.args[flag] is True:
-            written.extend(node.args[i] for i in indices if i < len(node.args))
+            # only statistics that are given: InstanceNorm / BatchNorm without running stats pass None
+            written.extend(node.args[i] for i in indices if i < len(node.args) and node.args[i] is not None)
     return written
+
+
+def hidden_write(node: torch.fx.Node) -> bool:
+    """Whether ``node`` writes an argument its operator's schema does not mark as written (the
+    running statistics of a training-mode ``batch_norm`` / ``instance_norm``)."""
+    hidden = _HIDDEN_MUTATIONS.get(node.target)
+    if hidden is None:
+        return False
+    flag, indices = hidden
+    return len(node.args) > flag and node.args[flag] is True and any(
+        i < len(node.args) and node.args[i] is not None for i in indices)
 
 
 def writes_to_argument(node: torch.fx.Node) -> bool:

@@ -36,6 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
+from ..node_facts import hidden_write
 from ..shape_env_copies import ValueMover, fake_mode_of_graph, own_fake_mode
 from ..signature import (
     MUTATION_OUTPUT_KINDS,
@@ -48,7 +49,7 @@ from ..signature import (
     mutation_key,
 )
 from ..torch_private import functional, pytree
-from ..torch_private.dispatch import enable_python_dispatcher, set_grad_enabled
+from ..torch_private.dispatch import backend_kernels_off, enable_python_dispatcher, set_grad_enabled
 from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
@@ -149,6 +150,17 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
+def _unwrap_as(interpreter: _Replay, node: Any, value: Any) -> Any:
+    """``value`` taken out of functionalization as the output ``node`` of the old graph. An output that
+    views a tensor the program wrote (``self.buf[1:]`` after ``self.buf.add_(..)``) is made again
+    from the written value only now, outside any replayed node: its nodes are ``node``'s, so
+    they carry its source line and module stack."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return _unwrap(value)
+    with interpreting_node(interpreter, node):
+        return _unwrap(value)
+
+
 def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePlan, box: dict,
                      carry: CallGraphCarry, memo: Optional[DecompositionMemo]):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization.
@@ -175,6 +187,10 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
     IR program it is a computed value, and there is no in-place write to see.
     """
 
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    returned = output_node.args[0]
+    old_outputs = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+
     def replay(*args: Any) -> tuple:
         with FunctionalTensorMode():
             f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -199,7 +215,8 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
                     mutated.append(i)
                     new_values.append(_unwrap(f))
             box["mutated"] = mutated
-            user = [_unwrap(o) for o in outs[n_old_mutations:]]
+            user = [_unwrap_as(interpreter, node, o)
+                    for node, o in zip(old_outputs[n_old_mutations:], outs[n_old_mutations:])]
         return tuple(new_values + user + carry.extra_outputs())
 
     return replay
@@ -306,6 +323,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
         # torch.export keeps whole every composite a plain table does not list, also when
         # one of the table's functions calls it (linear -> matmul stays matmul)
         keep |= table.composites_kept()
+    # a composite whose schema hides a write (instance_norm updating its running statistics in
+    # training mode) cannot stay whole in a functional program: broken down, its write becomes a
+    # BUFFER_MUTATION output as every other write does (torch.export keeps it, writing in place)
+    keep -= _composites_that_write(gm)
     replace = {op: fn for op, fn in table.entries.items() if can_keep_composite(op)}
     python_table = {op: fn for op, fn in table.entries.items() if op not in replace}
 
@@ -327,7 +348,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
                     one_argument_where_decomposed(), code_generated_on_first_use(), \
-                    functional.triton_ops_decomposed(decompose_custom_triton_ops):
+                    functional.triton_ops_decomposed(decompose_custom_triton_ops), backend_kernels_off():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -415,6 +436,13 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = symbol_ranges(env).get(sym, ValueRanges.unknown())
     return ranges
+
+
+def _composites_that_write(gm: torch.fx.GraphModule) -> set:
+    """Operators of ``gm`` (and its subgraphs) called so that they write an argument their schema
+    does not mark as written."""
+    return {n.target for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+            for n in sub.graph.nodes if n.op == "call_function" and hidden_write(n)}
 
 
 def _declared_mutations(sig: ExportGraphSignature) -> dict[int, int]:
