@@ -308,3 +308,51 @@ def test_damaged_streams_are_refused_and_offset_streams_load():
     again = io.BytesIO()
     graphcap.save(loaded, again)
     assert again.getvalue() == data  # a loaded program saves to the same bytes
+
+
+class _WriteOnly(io.RawIOBase):
+    """A stream that can only be written, as a pipe or a socket: no seek, no tell."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.data += bytes(b)
+        return len(b)
+
+
+class _ReadOnly(io.RawIOBase):
+    def __init__(self, data):
+        self._inner = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self._inner.readinto(b)
+
+
+def test_streams_that_cannot_seek_are_written_and_read():
+    # torch.export.save and load both need seek(); a pipe works with graphcap
+    ep = _export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
+    out = _WriteOnly()
+    graphcap.save(ep, out)
+    loaded = graphcap.load(_ReadOnly(bytes(out.data)))
+    x = torch.randn(2, 3)
+    assert_same_outputs(ep.module()(x), loaded.module()(x))
+
+
+def test_saving_to_a_missing_folder_or_a_folder_names_the_users_path(tmp_path):
+    ep = _export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
+    target = tmp_path / "not" / "there" / "m.pt2"
+    with pytest.raises(graphcap.SerializationError, match="does not exist") as info:
+        graphcap.save(ep, target)
+    assert str(target) in str(info.value) and "os.makedirs" in str(info.value)
+    with pytest.raises(graphcap.SerializationError, match="it is a folder") as info:
+        graphcap.save(ep, tmp_path)
+    assert str(tmp_path / "model.pt2") in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+    assert not list(tmp_path.parent.glob(".graphcap-*.tmp"))
