@@ -356,3 +356,64 @@ def test_saving_to_a_missing_folder_or_a_folder_names_the_users_path(tmp_path):
     assert str(tmp_path / "model.pt2") in str(info.value)
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
     assert not list(tmp_path.parent.glob(".graphcap-*.tmp"))
+
+
+def _storage_bytes(t):
+    return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).tolist()
+
+
+def _byte_stored(name):
+    dtype = getattr(torch, name, None)
+    if dtype is None:
+        pytest.skip(f"this torch has no {name}")
+    return dtype
+
+
+@pytest.mark.parametrize("name", ["complex128", "complex32", "float8_e8m0fnu", "float4_e2m1fn_x2", "bits8", "uint4"])
+@pytest.mark.parametrize("mmap", [False, True])
+def test_dtypes_safetensors_lacks_are_stored_as_bytes(tmp_path, name, mmap):
+    # torch.export.save stores complex128 and float8_e8m0fnu; graphcap refused them
+    dtype = _byte_stored(name)
+    raw = torch.arange(48, dtype=torch.uint8).reshape(4, 12)
+    if dtype.is_complex:
+        whole = torch.randn(4, 6, dtype=torch.complex128).to(dtype)
+    else:
+        whole = raw.view(dtype)
+    tensors = {"whole": whole, "columns": whole.t(), "corner": whole[1:, 2:], "bytes": whole.view(torch.uint8)}
+    from graphcap.serialize.tensors import pack, unpack, unpack_mmap
+    data, described = pack(tensors)
+    if mmap:
+        path = tmp_path / "t.safetensors"
+        path.write_bytes(data)
+        back = unpack_mmap(str(path), 0, len(data), described, entry="t")
+    else:
+        back = unpack(data, described)
+    for key, value in tensors.items():
+        got = back[key]
+        assert (got.dtype, got.shape, got.stride(), got.storage_offset()) == \
+            (value.dtype, value.shape, value.stride(), value.storage_offset()), key
+        assert _storage_bytes(got) == _storage_bytes(value), key  # same layout over the same bytes
+    assert back["columns"].untyped_storage().data_ptr() == back["whole"].untyped_storage().data_ptr()
+
+
+class Spectral(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("filt", torch.polar(torch.ones(8, dtype=torch.float64),
+                                                 torch.linspace(0, 3, 8, dtype=torch.float64)))
+        self.gain = torch.nn.Parameter(torch.randn(8, dtype=torch.complex128))
+
+    def forward(self, x):
+        return torch.fft.ifft(torch.fft.fft(x) * self.filt * self.gain).real
+
+
+def test_a_complex128_program_saves_loads_and_runs():
+    model = Spectral()
+    ep = _export(model, (torch.randn(3, 8, dtype=torch.float64),),
+                 dynamic_shapes=({0: graphcap.Dim("n", max=10)},))
+    loaded = _round_trip(ep)
+    assert loaded.state_dict["gain"].dtype == torch.complex128
+    assert isinstance(loaded.state_dict["gain"], torch.nn.Parameter)
+    for n in (1, 3, 10):  # eager's FFT refuses 0 rows
+        x = torch.randn(n, 8, dtype=torch.float64)
+        assert_same_outputs(model(x), loaded.module()(x))
