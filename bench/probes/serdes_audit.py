@@ -845,6 +845,36 @@ def _messages_check2(ep: Any, loaded: Any) -> str:
     return "; ".join(notes)
 
 
+class RareDtypes(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("c128", torch.polar(torch.ones(4, dtype=torch.float64), torch.arange(4.0).double()))
+        self.register_buffer("e8m0", torch.tensor([0.5, 1.0, 2.0, 4.0]).to(torch.float8_e8m0fnu))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.double() * self.c128).abs() + self.e8m0.double()
+
+
+class PathErrors(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+def _path_errors(ep: Any, loaded: Any) -> str:
+    g = type(loaded).__module__.startswith("graphcap")
+    save = graphcap.save if g else te.save
+    with tempfile.TemporaryDirectory() as d:
+        notes = []
+        for target in (f"{d}/missing/m.pt2", d):
+            try:
+                save(ep, target)
+                notes.append(f"saved to {target}!")
+            except Exception as e:
+                if target not in str(e).replace("'", ""):
+                    notes.append(f"error does not name the path: {type(e).__name__}: {str(e)[:80]}")
+        return "; ".join(notes)
+
+
 b = Dim("b", min=2, max=12)
 
 PROBES = [
@@ -964,6 +994,8 @@ PROBES = [
     Probe("refusal messages same before and after load; Dim min only", lambda: Lin(), (torch.randn(3, 4),),
           dynamic_shapes=({0: Dim("n", min=2)},), ok_inputs=[((torch.randn(2, 4),), {}), ((torch.randn(300, 4),), {})],
           after=_messages_check2),
+    Probe("complex128 / float8_e8m0fnu buffers", lambda: RareDtypes(), (torch.randn(4),)),
+    Probe("save to a missing folder / a folder", lambda: PathErrors(), (torch.randn(2),), after=_path_errors),
     Probe("bytes / offset stream / truncated / map_location", lambda: Lin(), (torch.randn(5, 4),),
           dynamic_shapes=({0: Dim("n", max=20)},), after=_load_variants),
 ]
