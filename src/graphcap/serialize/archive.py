@@ -73,6 +73,18 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~mask
 
 
+def _check_target(path: str, directory: str) -> None:
+    """Refuse, naming the user's path, a target the rename into place could not reach: the
+    temporary file's name would otherwise be all the error says."""
+    if os.path.isdir(path):
+        raise SerializationError(f"Cannot write {path!r}: it is a folder.", where="graphcap.save(ep, f)",
+                                 fix=f"Name a file in it: graphcap.save(ep, {os.path.join(path, 'model.pt2')!r}).")
+    if not os.path.isdir(directory):
+        raise SerializationError(f"Cannot write {path!r}: its folder {directory!r} does not exist.",
+                                 where="graphcap.save(ep, f)",
+                                 fix=f"Create it first: os.makedirs({directory!r}, exist_ok=True).")
+
+
 def write_archive(f: PathOrFile, entries: dict[str, bytes]) -> None:
     """Write ``entries`` (name → bytes) as a graphcap archive to a path or a binary file."""
     if not is_path(f):
@@ -86,7 +98,13 @@ def write_archive(f: PathOrFile, entries: dict[str, bytes]) -> None:
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".graphcap-", suffix=".pt2.tmp", dir=directory)
+    _check_target(path, directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".graphcap-", suffix=".pt2.tmp", dir=directory)
+    except OSError as e:
+        raise SerializationError(f"Cannot write {path!r}: {e.strerror or e} in its folder {directory!r}.",
+                                 where="graphcap.save(ep, f)",
+                                 fix="Save to a folder this process may write to.") from e
     try:
         with os.fdopen(fd, "wb") as out:
             _write_zip(out, entries)

@@ -56,12 +56,22 @@ for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), (
     if hasattr(torch, _name):
         _CODES[_code] = getattr(torch, _name)
 SUPPORTED_DTYPES = frozenset(_CODES.values())
+# dtypes safetensors has no code for, stored as their storage's bytes (a uint8 storage, as a storage
+# that several dtypes view is stored) and viewed as the described dtype on load: float64 complex
+# numbers, half-precision complex, the scale and packed-4-bit float formats, bit and sub-byte types.
+BYTE_STORED_DTYPES = frozenset(
+    getattr(torch, name) for name in (
+        "complex128", "complex32", "float8_e8m0fnu", "float4_e2m1fn_x2",
+        "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2",
+        *(f"uint{i}" for i in range(1, 8)), *(f"int{i}" for i in range(1, 8)))
+    if isinstance(getattr(torch, name, None), torch.dtype)) - SUPPORTED_DTYPES
+STORABLE_DTYPES = SUPPORTED_DTYPES | BYTE_STORED_DTYPES
 
 
 def _unsupported_dtype(name: str, dtype: torch.dtype) -> SerializationError:
-    names = ", ".join(sorted(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES))
+    names = ", ".join(sorted(str(d).replace("torch.", "") for d in STORABLE_DTYPES))
     return SerializationError(
-        f"Tensor {name!r} has dtype {dtype}, which safetensors cannot store.",
+        f"Tensor {name!r} has dtype {dtype}, which the .pt2 format cannot store.",
         where=f"state_dict/constants[{name!r}]",
         fix=f"Convert it to one of: {names} (for example keep a float32 copy and convert inside "
             f"forward), then export and save again.")
@@ -86,7 +96,7 @@ def _check_tensor(name: str, t: Any) -> torch.Tensor:
             fix="Save the structure alone with graphcap.save(ep, f, weights=False) and attach the weights "
                 "when loading (graphcap.load(f, weights='checkpoint/dir')), or export a model whose weights "
                 "hold data.")
-    if t.dtype not in SUPPORTED_DTYPES:
+    if t.dtype not in STORABLE_DTYPES:
         raise _unsupported_dtype(name, t.dtype)
     return t
 
@@ -214,8 +224,8 @@ def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
     for sname, members in storage_tensors.items():
         storage = members[0].untyped_storage()
         dtypes = {m.dtype for m in members}
-        dtype = members[0].dtype if len(dtypes) == 1 and storage.nbytes() % members[0].element_size() == 0 \
-            else torch.uint8
+        dtype = members[0].dtype if (len(dtypes) == 1 and members[0].dtype in SUPPORTED_DTYPES
+                                     and storage.nbytes() % members[0].element_size() == 0) else torch.uint8
         itemsize = torch.empty((), dtype=dtype).element_size()
         with torch.no_grad():
             flat = torch.empty(0, dtype=dtype, device=members[0].device)
@@ -243,7 +253,7 @@ def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> to
     if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride)
             and all(type(x) is int for x in ints) and all(x >= 0 for x in ints)):
         raise bad(f"The shape/stride/offset of tensor {name!r} are malformed.")
-    if dtype not in SUPPORTED_DTYPES:
+    if dtype not in STORABLE_DTYPES:
         raise bad(f"Tensor {name!r} has dtype {dtype}, which the format never stores.")
     base = blob
     if blob.dtype != dtype:

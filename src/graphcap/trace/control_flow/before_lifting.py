@@ -1,7 +1,8 @@
 """The capture step between recording and lifting: what control-flow subgraphs and regions need first.
 
-:func:`prepare_for_lifting` runs four jobs, each in the module that owns it:
-dead tracer artifacts go (:mod:`..tracer_artifacts`), tensor constants leave
+:func:`prepare_for_lifting` runs five jobs, each in the module that owns it:
+dead tracer artifacts go (:mod:`..tracer_artifacts`), symbolic sizes passed to a
+subgraph that reads none of them go (:mod:`.closures`), tensor constants leave
 the subgraphs as operands (:mod:`.subgraph_constants`), grad/autocast regions
 are wrapped (:mod:`.regions`), and node metadata is made to read as the
 user's program (:mod:`.subgraph_metadata`).
@@ -13,6 +14,7 @@ import torch.fx
 
 from .. import tracer_artifacts
 from . import regions
+from .closures import drop_unread_symbols
 from .subgraph_constants import hoist_constants
 from .subgraph_metadata import clean_metadata
 
@@ -27,6 +29,7 @@ def prepare_for_lifting(gm: torch.fx.GraphModule, fake_mode, grad_enabled: bool)
     the enclosing graph, which the region then passes in; metadata is cleaned
     last, over every subgraph the other jobs left, region bodies included."""
     tracer_artifacts.drop_dead(gm)
+    drop_unread_symbols(gm)
     hoist_constants(gm, fake_mode)
     regions.wrap_regions(gm, grad_enabled)
     clean_metadata(gm)

@@ -7,7 +7,10 @@ graph would hold a value of another graph.
 * Symbolic ints (``lambda: x + n`` with ``n = y.shape[0]`` or an int input
   marked dynamic) are found in the branch's closure before the call
   (:func:`closed_over_symbols`) and passed as extra trailing operands: the
-  branch graph's recorder then knows them as its own inputs.
+  branch graph's recorder then knows them as its own inputs. So are the
+  symbolic sizes of a tensor the branch closes over (``i < y.shape[0]`` in a
+  loop condition): the branch reads them from the tensor, and its recorder
+  must know each as an input, as it knows a closed-over symbolic int.
 * Tensors are found after the call: the recorder keeps a tensor it does not
   know as a constant of the branch graph, and :func:`closure_source` says
   which node of the enclosing graph made it (``subgraph_constants.hoist_constants`` passes
@@ -62,17 +65,26 @@ def closed_over_symbols(fns: list[Any], operands: list[Any]) -> list[Any]:
     """The symbolic scalars the callables ``fns`` reach through their closures (and partial
     arguments, bound methods' functions), not already among ``operands``, in a stable order."""
     found: list[Any] = []
-    seen_values = {id(v) for v in operands}
+    seen_values = {id(v) for v in operands} | {id(v.node) for v in operands if isinstance(v, _SYMBOLIC)}
     seen_objects: set[int] = set()
+    operand_tensors = {id(v) for v in operands if isinstance(v, torch.Tensor)}
+
+    def add(value: Any) -> None:
+        if id(value) not in seen_values and id(value.node) not in seen_values and not _is_constant(value):
+            seen_values.update((id(value), id(value.node)))
+            found.append(value)
 
     def visit(obj: Any, depth: int) -> None:
         if depth > 4 or id(obj) in seen_objects:
             return
         seen_objects.add(id(obj))
         if isinstance(obj, _SYMBOLIC):
-            if id(obj) not in seen_values and not _is_constant(obj):
-                seen_values.add(id(obj))
-                found.append(obj)
+            add(obj)
+        elif isinstance(obj, torch.Tensor):
+            if id(obj) not in operand_tensors:  # an operand's sizes are read from its placeholder
+                for size in obj.shape:
+                    if isinstance(size, torch.SymInt):
+                        add(size)
         elif isinstance(obj, (tuple, list)):
             for item in obj:
                 visit(item, depth + 1)
@@ -102,3 +114,47 @@ def _is_constant(value: Any) -> bool:
         return value.node.is_constant()
     except AttributeError:
         return False
+
+
+def drop_unread_symbols(gm: torch.fx.GraphModule) -> None:
+    """Remove, from every control-flow call of ``gm`` (innermost first), the symbolic-int
+    operands no subgraph reads.
+
+    :func:`closed_over_symbols` passes every symbolic size of a closed-over tensor in, as
+    the branch may read it; a branch that only slices the tensor reads none, and its
+    operator should not carry them (torch's capture passes only what a branch reads).
+    Each such operand is removed with the placeholder bound to it in every subgraph: the
+    extra operands are the trailing ones of each subgraph's inputs, so the k-th operand
+    from the end is every subgraph's k-th placeholder from the end.
+    """
+    from ...node_facts import hop_name, subgraph_operands
+    from .hops import EXTRA_OPERANDS_AT, subgraph_module
+
+    for node in list(gm.graph.nodes):
+        subs: list[torch.fx.GraphModule] = []
+        for attr, _ in subgraph_operands(node):
+            sub = subgraph_module(gm, attr)
+            if sub is not None and all(sub is not s for s in subs):
+                subs.append(sub)
+        for sub in subs:
+            drop_unread_symbols(sub)
+        at = EXTRA_OPERANDS_AT.get(hop_name(node) or "")
+        if at is None or not subs or len(node.args) <= at:
+            continue
+        operands = list(node.args[at])
+        placeholders = [[n for n in sub.graph.nodes if n.op == "placeholder"] for sub in subs]
+        keep = []
+        for k, operand in enumerate(operands):
+            from_end = len(operands) - k
+            bound = [phs[len(phs) - from_end] for phs in placeholders if len(phs) >= from_end]
+            symbolic = isinstance(operand, torch.fx.Node) and isinstance(operand.meta.get("val"), _SYMBOLIC)
+            if symbolic and len(bound) == len(subs) and not any(ph.users for ph in bound):
+                for sub, ph in zip(subs, bound):
+                    sub.graph.erase_node(ph)
+                    sub.recompile()
+            else:
+                keep.append(operand)
+        if len(keep) != len(operands):
+            args = list(node.args)
+            args[at] = type(node.args[at])(keep)
+            node.args = tuple(args)
