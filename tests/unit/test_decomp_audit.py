@@ -13,8 +13,12 @@ import torch
 from torch import nn
 
 import graphcap
+from conftest import TORCH_LINE
 
 aten = torch.ops.aten
+# torch 2.10 to 2.12 decompose aten.lstm.input with h_n / c_n one dim too many: there the retrace
+# keeps oneDNN on and an LSTM stays its CPU kernel (eager's values, not core ATen)
+LSTM_DECOMPOSES = TORCH_LINE >= (2, 13)
 
 
 def _ops(ep) -> set[str]:
@@ -53,9 +57,11 @@ def test_recurrent_layers_decompose_to_core_aten_not_to_a_cpu_backend_kernel(kin
     flags = torch._C._get_mkldnn_enabled()
     ep = graphcap.export(model, (x,)).run_decompositions()
     assert torch._C._get_mkldnn_enabled() == flags  # put back
+    torch.testing.assert_close(ep.module()(x), model(x))  # shapes included, on every torch line
+    if kind == "LSTM" and not LSTM_DECOMPOSES:
+        return
     assert not any("mkldnn" in op for op in _ops(ep)), _ops(ep)
     assert _non_core(ep) == set()
-    torch.testing.assert_close(ep.module()(x), model(x))
     reference = torch.export.export(model, (x,)).run_decompositions()
     assert _ops(ep) <= _ops(reference) | {"aten::mm", "aten::clone"}  # mm: a matmul folded under no_grad
 
@@ -76,7 +82,7 @@ def test_lstm_with_a_dynamic_batch_decomposes_to_core_aten_over_its_range():
     model = _Recurrent("LSTM", batch_first=True).eval()
     batch = torch.export.Dim("batch", min=1, max=8)
     ep = graphcap.export(model, (torch.randn(2, 5, 4),), dynamic_shapes=({0: batch},)).run_decompositions()
-    assert _non_core(ep) == set()
+    assert _non_core(ep) == set() or not LSTM_DECOMPOSES
     for b in (1, 2, 8):
         x = torch.randn(b, 5, 4)
         torch.testing.assert_close(ep.module()(x), model(x))

@@ -39,7 +39,8 @@ RELIES_ON = {
 
 __all__ = ["DispatchKey", "set_grad_enabled", "auto_dispatch_below_autograd", "has_kernel",
            "has_kernel_for_dispatch_key", "registrations_for_dispatch_key", "torch_function_mode_enabled",
-           "is_batched_tensor", "backend_kernel_switches", "backend_kernels_off", "disable_current_modes",
+           "is_batched_tensor", "backend_kernel_switches", "backend_kernels_off", "backend_kernels_off_for_a_retrace",
+           "disable_current_modes",
            "is_traceable_wrapper_subclass", "enable_python_dispatcher", "dispatch_mode_base"]
 
 # The grad-mode setter itself: traced programs record calls of this very function
@@ -114,6 +115,17 @@ def backend_kernels_off() -> Iterator[None]:
     finally:
         for (_, set_), value in zip(switches, saved):
             set_(value)
+
+
+def backend_kernels_off_for_a_retrace() -> Any:
+    """:func:`backend_kernels_off` for a decomposition retrace, from torch 2.13 on.
+
+    With oneDNN off an LSTM reaches torch's own decomposition of ``aten.lstm.input``, which
+    before 2.13 returns ``h_n`` and ``c_n`` with an extra leading dim (torch.export's
+    decompositions give the same wrong shape). On torch 2.10 to 2.12 the retrace keeps the
+    backends as they are, and an LSTM stays oneDNN's CPU kernel: eager's values, not core ATen."""
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return backend_kernels_off() if (major, minor) >= (2, 13) else contextlib.nullcontext()
 
 
 def disable_current_modes() -> Any:
