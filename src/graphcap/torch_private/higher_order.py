@@ -8,11 +8,16 @@ a branch given as a GraphModule the way torch's own control-flow tracing does.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import importlib
+from typing import Any, Callable, Iterator
 
 import torch
 
+from .thread_scoped import ThreadScopedPatch
+
 RELIES_ON = {
+    "torch._higher_order_ops.invoke_subgraph.invoke_subgraph_placeholder": ("func",),
     "torch._higher_order_ops.wrap.wrap_with_set_grad_enabled": None,
     "torch._higher_order_ops.wrap.wrap_with_autocast": None,
     "torch._higher_order_ops.utils._maybe_run_with_interpreter": ("fn",),
@@ -48,3 +53,46 @@ def map_keeps_symbolic_leading_dim() -> bool:
     """Whether this torch's ``map`` operator can be traced over a mapped dim of symbolic size."""
     major, minor = (int(p) for p in torch.__version__.split(".")[:2])
     return (major, minor) >= tuple(int(p) for p in MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE.split("."))
+
+
+# --- torch.compiler.nested_compile_region while graphcap records ---------------------------------
+
+def _placeholder_module() -> Any:
+    return importlib.import_module("torch._higher_order_ops.invoke_subgraph")
+
+
+def _inlined_region(func: Callable, *args: Any, **kwargs: Any) -> Any:
+    if _COMPILE_REGIONS.in_scope():
+        return func(*args, **kwargs)
+    return _COMPILE_REGIONS.saved(func, *args, **kwargs)
+
+
+def _install_inlined_region() -> Any:
+    module = _placeholder_module()
+    saved = module.invoke_subgraph_placeholder
+    module.invoke_subgraph_placeholder = _inlined_region
+    return saved
+
+
+def _restore_region(saved: Any) -> None:
+    _placeholder_module().invoke_subgraph_placeholder = saved
+
+
+_COMPILE_REGIONS = ThreadScopedPatch(_install_inlined_region, _restore_region)
+
+
+@contextlib.contextmanager
+def compile_regions_inlined() -> Iterator[None]:
+    """While a recording runs on this thread, a function marked
+    ``torch.compiler.nested_compile_region`` runs as the plain function it is in eager, and its
+    operators are recorded in the program (torch.export's program inlines the region too).
+
+    torch's stand-in for such a call (``invoke_subgraph_placeholder``) sees an export running and
+    hands the call to ``torch.compile``, which skips the frame under graphcap's recording mode (not
+    one of torch's own) and runs it eagerly, calling the stand-in again: the export failed with a
+    RecursionError. Other threads keep torch's stand-in.
+
+    Relies on ``torch._higher_order_ops.invoke_subgraph.invoke_subgraph_placeholder(func, *args,
+    **kwargs)``, looked up by the marked function at each call."""
+    with _COMPILE_REGIONS.active():
+        yield

@@ -26,6 +26,7 @@ from ..errors import GraphcapError, InternalError, MissingFakeKernelError, Trace
 from ..pytree import auto_register
 from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
+from ..torch_private import higher_order as higher_order_private
 from ..torch_private import pytree
 from ..torch_private import shapes as shapes_private
 from ..torch_private.dispatch import set_grad_enabled
@@ -251,6 +252,7 @@ def _recording_surroundings(target: Any, root: Optional[torch.nn.Module], fake_m
         stack.enter_context(python_overrides.installed())
         stack.enter_context(fake_private.slice_ends_clamped_symbolically())
         stack.enter_context(fake_private.copies_check_broadcast_only())
+        stack.enter_context(higher_order_private.compile_regions_inlined())
         stack.enter_context(subclass_access.recorded(flat_inputs))
         stack.enter_context(tensor_metadata_cached())
         stack.enter_context(fx_private.code_generated_on_first_use())
