@@ -9,7 +9,7 @@ a branch given as a GraphModule the way torch's own control-flow tracing does.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import sys
 from typing import Any, Callable, Iterator
 
 import torch
@@ -58,7 +58,8 @@ def map_keeps_symbolic_leading_dim() -> bool:
 # --- torch.compiler.nested_compile_region while graphcap records ---------------------------------
 
 def _placeholder_module() -> Any:
-    return importlib.import_module("torch._higher_order_ops.invoke_subgraph")
+    import torch._higher_order_ops.invoke_subgraph  # noqa: F401  (the module, not the operator of that name)
+    return sys.modules["torch._higher_order_ops.invoke_subgraph"]
 
 
 def _inlined_region(func: Callable, *args: Any, **kwargs: Any) -> Any:
