@@ -71,24 +71,25 @@ def written_arguments(node: torch.fx.Node) -> list[object]:
             if arg.alias_info is not None and arg.alias_info.is_write:
                 value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
                 written.append(value)
-    hidden = _HIDDEN_MUTATIONS.get(target)
-    if hidden is not None:
-        flag, indices = hidden
-        if len(node.args) > flag and node.args[flag] is True:
-            # only statistics that are given: InstanceNorm / BatchNorm without running stats pass None
-            written.extend(node.args[i] for i in indices if i < len(node.args) and node.args[i] is not None)
-    return written
+    return written + _hidden_writes(node)
 
 
-def hidden_write(node: torch.fx.Node) -> bool:
-    """Whether ``node`` writes an argument its operator's schema does not mark as written (the
+def _hidden_writes(node: torch.fx.Node) -> list[object]:
+    """The arguments ``node`` writes that its operator's schema does not mark as written (the
     running statistics of a training-mode ``batch_norm`` / ``instance_norm``)."""
     hidden = _HIDDEN_MUTATIONS.get(node.target)
     if hidden is None:
-        return False
+        return []
     flag, indices = hidden
-    return len(node.args) > flag and node.args[flag] is True and any(
-        i < len(node.args) and node.args[i] is not None for i in indices)
+    if len(node.args) <= flag or node.args[flag] is not True:
+        return []
+    # only statistics that are given: InstanceNorm / BatchNorm without running stats pass None
+    return [node.args[i] for i in indices if i < len(node.args) and node.args[i] is not None]
+
+
+def hidden_write(node: torch.fx.Node) -> bool:
+    """Whether ``node`` writes an argument its operator's schema does not mark as written."""
+    return bool(_hidden_writes(node))
 
 
 def writes_to_argument(node: torch.fx.Node) -> bool:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 import graphcap
-from graphcap.trace.source_fns import qualified_name, resolve
+from graphcap.trace.source_fns import name_in_file, resolve
 
 WANTED = [torch.nn.Linear, torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU, torch.nn.MultiheadAttention,
           F.gelu, torch.cat, torch.relu, operator.add, operator.getitem]
@@ -105,9 +105,9 @@ def test_torchao_finds_conv_then_batch_norm():
 
 
 def test_names_in_a_file_resolve_only_among_modules_already_imported():
-    assert resolve(qualified_name(torch.nn.Linear)) is torch.nn.Linear
-    assert resolve(qualified_name(torch.cat)) is torch.cat
-    assert resolve(qualified_name(operator.add)) is operator.add
+    assert resolve(name_in_file(torch.nn.Linear)) is torch.nn.Linear
+    assert resolve(name_in_file(torch.cat)) is torch.cat
+    assert resolve(name_in_file(operator.add)) is operator.add
     assert resolve("torch.nn.modules.not_a_module.Thing") == "torch.nn.modules.not_a_module.Thing"
     assert resolve("os.system") == "os.system"  # outside torch and operator: never looked up
     assert resolve("builtin_function_or_method.linear") == "builtin_function_or_method.linear"

@@ -363,6 +363,7 @@ class _Replayer(torch.fx.Interpreter):
     def __init__(self, replay: DynamoGraphReplay):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
+        self.enter_autocast, self.exit_autocast = fx_private.autocast_markers()
 
     def run_node(self, n):
         self.current = n
@@ -372,8 +373,7 @@ class _Replayer(torch.fx.Interpreter):
         if target is self.replay.marker and target is not None:
             self._report_boundary(*args, **kwargs)
             return strict_call_boundaries.passes_through(args[2])
-        enter_autocast, exit_autocast = fx_private.autocast_markers()
-        if target is enter_autocast:
+        if target is self.enter_autocast:
             # dynamo's marker of a `with torch.autocast(...)` block: called as such while recording,
             # it is only recorded, and the block's operators would run (and be recorded) in
             # float32; entering the block itself both switches autocast on and records the marker,
@@ -381,7 +381,7 @@ class _Replayer(torch.fx.Interpreter):
             block = torch.amp.autocast(*args, **kwargs)
             block.__enter__()
             return block
-        if target is exit_autocast:
+        if target is self.exit_autocast:
             args[0].__exit__(None, None, None)
             return None
         return super().call_function(target, args, kwargs)

@@ -41,7 +41,7 @@ class DataValue:
     where: str  # 'File "m.py", line 4, in forward (`n = y.item()`)'
 
 
-def _user_frame(stack_trace: Optional[str]) -> Optional[tuple[str, int, str]]:
+def innermost_frame(stack_trace: Optional[str]) -> Optional[tuple[str, int, str]]:
     """The innermost frame of a node's stack trace (file, line, function)."""
     frames = _FRAME.findall(stack_trace or "")
     if not frames:
@@ -53,7 +53,7 @@ def _user_frame(stack_trace: Optional[str]) -> Optional[tuple[str, int, str]]:
 def _describe(stack_trace: Optional[str]) -> Optional[tuple[str, bool, str]]:
     """(words, is_truth, where) for the value read at the node's user line."""
     from ..trace.data_checks import _data_reads, _statement
-    frame = _user_frame(stack_trace)
+    frame = innermost_frame(stack_trace)
     if frame is None:
         return None
     file, lineno, fn = frame

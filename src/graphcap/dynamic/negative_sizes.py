@@ -19,8 +19,8 @@ elsewhere in the range are not of this kind and are left alone.
 """
 from __future__ import annotations
 
+import linecache
 import logging
-import re
 from typing import Any, Iterator, Optional
 
 import sympy
@@ -28,6 +28,7 @@ import torch
 
 from ..torch_private import pytree
 from ..torch_private.symbolic import ValueRanges, bound_sympy
+from .assert_messages import innermost_frame
 from .guard_words import DimNamer, constraint_violation, dim_fix, finite_int, range_words
 from .range_decide import holds_over_ranges
 from .size_one_checks import cut_off
@@ -51,6 +52,7 @@ def check(ep: Any, inputs: Optional[SymbolicInputs]) -> None:
             lowest_kept[sym] = max(lowest_kept.get(sym, 0), value + 1)
             first_seen.setdefault(sym, (node, expr, value))
     problems, fixes = [], []
+    named = DimNamer(list(roots.values()))
     for sym, lowest in lowest_kept.items():
         root, (node, expr, value) = roots[sym], first_seen[sym]
         if root.hint is not None:
@@ -58,7 +60,6 @@ def check(ep: Any, inputs: Optional[SymbolicInputs]) -> None:
                      "negative at %d", root.name, lowest, node.name, expr, value)
             cut_off(ep, sym, lowest - 1)
             continue
-        named = DimNamer(list(roots.values()))
         problems.append(
             f"Not all values of {root.name} in the specified range {range_words(root.name, ranges[sym])} give "
             f"the program sizes of 0 or more: node {node.name} ({node.target}){_user_line(node)} has size "
@@ -135,8 +136,8 @@ def _small_sizes_below_zero(expr: Any, ranges: dict, roots: dict) -> list[tuple[
 
 def _user_line(node: torch.fx.Node) -> str:
     """`` at file:line: code`` of the innermost frame of the node's stack trace, or ''."""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', node.meta.get("stack_trace") or "")
-    if not frames:
+    frame = innermost_frame(node.meta.get("stack_trace"))
+    if frame is None:
         return ""
-    file, line, code = frames[-1]
-    return f" at {file}:{line}: {code.strip()}"
+    file, line, _ = frame
+    return f" at {file}:{line}: {linecache.getline(file, line).strip()}"

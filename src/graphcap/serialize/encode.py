@@ -31,7 +31,7 @@ from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
 from ..torch_private.shapes import example_values, symbol_ranges
 from ..torch_private.symbolic import int_oo, symbol_assumptions
-from ..trace.source_fns import qualified_name
+from ..trace.source_fns import name_in_file
 from . import schema
 from .binding_paths import encode_bindings
 from .exprs import expr_to_str
@@ -191,7 +191,7 @@ class _Writer:
             out["nn_module_stack"] = [[str(k), str(v[0]), _type_str(v[1])]
                                       for k, v in (m["nn_module_stack"] or {}).items()]
         if "source_fn_stack" in m:
-            out["source_fn_stack"] = [[str(a), qualified_name(b)] for a, b in (m["source_fn_stack"] or [])]
+            out["source_fn_stack"] = [[str(a), name_in_file(b)] for a, b in (m["source_fn_stack"] or [])]
         if isinstance(m.get("torch_fn"), tuple) and len(m["torch_fn"]) == 2:
             out["torch_fn"] = [str(m["torch_fn"][0]), str(m["torch_fn"][1])]
         if "tensor_meta" in m:

@@ -14,6 +14,7 @@ imported (nothing is imported for it: a loaded file names them too, see ``resolv
 """
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 from typing import Any, Optional
@@ -50,12 +51,18 @@ def _torch_nn_class(cls: Any) -> Optional[type]:
     """The class of a module on the stack when it is one of ``torch.nn``'s own, else None."""
     if isinstance(cls, type):
         return cls if cls.__module__.startswith("torch.nn.modules.") else None
-    if not isinstance(cls, str) or not cls.startswith("torch.nn.modules."):
+    return _torch_nn_class_named(cls) if isinstance(cls, str) else None
+
+
+@functools.cache  # once per class path: every node of every program asks
+def _torch_nn_class_named(path: str) -> Optional[type]:
+    if not path.startswith("torch.nn.modules."):
         return None
-    found = resolve(cls)
+    found = resolve(path)
     return found if isinstance(found, type) else None
 
 
+@functools.cache  # once per recorded function name
 def _called(kind_and_name: str) -> Any:
     """``'builtin_function_or_method.gelu'`` → ``torch.nn.functional.gelu``; a tensor method → its name."""
     kind, _, name = kind_and_name.partition(".")
@@ -69,7 +76,7 @@ def _called(kind_and_name: str) -> Any:
     return name if kind in ("method_descriptor", "wrapper_descriptor", "method-wrapper") else kind_and_name
 
 
-def qualified_name(obj: Any) -> str:
+def name_in_file(obj: Any) -> str:
     """How an entry's object is written to a file: ``torch.nn.modules.linear.Linear``,
     ``torch._C._nn.gelu``, ``_operator.add``; a string as it is."""
     if isinstance(obj, str):
@@ -83,7 +90,7 @@ def qualified_name(obj: Any) -> str:
 
 
 def resolve(name: str) -> Any:
-    """The object a qualified name written by :func:`qualified_name` stands for, looked up among
+    """The object a qualified name written by :func:`name_in_file` stands for, looked up among
     torch's and the operator module's modules already imported (a file never makes graphcap
     import anything); the name itself when there is none."""
     if not name.startswith(("torch.", "_operator.", "operator.")):
