@@ -16,15 +16,12 @@ from torch.export import Dim
 
 import graphcap
 from graphcap.errors import UnsupportedError
+from size_one_models import SIZE_ONE_EXAMPLES, operator_example
 
 
 class Upsample(torch.nn.Module):
     def forward(self, x):
         return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
-
-
-def _sizes(shape, dims, k):
-    return [k if d in dims else s for d, s in enumerate(shape)]
 
 
 def test_bilinear_exported_at_batch_one_keeps_its_batch_dim():
@@ -38,39 +35,11 @@ def test_bilinear_exported_at_batch_one_keeps_its_batch_dim():
         torch.testing.assert_close(decomposed.module()(x), Upsample()(x))
 
 
-class Module(torch.nn.Module):
-    def __init__(self, fn, **children):
-        super().__init__()
-        self.fn = fn
-        self.children_ = torch.nn.ModuleDict(children)
-
-    def forward(self, x):
-        return self.fn(self.children_, x)
-
-
-# (forward, example shape, dims made dynamic): each exported with size-1 examples on its dynamic dims
-SIZE_ONE_EXAMPLES = {
-    "nearest": (lambda c, x: F.interpolate(x, scale_factor=2, mode="nearest"), (1, 2, 4, 4), (0,)),
-    "conv_channels_last": (lambda c, x: c["conv"](x.contiguous(memory_format=torch.channels_last)),
-                           (1, 3, 8, 8), (0,)),
-    "layer_norm": (lambda c, x: c["ln"](x), (1, 1, 8), (0, 1)),
-    "group_norm": (lambda c, x: c["gn"](x), (1, 4, 1, 3), (0, 2)),
-    "linear_3d": (lambda c, x: c["lin"](x), (1, 1, 3), (0, 1)),
-    "softmax_of_one": (lambda c, x: x.softmax(-1), (2, 1), (1,)),
-    "var_keepdim": (lambda c, x: x.var(0, keepdim=True), (2, 1), (0, 1)),
-    "pixel_shuffle": (lambda c, x: F.pixel_shuffle(x, 2), (1, 4, 1, 2), (0, 2)),
-    "sdpa": (lambda c, x: F.scaled_dot_product_attention(x, x, x), (1, 2, 1, 4), (0, 2)),
-}
-
-
 @pytest.mark.parametrize("name", sorted(SIZE_ONE_EXAMPLES))
 def test_decomposed_program_holds_the_whole_range_or_is_refused(name):
-    fn, shape, dims = SIZE_ONE_EXAMPLES[name]
-    torch.manual_seed(0)
-    model = Module(fn, conv=torch.nn.Conv2d(3, 4, 3), ln=torch.nn.LayerNorm(8),
-                   gn=torch.nn.GroupNorm(2, 4), lin=torch.nn.Linear(3, 2)).eval()
-    spec = {"x": {d: Dim(f"d{d}", min=1, max=8) for d in dims}}
-    ep = graphcap.export(model, (torch.randn(*shape),), dynamic_shapes=spec)
+    model, example, spec, sizes = operator_example(name)
+    dims = list(spec["x"])
+    ep = graphcap.export(model, (example,), dynamic_shapes=spec)
     try:
         decomposed = ep.run_decompositions()
     except UnsupportedError as e:
@@ -78,7 +47,7 @@ def test_decomposed_program_holds_the_whole_range_or_is_refused(name):
         assert any(f"d{d}" in str(e) for d in dims), str(e)  # in the spec's names
         decomposed = None
     for k in (1, 2, 5):
-        x = torch.randn(*_sizes(shape, dims, k))
+        x = torch.randn(*sizes(k))
         torch.testing.assert_close(ep.module()(x), model(x), equal_nan=True)
         if decomposed is not None:
             torch.testing.assert_close(decomposed.module()(x), model(x), equal_nan=True)
