@@ -71,3 +71,20 @@ def test_a_table_entry_deciding_on_the_example_size_is_refused():
     assert "Dim('name', min=2)" in str(raised.value)
     x = torch.randn(4, 3)
     torch.testing.assert_close(ep.module()(x), Relu()(x))  # the program itself is untouched
+
+
+def test_what_export_already_knew_is_no_narrowing():
+    """Only what the retrace itself decides counts: a program whose ShapeEnv already knew more of a
+    size than its range constraints say (a slice written into, sized by another input) decomposes."""
+    class FillPrefix(torch.nn.Module):
+        def forward(self, mask, fill):
+            mask = mask.clone()
+            mask[:, :fill.shape[-1]] = fill
+            return mask
+
+    spec = {"mask": {1: Dim("M")}, "fill": {1: Dim("N")}}
+    ep = graphcap.export(FillPrefix(), (torch.randn(2, 4), torch.randn(2, 3)), dynamic_shapes=spec)
+    decomposed = ep.run_decompositions()
+    for m, n in [(4, 3), (5, 5), (6, 1), (2, 2)]:
+        args = (torch.randn(2, m), torch.randn(2, n))
+        torch.testing.assert_close(decomposed.module()(*args), FillPrefix()(*args))

@@ -146,3 +146,20 @@ def test_in_place_updates_unchanged():
     ep = graphcap.export(model, (torch.ones(3),), strict=True)
     assert [op for _, op in _program_ops(ep)].count("aten.copy_.default") == 0
     _calls_match_eager(model, [torch.ones(3), torch.randn(3)], ep.module())
+
+
+def test_programs_without_tensors_still_export():
+    """The entry dynamo reads returns the buffers after the call; with none, or with no tensor
+    operation in forward, the program is as before."""
+    class Constant(torch.nn.Module):
+        def forward(self, x, y):
+            return 5
+
+    class ConstantWithBuffer(Constant):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.ones(1))
+
+    for model in (Constant(), ConstantWithBuffer()):
+        ep = graphcap.export(model, (2, 1), strict=True)
+        assert ep.module()(2, 1) == 5

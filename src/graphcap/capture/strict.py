@@ -216,9 +216,16 @@ def _entry_for(call: Any, buffer_owners: list[tuple[torch.nn.Module, str]]) -> A
     effect on the module), so the replay puts the new tensor back in the module
     and the program updates the buffer, as non-strict's does.
     """
-    def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
-        out = call(*args, **kwargs)
-        return out, tuple(getattr(owner, name) for owner, name in buffer_owners)
+    if not buffer_owners:
+        def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+            return call(*args, **kwargs)
+    else:
+        def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+            out = call(*args, **kwargs)
+            after = []  # a loop: dynamo refuses to trace a generator expression in some programs
+            for owner, name in buffer_owners:
+                after.append(getattr(owner, name))
+            return out, tuple(after)
     return graphcap_strict_entry
 
 
@@ -367,7 +374,10 @@ class DynamoGraphReplay:
         strict_shapes.transfer_shape_facts(self.placeholders, leaves, self.files)
         with fx_traceback.preserve_node_meta():
             out = _Replayer(self).run(*leaves)
-        result, buffers_after = pytree.tree_unflatten(list(out), self.out_spec)
+        result = pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
+        if not self.buffer_owners:
+            return result
+        result, buffers_after = result
         for (owner, name), value in zip(self.buffer_owners, buffers_after):
             # a buffer forward gave a new tensor: the module holds it, as after the user's own call
             # (the trace then writes it into the buffer, graphcap.trace.module_state)

@@ -366,11 +366,11 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     # The traced module generates its code on first use: its graph changes below, and the code is
     # generated once, when the graph is final.
     functionalize = inplace.needs_functionalization or triton_ops_to_split
-    guards_before = len(shape_guards(fake_mode.shape_env)) if fake_mode.shape_env is not None else 0
+    known_before = _what_env_knows(ep, fake_mode)
     new_gm = trace(functionalize=functionalize)
     if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
-    _check_no_range_narrowed(ep, fake_mode, guards_before)
+    _check_no_range_narrowed(ep, fake_mode, known_before)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -442,7 +442,18 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
     return ranges
 
 
-def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, guards_before: int) -> None:
+def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int, dict]:
+    """How many guards the retrace's ShapeEnv holds, and what it knows of each symbol of the
+    program's ranges (its replacement and range), before the retrace."""
+    env = fake_mode.shape_env
+    if env is None:
+        return 0, {}
+    ranges = symbol_ranges(env)
+    return len(shape_guards(env)), {sym: (env.replace(sym), ranges.get(sym)) for sym in ep.range_constraints
+                                     if getattr(sym, "is_Symbol", False)}
+
+
+def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict]) -> None:
     """Refuse a retrace that decided a size the program leaves open.
 
     The retrace asks its questions on the program's symbols; one answered from an example size
@@ -452,23 +463,24 @@ def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, gua
     only excludes a size, ``Ne(s, 1)``, is left: the decomposed code is often the same on both sides
     of it, as a view of an expanded tensor is.)"""
     env = fake_mode.shape_env
-    declared = {sym: vr for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
-    if env is None or not declared:
+    guards_before, before = known_before
+    if env is None or not before:
         return
     now = symbol_ranges(env)
     narrowed = []
-    for sym, vr in declared.items():
-        replaced, current = env.replace(sym), now.get(sym, vr)
-        if replaced != sym:
+    for sym, (replaced_before, range_before) in before.items():
+        replaced, current = env.replace(sym), now.get(sym)
+        if replaced != replaced_before:
             narrowed.append(f"{sym} = {replaced}")
-        elif current.lower > vr.lower or current.upper < vr.upper:
+        elif current is not None and range_before is not None and \
+                (current.lower > range_before.lower or current.upper < range_before.upper):
             narrowed.append(f"{sym} in [{current.lower}, {current.upper}]")
     if not narrowed:
         return
     names = dim_names(ep)
     decided = [with_dim_names(g.expr, names) for g in shape_guards(env)[guards_before:]]
     declared_ranges = ", ".join(f"{with_dim_names(sym, names)} in [{vr.lower}, {vr.upper}]"
-                                for sym, vr in declared.items())
+                                for sym, vr in ep.range_constraints.items() if sym in before)
     raise UnsupportedError(
         f"run_decompositions would narrow the sizes the program accepts: the retrace decided "
         f"{with_dim_names('; '.join(narrowed), names)}" + (f" (from {', '.join(decided)})" if decided else "")
