@@ -25,7 +25,7 @@ from .torch_private import pytree
 from .torch_private.dispatch import is_traceable_wrapper_subclass
 from .torch_private.fake import FakeTensor, FakeTensorMode, fake_with_layout, tracing_fake_mode
 from .torch_private.real_values import carry_real_tensor
-from .torch_private.shapes import copy_shape_env, new_shape_env, symbol_ranges
+from .torch_private.shapes import copy_shape_env, example_values, new_shape_env, symbol_ranges
 from .tracing_lock import TRACING_LOCK
 
 
@@ -53,12 +53,17 @@ class ValueMover:
     """Maps values of one fake mode to equal values of ``mode`` (tensors, symbolic scalars, and
     lists, tuples and dicts of them); anything else is kept as it is."""
 
-    def __init__(self, mode: FakeTensorMode):
+    def __init__(self, mode: FakeTensorMode, hints: Optional[dict] = None):
         self.mode = mode
         self.env: Any = mode.shape_env
         self._memo: dict[int, Any] = {}
         self._keep: list[Any] = []  # the old values, so that ids in the memo stay theirs
         self._symints: dict[Any, Any] = {}
+        # example values given to some symbols instead of their own (general_hints): the values made
+        # here carry hints computed from them, and the new ShapeEnv answers with them too
+        self._hints = dict(hints or {})
+        if self._hints:
+            example_values(self.env).update(self._hints)
 
     def __call__(self, value: Any) -> Any:
         known = self._memo.get(id(value))
@@ -75,7 +80,7 @@ class ValueMover:
             expr = value.node.expr
             made = self._symints.get(expr)
             if made is None:  # one SymInt per expression: building one costs symbolic arithmetic
-                made = self._symints[expr] = self.env.create_symintnode(expr, hint=value.node.hint)
+                made = self._symints[expr] = self.env.create_symintnode(expr, hint=self._hint_of(value))
             return made
         if isinstance(value, torch.SymFloat):
             return self.env.create_symfloatnode(value.node.expr, hint=value.node.hint)
@@ -114,6 +119,34 @@ class ValueMover:
 
     def _sizes(self, sizes: Any) -> list:
         return [self(s) for s in sizes]
+
+    def _hint_of(self, value: torch.SymInt) -> Any:
+        expr = value.node.expr
+        if not self._hints or not (expr.free_symbols & self._hints.keys()):
+            return value.node.hint
+        hinted = expr.xreplace(example_values(self.env))
+        return int(hinted) if hinted.is_Integer else value.node.hint
+
+
+def general_hints(env: Any, ranges: dict) -> dict:
+    """For each symbol of ``ranges`` whose example is 0 or 1 and whose range goes past 1: the
+    example value 2, or the range's lowest value above 1.
+
+    A retrace that asks a size question its kernels answer from the example (a reshape deciding
+    between a view and a copy, a decomposition's special case for size 1) then takes the path of
+    the general size, as it does for a program exported at size 2, instead of one valid only at
+    the example's 0 or 1."""
+    import sympy
+    values = example_values(env)
+    out = {}
+    for sym, vr in ranges.items():
+        if not getattr(sym, "is_Symbol", False) or sym not in values or int(values[sym]) not in (0, 1):
+            continue
+        lowest = max(2, int(vr.lower)) if vr.lower.is_finite else 2
+        if vr.upper.is_finite and int(vr.upper) < lowest:
+            continue
+        out[sym] = sympy.Integer(lowest)
+    return out
 
 
 def move_graph_values(gm: torch.fx.GraphModule, mover: ValueMover) -> None:

@@ -6,17 +6,18 @@ metadata). Answered from the example's sizes, they held a dynamic dim at its
 example size: the decomposed program of ``interpolate(bilinear)`` exported at
 batch 1 refused batch 2 although its range constraints still said [1, 8]. The
 retrace now reads sizes as export does (size questions answered for the
-general size), and one that would still narrow a range is refused, naming the
-dims, rather than returned as a smaller program.
+general size), retraces dims exported at 0 or 1 with an example of 2, and
+refuses a retrace that would still narrow a range, naming the dims, rather
+than return a smaller program.
 """
 import pytest
 import torch
 import torch.nn.functional as F
+from size_one_models import SIZE_ONE_EXAMPLES, operator_example
 from torch.export import Dim
 
 import graphcap
 from graphcap.errors import UnsupportedError
-from size_one_models import SIZE_ONE_EXAMPLES, operator_example
 
 
 class Upsample(torch.nn.Module):
@@ -53,22 +54,47 @@ def test_decomposed_program_holds_the_whole_range_or_is_refused(name):
             torch.testing.assert_close(decomposed.module()(x), model(x), equal_nan=True)
 
 
-def test_a_table_entry_deciding_on_the_example_size_is_refused():
+class Relu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + 1
+
+
+def test_sizes_exported_at_one_are_retraced_as_general_sizes():
+    """A table entry branching on ``x.shape[0] == 1`` takes its general branch for a program exported
+    at batch 1, as it does for one exported at batch 2: the retrace's example is 2."""
+    seen = []
+
     def relu_special_cased(x):
-        if x.shape[0] == 1:  # a Python branch on a size: decided from the example
+        seen.append(int(x.shape[0] == 1))
+        if x.shape[0] == 1:
             return x.clamp_min(0)
         return torch.where(x > 0, x, 0.0)
 
-    class Relu(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x) + 1
+    for batch in (1, 2):
+        ep = graphcap.export(Relu(), (torch.randn(batch, 3),),
+                             dynamic_shapes={"x": {0: Dim("batch", min=1, max=8)}})
+        table = graphcap.default_decompositions()
+        table[torch.ops.aten.relu.default] = relu_special_cased
+        decomposed = ep.run_decompositions(table)
+        assert "where" in str(decomposed.graph) and "clamp_min" not in str(decomposed.graph)
+        for k in (1, 2, 8):
+            x = torch.randn(k, 3)
+            torch.testing.assert_close(decomposed.module()(x), Relu()(x))
+    assert seen == [0, 0]
 
-    ep = graphcap.export(Relu(), (torch.randn(1, 3),), dynamic_shapes={"x": {0: Dim("batch", min=1, max=8)}})
+
+def test_a_table_entry_deciding_a_size_is_refused():
+    def relu_special_cased(x):
+        if x.shape[0] == 2:  # a Python branch on a size: decided from the example
+            return x.clamp_min(0)
+        return torch.where(x > 0, x, 0.0)
+
+    ep = graphcap.export(Relu(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim("batch", min=1, max=8)}})
     table = graphcap.default_decompositions()
     table[torch.ops.aten.relu.default] = relu_special_cased
-    with pytest.raises(UnsupportedError, match=r"batch = 1.*batch in \[1, 8\]") as raised:
+    with pytest.raises(UnsupportedError, match=r"batch = 2.*batch in \[1, 8\]") as raised:
         ep.run_decompositions(table)
-    assert "Dim('name', min=2)" in str(raised.value)
+    assert "del table[op]" in str(raised.value)
     x = torch.randn(4, 3)
     torch.testing.assert_close(ep.module()(x), Relu()(x))  # the program itself is untouched
 

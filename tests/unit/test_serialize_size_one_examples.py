@@ -9,9 +9,9 @@ size, as export does.
 """
 import pytest
 import torch
+from size_one_models import SIZE_ONE_EXAMPLES, operator_example
 
 import graphcap
-from size_one_models import SIZE_ONE_EXAMPLES, operator_example
 
 
 @pytest.mark.parametrize("name", sorted(SIZE_ONE_EXAMPLES))

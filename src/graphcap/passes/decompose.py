@@ -38,7 +38,7 @@ from ..decomp_table import TableView, as_table, can_keep_composite
 from ..dynamic.symbol_names import dim_names, with_dim_names
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..node_facts import hidden_write
-from ..shape_env_copies import ValueMover, fake_mode_of_graph, own_fake_mode
+from ..shape_env_copies import ValueMover, fake_mode_of_graph, general_hints, own_fake_mode
 from ..signature import (
     MUTATION_OUTPUT_KINDS,
     ExportGraphSignature,
@@ -311,7 +311,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     # retrace, and later any consumer of the result, learns about the symbols stays with the
     # result (docs/consumers.md, "Programs derived from one another")
     fake_mode = own_fake_mode(fake_mode_of_graph(gm))
-    move = ValueMover(fake_mode)
+    # sizes exported at 0 or 1 are retraced with an example of 2: a kernel's size question (a
+    # reshape's view-or-copy) then takes the general path, valid at every size of the range
+    move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints))
     fake_args = [move(p.meta.get("val")) for p in placeholders]
 
     # every graph the retrace replays: the top one and those of its regions and branches
