@@ -1,0 +1,87 @@
+"""Data-dependent values audit (docs/torch-suite.md, "Data-dependent values audit"): the cases the
+audit found graphcap getting wrong, each beyond the probe in bench/probes/unbacked_audit.py."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import graphcap
+
+
+def _export(model, args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return graphcap.export(model, args, **kwargs)
+
+
+def _refusal(ep, *args) -> str:
+    with pytest.raises(RuntimeError) as info:
+        ep.module()(*args)
+    return str(info.value)
+
+
+# -- runtime asserts over several values read on one line keep them apart -------------------------
+
+class Window(torch.nn.Module):
+    def forward(self, x, se):
+        start, end = se.tolist()
+        torch._check(start >= 0)
+        torch._check(start <= end)
+        torch._check(end <= x.shape[0])
+        return x[start:end] * 2
+
+
+class SameCount(torch.nn.Module):
+    def forward(self, a, b):
+        i, j = a.item(), b.item()
+        torch._check(i >= 0)
+        torch._check(i == j)
+        return torch.ones(i) + torch.ones(j)
+
+
+def _narrowed(x, se):
+    s, ln = se.tolist()
+    torch._check(s >= 0)
+    torch._check(ln >= 0)
+    torch._check(s + ln <= x.shape[0])
+    return x.narrow(0, s, ln)
+
+
+class CallsHelper(torch.nn.Module):
+    def forward(self, x, se):
+        return _narrowed(x, se) + 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_values_unpacked_from_tolist_are_told_by_their_names(strict):
+    x = torch.randn(6)
+    ep = _export(Window(), (x, torch.tensor([1, 4])), strict=strict)
+    torch.testing.assert_close(ep.module()(x, torch.tensor([2, 6])), x[2:6] * 2)
+    msg = _refusal(ep, x, torch.tensor([4, 2]))
+    assert msg.startswith("Runtime assertion failed for expression")  # torch's words first
+    assert "the program needs start <= end" in msg
+    msg = _refusal(ep, x, torch.tensor([0, 7]))
+    assert "end <= 6" in msg and "start" not in msg.split(", and these inputs")[0]
+
+
+def test_values_checked_equal_are_not_told_as_one_value():
+    ep = _export(SameCount(), (torch.tensor(3), torch.tensor(3)))
+    assert ep.module()(torch.tensor(2), torch.tensor(2)).shape == (2,)
+    msg = _refusal(ep, torch.tensor(3), torch.tensor(4))
+    # Eq(u0, u1) with both told by the same words collapsed to "the program needs True"
+    assert "needs True" not in msg
+    assert "the program needs i == j" in msg
+    assert "input a" in msg and "input b" in msg
+
+
+def test_values_read_in_a_helper_are_numbered_in_read_order():
+    x = torch.randn(6, 2)
+    ep = _export(CallsHelper(), (x, torch.tensor([1, 3])))
+    torch.testing.assert_close(ep.module()(x, torch.tensor([0, 6])), x + 1)
+    msg = _refusal(ep, x, torch.tensor([4, 3]))
+    # u0 + u1 <= 6 once read "2*<value> <= 6": one value counted twice
+    assert "2*" not in msg
+    first, second = "(value 1 of 2 read there)", "(value 2 of 2 read there)"
+    assert f"{first} + " in msg and f"{second} <= 6" in msg
