@@ -2,6 +2,8 @@
 audit found graphcap getting wrong, each beyond the probe in bench/probes/unbacked_audit.py."""
 from __future__ import annotations
 
+import math
+import re
 import warnings
 
 import pytest
@@ -85,3 +87,66 @@ def test_values_read_in_a_helper_are_numbered_in_read_order():
     assert "2*" not in msg
     first, second = "(value 1 of 2 read there)", "(value 2 of 2 read there)"
     assert f"{first} + " in msg and f"{second} <= 6" in msg
+
+
+# -- a value read from data needed as a plain number: told in the user's names, with a fix that works --
+
+class SqrtOfItem(torch.nn.Module):
+    def forward(self, x, f):
+        v = f.item()
+        return x + math.sqrt(v * v + 1.0)
+
+
+class IntOfTensor(torch.nn.Module):
+    def forward(self, x, n):
+        count = int(n)
+        torch._check(count >= 0)
+        torch._check(count <= x.shape[0])
+        return x[:count] * 2
+
+
+class ItemAsSize(torch.nn.Module):  # IntOfTensor as the fix writes it
+    def forward(self, x, n):
+        count = n.item()
+        torch._check(count >= 0)
+        torch._check(count <= x.shape[0])
+        return x[:count] * 2
+
+
+class ListIndexedByItem(torch.nn.Module):
+    def forward(self, x, n):
+        scales = [1.0, 2.0, 3.0]
+        return x * scales[n.item()]
+
+
+def _refused(model, args) -> graphcap.errors.DataDependentError:
+    with pytest.raises(graphcap.errors.DataDependentError) as info:
+        _export(model, args)
+    return info.value
+
+
+def test_a_float_expression_needed_as_a_number_is_not_told_as_a_condition():
+    err = _refused(SqrtOfItem(), (torch.randn(3), torch.tensor(0.5)))
+    msg = str(err)
+    # zuf0**2 + 1.0 is the argument math.sqrt converts, not a condition to check
+    assert "whether" not in msg and "<the condition>" not in err.fix
+    assert "needs `v**2 + 1.0`" in msg
+    assert "math.sqrt(v * v + 1.0)" in msg  # the user's line
+    assert "torch.sqrt" in err.fix
+    assert not re.search(r"\bz?uf?\d+\b", err.fix), err.fix
+
+
+def test_int_of_a_tensor_is_told_as_written_and_the_fix_exports():
+    x = torch.randn(6)
+    err = _refused(IntOfTensor(), (x, torch.tensor(3)))
+    assert "needs `int(n)`" in str(err)
+    assert "n.item() for int(n)" in err.fix
+    ep = _export(ItemAsSize(), (x, torch.tensor(3)))
+    for k in (0, 4, 6):
+        torch.testing.assert_close(ep.module()(x, torch.tensor(k)), x[:k] * 2)
+
+
+def test_a_value_read_on_the_line_is_told_by_its_read():
+    err = _refused(ListIndexedByItem(), (torch.randn(3), torch.tensor(1)))
+    assert "needs `n.item()`" in str(err)
+    assert "torch.tensor(values)[t]" in err.fix
