@@ -150,3 +150,37 @@ def test_a_value_read_on_the_line_is_told_by_its_read():
     err = _refused(ListIndexedByItem(), (torch.randn(3), torch.tensor(1)))
     assert "needs `n.item()`" in str(err)
     assert "torch.tensor(values)[t]" in err.fix
+
+
+# -- strict=True: a branch on data gets the fix non-strict export gives, not "use strict=False" ----
+
+class BranchOnSum(torch.nn.Module):
+    def forward(self, x):
+        if x.sum().item() > 0:
+            return x + 1
+        return x - 1
+
+
+class LoopOfItem(torch.nn.Module):
+    def forward(self, x, n):
+        for _ in range(n.item()):
+            x = x + 1
+        return x
+
+
+def test_strict_branch_on_data_suggests_the_check_not_strict_false():
+    with pytest.raises(graphcap.errors.StrictCaptureError) as info:
+        _export(BranchOnSum(), (torch.tensor([0, 1, 2]),), strict=True)
+    err = info.value
+    assert isinstance(err, torch._dynamo.exc.UserError)  # still dynamo's class, as torch.export raises
+    assert "Could not guard on data-dependent expression u0 > 0" in str(err)  # torch's phrase kept
+    assert "strict=False" not in err.fix  # non-strict export refuses the same branch
+    assert "value = x.sum().item()" in err.fix and "torch._check(value > 0)" in err.fix
+    assert "if x.sum().item() > 0:" in err.where
+
+
+def test_strict_number_from_data_names_the_read():
+    with pytest.raises(graphcap.errors.StrictCaptureError) as info:
+        _export(LoopOfItem(), (torch.ones(2), torch.tensor(2)), strict=True)
+    err = info.value
+    assert "needs `n.item()`" in str(err) and "range()" in err.fix and "strict=False" not in err.fix

@@ -278,7 +278,8 @@ def number_use(filename: Optional[str], lineno: Optional[int]) -> NumberUse:
     stmt, source = _statement(filename, lineno)
     if stmt is None:
         return use
-    for expr in _header_exprs(stmt):
+    exprs = [stmt.iter] if isinstance(stmt, ast.For) else _header_exprs(stmt)  # for _ in range(n.item()):
+    for expr in exprs:
         use.reads += [ast.get_source_segment(source, r) or "" for r in _data_reads(expr)]
         for node in ast.walk(expr):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \

@@ -51,6 +51,18 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
     expression ...") and is also torch's ``GuardOnDataDependentSymNode``, so
     code written for torch.export catches it.
     """
+    entry = user_traceback_entry(e.__traceback__)
+    frame = entry.tb_frame if entry is not None else None
+    return explain_at_line(e, program_name, where, names_of_symbols(frame),
+                           frame.f_code.co_filename if frame is not None else None,
+                           entry.tb_lineno if entry is not None else None,
+                           set(frame.f_locals) if frame is not None else set())
+
+
+def explain_at_line(e: BaseException, program_name: str, where: Optional[str], names: dict[sympy.Symbol, str],
+                    filename: Optional[str], lineno: Optional[int], local_names: set[str]) -> DataDependentError:
+    """:func:`explain_data_dependent` for the user's line ``filename:lineno``, whose locals hold the
+    values ``names`` tells (none where the Python did not run, as under dynamo)."""
     cond_text = data_dependent_expression(e)
     cond = getattr(e, "cond", None)
     what = (f"Could not guard on data-dependent expression {cond_text}: while tracing {program_name}, the "
@@ -61,18 +73,11 @@ def explain_data_dependent(e: Exception, program_name: str, where: Optional[str]
             f"Could not guard on data-dependent expression: while tracing {program_name}, the program "
             f"branched on a value read from tensor data "
             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}).")
-    entry = user_traceback_entry(e.__traceback__)
-    frame = entry.tb_frame if entry is not None else None
-    names = names_of_symbols(frame)
     if isinstance(cond, sympy.Expr):  # the number itself is needed (float(t.max()), math.sqrt(v)), no condition
-        return _number_needed(cond, cond_text, program_name, where, names,
-                              number_use(frame.f_code.co_filename if frame is not None else None,
-                                         entry.tb_lineno if entry is not None else None))
+        return _number_needed(cond, cond_text, program_name, where, names, number_use(filename, lineno))
     written = None
     if isinstance(cond, sympy.logic.boolalg.Boolean):
-        written = write_check(cond, names, frame.f_code.co_filename if frame is not None else None,
-                              entry.tb_lineno if entry is not None else None,
-                              set(frame.f_locals) if frame is not None else set())
+        written = write_check(cond, names, filename, lineno, local_names)
     if written is not None:
         check = written.as_fix("this line")
     elif isinstance(cond, sympy.logic.boolalg.Boolean):
