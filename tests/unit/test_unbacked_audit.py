@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import graphcap
+from conftest import save_load
 
 
 def _export(model, args, **kwargs):
@@ -184,3 +185,42 @@ def test_strict_number_from_data_names_the_read():
         _export(LoopOfItem(), (torch.ones(2), torch.tensor(2)), strict=True)
     err = info.value
     assert "needs `n.item()`" in str(err) and "range()" in err.fix and "strict=False" not in err.fix
+
+
+# -- run_decompositions keeps the program's names for values read from data ---------------------
+
+def _bound_symbols(ep) -> list[str]:
+    return [str(s) for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule)
+            for n in gm.graph.nodes for s in (n.meta.get("unbacked_bindings") or {})]
+
+
+class NonzeroAndItem(torch.nn.Module):
+    def forward(self, x, n):
+        idx = torch.nonzero(x > 0)
+        k = n.item()
+        torch._check(k >= 1)
+        torch._check(k <= idx.shape[0])
+        return idx[:k].sum() + torch.zeros(k).sum()
+
+
+@pytest.mark.parametrize("table", [None, {}])
+def test_decomposing_keeps_the_symbols_of_values_read_from_data(table):
+    x = torch.tensor([1.0, -1.0, 2.0, 3.0])
+    ep = _export(NonzeroAndItem(), (x, torch.tensor(2)))
+    dec = ep.run_decompositions(table)
+    # the retrace's fresh symbols (u2, u3) are told the program's (u0, u1), as torch.export's are:
+    # ranges list each value once and the asserts' messages name symbols the graph binds
+    assert sorted(_bound_symbols(dec)) == sorted(_bound_symbols(ep))
+    assert sorted(map(str, dec.range_constraints)) == sorted(map(str, ep.range_constraints))
+    for program in (dec, save_load(dec), save_load(ep).run_decompositions()):
+        runnable = program.module()
+        for v, k in ((x, 1), (x, 3), (torch.ones(4), 4)):
+            torch.testing.assert_close(runnable(v, torch.tensor(k)), NonzeroAndItem()(v, torch.tensor(k)))
+        msg = _refusal(program, x, torch.tensor(4))
+        assert "the program needs k <= " in msg and "`k` is read from input n" in msg
+
+
+def test_decomposed_window_refusal_names_the_users_values():
+    x = torch.randn(6)
+    dec = _export(Window(), (x, torch.tensor([1, 4]))).run_decompositions()
+    assert "the program needs start <= end" in _refusal(dec, x, torch.tensor([4, 2]))
