@@ -501,6 +501,49 @@ def _sym_max(n: torch.Tensor) -> Any:
     return torch.ones(max(k, 2)), torch.ones(min(k, 3))
 
 
+def _setitem_nonzero(x: torch.Tensor) -> Any:
+    y = x.clone()
+    idx = torch.nonzero(y > 0).squeeze(1)
+    y[idx] = y[idx] * 10
+    return y
+
+
+def _cat_split_at(x: torch.Tensor, n: torch.Tensor) -> Any:
+    k = n.item()
+    torch._check(k >= 0)
+    torch._check(k <= x.shape[0])
+    return torch.cat([x[k:], x[:k]]) * 2
+
+
+def _unflatten(n: torch.Tensor) -> Any:
+    k = n.item()
+    torch._check(k >= 1)
+    return torch.arange(k * 4).unflatten(0, (k, -1)).sum(1)
+
+
+def _interpolate(x: torch.Tensor, n: torch.Tensor) -> Any:
+    k = n.item()
+    torch._check(k >= 1)
+    torch._check(k <= 32)
+    return torch.nn.functional.interpolate(x, size=k, mode="nearest")
+
+
+def _cond_bool_item(x: torch.Tensor, b: torch.Tensor) -> Any:
+    return torch.cond(b.item(), lambda x: x * 2, lambda x: x - 1, (x,))
+
+
+def _check_bool_item(x: torch.Tensor, b: torch.Tensor) -> Any:
+    flag = b.item()
+    torch._check(flag)
+    return x + 1
+
+
+def _float_item_in_branch(x: torch.Tensor, f: torch.Tensor) -> Any:
+    v = f.item()
+    torch._check(v > 0.0)
+    return torch.cond(x.sum() > 0, lambda x: x * v, lambda x: x / v, (x,))
+
+
 X = torch.randn(6, 3)
 PROBES = [
     Probe("new_zeros/new_empty/full of _check_is_size", _n_sized, (t(3), torch.randn(2)),
@@ -599,6 +642,19 @@ PROBES = [
     Probe("_check(count > 0) then idx[0], idx[-1]", _check_lt_then_index, (t([1.0, -1.0, 2.0]),),
           ok=[(t([-1.0, -1.0, 2.0]),)], bad=[(t([-1.0, -1.0, -2.0]),)]),
     Probe("max(k, 2), min(k, 3) sizes", _sym_max, (t(4),), ok=[(t(0),), (t(1),), (t(9),)]),
+    Probe("setitem at nonzero indices", _setitem_nonzero, (t([1.0, -1.0, 2.0]),),
+          ok=[(t([-1.0, -1.0, -2.0]),), (t([1.0, 1.0, 1.0]),)]),
+    Probe("cat([x[k:], x[:k]]) with Dim rows; rows past Dim max refused", _cat_split_at, (X, t(2)),
+          ok=[(X, t(0)), (X, t(6)), (torch.randn(3, 3), t(1))],
+          bad=[(torch.randn(65, 3), t(1)), (X, t(7))], dynamic_shapes=({0: Dim("r", max=64)}, None)),
+    Probe("unflatten(0, (k, -1))", _unflatten, (t(3),), ok=[(t(1),), (t(7),)], bad=[(t(0),)]),
+    Probe("interpolate to an item() size", _interpolate, (torch.randn(1, 2, 5), t(8)),
+          ok=[(torch.randn(1, 2, 5), t(1)), (torch.randn(1, 2, 5), t(32))], bad=[(torch.randn(1, 2, 5), t(33))]),
+    Probe("cond predicate is a bool item()", _cond_bool_item, (torch.randn(3), t(True)),
+          ok=[(torch.randn(3), t(False))]),
+    Probe("torch._check(bool item())", _check_bool_item, (torch.randn(3), t(True)), bad=[(torch.randn(3), t(False))]),
+    Probe("float item() checked > 0, used in cond branches", _float_item_in_branch, (torch.ones(3), t(2.0)),
+          ok=[(-torch.ones(3), t(0.5))], bad=[(torch.ones(3), t(-1.0))]),
     Probe("if x.sum().item() > 0 (refuse)", _branch_item, (X,), refuse=True),
     Probe("if nonzero count == 0 (refuse)", _branch_nonzero, (t([1.0, 0.0]),), refuse=True),
     Probe("if (x > 0).any() (refuse)", _branch_any, (X,), refuse=True),

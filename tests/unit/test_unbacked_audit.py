@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 import graphcap
 from conftest import save_load
@@ -224,3 +225,42 @@ def test_decomposed_window_refusal_names_the_users_values():
     x = torch.randn(6)
     dec = _export(Window(), (x, torch.tensor([1, 4]))).run_decompositions()
     assert "the program needs start <= end" in _refusal(dec, x, torch.tensor([4, 2]))
+
+
+# -- a branch closing over a float or bool read from data: a clear refusal, and the fix exports ---
+
+class CondOverFloat(torch.nn.Module):
+    def forward(self, x, f):
+        v = f.item()
+        return torch.cond(x.sum() > 0, lambda x: x * v, lambda x: x / v, (x,))
+
+
+class CondOverFloatTensor(torch.nn.Module):  # CondOverFloat as the fix writes it
+    def forward(self, x, f):
+        return torch.cond(x.sum() > 0, lambda x: x * f, lambda x: x / f, (x,))
+
+
+class LoopOverBool(torch.nn.Module):
+    def forward(self, x, b):
+        flag = b.item()
+        return while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * flag), (torch.tensor(0), x))
+
+
+def test_a_branch_closing_over_a_float_from_data_is_refused_in_its_names():
+    with pytest.raises(graphcap.UnsupportedError) as info:
+        _export(CondOverFloat(), (torch.ones(3), torch.tensor(2.0)))
+    err = info.value
+    # not the refusal of container operands it was told as (the operands are a plain (x,))
+    assert "container" not in str(err)
+    assert "closes over `v`, a float read from tensor data" in err.what
+    assert "lambda x: x * v" in err.where
+    ep = _export(CondOverFloatTensor(), (torch.ones(3), torch.tensor(2.0)))
+    for x, f in ((torch.ones(3), 2.0), (-torch.ones(3), 4.0)):
+        torch.testing.assert_close(ep.module()(x, torch.tensor(f)), CondOverFloatTensor()(x, torch.tensor(f)))
+
+
+def test_a_loop_body_closing_over_a_bool_from_data_is_the_users_error_not_an_internal_one():
+    with pytest.raises(graphcap.UnsupportedError) as info:
+        _export(LoopOverBool(), (torch.ones(2), torch.tensor(True)))
+    assert not isinstance(info.value, graphcap.errors.InternalError)
+    assert "closes over `flag`, a bool read from tensor data" in info.value.what
