@@ -103,6 +103,7 @@ def run_side(side: str, p: Probe) -> str:
     for stage, make in _stages(side, ep).items():
         try:
             prog = make()
+            prog.validate()  # the IR invariants: every symbol ranged, metadata on every node
             mod = prog.module()
         except Exception as e:
             if "-v" in sys.argv:
