@@ -57,3 +57,21 @@ def test_moves_to_cuda_and_computes_the_same():
     moved = move_to_device_pass(ep, "cuda")
     out = moved.module()(x.cuda())
     torch.testing.assert_close(out.cpu(), ep.module()(x))
+
+
+def test_size_one_dim_stays_symbolic_and_the_original_learns_nothing():
+    """Moving a fake value asks which memory format a size-1 dim keeps: answered from the example
+    size, in the original's ShapeEnv, it held the dim at 1 in both programs."""
+    from torch.export import Dim
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return x.softmax(-1) * 2
+
+    ep = graphcap.export(Softmax(), (torch.randn(2, 1),), dynamic_shapes={"x": {1: Dim("n", min=1, max=8)}})
+    moved = move_to_device_pass(ep, "meta")
+    x_val = next(n for n in moved.graph.nodes if n.op == "placeholder").meta["val"]
+    assert isinstance(x_val.shape[1], torch.SymInt)
+    assert moved.module()(torch.randn(2, 5, device="meta")).shape == (2, 5)
+    x = torch.randn(2, 5)
+    torch.testing.assert_close(ep.module()(x), Softmax()(x))

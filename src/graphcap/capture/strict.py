@@ -137,7 +137,8 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
-    entry = _entry_for(target.call)
+    owners = _buffer_owners(target.root)
+    entry = _entry_for(target.call, owners)
 
     decided = DRAFT_DECISIONS.get()
 
@@ -170,7 +171,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
         strict_refusals.warn_side_effects(outside, target)
-    return DynamoGraphReplay(gm, target.root, marker)
+    return DynamoGraphReplay(gm, target.root, marker, owners)
 
 
 
@@ -190,7 +191,18 @@ def _dynamic_ints_left_symbolic(args: tuple, kwargs: dict, user_leaves: list, fa
     return pytree.tree_unflatten(leaves, spec) if changed else (args, kwargs)
 
 
-def _entry_for(call: Any) -> Any:
+def _buffer_owners(root: Optional[torch.nn.Module]) -> list[tuple[torch.nn.Module, str]]:
+    """Each buffer of ``root`` as (the module holding it, its name there), once per tensor."""
+    if root is None or isinstance(root, torch.fx.GraphModule):
+        return []
+    owners = []
+    for fqn, _ in root.named_buffers():
+        prefix, _, name = fqn.rpartition(".")
+        owners.append((root.get_submodule(prefix) if prefix else root, name))
+    return owners
+
+
+def _entry_for(call: Any, buffer_owners: list[tuple[torch.nn.Module, str]]) -> Any:
     """A fresh function calling ``call``: what dynamo is given to read.
 
     dynamo's full-graph export drops every compiled entry of the code object it
@@ -198,9 +210,22 @@ def _entry_for(call: Any) -> Any:
     rather than the user's ``forward`` keeps the user's own ``torch.compile``
     caches intact. The call goes through ``nn.Module.__call__``, hooks included,
     as in non-strict.
+
+    It also returns the tensor each buffer holds once the call is done: dynamo
+    leaves a store like ``self.buf = self.buf + x`` out of its graph (a side
+    effect on the module), so the replay puts the new tensor back in the module
+    and the program updates the buffer, as non-strict's does.
     """
-    def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
-        return call(*args, **kwargs)
+    if not buffer_owners:
+        def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+            return call(*args, **kwargs)
+    else:
+        def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
+            out = call(*args, **kwargs)
+            after = []  # a loop: dynamo refuses to trace a generator expression in some programs
+            for owner, name in buffer_owners:
+                after.append(getattr(owner, name))
+            return out, tuple(after)
     return graphcap_strict_entry
 
 
@@ -301,9 +326,11 @@ class DynamoGraphReplay:
     frames for user code (only dynamo's recorded stack traces name user lines).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module], marker: Any = None):
+    def __init__(self, gm: torch.fx.GraphModule, root: Optional[torch.nn.Module], marker: Any = None,
+                 buffer_owners: Optional[list[tuple[torch.nn.Module, str]]] = None):
         self.gm = gm
         self.root = root
+        self.buffer_owners = buffer_owners or []  # what _entry_for returns the buffers of, in order
         self.marker = marker  # preserved submodules' call boundaries (strict_call_boundaries)
         self.out_spec = fx_private.pytree_specs_of(gm)[1]
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -347,7 +374,16 @@ class DynamoGraphReplay:
         strict_shapes.transfer_shape_facts(self.placeholders, leaves, self.files)
         with fx_traceback.preserve_node_meta():
             out = _Replayer(self).run(*leaves)
-        return pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
+        result = pytree.tree_unflatten(list(out), self.out_spec) if self.out_spec is not None else out
+        if not self.buffer_owners:
+            return result
+        result, buffers_after = result
+        for (owner, name), value in zip(self.buffer_owners, buffers_after):
+            # a buffer forward gave a new tensor: the module holds it, as after the user's own call
+            # (the trace then writes it into the buffer, graphcap.trace.module_state)
+            if isinstance(value, torch.Tensor) and value is not getattr(owner, name):
+                setattr(owner, name, value)
+        return result
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

@@ -36,6 +36,7 @@ from torch.fx.experimental.symbolic_shapes import rebind_unbacked, resolve_unbac
 
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
+from ..dynamic.symbol_names import dim_names, with_dim_names
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..node_facts import hidden_write
 from ..shape_env_copies import ValueMover, fake_mode_of_graph, own_fake_mode
@@ -55,7 +56,7 @@ from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload
-from ..torch_private.shapes import symbol_ranges
+from ..torch_private.shapes import backed_size_oblivious, shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
@@ -355,7 +356,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
                     one_argument_where_decomposed(), code_generated_on_first_use(), \
-                    functional.triton_ops_decomposed(decompose_custom_triton_ops), backend_kernels_off_for_a_retrace():
+                    functional.triton_ops_decomposed(decompose_custom_triton_ops), \
+                    backend_kernels_off_for_a_retrace(), backed_size_oblivious(bool(ep.range_constraints)):
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -371,9 +373,11 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     # The traced module generates its code on first use: its graph changes below, and the code is
     # generated once, when the graph is final.
     functionalize = inplace.needs_functionalization or triton_ops_to_split
+    known_before = _what_env_knows(ep, fake_mode)
     new_gm = trace(functionalize=functionalize)
     if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
+    _check_no_range_narrowed(ep, fake_mode, known_before)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -457,6 +461,55 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = symbol_ranges(env).get(sym, ValueRanges.unknown())
     return ranges
+
+
+def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int, dict]:
+    """How many guards the retrace's ShapeEnv holds, and what it knows of each symbol of the
+    program's ranges (its replacement and range), before the retrace."""
+    env = fake_mode.shape_env
+    if env is None:
+        return 0, {}
+    ranges = symbol_ranges(env)
+    return len(shape_guards(env)), {sym: (env.replace(sym), ranges.get(sym)) for sym in ep.range_constraints
+                                     if getattr(sym, "is_Symbol", False)}
+
+
+def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict]) -> None:
+    """Refuse a retrace that decided a size the program leaves open.
+
+    The retrace asks its questions on the program's symbols; one answered from an example size
+    (a decomposition's special case for a size of 1) would hold the result to part of the range
+    ``ep`` accepts: ``module()`` would refuse sizes the program takes, or run a path valid only for
+    the example's sizes. Better an error naming the decision than a narrower program. (A guard that
+    only excludes a size, ``Ne(s, 1)``, is left: the decomposed code is often the same on both sides
+    of it, as a view of an expanded tensor is.)"""
+    env = fake_mode.shape_env
+    guards_before, before = known_before
+    if env is None or not before:
+        return
+    now = symbol_ranges(env)
+    narrowed = []
+    for sym, (replaced_before, range_before) in before.items():
+        replaced, current = env.replace(sym), now.get(sym)
+        if replaced != replaced_before:
+            narrowed.append(f"{sym} = {replaced}")
+        elif current is not None and range_before is not None and \
+                (current.lower > range_before.lower or current.upper < range_before.upper):
+            narrowed.append(f"{sym} in [{current.lower}, {current.upper}]")
+    if not narrowed:
+        return
+    names = dim_names(ep)
+    decided = [with_dim_names(g.expr, names) for g in shape_guards(env)[guards_before:]]
+    declared_ranges = ", ".join(f"{with_dim_names(sym, names)} in [{vr.lower}, {vr.upper}]"
+                                for sym, vr in ep.range_constraints.items() if sym in before)
+    raise UnsupportedError(
+        f"run_decompositions would narrow the sizes the program accepts: the retrace decided "
+        f"{with_dim_names('; '.join(narrowed), names)}" + (f" (from {', '.join(decided)})" if decided else "")
+        + f", where the program holds for {declared_ranges}.",
+        where="ExportedProgram.run_decompositions",
+        fix="Export with a Dim whose range leaves out the size the decomposition singles out (for a "
+            "special case of size 1: Dim('name', min=2)), or keep the operator whole: delete it from "
+            "the decomposition table (del table[op]).")
 
 
 def _composites_that_write(gm: torch.fx.GraphModule) -> set:

@@ -16,9 +16,11 @@ import torch
 import torch.fx
 
 from ..errors import ExportInputError
+from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import ModuleCallEntry, call_graph_of
 from ..torch_private import pytree
 from ..torch_private.fake import FakeTensor
+from ..torch_private.shapes import backed_size_oblivious
 from .manager import Pass, run_passes
 
 if TYPE_CHECKING:
@@ -78,7 +80,12 @@ def _move_tensor(t: torch.Tensor, move) -> torch.Tensor:
 
 def _move(ep: ExportedProgram, move) -> ExportedProgram:
     gm = copy.deepcopy(ep.graph_module)
-    move_graph(gm, move)
+    # the moved values are made by the copy's own ShapeEnv, and a move asks size questions (which
+    # memory format does a size-1 dim keep?) answered for the general size: the original program
+    # learns nothing, and a dim exported at size 1 stays symbolic in the moved one
+    give_graph_own_shape_env(gm)
+    with backed_size_oblivious():
+        move_graph(gm, move)
     state = {k: _move_tensor(v, move) for k, v in ep.state_dict.items()}
     constants = {k: _move_tensor(v, move) if isinstance(v, torch.Tensor) else v for k, v in ep.constants.items()}
     return ep._new_program(gm, ep.graph_signature, state, dict(ep.range_constraints),

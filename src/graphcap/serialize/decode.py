@@ -29,6 +29,7 @@ from ..graph_arguments import (
 )
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
+from ..torch_private.shapes import backed_size_oblivious
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
 from ..trace.source_fns import resolve
@@ -275,7 +276,11 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
     schemas = field(program, "operators", dict, "operators")
     symbols = SymbolTable(program.get("symbols", []))
     reader = _GraphReader(symbols, schemas)
-    gm = reader.graph_module(field(program, "graph_module", dict, "graph_module"), "")
+    # reading a value's metadata asks size questions (is a size-1 dim's stride irrelevant to its
+    # memory format?): answered for the general size, not from the saved example's, which would
+    # hold a dim exported at size 1 to 1 in the loaded program
+    with backed_size_oblivious():
+        gm = reader.graph_module(field(program, "graph_module", dict, "graph_module"), "")
     range_constraints = {}
     for i, item in enumerate(field(program, "range_constraints", list, "range_constraints")):
         if not (isinstance(item, list) and len(item) == 3):

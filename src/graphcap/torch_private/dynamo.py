@@ -294,11 +294,6 @@ def user_stack_of(e: BaseException) -> list:
     return list(getattr(e, "real_stack", None) or [])
 
 
-def shape_guards(shape_env: Any) -> list:
-    """The shape guards a ShapeEnv recorded: objects with ``expr`` and ``sloc``."""
-    return list(shape_env.guards)
-
-
 def add_guard(shape_env: Any, expr: Any, sloc: Any = None) -> None:
     """Guard ``expr`` (a sympy boolean over ``shape_env``'s symbols) in ``shape_env``, as user code
     branching on it would; the new guards and replacements say they come from ``sloc``."""

@@ -1,0 +1,90 @@
+"""run_decompositions never gives a program narrower than the one it decomposes.
+
+The retrace asks its own size questions (a decomposition's special case for a
+size of 1; the memory-format check made while recording each node's tensor
+metadata). Answered from the example's sizes, they held a dynamic dim at its
+example size: the decomposed program of ``interpolate(bilinear)`` exported at
+batch 1 refused batch 2 although its range constraints still said [1, 8]. The
+retrace now reads sizes as export does (size questions answered for the
+general size), and one that would still narrow a range is refused, naming the
+dims, rather than returned as a smaller program.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import Dim
+
+import graphcap
+from graphcap.errors import UnsupportedError
+from size_one_models import SIZE_ONE_EXAMPLES, operator_example
+
+
+class Upsample(torch.nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+
+
+def test_bilinear_exported_at_batch_one_keeps_its_batch_dim():
+    spec = {"x": {0: Dim("batch", min=1, max=8), 2: Dim("h", min=2, max=32), 3: Dim("w", min=2, max=32)}}
+    ep = graphcap.export(Upsample(), (torch.randn(1, 2, 4, 4),), dynamic_shapes=spec)
+    decomposed = ep.run_decompositions()
+    x_val = next(n for n in decomposed.graph.nodes if n.op == "placeholder").meta["val"]
+    assert all(isinstance(s, torch.SymInt) for i, s in enumerate(x_val.shape) if i != 1), x_val.shape
+    for shape in [(1, 2, 4, 4), (2, 2, 6, 5), (8, 2, 3, 32)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(decomposed.module()(x), Upsample()(x))
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_ONE_EXAMPLES))
+def test_decomposed_program_holds_the_whole_range_or_is_refused(name):
+    model, example, spec, sizes = operator_example(name)
+    dims = list(spec["x"])
+    ep = graphcap.export(model, (example,), dynamic_shapes=spec)
+    try:
+        decomposed = ep.run_decompositions()
+    except UnsupportedError as e:
+        assert "would narrow the sizes the program accepts" in str(e)
+        assert any(f"d{d}" in str(e) for d in dims), str(e)  # in the spec's names
+        decomposed = None
+    for k in (1, 2, 5):
+        x = torch.randn(*sizes(k))
+        torch.testing.assert_close(ep.module()(x), model(x), equal_nan=True)
+        if decomposed is not None:
+            torch.testing.assert_close(decomposed.module()(x), model(x), equal_nan=True)
+
+
+def test_a_table_entry_deciding_on_the_example_size_is_refused():
+    def relu_special_cased(x):
+        if x.shape[0] == 1:  # a Python branch on a size: decided from the example
+            return x.clamp_min(0)
+        return torch.where(x > 0, x, 0.0)
+
+    class Relu(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + 1
+
+    ep = graphcap.export(Relu(), (torch.randn(1, 3),), dynamic_shapes={"x": {0: Dim("batch", min=1, max=8)}})
+    table = graphcap.default_decompositions()
+    table[torch.ops.aten.relu.default] = relu_special_cased
+    with pytest.raises(UnsupportedError, match=r"batch = 1.*batch in \[1, 8\]") as raised:
+        ep.run_decompositions(table)
+    assert "Dim('name', min=2)" in str(raised.value)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(ep.module()(x), Relu()(x))  # the program itself is untouched
+
+
+def test_what_export_already_knew_is_no_narrowing():
+    """Only what the retrace itself decides counts: a program whose ShapeEnv already knew more of a
+    size than its range constraints say (a slice written into, sized by another input) decomposes."""
+    class FillPrefix(torch.nn.Module):
+        def forward(self, mask, fill):
+            mask = mask.clone()
+            mask[:, :fill.shape[-1]] = fill
+            return mask
+
+    spec = {"mask": {1: Dim("M")}, "fill": {1: Dim("N")}}
+    ep = graphcap.export(FillPrefix(), (torch.randn(2, 4), torch.randn(2, 3)), dynamic_shapes=spec)
+    decomposed = ep.run_decompositions()
+    for m, n in [(4, 3), (5, 5), (6, 1), (2, 2)]:
+        args = (torch.randn(2, m), torch.randn(2, n))
+        torch.testing.assert_close(decomposed.module()(*args), FillPrefix()(*args))
