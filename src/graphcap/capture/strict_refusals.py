@@ -14,9 +14,12 @@ import re
 import sys
 from typing import Any, Optional
 
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
 from ..errors import StrictCaptureError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import messages
+from ..trace.data_dependent import explain_at_line
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 
@@ -33,6 +36,13 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
     names = messages.dynamo_side_effect_sources(e)
     if names is not None:
         return side_effect_error(e, names, target, where)
+    guard = _data_dependent_guard(e)
+    if guard is not None:  # a branch on data: the check or torch.cond that non-strict export would suggest
+        f = frames[-1] if frames else None
+        told = explain_at_line(guard, target.name, where, {}, f.filename if f else None,
+                               f.lineno if f else None, set())
+        return StrictCaptureError.like(
+            e, f"strict=True: dynamo failed to capture {target.name}: {told.what}", where=where, fix=told.fix)
     if dynamo_private.is_graph_break(e):
         return StrictCaptureError.like(
             e, f"strict=True cannot capture {target.name} in one graph (a graph break): "
@@ -45,6 +55,18 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
         e, f"strict=True: dynamo failed to capture {target.name}: {messages.dynamo_explanation(e)}",
         where=where,
         fix="Export with strict=False, which runs the Python as it is.")
+
+
+def _data_dependent_guard(e: BaseException) -> Optional[GuardOnDataDependentSymNode]:
+    """The guard on a value read from data that made dynamo refuse, found in ``e``'s causes."""
+    seen: set[int] = set()
+    cause: Optional[BaseException] = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, GuardOnDataDependentSymNode):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def is_outside_state(source: str) -> bool:

@@ -116,6 +116,43 @@ def _origins(ep: Any) -> dict[sympy.Symbol, _Origin]:
     return out
 
 
+def _unpacked_names(stack_trace: Optional[str]) -> Optional[list[str]]:
+    """The names a line such as ``s, e = se.tolist()`` (or ``i, j = a.item(), b.item()``) unpacks
+    the values it reads into, in order; None for any other line."""
+    from ..trace.data_checks import _data_reads, _statement
+    frame = innermost_frame(stack_trace)
+    if frame is None:
+        return None
+    stmt, _ = _statement(frame[0], frame[1])
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Tuple, ast.List))):
+        return None
+    value = stmt.value
+    tolist = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr == "tolist" and not value.args
+    reads_each = isinstance(value, ast.Tuple) and len(value.elts) == len(stmt.targets[0].elts) \
+        and all(_data_reads(e) == [e] for e in value.elts)
+    if not (tolist or reads_each):
+        return None
+    names: list[str] = []
+
+    def walk(target: ast.expr) -> bool:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+            return True
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return all(walk(e) for e in target.elts)
+        return False
+
+    return names if walk(stmt.targets[0]) else None
+
+
+def _read_order(sym: Any) -> tuple[int, str]:
+    """Symbols in the order the trace read them (``u2`` before ``u10``)."""
+    m = re.fullmatch(r"[a-z]+(\d+)", str(sym))
+    return (int(m.group(1)) if m else -1, str(sym))
+
+
 def _described(origins: dict[sympy.Symbol, _Origin]) -> dict[sympy.Symbol, DataValue]:
     out = {}
     for sym, origin in origins.items():
@@ -123,7 +160,33 @@ def _described(origins: dict[sympy.Symbol, _Origin]) -> dict[sympy.Symbol, DataV
         if described is not None:
             words, truth, where = described
             out[sym] = DataValue(words, truth, origin.inputs, where)
+    _tell_apart(out, origins)
     return out
+
+
+def _tell_apart(values: dict[sympy.Symbol, DataValue], origins: dict[sympy.Symbol, _Origin]) -> None:
+    """Give values read on one line different words, in place.
+
+    Several values can come from one line (``s, e = se.tolist()``, a helper called on the line
+    that reads twice). Told by the same words, a condition relating them would read as one value
+    compared with itself (``u0 <= u1`` as ``x <= x``; ``Eq(u0, u1)`` even collapses to True). The
+    names a ``tolist()`` is unpacked into are used where they match the values read; otherwise
+    each value is numbered in the order the program reads it."""
+    groups: dict[str, list[sympy.Symbol]] = {}
+    for sym, v in values.items():
+        groups.setdefault(v.words, []).append(sym)
+    for words, syms in groups.items():
+        if len(syms) < 2:
+            continue
+        syms.sort(key=_read_order)
+        traces = {origins[s].stack_trace for s in syms}
+        names = _unpacked_names(next(iter(traces))) if len(traces) == 1 else None
+        if names is not None and len(names) == len(syms) and len(set(names)) == len(names):
+            for sym, name in zip(syms, names):
+                values[sym].words = name
+            continue
+        for i, sym in enumerate(syms, 1):
+            values[sym].words = f"{words} (value {i} of {len(syms)} read there)"
 
 
 def data_values(ep: Any) -> dict[sympy.Symbol, DataValue]:

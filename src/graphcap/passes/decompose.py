@@ -32,6 +32,7 @@ import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import rebind_unbacked, resolve_unbacked_bindings
 
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
@@ -87,8 +88,9 @@ class _Replay(torch.fx.Interpreter):
 
     def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None,
                  carry: Optional[CallGraphCarry] = None, memo: Optional[DecompositionMemo] = None,
-                 identity: Optional[set] = None):
+                 identity: Optional[set] = None, shape_env: Any = None):
         super().__init__(gm)
+        self.shape_env = shape_env
         self.out_of_place = out_of_place or {}
         self.identity = identity or set()
         self.carry = carry
@@ -96,6 +98,11 @@ class _Replay(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = self._run_node(n)
+        if n.meta.get("unbacked_bindings") and self.shape_env is not None:
+            # a replayed .item() / nonzero() makes a fresh symbol (u2 for the program's u0): it is
+            # told the program's own, so the result keeps the names its asserts, ranges and
+            # messages use (as torch.export's retrace does)
+            rebind_unbacked(self.shape_env, n, value)
         if self.carry is not None:
             self.carry.record(n, value)
         return value
@@ -163,13 +170,13 @@ def _unwrap_as(interpreter: _Replay, node: Any, value: Any) -> Any:
 
 
 def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePlan, box: dict,
-                     carry: CallGraphCarry, memo: Optional[DecompositionMemo]):
+                     carry: CallGraphCarry, memo: Optional[DecompositionMemo], shape_env: Any = None):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization.
     Calls identical to an earlier one are copied from its recording (:mod:`.decomposition_memo`)."""
 
     def replay(*args: Any) -> tuple:
         carry.reset()
-        interpreter = _Replay(gm, inplace.replace, carry, memo, inplace.identity)
+        interpreter = _Replay(gm, inplace.replace, carry, memo, inplace.identity, shape_env)
         box["interpreter"] = interpreter
         outs = interpreter.run(*args, enable_io_processing=False)
         box["mutated"] = []
@@ -179,7 +186,7 @@ def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePl
 
 
 def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mutations: int, box: dict,
-               carry: CallGraphCarry):
+               carry: CallGraphCarry, shape_env: Any = None):
     """The function make_fx traces: replay ``gm`` functionally; return mutations then user outputs.
 
     ``old_mutations`` maps a placeholder index to the position of the output
@@ -196,7 +203,7 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
         with FunctionalTensorMode():
             f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
             carry.reset()
-            interpreter = _Replay(gm, carry=carry)
+            interpreter = _Replay(gm, carry=carry, shape_env=shape_env)
             box["interpreter"] = interpreter
             outs = interpreter.run(*f_args, enable_io_processing=False)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -342,10 +349,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
 
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
-        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry) if functionalize
+        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry, fake_mode.shape_env) if functionalize
                   else _plain_replay_fn(gm, inplace, box, carry,
                                         memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
-                                                         python_table)))
+                                                         python_table), fake_mode.shape_env))
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
@@ -382,6 +389,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
             where=f"graph input {p.name}",
             fix="Use the out-of-place form (x = x.t()) in the model.")
 
+    _bindings_renamed(new_gm, fake_mode.shape_env)
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders], _size_read_names(gm))
     grad_inputs = {spec.arg.name for spec in sig.input_specs
@@ -412,6 +420,19 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                              carry.call_graph(call_graph_of(ep), user_outputs), ep.example_inputs,
                              dict(ep.constants), verify=False)
     return unalias_outputs_pass(new_ep)
+
+
+def _bindings_renamed(new_gm: torch.fx.GraphModule, env: Any) -> None:
+    """Each node's ``unbacked_bindings`` in the names the replay gave its fresh symbols back
+    (:meth:`_Replay.run_node`): ``{u2: ()}`` becomes the program's ``{u0: ()}``."""
+    if env is None:
+        return
+    for gm in new_gm.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            for node in gm.graph.nodes:
+                bindings = node.meta.get("unbacked_bindings")
+                if bindings:
+                    node.meta["unbacked_bindings"] = resolve_unbacked_bindings(env, bindings)
 
 
 def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,

@@ -259,3 +259,36 @@ def unnamed_check(cond: Any, names: dict[Any, str]) -> tuple[str, str]:
     full = {**names, **{s: str(p) for s, p in placeholders.items()}}
     return (f"torch._check({python_condition(cond, full)})",
             f"torch._check({python_condition(sympy.Not(cond), full)})")
+
+
+@dataclass
+class NumberUse:
+    """What a user line does with a value read from data that needs it as a plain number."""
+
+    reads: list[str] = field(default_factory=list)  # data reads on the line: "n.item()"
+    conversions: list[tuple[str, str]] = field(default_factory=list)  # ("int(n)", "n.item()")
+
+
+def number_use(filename: Optional[str], lineno: Optional[int]) -> NumberUse:
+    """The data reads on the user's line and the ``int(t)`` / ``float(t)`` conversions of a tensor
+    written there, with the ``.item()`` that reads the same value and stays symbolic."""
+    use = NumberUse()
+    if filename is None or lineno is None:
+        return use
+    stmt, source = _statement(filename, lineno)
+    if stmt is None:
+        return use
+    exprs = [stmt.iter] if isinstance(stmt, ast.For) else _header_exprs(stmt)  # for _ in range(n.item()):
+    for expr in exprs:
+        use.reads += [ast.get_source_segment(source, r) or "" for r in _data_reads(expr)]
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("int", "float") and len(node.args) == 1 and not node.keywords:
+                arg = ast.get_source_segment(source, node.args[0])
+                call = ast.get_source_segment(source, node)
+                if arg and call and not _data_reads(node.args[0]):
+                    wrapped = arg if isinstance(node.args[0], (ast.Name, ast.Attribute, ast.Call,
+                                                               ast.Subscript)) else f"({arg})"
+                    use.conversions.append((call, f"{wrapped}.item()"))
+    use.reads = [r for r in use.reads if r]
+    return use

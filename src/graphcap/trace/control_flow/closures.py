@@ -109,6 +109,38 @@ def closed_over_symbols(fns: list[Any], operands: list[Any]) -> list[Any]:
     return found
 
 
+def closure_name(fns: list[Any], value: Any) -> Optional[str]:
+    """The name under which one of ``fns`` closes over ``value`` (``v`` in ``lambda x: x * v``, also
+    through partials, bound methods and the functions torch wraps a branch in), or None."""
+    seen: set[int] = set()
+
+    def search(obj: Any, depth: int) -> Optional[str]:
+        if depth > 4 or id(obj) in seen:
+            return None
+        seen.add(id(obj))
+        if isinstance(obj, functools.partial):
+            return search(obj.func, depth + 1)
+        if hasattr(obj, "__func__"):
+            return search(obj.__func__, depth + 1)
+        code, cells = getattr(obj, "__code__", None), getattr(obj, "__closure__", None) or ()
+        for name, cell in zip(getattr(code, "co_freevars", ()), cells):
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if contents is value:
+                return name
+            if callable(contents) and (found := search(contents, depth + 1)) is not None:
+                return found
+        return None
+
+    for fn in fns:
+        found = search(fn, 0)
+        if found is not None:
+            return found
+    return None
+
+
 def _is_constant(value: Any) -> bool:
     try:
         return value.node.is_constant()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import traceback
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -53,6 +54,7 @@ from ...torch_private.higher_order import (
     map_keeps_symbolic_leading_dim,
     run_graph_preserving_meta,
 )
+from ...user_frames import describe_frame, is_user_file
 from . import branch_checks, branch_scope, closures, nested_cond_operands
 
 # operator name -> positions of its callable arguments
@@ -177,12 +179,44 @@ def _with_closed_over_symbols(name: str, args: tuple) -> tuple[tuple, int]:
     if name == "cond" and isinstance(args[at], list):  # recorded as a tuple, as torch records it
         args = (*args[:at], tuple(args[at]), *args[at + 1:])
     trailing = list(args[at])
-    found = closures.closed_over_symbols([args[i] for i in _CALLABLES_AT[name]], trailing)
+    fns = [args[i] for i in _CALLABLES_AT[name]]
+    found = closures.closed_over_symbols(fns, trailing)
     if not found:
         return args, 0
+    _refuse_closed_over_non_int(name, fns, found)
     args = list(args)
     args[at] = type(args[at])([*trailing, *found]) if isinstance(args[at], (tuple, list)) else (*trailing, *found)
     return tuple(args), len(found)
+
+
+def _refuse_closed_over_non_int(name: str, fns: list[Any], found: list[Any]) -> None:
+    """A branch or body closing over a symbolic float or bool (``v = f.item()`` of a float tensor,
+    ``flag = b.item()``): the operator takes only tensors, ints and symbolic ints as operands, so
+    the value cannot be passed in as every other closed-over symbol is."""
+    for value in found:
+        if isinstance(value, (torch.SymFloat, torch.SymBool)):
+            kind = "float" if isinstance(value, torch.SymFloat) else "bool"
+            var = closures.closure_name(fns, value)
+            called = f"`{var}`" if var else f"a {kind}"
+            user = _USER_NAMES.get(name, name)
+            raise UnsupportedError(
+                where=_user_call_site(),
+                what=f"{user}'s branch or body closes over {called}, a {kind} read from tensor data (a symbolic "
+                f"{kind}); {user} passes only tensors, ints and symbolic ints into its subgraphs, so the value "
+                f"cannot be passed in as a closed-over int is.",
+                fix=f"Close over the tensor the value is read from instead, and compute with it as a tensor "
+                    f"inside (x * t rather than x * {var or 'v'} where {var or 'v'} = t.item()), or read it "
+                    f"there with t.item(); or pass the tensor as an operand.")
+
+
+def _user_call_site() -> Optional[str]:
+    """The innermost line of the user's code on the current stack (the control-flow call)."""
+    frame = inspect.currentframe()
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return describe_frame(traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
 
 
 _DATA_DESCRIPTOR = inspect.getattr_static(torch.Tensor, "data")
