@@ -215,6 +215,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     else:
         dyn_inputs = None
         fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
+    fake_user = fakify.distinct_fakes(fake_user)  # f(x, x): one placeholder read per input
     flat_inputs = fake_state + fake_user
     clock.lap("fakify")
 

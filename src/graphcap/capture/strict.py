@@ -132,6 +132,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
            preserved: dict[str, torch.nn.Module]) -> "DynamoGraphReplay":
     """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic), the
     ``preserved`` submodules' calls marked in its graph."""
+    args, kwargs, user_leaves = _repeated_tensors_aliased(args, kwargs, user_leaves)
     marks = []
     for leaf, fake in zip(user_leaves, fake_user):
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
@@ -173,6 +174,28 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     return DynamoGraphReplay(gm, target.root, marker)
 
 
+
+
+def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> tuple[tuple, dict, list]:
+    """``(args, kwargs, leaves)`` with each tensor passed again (``f(x, x)``) replaced by an alias of
+    it (same storage, no copy): dynamo makes one graph input of one tensor object, which would
+    leave the program reading both inputs from one placeholder (non-strict's fakes are distinct
+    for the same reason: ``graphcap.trace.fakify.distinct_fakes``)."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if len(leaves) != len(user_leaves):
+        return args, kwargs, user_leaves  # inputs regrouped (modules among them)
+    seen: set[int] = set()
+    changed = False
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) in seen:
+                leaves[i] = torch.ops.aten.alias.default(leaf)
+                changed = True
+            seen.add(id(leaves[i]))
+    if not changed:
+        return args, kwargs, user_leaves
+    args, kwargs = pytree.tree_unflatten(leaves, spec)
+    return args, kwargs, leaves
 
 
 def _dynamic_ints_left_symbolic(args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> tuple:

@@ -19,10 +19,11 @@ import torch
 
 from .. import auto_flatten, module_inputs
 from ..errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
-from ..graph_arguments import InputKind
+from ..graph_arguments import InputKind, OutputKind
 from ..pytree import input_path_str
 from ..signature import call_graph_of, call_spec_of
 from ..torch_private import pytree
+from ..torch_private.fake import FakeTensor, same_storage
 from ..torch_private.symbolic import bound_sympy, int_oo
 from ..trace.naming.node_names import builtins_called_by_name
 from . import input_guards as guards
@@ -124,6 +125,9 @@ class InputChecker:
                                     else _SymIntLeaf(path, source, expr))
             else:
                 self._leaves.append(_ConstantLeaf(path, source, getattr(spec.arg, "value", val)))
+        # inputs the program's outputs write back (the inference IR): computed from their values on entry
+        written = {s.target for s in ep.graph_signature.output_specs if s.kind is OutputKind.USER_INPUT_MUTATION}
+        self._written = [i for i, spec in enumerate(user_specs) if spec.arg.name in written]
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._names = _user_names(ep)  # symbol -> Dim name, for messages
         self._relations = _input_relations(ep.graph, self._leaves)
@@ -203,6 +207,7 @@ class InputChecker:
                 self._check_derived(leaf, i, expr, got, bindings, sources)
         if symbolic:
             return  # symbolic sizes: relations between them are the tracer's to record
+        self._check_written_apart(specs, leaves)
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
@@ -217,6 +222,30 @@ class InputChecker:
                         "such inputs too), or a shape comparison in the model was decided at export from the "
                         "example inputs. Pass sizes that satisfy it; for a comparison, export with inputs on "
                         "its other side to get a program for them, or keep both sides with torch.cond.")
+
+    def _check_written_apart(self, specs: list[Any], leaves: list[Any]) -> None:
+        """Refuse an input the program writes back whose memory overlaps another input's.
+
+        A program that lists its writes to inputs as outputs (the inference IR:
+        ``run_decompositions()``, and what consumers run) computes every value from what the
+        inputs held on entry and writes the new values back at the end; in eager, a write is
+        seen at once through every tensor sharing that memory. The two agree only when the
+        written input overlaps no other input. (The training IR writes in place in the graph,
+        as eager does, so ``export()``'s own program needs no such check.)"""
+        for i in self._written:
+            written = leaves[i]
+            if not _real_tensor(written):
+                continue
+            for j, other in enumerate(leaves):
+                if j != i and _real_tensor(other) and _overlap(written, other):
+                    raise RuntimeInputError(
+                        f"Input at {specs[i].path} shares memory with the input at {specs[j].path}, and the "
+                        f"program writes {specs[i].path}: its graph computes from the inputs' values on entry "
+                        f"and writes the new value back at the end, so the input at {specs[j].path} would not "
+                        f"see the write as it does in eager.",
+                        fix="Pass tensors that do not share memory, e.g. a copy for one of them "
+                            "(t.clone()), or run export()'s own program (before run_decompositions), which "
+                            "writes in place as eager does.")
 
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
         same_nan = isinstance(leaf.value, float) and math.isnan(leaf.value) \
@@ -404,6 +433,23 @@ class InputChecker:
                 phrase(f"Expected input at {path} to be equal to {want}, but got {got}",
                        f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _real_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and value.device.type != "meta"
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' elements may share memory: one storage, intersecting byte ranges."""
+    if not same_storage(a, b) or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        start = t.storage_offset() * t.element_size()
+        extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+        return start, start + extent * t.element_size()
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _linear(expr: Any, root: Any) -> Optional[tuple[int, int]]:

@@ -53,6 +53,24 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
 
 
+def distinct_fakes(fakes: list[Any]) -> list[Any]:
+    """The user inputs' fake tensors, one object per input: an input that is the same tensor as an
+    earlier one (``f(x, x)``) gets a fresh alias of that fake tensor (same storage, sizes and
+    symbols), so that each input is its own placeholder and the program reads each from its own
+    input. Torch's fake converter returns one fake object for one real tensor, and the recorder
+    then reads every use from the last of the placeholders holding it: a program that ignores
+    the first input, wrong for any later call that passes two different tensors."""
+    seen: set[int] = set()
+    out = []
+    for fake in fakes:
+        if isinstance(fake, torch.Tensor) and id(fake) in seen:
+            fake = torch.ops.aten.alias.default(fake)
+        if isinstance(fake, torch.Tensor):
+            seen.add(id(fake))
+        out.append(fake)
+    return out
+
+
 def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor],
                others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
     """Static fake copies of a module's parameters and buffers, keyed by ``id`` of the real tensor.
