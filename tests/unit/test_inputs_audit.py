@@ -8,6 +8,7 @@ import torch
 
 import graphcap
 from conftest import assert_same_outputs, save_load
+from graphcap.errors import InputGuardError, InputStructureError
 
 MODES = [pytest.param(False, id="non-strict"), pytest.param(True, id="strict")]
 
@@ -95,3 +96,69 @@ def test_an_input_read_only_may_share_memory_with_anything():
     x = torch.randn(5)
     ep = graphcap.export(ReadTwo(), (x, x)).run_decompositions()
     assert_same_outputs(ReadTwo()(x, x[::1]), ep.module()(x, x[::1]))
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y, *, scale):
+        return (x - y) * scale
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_an_argument_exported_by_position_may_be_passed_by_keyword(strict):
+    x, y, s = torch.randn(3), torch.randn(3), torch.randn(3)
+    ep = graphcap.export(TwoInputs(), (x, y), {"scale": s}, strict=strict)
+    want = TwoInputs()(x, y, scale=s)
+    for program in (ep, ep.run_decompositions(), save_load(ep)):
+        m = program.module()
+        for args, kwargs in (((x,), {"y": y, "scale": s}), ((), {"scale": s, "y": y, "x": x}),
+                             ((x, y), {"scale": s})):
+            assert_same_outputs(want, m(*args, **kwargs))
+    # checked as any call: the leaf checks name the input by the exported path
+    with pytest.raises(graphcap.RuntimeInputError, match=r"\*args\[1\] to have dtype"):
+        ep.module()(x, y=y.double(), scale=s)
+
+
+def test_a_keyword_argument_is_not_taken_by_position_nor_an_unknown_name():
+    x, y, s = torch.randn(3), torch.randn(3), torch.randn(3)
+    ep = graphcap.export(TwoInputs(), (x, y), {"scale": s})
+    m = ep.module()
+    with pytest.raises(InputStructureError,
+                       match=r"at \*args: expected 2 positional arguments, got 3; at \*\*kwargs: keyword "
+                             r"arguments differ: missing 'scale'"):
+        m(x, y, s)  # scale is keyword-only in the model: the program does not guess
+    with pytest.raises(InputStructureError, match=r"unexpected 'z'"):
+        m(x, y, scale=s, z=s)
+    with pytest.raises(InputStructureError, match=r"at \*args: expected 2 positional arguments, got 1"):
+        m(x, x=y, scale=s)  # x given twice: eager's TypeError, refused as a structure
+
+
+@pytest.mark.parametrize("call, where", [
+    (lambda t: ({"a": [t, [t, t]], "b": {"c": t}},), r"at \*args\[0\]\['a'\]\[1\]: expected a tuple, got a list"),
+    (lambda t: ({"a": [t, (t, t)], "b": {"c": t, "d": t}},), r"at \*args\[0\]\['b'\]: keys differ: unexpected 'd'"),
+    (lambda t: ({"a": [t, (t, t)], "b": {}},), r"at \*args\[0\]\['b'\]: keys differ: missing 'c'"),
+    (lambda t: ({"a": [t], "b": {"c": t}},), r"at \*args\[0\]\['a'\]: expected 2 items, got 1"),
+    (lambda t: ({"a": [t, (t, [t])], "b": {"c": t}},), r"at \*args\[0\]\['a'\]\[1\]\[1\]: expected one tensor"),
+])
+def test_a_call_of_another_structure_is_refused_naming_the_first_path_that_differs(call, where):
+    class Nested(torch.nn.Module):
+        def forward(self, d):
+            return d["a"][0] + d["a"][1][0] * d["a"][1][1] - d["b"]["c"]
+
+    t = torch.randn(2)
+    ep = graphcap.export(Nested(), ({"a": [t, (t, t)], "b": {"c": t}},))
+    with pytest.raises(InputStructureError, match=where):
+        ep.module()(*call(torch.randn(2)))
+
+
+def test_a_tensor_where_the_program_holds_a_constant_is_described_not_printed():
+    class MaybeMask(torch.nn.Module):
+        def forward(self, x, mask=None):
+            return x if mask is None else x * mask
+
+    x = torch.randn(64, 64)
+    ep = graphcap.export(MaybeMask(), (x, None))
+    with pytest.raises(InputGuardError) as info:
+        ep.module()(x, torch.ones(64, 64))
+    first = str(info.value).splitlines()[0]
+    assert first == ("Expected input at *args[1] to be equal to None, but got a tensor of shape (64, 64) "
+                     "and dtype torch.float32")

@@ -28,7 +28,7 @@ from ..torch_private.symbolic import bound_sympy, int_oo
 from ..trace.naming.node_names import builtins_called_by_name
 from . import input_guards as guards
 from .input_guards import placeholder_leaves
-from .input_structure import drawn_structure, other_structure
+from .input_structure import drawn_structure, first_difference, other_structure
 
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
@@ -113,6 +113,9 @@ class InputChecker:
         self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
                                               avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)
+        args_kwargs = guards.is_args_kwargs(in_spec)
+        self._n_args = in_spec.child(0).num_children if args_kwargs else None
+        self._kwarg_names = [str(k) for k in in_spec.child(1).context] if args_kwargs else []
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):
             val = placeholders[spec.arg.name].meta.get("val")
@@ -143,6 +146,7 @@ class InputChecker:
     def check_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
+        args, kwargs = self.regrouped(args, kwargs)
         spec = other_structure(args, kwargs, self._in_spec)
         if spec is None:
             return
@@ -156,8 +160,8 @@ class InputChecker:
         expected, got = drawn_structure(self._in_spec), drawn_structure(spec)
         raise InputStructureError(
             f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
-            f"the structure the program was exported with: expected (args, kwargs) shaped like "
-            f"{expected}, but got {got}.",
+            f"the structure the program was exported with: {first_difference(self._in_spec, spec)}. "
+            f"Expected (args, kwargs) shaped like {expected}, but got {got}.",
             where="ep.module()(*args, **kwargs)",
             fix="Pass the same positional and keyword arguments, with the same containers, as "
                 "the example inputs given to export (each * is one tensor or value).")
@@ -165,7 +169,32 @@ class InputChecker:
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
+        args, kwargs = self.regrouped(args, kwargs)
         return auto_flatten.flatten_by_spec((tuple(args), dict(kwargs)), self._in_spec)
+
+    def regrouped(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` laid out as the program was exported, where the call passes by keyword
+        an argument exported by position (``m(x, y=t)`` for ``export(m, (x, t))``), as eager's
+        forward binds it: the exported positional arguments' names are ``module()``'s forward
+        parameters (``def forward(self, x, y)``). The reverse, a positional value for an argument
+        exported by keyword, is left to the structure check to refuse: the program does not know
+        whether the model takes that argument by keyword only. A call that does not bind (an
+        unknown or repeated name, too many or too few arguments) is returned as given."""
+        names = self.arg_names
+        n_args = self._n_args
+        if n_args is None or len(names) != n_args + len(self._kwarg_names) or \
+                (len(args) == n_args and set(kwargs) == set(self._kwarg_names)):
+            return args, kwargs
+        if len(args) > n_args:
+            return args, kwargs
+        bound = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key in bound or key not in names:
+                return args, kwargs
+            bound[key] = value
+        if len(bound) != len(names):
+            return args, kwargs
+        return tuple(bound[n] for n in names[:n_args]), {n: bound[n] for n in names[n_args:]}
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -252,7 +281,8 @@ class InputChecker:
             and isinstance(value, float) and math.isnan(value)
         if type(value) is not type(leaf.value) or (value != leaf.value and not same_nan):
             raise InputGuardError(
-                guards.with_guard(f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+                guards.with_guard(f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got "
+                                  f"{_described(value)}",
                                   guards.value_condition(leaf.source, leaf.value)),
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
@@ -435,6 +465,15 @@ class InputChecker:
                 fix=f"This dimension is {expr} in the exported program.")
 
 
+def _described(value: Any) -> str:
+    """A value given where the program holds a Python constant, for a message: its repr, or a
+    tensor's kind and size (its elements could fill a screen)."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({type(value).__name__})"
+
+
 def _real_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and value.device.type != "meta"
 
@@ -445,8 +484,8 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
     def span(t: torch.Tensor) -> tuple[int, int]:
-        start = t.storage_offset() * t.element_size()
-        extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+        start = int(t.storage_offset()) * t.element_size()
+        extent = sum((int(s) - 1) * abs(int(st)) for s, st in zip(t.shape, t.stride())) + 1
         return start, start + extent * t.element_size()
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
