@@ -162,3 +162,29 @@ def test_a_tensor_where_the_program_holds_a_constant_is_described_not_printed():
     first = str(info.value).splitlines()[0]
     assert first == ("Expected input at *args[1] to be equal to None, but got a tensor of shape (64, 64) "
                      "and dtype torch.float32")
+
+
+def _convert(x, dtype, device):
+    return x.to(dtype).to(device) * 2
+
+
+def convert(self, x, dtype, device):  # a forward of another name: its frame is not a "forward"
+    return _convert(x, dtype, device)
+
+
+@pytest.mark.parametrize("forward", [
+    pytest.param(lambda self, x, dtype, device: _convert(x, dtype, device), id="lambda"),
+    pytest.param(lambda self, *args: _convert(*args), id="varargs-lambda"),
+    pytest.param(convert, id="other-name"),
+])
+def test_dtype_and_device_inputs_of_a_forward_not_named_forward(forward):
+    """A conversion's metadata assert takes the conversion's stack trace, None included (no frame
+    named forward); it was left without one, and the verifier refused the program."""
+    module = type("Converter", (torch.nn.Module,), {"forward": forward})()
+    x = torch.randn(3)
+    ep = graphcap.export(module, (x, torch.float64, torch.device("cpu")))
+    for program in (ep, ep.run_decompositions(), save_load(ep)):
+        assert_same_outputs(_convert(x, torch.float64, "cpu"), program.module()(x, torch.float64,
+                                                                                torch.device("cpu")))
+    with pytest.raises(InputGuardError, match=r"\*args\[1\] to be equal to torch.float64, but got torch.float16"):
+        ep.module()(x, torch.float16, torch.device("cpu"))
