@@ -188,3 +188,33 @@ def test_dtype_and_device_inputs_of_a_forward_not_named_forward(forward):
                                                                                 torch.device("cpu")))
     with pytest.raises(InputGuardError, match=r"\*args\[1\] to be equal to torch.float64, but got torch.float16"):
         ep.module()(x, torch.float16, torch.device("cpu"))
+
+
+class SizeOnly(torch.nn.Module):
+    def forward(self, x):
+        return x.shape[0] * 2
+
+
+class SizeOnlyKeyword(torch.nn.Module):
+    def forward(self, *, x):
+        return x.shape[-1] + 1, None
+
+
+class NothingBack(torch.nn.Module):
+    def forward(self, x):
+        return None
+
+
+@pytest.mark.parametrize("model, args, kwargs", [
+    (SizeOnly(), (torch.randn(3),), {}),
+    (SizeOnlyKeyword(), (), {"x": torch.randn(2, 5)}),
+    (NothingBack(), (torch.randn(3),), {}),
+])
+def test_strict_export_of_a_one_input_program_without_tensor_operations(model, args, kwargs):
+    """dynamo finds no graph there and pairs its entry's parameters with the inputs: the entry
+    takes only the kinds of argument the call passes."""
+    ep = graphcap.export(model, args, kwargs, strict=True)
+    for program in (ep, ep.run_decompositions(), save_load(ep)):
+        assert program.module()(*args, **kwargs) == model(*args, **kwargs)
+    with pytest.raises(graphcap.RuntimeInputError):
+        ep.module()(*[torch.randn(4, 4) for _ in args], **{k: torch.randn(4, 4) for k in kwargs})

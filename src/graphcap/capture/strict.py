@@ -138,7 +138,7 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
-    entry = _entry_for(target.call)
+    entry = _entry_taking(target.call, args, kwargs)
 
     decided = DRAFT_DECISIONS.get()
 
@@ -224,6 +224,23 @@ def _entry_for(call: Any) -> Any:
     """
     def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
         return call(*args, **kwargs)
+    return graphcap_strict_entry
+
+
+def _entry_taking(call: Any, args: tuple, kwargs: dict) -> Any:
+    """:func:`_entry_for`, whose parameters are only the kinds the call passes: ``(*args)`` for a
+    positional call, ``(**kwargs)`` for a keyword call. dynamo, when a program does no tensor
+    operation (``return x.shape[0] * 2``), builds its graph by pairing the entry's parameter
+    names with the flat inputs, one each; ``(*args, **kwargs)`` names two, and a program with one
+    input failed with an IndexError inside dynamo (torch's own strict export passes)."""
+    if args and kwargs or not (args or kwargs):
+        return _entry_for(call)
+    if not kwargs:
+        def graphcap_strict_entry(*args: Any) -> Any:
+            return call(*args)
+    else:
+        def graphcap_strict_entry(**kwargs: Any) -> Any:  # one name, which stack traces drop
+            return call(**kwargs)
     return graphcap_strict_entry
 
 
