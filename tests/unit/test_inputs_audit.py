@@ -51,6 +51,24 @@ def test_one_tensor_twice_with_a_dynamic_dim():
     ep = graphcap.export(Product(), (t, t), dynamic_shapes=({0: b}, {0: b}))
     x, y = torch.randn(7), torch.randn(7)
     assert_same_outputs(Product()(x, y), ep.module()(x, y))
+    with pytest.raises(InputGuardError, match="shares the Dim b"):
+        ep.module()(x, torch.randn(8))
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_one_tensor_twice_with_a_dim_each_keeps_them_independent(strict):
+    class Sums(torch.nn.Module):
+        def forward(self, a, b):
+            return a.sum(0) + b.sum(0)
+
+    t = torch.randn(4, 3)
+    a, b = graphcap.Dim("a", max=16), graphcap.Dim("b", max=16)
+    ep = graphcap.export(Sums(), (t, t), dynamic_shapes=({0: a}, {0: b}), strict=strict)
+    sizes = [n.meta["val"].shape[0] for n in ep.graph.nodes if n.op == "placeholder"]
+    assert str(sizes[0]) != str(sizes[1])
+    x, y = torch.randn(5, 3), torch.randn(9, 3)
+    for program in (ep, ep.run_decompositions(), save_load(ep)):
+        assert_same_outputs(Sums()(x, y), program.module()(x, y))
 
 
 class WriteFirst(torch.nn.Module):

@@ -208,14 +208,16 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     fakes = fakify.fake_state(fake_mode, state_tensors, others)
     state_names = [*params, *buffers]
     fake_state = [fakes[id(t)] for t in state_tensors]
+    # f(x, x): each input its own fake tensor, so each is its own placeholder with its own sizes
+    distinct_leaves = fakify.distinct_leaves(user_leaves)
     if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
-        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode, user_leaves,
+        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode,
+                                         distinct_leaves,
                                          [gp_pytree.input_path_str(p) for p in paths], strict=strict)
         fake_user = dyn_inputs.fakes
     else:
         dyn_inputs = None
-        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
-    fake_user = fakify.distinct_fakes(fake_user)  # f(x, x): one placeholder read per input
+        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in distinct_leaves]
     flat_inputs = fake_state + fake_user
     clock.lap("fakify")
 

@@ -53,21 +53,20 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
 
 
-def distinct_fakes(fakes: list[Any]) -> list[Any]:
-    """The user inputs' fake tensors, one object per input: an input that is the same tensor as an
-    earlier one (``f(x, x)``) gets a fresh alias of that fake tensor (same storage, sizes and
-    symbols), so that each input is its own placeholder and the program reads each from its own
-    input. Torch's fake converter returns one fake object for one real tensor, and the recorder
-    then reads every use from the last of the placeholders holding it: a program that ignores
-    the first input, wrong for any later call that passes two different tensors."""
+def distinct_leaves(leaves: list[Any]) -> list[Any]:
+    """The user inputs with a tensor passed again (``f(x, x)``) replaced by an alias of it (same
+    storage, no copy), so that the fake converter, which keeps one fake tensor per real one, gives
+    each input its own fake tensor, with the sizes its own ``dynamic_shapes`` entry gives. With one
+    fake object for two inputs, the recorder read every use from the last placeholder holding it:
+    a program that ignored the first input, wrong for any call passing two different tensors."""
     seen: set[int] = set()
     out = []
-    for fake in fakes:
-        if isinstance(fake, torch.Tensor) and id(fake) in seen:
-            fake = torch.ops.aten.alias.default(fake)
-        if isinstance(fake, torch.Tensor):
-            seen.add(id(fake))
-        out.append(fake)
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and id(leaf) in seen:
+            leaf = torch.ops.aten.alias.default(leaf)
+        if isinstance(leaf, torch.Tensor):
+            seen.add(id(leaf))
+        out.append(leaf)
     return out
 
 
