@@ -236,3 +236,19 @@ def test_strict_export_of_a_one_input_program_without_tensor_operations(model, a
         assert program.module()(*args, **kwargs) == model(*args, **kwargs)
     with pytest.raises(graphcap.RuntimeInputError):
         ep.module()(*[torch.randn(4, 4) for _ in args], **{k: torch.randn(4, 4) for k in kwargs})
+
+
+def test_interleaved_views_of_one_tensor_do_not_overlap():
+    class WriteFirst2d(torch.nn.Module):
+        def forward(self, a, b):
+            a.mul_(2)
+            return a + b
+
+    base = torch.randn(4, 2)
+    ep = graphcap.export(WriteFirst2d(), (torch.randn(4), torch.randn(4))).run_decompositions()
+    want_base = base.clone()
+    want = WriteFirst2d()(want_base[:, 0], want_base[:, 1])
+    assert_same_outputs(want, ep.module()(base[:, 0], base[:, 1]))
+    assert torch.equal(base, want_base)
+    with pytest.raises(graphcap.RuntimeInputError, match="shares memory"):
+        ep.module()(base[:, 0], base.t()[0])  # the same elements by another view

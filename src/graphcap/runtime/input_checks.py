@@ -488,7 +488,23 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         extent = sum((int(s) - 1) * abs(int(st)) for s, st in zip(t.shape, t.stride())) + 1
         return start, start + extent * t.element_size()
     (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
+    if not (a0 < b1 and b0 < a1):
+        return False
+    # interleaved views (x[:, 0] and x[:, 1]) span the same bytes without sharing an element
+    if a.element_size() == b.element_size() and a.numel() + b.numel() <= _EXACT_OVERLAP_LIMIT:
+        return bool(torch.isin(_element_offsets(a), _element_offsets(b)).any())
+    return True
+
+
+_EXACT_OVERLAP_LIMIT = 1 << 22  # elements: above, overlapping byte spans count as overlap
+
+
+def _element_offsets(t: torch.Tensor) -> torch.Tensor:
+    """The storage offset of each element of ``t``, in elements."""
+    offsets = torch.full((), int(t.storage_offset()), dtype=torch.int64)
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(int(size), dtype=torch.int64) * int(stride)
+    return offsets.reshape(-1)
 
 
 def _linear(expr: Any, root: Any) -> Optional[tuple[int, int]]:
