@@ -252,3 +252,39 @@ def test_interleaved_views_of_one_tensor_do_not_overlap():
     assert torch.equal(base, want_base)
     with pytest.raises(graphcap.RuntimeInputError, match="shares memory"):
         ep.module()(base[:, 0], base.t()[0])  # the same elements by another view
+
+
+class KeylessBox:
+    """Registered with torch's pytree without flatten_with_keys_fn (torch.export refuses it)."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+@pytest.fixture
+def keyless_box():
+    import torch.utils._pytree as torch_pytree
+
+    from graphcap.torch_private import pytree as private_pytree
+    torch_pytree.register_pytree_node(KeylessBox, lambda n: ([n.a, n.b], None), lambda v, c: KeylessBox(*v))
+    yield KeylessBox
+    private_pytree.deregister_python_node(KeylessBox)
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_a_class_registered_without_keys_is_an_input_and_an_output(keyless_box, strict):
+    class Swap(torch.nn.Module):
+        def forward(self, box, k):
+            return keyless_box(box.b * k, box.a + 1)
+
+    b = graphcap.Dim("b", max=10)
+    args = (keyless_box(torch.randn(3), torch.randn(3)), torch.randn(3))
+    ep = graphcap.export(Swap(), args, dynamic_shapes=(keyless_box({0: b}, {0: b}), {0: b}), strict=strict)
+    assert ep.graph_signature.user_inputs == ("box_0", "box_1", "k")
+    other = (keyless_box(torch.randn(6), torch.randn(6)), torch.randn(6))
+    for program in (ep, ep.run_decompositions(), save_load(ep)):
+        got, want = program.module()(*other), Swap()(*other)
+        assert type(got) is keyless_box
+        assert_same_outputs((want.a, want.b), (got.a, got.b))
+    with pytest.raises(InputGuardError, match=r"\*args\[0\]\[1\]\.shape\[0\] to be equal to 6, but got 7"):
+        ep.module()(keyless_box(torch.randn(6), torch.randn(7)), torch.randn(6))

@@ -194,7 +194,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # modules among the inputs: their tensors become user inputs (graphcap.module_inputs)
     tree_args, tree_kwargs = module_inputs.wrap((args, kwargs))
 
-    flat_with_paths, in_spec = pytree.tree_flatten_with_path((tree_args, tree_kwargs))
+    # a class registered without flatten_with_keys_fn gets index keys (torch.export refuses it)
+    flat_with_paths, in_spec = auto_flatten.flatten_with_path((tree_args, tree_kwargs))
     paths = [p for p, _ in flat_with_paths]
     user_leaves = [v for _, v in flat_with_paths]
     clock.lap("inputs")
