@@ -288,3 +288,28 @@ def test_a_class_registered_without_keys_is_an_input_and_an_output(keyless_box, 
         assert_same_outputs((want.a, want.b), (got.a, got.b))
     with pytest.raises(InputGuardError, match=r"\*args\[0\]\[1\]\.shape\[0\] to be equal to 6, but got 7"):
         ep.module()(keyless_box(torch.randn(6), torch.randn(7)), torch.randn(6))
+
+
+def test_ordered_dict_defaultdict_deque_and_int_keys_in_and_out_through_a_file():
+    import collections
+
+    class Containers(torch.nn.Module):
+        def forward(self, od, dd, dq, ik):
+            out = collections.defaultdict(set, {"x": [dd["k"][0] * 2]})
+            return collections.OrderedDict(b=od["b"] + 1, a=od["a"]), out, collections.deque([dq[0] + dq[1]]), \
+                {2: ik[1] * 3, 1: ik[2]}
+
+    def inputs():
+        return (collections.OrderedDict(a=torch.randn(2), b=torch.randn(2)),
+                collections.defaultdict(list, {"k": [torch.randn(2)]}),
+                collections.deque([torch.randn(2), torch.randn(2)]), {1: torch.randn(2), 2: torch.randn(2)})
+
+    ep = graphcap.export(Containers(), inputs())
+    loaded = save_load(ep)  # a defaultdict's context was refused by the file's schema
+    assert loaded.call_spec.in_spec == ep.call_spec.in_spec and loaded.call_spec.out_spec == ep.call_spec.out_spec
+    args = inputs()
+    want, got = Containers()(*args), loaded.module()(*args)
+    assert got[1].default_factory is set
+    assert_same_outputs(want, got)
+    with pytest.raises(InputStructureError, match=r"at \*args\[0\]: expected OrderedDict, got a dict"):
+        loaded.module()(dict(args[0]), *args[1:])
