@@ -313,3 +313,30 @@ def test_ordered_dict_defaultdict_deque_and_int_keys_in_and_out_through_a_file()
     assert_same_outputs(want, got)
     with pytest.raises(InputStructureError, match=r"at \*args\[0\]: expected OrderedDict, got a dict"):
         loaded.module()(dict(args[0]), *args[1:])
+
+
+def test_a_structure_refusal_names_namedtuple_and_dataclass_fields_as_input_paths():
+    import collections
+    import dataclasses
+
+    Pair = collections.namedtuple("Pair", ["a", "b"])
+
+    @dataclasses.dataclass
+    class Fields:
+        x: torch.Tensor
+        y: list
+
+    class Reads(torch.nn.Module):
+        def forward(self, p, f):
+            return p.a + p.b[0] + f.x + f.y[0]
+
+    graphcap.register_dataclass(Fields)
+    t = torch.randn(2)
+    ep = graphcap.export(Reads(), (Pair(t, (t, t)), Fields(t, [t])))
+    m = ep.module()
+    with pytest.raises(InputStructureError, match=r"at \*args\[0\]\.b: expected 2 items, got 1"):
+        m(Pair(t, (t,)), Fields(t, [t]))
+    with pytest.raises(InputStructureError, match=r"at \*args\[1\]\.y: expected 1 item, got 2"):
+        m(Pair(t, (t, t)), Fields(t, [t, t]))
+    with pytest.raises(InputStructureError, match=r"at \*args\[0\]: expected Pair, got a tuple"):
+        m((t, (t, t)), Fields(t, [t]))

@@ -180,7 +180,7 @@ def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> t
     """``(args, kwargs, leaves)`` with each tensor passed again (``f(x, x)``) replaced by an alias of
     it (same storage, no copy): dynamo makes one graph input of one tensor object, which would
     leave the program reading both inputs from one placeholder (non-strict's fakes are distinct
-    for the same reason: ``graphcap.trace.fakify.distinct_fakes``)."""
+    for the same reason: ``graphcap.trace.fakify.distinct_leaves``)."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     if len(leaves) != len(user_leaves):
         return args, kwargs, user_leaves  # inputs regrouped (modules among them)
