@@ -593,6 +593,12 @@ def _fill() -> None:
     w = T(3)
     PROBES.append(Probe("dataclass fields are one tensor, one written", lambda: _module_of(mut_dc_alias),
                         (DcTe(w, w, 0),), ok=[((DcTe(T(3), T(3), 0),), {})]))
+    v = T(5)
+    PROBES.append(Probe("separate example, overlapping call, forward writes one", lambda: _module_of(mut_first),
+                        (T(4), T(4)), ok=[((v[:4], v[1:]), {})]))
+    q = T(4, 2)
+    PROBES.append(Probe("separate example, interleaved views call, forward writes one",
+                        lambda: _module_of(mut_first), (T(4), T(4)), ok=[((q[:, 0], q[:, 1]), {})]))
     z = T(2)
     PROBES.append(Probe("same tensor twice, read only", lambda: _module_of(read_two), (z, z), ok=[((T(2), T(2)), {})]))
 
