@@ -194,7 +194,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # modules among the inputs: their tensors become user inputs (graphcap.module_inputs)
     tree_args, tree_kwargs = module_inputs.wrap((args, kwargs))
 
-    flat_with_paths, in_spec = pytree.tree_flatten_with_path((tree_args, tree_kwargs))
+    # a class registered without flatten_with_keys_fn gets index keys (torch.export refuses it)
+    flat_with_paths, in_spec = auto_flatten.flatten_with_path((tree_args, tree_kwargs))
     paths = [p for p, _ in flat_with_paths]
     user_leaves = [v for _, v in flat_with_paths]
     clock.lap("inputs")
@@ -208,13 +209,16 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     fakes = fakify.fake_state(fake_mode, state_tensors, others)
     state_names = [*params, *buffers]
     fake_state = [fakes[id(t)] for t in state_tensors]
+    # f(x, x): each input its own fake tensor, so each is its own placeholder with its own sizes
+    distinct_leaves = fakify.distinct_leaves(user_leaves)
     if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
-        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode, user_leaves,
+        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode,
+                                         distinct_leaves,
                                          [gp_pytree.input_path_str(p) for p in paths], strict=strict)
         fake_user = dyn_inputs.fakes
     else:
         dyn_inputs = None
-        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in user_leaves]
+        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in distinct_leaves]
     flat_inputs = fake_state + fake_user
     clock.lap("fakify")
 

@@ -132,13 +132,14 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
            preserved: dict[str, torch.nn.Module]) -> "DynamoGraphReplay":
     """Run dynamo on the real example inputs (dims graphcap made symbolic marked maybe-dynamic), the
     ``preserved`` submodules' calls marked in its graph."""
+    args, kwargs, user_leaves = _repeated_tensors_aliased(args, kwargs, user_leaves)
     marks = []
     for leaf, fake in zip(user_leaves, fake_user):
         if isinstance(leaf, torch.Tensor) and isinstance(fake, torch.Tensor):
             marks.extend((leaf, d) for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt))
     args, kwargs = _dynamic_ints_left_symbolic(args, kwargs, user_leaves, fake_user)
     owners = _buffer_owners(target.root)
-    entry = _entry_for(target.call, owners)
+    entry = _entry_for(target.call, args, kwargs, owners)
 
     decided = DRAFT_DECISIONS.get()
 
@@ -176,6 +177,28 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
 
 
 
+def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> tuple[tuple, dict, list]:
+    """``(args, kwargs, leaves)`` with each tensor passed again (``f(x, x)``) replaced by an alias of
+    it (same storage, no copy): dynamo makes one graph input of one tensor object, which would
+    leave the program reading both inputs from one placeholder (non-strict's fakes are distinct
+    for the same reason: ``graphcap.trace.fakify.distinct_leaves``)."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if len(leaves) != len(user_leaves):
+        return args, kwargs, user_leaves  # inputs regrouped (modules among them)
+    seen: set[int] = set()
+    changed = False
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) in seen:
+                leaves[i] = torch.ops.aten.alias.default(leaf)
+                changed = True
+            seen.add(id(leaves[i]))
+    if not changed:
+        return args, kwargs, user_leaves
+    args, kwargs = pytree.tree_unflatten(leaves, spec)
+    return args, kwargs, leaves
+
+
 def _dynamic_ints_left_symbolic(args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> tuple:
     """``(args, kwargs)`` with each int input the spec made symbolic wrapped so that dynamo keeps it
     symbolic: dynamo bakes Python ints into its graph, and a program holding the example's value
@@ -202,7 +225,7 @@ def _buffer_owners(root: Optional[torch.nn.Module]) -> list[tuple[torch.nn.Modul
     return owners
 
 
-def _entry_for(call: Any, buffer_owners: list[tuple[torch.nn.Module, str]]) -> Any:
+def _entry_for(call: Any, args: tuple, kwargs: dict, buffer_owners: list[tuple[torch.nn.Module, str]]) -> Any:
     """A fresh function calling ``call``: what dynamo is given to read.
 
     dynamo's full-graph export drops every compiled entry of the code object it
@@ -211,21 +234,34 @@ def _entry_for(call: Any, buffer_owners: list[tuple[torch.nn.Module, str]]) -> A
     caches intact. The call goes through ``nn.Module.__call__``, hooks included,
     as in non-strict.
 
-    It also returns the tensor each buffer holds once the call is done: dynamo
-    leaves a store like ``self.buf = self.buf + x`` out of its graph (a side
-    effect on the module), so the replay puts the new tensor back in the module
-    and the program updates the buffer, as non-strict's does.
+    Its parameters are only the kinds the call passes: ``(*args)`` for a positional call,
+    ``(**kwargs)`` for a keyword call. dynamo, when a program does no tensor operation
+    (``return x.shape[0] * 2``), builds its graph by pairing the entry's parameter names with the
+    flat inputs, one each; ``(*args, **kwargs)`` names two, and a program with one input failed
+    with an IndexError inside dynamo (torch's own strict export passes).
+
+    With buffers, it also returns the tensor each holds once the call is done: dynamo leaves a
+    store like ``self.buf = self.buf + x`` out of its graph (a side effect on the module), so the
+    replay puts the new tensor back in the module and the program updates the buffer, as
+    non-strict's does.
     """
-    if not buffer_owners:
-        def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
-            return call(*args, **kwargs)
+    def with_buffers(out: Any) -> Any:
+        if not buffer_owners:
+            return out
+        after = []  # a loop: dynamo refuses to trace a generator expression in some programs
+        for owner, name in buffer_owners:
+            after.append(getattr(owner, name))
+        return out, tuple(after)
+
+    if args and not kwargs:
+        def graphcap_strict_entry(*args: Any) -> Any:
+            return with_buffers(call(*args))
+    elif kwargs and not args:
+        def graphcap_strict_entry(**kwargs: Any) -> Any:  # one name, which stack traces drop
+            return with_buffers(call(**kwargs))
     else:
         def graphcap_strict_entry(*args: Any, **kwargs: Any) -> Any:
-            out = call(*args, **kwargs)
-            after = []  # a loop: dynamo refuses to trace a generator expression in some programs
-            for owner, name in buffer_owners:
-                after.append(getattr(owner, name))
-            return out, tuple(after)
+            return with_buffers(call(*args, **kwargs))
     return graphcap_strict_entry
 
 

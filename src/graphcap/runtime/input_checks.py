@@ -19,15 +19,16 @@ import torch
 
 from .. import auto_flatten, module_inputs
 from ..errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
-from ..graph_arguments import InputKind
+from ..graph_arguments import InputKind, OutputKind
 from ..pytree import input_path_str
 from ..signature import call_graph_of, call_spec_of
 from ..torch_private import pytree
+from ..torch_private.fake import FakeTensor, same_storage
 from ..torch_private.symbolic import bound_sympy, int_oo
 from ..trace.naming.node_names import builtins_called_by_name
 from . import input_guards as guards
 from .input_guards import placeholder_leaves
-from .input_structure import drawn_structure, other_structure
+from .input_structure import drawn_structure, first_difference, other_structure
 
 
 def _static_fix(source: str, path: str, dim: int, others: Optional[dict[int, str]] = None) -> str:
@@ -112,6 +113,9 @@ class InputChecker:
         self.arg_names = guards.forward_names(getattr(root, "forward_arg_names", None), in_spec,
                                               avoid=builtins_called_by_name(ep.graph))
         sources = guards.leaf_sources(in_spec, self.arg_names)
+        args_kwargs = guards.is_args_kwargs(in_spec)
+        self._n_args = in_spec.child(0).num_children if args_kwargs else None
+        self._kwarg_names = [str(k) for k in in_spec.child(1).context] if args_kwargs else []
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):
             val = placeholders[spec.arg.name].meta.get("val")
@@ -124,6 +128,9 @@ class InputChecker:
                                     else _SymIntLeaf(path, source, expr))
             else:
                 self._leaves.append(_ConstantLeaf(path, source, getattr(spec.arg, "value", val)))
+        # inputs the program's outputs write back (the inference IR): computed from their values on entry
+        written = {s.target for s in ep.graph_signature.output_specs if s.kind is OutputKind.USER_INPUT_MUTATION}
+        self._written = [i for i, spec in enumerate(user_specs) if spec.arg.name in written]
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._names = _user_names(ep)  # symbol -> Dim name, for messages
         self._relations = _input_relations(ep.graph, self._leaves)
@@ -139,6 +146,7 @@ class InputChecker:
     def check_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
+        args, kwargs = self.regrouped(args, kwargs)
         spec = other_structure(args, kwargs, self._in_spec)
         if spec is None:
             return
@@ -152,8 +160,8 @@ class InputChecker:
         expected, got = drawn_structure(self._in_spec), drawn_structure(spec)
         raise InputStructureError(
             f"Trying to flatten user inputs with exported input tree spec: the inputs do not have "
-            f"the structure the program was exported with: expected (args, kwargs) shaped like "
-            f"{expected}, but got {got}.",
+            f"the structure the program was exported with: {first_difference(self._in_spec, spec)}. "
+            f"Expected (args, kwargs) shaped like {expected}, but got {got}.",
             where="ep.module()(*args, **kwargs)",
             fix="Pass the same positional and keyword arguments, with the same containers, as "
                 "the example inputs given to export (each * is one tensor or value).")
@@ -161,7 +169,32 @@ class InputChecker:
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
         self.check_structure(args, kwargs)
+        args, kwargs = self.regrouped(args, kwargs)
         return auto_flatten.flatten_by_spec((tuple(args), dict(kwargs)), self._in_spec)
+
+    def regrouped(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` laid out as the program was exported, where the call passes by keyword
+        an argument exported by position (``m(x, y=t)`` for ``export(m, (x, t))``), as eager's
+        forward binds it: the exported positional arguments' names are ``module()``'s forward
+        parameters (``def forward(self, x, y)``). The reverse, a positional value for an argument
+        exported by keyword, is left to the structure check to refuse: the program does not know
+        whether the model takes that argument by keyword only. A call that does not bind (an
+        unknown or repeated name, too many or too few arguments) is returned as given."""
+        names = self.arg_names
+        n_args = self._n_args
+        if n_args is None or len(names) != n_args + len(self._kwarg_names) or \
+                (len(args) == n_args and set(kwargs) == set(self._kwarg_names)):
+            return args, kwargs
+        if len(args) > n_args:
+            return args, kwargs
+        bound = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key in bound or key not in names:
+                return args, kwargs
+            bound[key] = value
+        if len(bound) != len(names):
+            return args, kwargs
+        return tuple(bound[n] for n in names[:n_args]), {n: bound[n] for n in names[n_args:]}
 
     # -- leaves ----------------------------------------------------------------
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -203,6 +236,7 @@ class InputChecker:
                 self._check_derived(leaf, i, expr, got, bindings, sources)
         if symbolic:
             return  # symbolic sizes: relations between them are the tracer's to record
+        self._check_written_apart(specs, leaves)
         sizes = {s: sympy.Integer(v) for s, v in bindings.items()} if self._relations else {}
         for relation, names in self._relations:
             if relation.xreplace(sizes) is sympy.false:
@@ -218,12 +252,37 @@ class InputChecker:
                         "example inputs. Pass sizes that satisfy it; for a comparison, export with inputs on "
                         "its other side to get a program for them, or keep both sides with torch.cond.")
 
+    def _check_written_apart(self, specs: list[Any], leaves: list[Any]) -> None:
+        """Refuse an input the program writes back whose memory overlaps another input's.
+
+        A program that lists its writes to inputs as outputs (the inference IR:
+        ``run_decompositions()``, and what consumers run) computes every value from what the
+        inputs held on entry and writes the new values back at the end; in eager, a write is
+        seen at once through every tensor sharing that memory. The two agree only when the
+        written input overlaps no other input. (The training IR writes in place in the graph,
+        as eager does, so ``export()``'s own program needs no such check.)"""
+        for i in self._written:
+            written = leaves[i]
+            if not _real_tensor(written):
+                continue
+            for j, other in enumerate(leaves):
+                if j != i and _real_tensor(other) and _overlap(written, other):
+                    raise RuntimeInputError(
+                        f"Input at {specs[i].path} shares memory with the input at {specs[j].path}, and the "
+                        f"program writes {specs[i].path}: its graph computes from the inputs' values on entry "
+                        f"and writes the new value back at the end, so the input at {specs[j].path} would not "
+                        f"see the write as it does in eager.",
+                        fix="Pass tensors that do not share memory, e.g. a copy for one of them "
+                            "(t.clone()), or run export()'s own program (before run_decompositions), which "
+                            "writes in place as eager does.")
+
     def _check_constant(self, leaf: _ConstantLeaf, value: Any) -> None:
         same_nan = isinstance(leaf.value, float) and math.isnan(leaf.value) \
             and isinstance(value, float) and math.isnan(value)
         if type(value) is not type(leaf.value) or (value != leaf.value and not same_nan):
             raise InputGuardError(
-                guards.with_guard(f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got {value!r}",
+                guards.with_guard(f"Expected input at {leaf.path} to be equal to {leaf.value!r}, but got "
+                                  f"{_described(value)}",
                                   guards.value_condition(leaf.source, leaf.value)),
                 fix="Python values (ints, floats, strings, flags) are baked into the exported "
                     "program; export again with this value to get a program for it.")
@@ -404,6 +463,48 @@ class InputChecker:
                 phrase(f"Expected input at {path} to be equal to {want}, but got {got}",
                        f"{guards.expr_condition(expr, sources)} == {source}"),
                 fix=f"This dimension is {expr} in the exported program.")
+
+
+def _described(value: Any) -> str:
+    """A value given where the program holds a Python constant, for a message: its repr, or a
+    tensor's kind and size (its elements could fill a screen)."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({type(value).__name__})"
+
+
+def _real_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and value.device.type != "meta"
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' elements may share memory: one storage, intersecting byte ranges."""
+    if not same_storage(a, b) or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        start = int(t.storage_offset()) * t.element_size()
+        extent = sum((int(s) - 1) * abs(int(st)) for s, st in zip(t.shape, t.stride())) + 1
+        return start, start + extent * t.element_size()
+    (a0, a1), (b0, b1) = span(a), span(b)
+    if not (a0 < b1 and b0 < a1):
+        return False
+    # interleaved views (x[:, 0] and x[:, 1]) span the same bytes without sharing an element
+    if a.element_size() == b.element_size() and a.numel() + b.numel() <= _EXACT_OVERLAP_LIMIT:
+        return bool(torch.isin(_element_offsets(a), _element_offsets(b)).any())
+    return True
+
+
+_EXACT_OVERLAP_LIMIT = 1 << 22  # elements: above, overlapping byte spans count as overlap
+
+
+def _element_offsets(t: torch.Tensor) -> torch.Tensor:
+    """The storage offset of each element of ``t``, in elements."""
+    offsets = torch.full((), int(t.storage_offset()), dtype=torch.int64)
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(int(size), dtype=torch.int64) * int(stride)
+    return offsets.reshape(-1)
 
 
 def _linear(expr: Any, root: Any) -> Optional[tuple[int, int]]:

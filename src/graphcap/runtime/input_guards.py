@@ -27,7 +27,7 @@ def forward_names(arg_names: Optional[Sequence[str]], in_spec: Any, avoid: froze
     as ``torch``, or ``avoid``: builtins the graph calls by name) becomes
     ``arg_<i>``, so the parameter does not shadow it.
     """
-    if _is_args_kwargs(in_spec):
+    if is_args_kwargs(in_spec):
         n_args = in_spec.child(0).num_children
         kwarg_names = [str(k) for k in in_spec.child(1).context]
     else:
@@ -52,7 +52,8 @@ def _fx_globals() -> frozenset[str]:
     return fx_codegen_global_names()
 
 
-def _is_args_kwargs(in_spec: Any) -> bool:
+def is_args_kwargs(in_spec: Any) -> bool:
+    """Whether ``in_spec`` is the ``(args_tuple, kwargs_dict)`` structure export records."""
     return (in_spec.type is tuple and in_spec.num_children == 2 and in_spec.child(0).type is tuple
             and in_spec.child(1).type is dict)
 
@@ -76,7 +77,7 @@ def leaf_sources(in_spec: Any, names: list[str]) -> list[str]:
     from ..auto_flatten import flatten_with_path, unflatten
     dummy = unflatten(placeholder_leaves(in_spec), in_spec)
     out = []
-    n_args = in_spec.child(0).num_children if _is_args_kwargs(in_spec) else 0
+    n_args = in_spec.child(0).num_children if is_args_kwargs(in_spec) else 0
     for path, _ in flatten_with_path(dummy)[0]:
         out.append(_source(path, names, n_args))
     return out

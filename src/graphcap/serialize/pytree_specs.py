@@ -80,7 +80,11 @@ def _encode_context(spec: pytree.TreeSpec, where: str) -> Any:
         if isinstance(v, class_lookup.DumpedContext):  # a stand-in's context, written as it was read
             return {"dumpable": str(v)}
         if v is spec.context and dumpable is not None:  # the class says how to write its context
-            return {"dumpable": dumpable(v)}
+            text = dumpable(v)
+            # as text only: a class whose writer gives a JSON object (torch's defaultdict:
+            # its factory and keys) has its context written as plain values instead
+            if isinstance(text, str):
+                return {"dumpable": text}
         return NotImplemented
     try:
         return encode_value(spec.context, extra)

@@ -53,6 +53,23 @@ def fakify_leaf(mode: FakeTensorMode, leaf: Any, symbolic_context: Optional[Any]
     return mode.from_tensor(leaf, symbolic_context=symbolic_context)
 
 
+def distinct_leaves(leaves: list[Any]) -> list[Any]:
+    """The user inputs with a tensor passed again (``f(x, x)``) replaced by an alias of it (same
+    storage, no copy), so that the fake converter, which keeps one fake tensor per real one, gives
+    each input its own fake tensor, with the sizes its own ``dynamic_shapes`` entry gives. With one
+    fake object for two inputs, the recorder read every use from the last placeholder holding it:
+    a program that ignored the first input, wrong for any call passing two different tensors."""
+    seen: set[int] = set()
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and id(leaf) in seen:
+            leaf = torch.ops.aten.alias.default(leaf)
+        if isinstance(leaf, torch.Tensor):
+            seen.add(id(leaf))
+        out.append(leaf)
+    return out
+
+
 def fake_state(mode: FakeTensorMode, state: Iterable[torch.Tensor],
                others: Iterable[Any] = ()) -> dict[int, FakeTensor]:
     """Static fake copies of a module's parameters and buffers, keyed by ``id`` of the real tensor.
