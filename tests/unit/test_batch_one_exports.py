@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graphcap
+from conftest import TORCH_LINE
 from small_models import BUILDERS
 
 
@@ -25,6 +26,8 @@ def _assert_same(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.skipif(TORCH_LINE < (2, 13), reason="torch 2.10-2.12: scaled_dot_product_attention's meta "
+                    "kernel decides batch = 1 at a batch-1 export, which graphcap refuses naming the line")
 @pytest.mark.parametrize("name", ["hf_gpt2", "hf_bert"])
 def test_decomposed_and_loaded_programs_take_other_batches(name, tmp_path):
     built = BUILDERS[name]()

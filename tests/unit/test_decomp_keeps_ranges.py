@@ -5,10 +5,9 @@ size of 1; the memory-format check made while recording each node's tensor
 metadata). Answered from the example's sizes, they held a dynamic dim at its
 example size: the decomposed program of ``interpolate(bilinear)`` exported at
 batch 1 refused batch 2 although its range constraints still said [1, 8]. The
-retrace now reads sizes as export does (size questions answered for the
-general size), retraces dims exported at 0 or 1 with an example of 2, and
-refuses a retrace that would still narrow a range, naming the dims, rather
-than return a smaller program.
+retrace now gives dims exported at 0 or 1 an example of 2, and refuses a
+retrace that would still fix a size, naming the dims, rather than return a
+smaller program.
 """
 import pytest
 import torch

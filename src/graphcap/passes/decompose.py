@@ -56,7 +56,7 @@ from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload
-from ..torch_private.shapes import backed_size_oblivious, shape_guards, symbol_ranges
+from ..torch_private.shapes import shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
@@ -359,7 +359,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
                     one_argument_where_decomposed(), code_generated_on_first_use(), \
                     functional.triton_ops_decomposed(decompose_custom_triton_ops), \
-                    backend_kernels_off_for_a_retrace(), backed_size_oblivious(bool(ep.range_constraints)):
+                    backend_kernels_off_for_a_retrace():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -466,38 +466,29 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
 
 
 def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int, dict]:
-    """How many guards the retrace's ShapeEnv holds, and what it knows of each symbol of the
-    program's ranges (its replacement and range), before the retrace."""
+    """How many guards the retrace's ShapeEnv holds, and what it replaces each symbol of the
+    program's ranges by, before the retrace."""
     env = fake_mode.shape_env
     if env is None:
         return 0, {}
-    ranges = symbol_ranges(env)
-    return len(shape_guards(env)), {sym: (env.replace(sym), ranges.get(sym)) for sym in ep.range_constraints
+    return len(shape_guards(env)), {sym: env.replace(sym) for sym in ep.range_constraints
                                      if getattr(sym, "is_Symbol", False)}
 
 
 def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict]) -> None:
-    """Refuse a retrace that decided a size the program leaves open.
+    """Refuse a retrace that fixed a size the program leaves open.
 
-    The retrace asks its questions on the program's symbols; one answered from an example size
-    (a decomposition's special case for a size of 1) would hold the result to part of the range
-    ``ep`` accepts: ``module()`` would refuse sizes the program takes, or run a path valid only for
-    the example's sizes. Better an error naming the decision than a narrower program. (A guard that
-    only excludes a size, ``Ne(s, 1)``, is left: the decomposed code is often the same on both sides
-    of it, as a view of an expanded tensor is.)"""
+    The retrace asks its questions on the program's symbols; one that settles a symbol (to the
+    example's size, or to another symbol) would make the result's inputs hold that size:
+    ``module()`` would refuse sizes the program takes although its range constraints list them.
+    Better an error naming the decision than a narrower program. (A guard that only bounds or
+    excludes a size, ``Ne(s, 1)`` or ``s >= 2``, is left: the decomposed code is the same on both
+    sides of it in torch's decompositions, as a view of an expanded tensor is.)"""
     env = fake_mode.shape_env
     guards_before, before = known_before
     if env is None or not before:
         return
-    now = symbol_ranges(env)
-    narrowed = []
-    for sym, (replaced_before, range_before) in before.items():
-        replaced, current = env.replace(sym), now.get(sym)
-        if replaced != replaced_before:
-            narrowed.append(f"{sym} = {replaced}")
-        elif current is not None and range_before is not None and \
-                (current.lower > range_before.lower or current.upper < range_before.upper):
-            narrowed.append(f"{sym} in [{current.lower}, {current.upper}]")
+    narrowed = [f"{sym} = {env.replace(sym)}" for sym, replaced in before.items() if env.replace(sym) != replaced]
     if not narrowed:
         return
     names = dim_names(ep)
