@@ -35,6 +35,36 @@ RELIES_ON = {
     "torch._guards.TracingContext.extract_stack": (),
 }
 
+# the first release whose torch.compile(fullgraph=True) fails when dynamo compiled no frame
+SINCE = {"torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count": "2.14"}
+RELIES_ON["torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count"] = None
+
+
+@contextlib.contextmanager
+def skipped_fullgraph_compiles_run_eagerly() -> Iterator[None]:
+    """Within the block, a ``torch.compile(..., fullgraph=True)`` call whose frames dynamo skips runs
+    its function eagerly and returns, as it does on torch before 2.14, instead of failing with
+    "found no compiled frames".
+
+    While graphcap records, its dispatch mode is active, so dynamo skips every frame a nested
+    ``torch.compile`` meets (``hop_capture``'s design: nothing is compiled or cached by an
+    export). Torch's own control-flow entry points call their compiled wrapper with the
+    fullgraph frame counter already active, which turns that check off for the nested call;
+    ``flex_attention`` calls ``torch.compile(fullgraph=True)`` itself, and failed. The counter
+    is activated for the block and put back as it was after (a no-op where it is already
+    active). Relies on ``torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count``
+    (torch 2.14 on; without it, nothing to do)."""
+    setter = getattr(torch._C._dynamo.eval_frame, "set_fullgraph_compiled_frame_count", None)
+    if setter is None:
+        yield
+        return
+    old = setter(0)
+    try:
+        yield
+    finally:
+        setter(old)
+
+
 # Key of the disabled method's name, and the prefix of all of dynamo's keys, in ``node.meta["custom"]``.
 DISABLE_METHOD_META_KEY = "_torchdynamo_disable_method"
 DYNAMO_META_KEY_PREFIX = "_torchdynamo"
