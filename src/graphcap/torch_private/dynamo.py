@@ -381,6 +381,8 @@ def note_sloc(text: str) -> Any:
 
 # torch's control-flow entry points hand a small nested wrapper to torch.compile; these modules hold them
 _CONTROL_FLOW_MODULES = ("cond", "while_loop", "map", "scan", "associative_scan")
+# other entry points that do the same (flex_attention's ``_flex_attention_hop_wrapper``)
+_OTHER_WRAPPER_MODULES = ("torch.nn.attention.flex_attention",)
 _WRAPPER_CODES: list = []
 
 
@@ -392,7 +394,8 @@ def _caches_dispatch_mode_skip() -> bool:
 
 
 def _wrapper_codes() -> list:
-    """The code objects of the functions nested in torch's control-flow entry points."""
+    """The code objects of the functions nested in torch's control-flow entry points (and in
+    flex_attention's module)."""
     if not _WRAPPER_CODES:
         import inspect
         import sys
@@ -402,9 +405,10 @@ def _wrapper_codes() -> list:
         import torch._higher_order_ops.cond  # the package's attribute "cond" is the function
         import torch._higher_order_ops.map
         import torch._higher_order_ops.scan
-        import torch._higher_order_ops.while_loop  # noqa: F401
-        for name in _CONTROL_FLOW_MODULES:
-            module = sys.modules[f"torch._higher_order_ops.{name}"]
+        import torch._higher_order_ops.while_loop
+        import torch.nn.attention.flex_attention  # noqa: F401
+        for path in (*(f"torch._higher_order_ops.{name}" for name in _CONTROL_FLOW_MODULES), *_OTHER_WRAPPER_MODULES):
+            module = sys.modules[path]
             for value in vars(module).values():
                 value = inspect.unwrap(value) if callable(value) else value  # cond is a decorated function
                 code = getattr(value, "__code__", None)
