@@ -264,3 +264,23 @@ def test_flex_attention_score_mod_indexing_a_tensor_saves_as_the_inference_ir_th
     loaded = graphcap.load(tmp_path / "inference.pt2")
     args = _qkv()
     torch.testing.assert_close(loaded.module()(*args), model(*args))
+
+
+@torch.compile(fullgraph=True, backend="eager")
+def _compiled_whole(x):
+    return x.sin() * 2
+
+
+class _CallsACompiledFunction(torch.nn.Module):
+    def forward(self, x):
+        return _compiled_whole(x) + 1
+
+
+def test_a_fullgraph_compiled_function_called_in_forward_is_recorded_inline_as_torch_export_does():
+    model = _CallsACompiledFunction()
+    ep = _export(model, (torch.randn(3),), dynamic_shapes=({0: Dim("n", max=9)},))
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets == ["aten.sin.default", "aten.mul.Tensor", "aten.add.Tensor"]
+    for x in (torch.randn(3), torch.randn(9)):
+        torch.testing.assert_close(ep.module()(x), model(x))
+    torch.testing.assert_close(_compiled_whole(torch.ones(2)), torch.ones(2).sin() * 2)  # still callable after
