@@ -18,7 +18,6 @@ an intermediate it closes over, directly or through a view or a nested call. tor
 operators refuse such a subgraph when they run it, so the program would fail on its
 first call; export refuses it instead, naming the state and the operator.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -95,12 +94,17 @@ def check_fresh_outputs(operator: str, side: str, operands: tuple, out: Any) -> 
     flat_in = [t for t in pytree.tree_leaves(operands) if isinstance(t, torch.Tensor)]
     for path, leaf in pytree.tree_flatten_with_path(out)[0]:
         if isinstance(leaf, torch.Tensor) and any(leaf is t or _same_storage(leaf, t) for t in flat_in):
-            where = f"output{pytree.keystr(path)}" if path else "the output"
+            where = output_name(path)
             raise BranchRefused(
                 operator,
                 f"{where} of the {side} is one of its operands (or a view of one); branches must "
                 "return new tensors.",
                 "Return a copy, e.g. `return x.clone()` instead of `return x`.")
+
+
+def output_name(path: Any) -> str:
+    """``output[1]`` (a leaf's pytree path in an output), or "the output" for a lone leaf."""
+    return f"output{pytree.keystr(path)}" if path else "the output"
 
 
 def structure(value: Any) -> str:

@@ -79,6 +79,9 @@ _RECORDED_WITH_CLOSURES = frozenset(getattr(torch.ops.higher_order, name) for na
 _HOP_TYPES = frozenset(type(op) for op in (*_CAPTURED_OPERATORS, *_RECORDED_WITH_CLOSURES))
 
 
+_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 class _Outputs:
     """The output structure of a call's callables (flattened for the recorder), checked to agree."""
 
@@ -88,10 +91,9 @@ class _Outputs:
 
     def flatten(self, side: str, out: Any) -> list:
         leaves, spec = pytree.tree_flatten(out)
-        if self.symbolic_scalar is None:
-            self.symbolic_scalar = next(
-                (f"{_output_name(path)} of the {side}" for path, leaf in pytree.tree_flatten_with_path(out)[0]
-                 if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool))), None)
+        if self.symbolic_scalar is None and any(isinstance(leaf, _SYMBOLIC_SCALARS) for leaf in leaves):
+            path = next(p for p, leaf in pytree.tree_flatten_with_path(out)[0] if isinstance(leaf, _SYMBOLIC_SCALARS))
+            self.symbolic_scalar = f"{branch_checks.output_name(path)} of the {side}"
         if self.spec is None:
             # (the first structure is kept as text: holding the output would keep fake tensors alive)
             self.spec, self.first = spec, (side, branch_checks.structure(out))
@@ -282,19 +284,15 @@ class _ControlFlowCalls(TorchFunctionMode):
         except GraphcapError:
             raise
         except Exception as e:
-            if outputs.symbolic_scalar is not None:
+            if name == "cond" and outputs.symbolic_scalar is not None:
                 raise _symbolic_scalar_refused(_USER_NAMES[name], outputs.symbolic_scalar) from e
             raise
         return outputs.rebuild(result) if outputs is not None else result
 
 
-def _output_name(path: Any) -> str:
-    return f"output{pytree.keystr(path)}" if path else "the output"
-
-
 def _symbolic_scalar_refused(operator: str, where_in_branch: str) -> UnsupportedError:
-    """The error for a call whose branches return a symbolic int (a size of a dynamic dim) that
-    this torch's operator could not merge: torch.export fails there too, with an assertion."""
+    """The error for a cond whose branches return a symbolic int (a size of a dynamic dim) that this
+    torch's cond could not merge (torch 2.14: an assertion in its fake kernel; torch.export fails too)."""
     import traceback
 
     from ...user_frames import describe_frame, is_user_file
