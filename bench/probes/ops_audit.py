@@ -58,6 +58,7 @@ class Probe:
     table: Callable[[], Any] | None = None       # decomposition table; None: the default one
     gone_after_decomp: tuple[str, ...] = ()      # operator names that must not survive decomposition
     stateful_runs: int = 1                       # run module() this many times per input (buffers evolve)
+    checks_log: bool = False                     # compare what the logging custom ops recorded (LOG)
 
 
 def _sizes(args: Any) -> str:
@@ -76,8 +77,12 @@ def _check_runs(p: Probe, eager_make: Callable[[], torch.nn.Module], program: An
         a_eager, a_prog = copy.deepcopy(args), copy.deepcopy(args)
         try:
             for _ in range(p.stateful_runs):
+                LOG.clear()
                 want = eager(*a_eager)
+                logged, LOG[:] = list(LOG), []
                 got = mod(*a_prog)
+                if p.checks_log and LOG != logged:
+                    notes.append(f"{stage}: WRONG effects (logged {LOG}, eager {logged})")
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
@@ -758,7 +763,7 @@ PROBES: list[Probe] = [
     Probe("custom op: keyword-only float and dtype", fn(lambda x: kw_scale(x, alpha=3.0, dtype=torch.float64)),
           (torch.randn(3),)),
     Probe("custom op with register_autograd", fn(lambda x: with_grad(x) + 1), (torch.randn(3),)),
-    Probe("custom op returning None, no mutation (logging)", lambda: Logs(), (torch.randn(3),)),
+    Probe("custom op returning None, no mutation (logging)", lambda: Logs(), (torch.randn(3),), checks_log=True),
     Probe("Library define+impl: Tensor?, int[], defaults, str", fn(lambda x, y: torch.ops.ops_audit_lib.blend(
         x, y, [1], mode="max") + torch.ops.ops_audit_lib.blend(x, None, [0, 1])),
           (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=({0: N}, {0: N}),
@@ -773,7 +778,7 @@ PROBES: list[Probe] = [
           (torch.randn(3),)),
     Probe("Library op with a CPU-only kernel", fn(lambda x: torch.ops.ops_audit_lib.cpu_kernel(x)),
           (torch.randn(4, 3),), dynamic_shapes=({0: N},), ok_inputs=[(torch.randn(8, 3),)]),
-    *([Probe("effectful custom op (registered ORDERED)", lambda: Records(), (torch.randn(3),))]
+    *([Probe("effectful custom op (registered ORDERED)", lambda: Records(), (torch.randn(3),), checks_log=True)]
       if _EFFECTFUL else []),
     # -- higher-order operators
     Probe("cond nested 3 deep (shape + data predicates, custom op, Linear, buffer)", lambda: NestedCond(),

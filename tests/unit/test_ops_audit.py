@@ -284,3 +284,37 @@ def test_a_fullgraph_compiled_function_called_in_forward_is_recorded_inline_as_t
     for x in (torch.randn(3), torch.randn(9)):
         torch.testing.assert_close(ep.module()(x), model(x))
     torch.testing.assert_close(_compiled_whole(torch.ones(2)), torch.ones(2).sin() * 2)  # still callable after
+
+
+_CALLS: list[float] = []
+
+
+@torch.library.custom_op("graphcap_ops_audit::note_sum", mutates_args=())
+def _note_sum(x: torch.Tensor) -> None:
+    _CALLS.append(float(x.sum()))
+
+
+@_note_sum.register_fake
+def _(x):
+    return None
+
+
+class _Notes(torch.nn.Module):
+    def forward(self, x):
+        _note_sum(x * 2)
+        with torch.no_grad():
+            _note_sum(x + 1)
+        return x - 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_custom_op_returning_nothing_runs_in_every_form_of_the_program(strict, tmp_path):
+    """An operator that returns nothing is only called for its effect: the inference IR keeps it
+    (torch.export's run_decompositions drops it as dead)."""
+    ep = _export(_Notes(), (torch.randn(3),), strict=strict)
+    dec = ep.run_decompositions()
+    graphcap.save(dec, tmp_path / "p.pt2")
+    for program in (ep, dec, graphcap.load(tmp_path / "p.pt2")):
+        _CALLS.clear()
+        program.module()(torch.ones(3))
+        assert _CALLS == [6.0, 6.0]
