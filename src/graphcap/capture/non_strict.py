@@ -29,7 +29,7 @@ from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
 from ..trace import constant_writes, fakify, graph_module_replay, leaks, lifting, metadata, recorder
-from ..trace.control_flow import before_lifting
+from ..trace.control_flow import before_lifting, branch_checks
 from ..trace.conversion_asserts import insert_conversion_asserts
 from ..trace.naming import subgraph_names
 from . import call_signatures
@@ -246,6 +246,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module
     constant_writes.refuse_written_constants(gm, lifted.signature, lifted.constants, target.root)
+    branch_checks.refuse_operand_writes(gm, lifted.signature.input_specs)
     subgraph_names.name_subgraph_inputs(gm)
     clock.lap("lift")
     # guards against the spec (ConstraintViolationError), ranges, runtime asserts

@@ -2,7 +2,8 @@
 
 A node is removed when nothing uses it and running it changes nothing: an
 assertion (``_assert_scalar``, ``_assert_async``, range checks), an operator
-whose schema writes to an argument, a call with a hidden write
+whose schema writes to an argument or returns nothing (called for its effect: a custom
+operator that logs), a call with a hidden write
 (``batch_norm`` in training mode), or a Python callable the graph calls for
 its effect (``torch._C._set_grad_enabled``) always stays.
 """
@@ -37,8 +38,8 @@ def has_side_effect(node: torch.fx.Node) -> bool:
     if target in _SIDE_EFFECTS:
         return True
     schema = schema_of(target)
-    if schema is not None and schema.is_mutable:
-        return True
+    if schema is not None and (schema.is_mutable or not schema.returns):
+        return True  # (an operator that returns nothing is called for its effect: a log, a custom op's I/O)
     return node.is_impure()
 
 

@@ -55,7 +55,7 @@ from ..torch_private.dispatch import backend_kernels_off_for_a_retrace, enable_p
 from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
-from ..torch_private.ops import OpOverload
+from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.shapes import shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
@@ -570,8 +570,36 @@ def _explain(e: Exception, box: dict) -> GraphcapError:
         if trace:
             where += "\n" + trace.rstrip()
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    written_return = _custom_op_returning_its_written_argument(node)
+    if written_return is not None:
+        schema, name, writes = written_return
+        returned = "the argument it writes" if writes else "a view of an argument"
+        return TraceError.like(
+            e, f"run_decompositions cannot make the custom operator {name} functional: its schema "
+               f"`{schema}` returns {returned} (an alias of an input), and torch's functionalization "
+               f"takes custom operators only when no output aliases an input (torch.export fails here too).",
+            where=where,
+            fix=f"Define {name} to return nothing (`-> ()`) and use the written argument after the call "
+                f"(torch.library.custom_op with mutates_args=(...) and a None return), or to return a new "
+                f"tensor (`-> Tensor`, its kernel returning a clone). The training IR `export` returns runs "
+                f"it as it is.")
     return TraceError(
         f"run_decompositions failed while retracing the program: {type(e).__name__}: {text}",
         where=where,
         fix="If a custom decomposition in the table raised, fix or remove that entry; to keep the "
             "operator whole, delete it from the table (del table[op]). Otherwise this is a graphcap bug.")
+
+
+def _custom_op_returning_its_written_argument(node: Any) -> Optional[tuple[str, str, bool]]:
+    """(schema, name, whether the alias is written) when ``node`` calls an operator outside ATen an
+    output of which aliases an argument (``Tensor(a!) x -> Tensor(a!)``, or a view ``Tensor(a)``),
+    which functionalization cannot take; else None."""
+    target = getattr(node, "target", None)
+    if not isinstance(target, OpOverload) or target.namespace in ("aten", "prims"):
+        return None
+    schema = schema_of(target)
+    aliased = [r.alias_info for r in schema.returns if r.alias_info is not None] if schema is not None else []
+    if not aliased:
+        return None
+    return (str(schema), f"torch.ops.{target.namespace}.{schema.name.split('::')[-1]}",
+            any(a.is_write for a in aliased))

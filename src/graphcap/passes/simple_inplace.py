@@ -124,5 +124,7 @@ def plan(gm: torch.fx.GraphModule, has_declared_mutations: bool, has_symbols: bo
 
 
 def has_mutation(gm: torch.fx.GraphModule) -> bool:
-    """Does a traced graph still write anywhere (so it must be traced again, functionalized)?"""
-    return any(node.op == "call_function" and writes_to_argument(node) for node in gm.graph.nodes)
+    """Does a traced graph still write anywhere, its control-flow and region subgraphs included
+    (so it must be traced again, functionalized)?"""
+    return any(node.op == "call_function" and writes_to_argument(node)
+               for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule) for node in sub.graph.nodes)

@@ -312,9 +312,21 @@ def _refuse_subclass_construction(node: torch.fx.Node, path: str) -> None:
         return
     call = users[0]
     built = call.meta.get("val")
-    what = type(built).__name__ if isinstance(built, torch.Tensor) else "a value"
     frames = [line.strip() for line in str(call.meta.get("stack_trace") or "").splitlines() if line.strip()]
     source = f" ({frames[-2]}: `{frames[-1]}`)" if len(frames) >= 2 and frames[-2].startswith("File ") else ""
+    if isinstance(built, torch.Tensor) and not is_traceable_wrapper_subclass(built):
+        # a plain tensor out: a Python function called through flat_apply (the index read
+        # flex_attention's score_mod records is an autograd.Function, named by the call's third argument)
+        called = next((a for a in call.args if isinstance(a, str)), "a Python function")
+        raise SerializationError(
+            f"The program calls the Python function {called} inside its graph (node {call.name}, "
+            f"torch.ops.higher_order.flat_apply{source}); a file cannot store that call: it holds the "
+            f"function and a pytree spec as Python objects, not tensors or subgraphs. (flex_attention "
+            f"records one where a score_mod or mask_mod indexes a tensor, `bias[kv_idx]`.)",
+            where=f"{path}node {call.name}",
+            fix="Save the inference IR, where the call is traced into ATen operators: "
+                "`graphcap.save(ep.run_decompositions(), path)`.")
+    what = type(built).__name__ if isinstance(built, torch.Tensor) else "a value"
     raise SerializationError(
         f"The program constructs a tensor subclass ({what}) inside its graph (node {call.name}, "
         f"torch.ops.higher_order.flat_apply{source}); a file cannot store that call: it holds "

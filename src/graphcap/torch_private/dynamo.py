@@ -35,6 +35,36 @@ RELIES_ON = {
     "torch._guards.TracingContext.extract_stack": (),
 }
 
+# the first release whose torch.compile(fullgraph=True) fails when dynamo compiled no frame
+SINCE = {"torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count": "2.14"}
+RELIES_ON["torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count"] = None
+
+
+@contextlib.contextmanager
+def skipped_fullgraph_compiles_run_eagerly() -> Iterator[None]:
+    """Within the block, a ``torch.compile(..., fullgraph=True)`` call whose frames dynamo skips runs
+    its function eagerly and returns, as it does on torch before 2.14, instead of failing with
+    "found no compiled frames".
+
+    While graphcap records, its dispatch mode is active, so dynamo skips every frame a nested
+    ``torch.compile`` meets (``hop_capture``'s design: nothing is compiled or cached by an
+    export). Torch's own control-flow entry points call their compiled wrapper with the
+    fullgraph frame counter already active, which turns that check off for the nested call;
+    ``flex_attention`` calls ``torch.compile(fullgraph=True)`` itself, and failed. The counter
+    is activated for the block and put back as it was after (a no-op where it is already
+    active). Relies on ``torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count``
+    (torch 2.14 on; without it, nothing to do)."""
+    setter = getattr(torch._C._dynamo.eval_frame, "set_fullgraph_compiled_frame_count", None)
+    if setter is None:
+        yield
+        return
+    old = setter(0)
+    try:
+        yield
+    finally:
+        setter(old)
+
+
 # Key of the disabled method's name, and the prefix of all of dynamo's keys, in ``node.meta["custom"]``.
 DISABLE_METHOD_META_KEY = "_torchdynamo_disable_method"
 DYNAMO_META_KEY_PREFIX = "_torchdynamo"
@@ -346,6 +376,8 @@ def note_sloc(text: str) -> Any:
 
 # torch's control-flow entry points hand a small nested wrapper to torch.compile; these modules hold them
 _CONTROL_FLOW_MODULES = ("cond", "while_loop", "map", "scan", "associative_scan")
+# other entry points that do the same (flex_attention's ``_flex_attention_hop_wrapper``)
+_OTHER_WRAPPER_MODULES = ("torch.nn.attention.flex_attention",)
 _WRAPPER_CODES: list = []
 
 
@@ -357,7 +389,8 @@ def _caches_dispatch_mode_skip() -> bool:
 
 
 def _wrapper_codes() -> list:
-    """The code objects of the functions nested in torch's control-flow entry points."""
+    """The code objects of the functions nested in torch's control-flow entry points (and in
+    flex_attention's module)."""
     if not _WRAPPER_CODES:
         import inspect
         import sys
@@ -367,9 +400,10 @@ def _wrapper_codes() -> list:
         import torch._higher_order_ops.cond  # the package's attribute "cond" is the function
         import torch._higher_order_ops.map
         import torch._higher_order_ops.scan
-        import torch._higher_order_ops.while_loop  # noqa: F401
-        for name in _CONTROL_FLOW_MODULES:
-            module = sys.modules[f"torch._higher_order_ops.{name}"]
+        import torch._higher_order_ops.while_loop
+        import torch.nn.attention.flex_attention  # noqa: F401
+        for path in (*(f"torch._higher_order_ops.{name}" for name in _CONTROL_FLOW_MODULES), *_OTHER_WRAPPER_MODULES):
+            module = sys.modules[path]
             for value in vars(module).values():
                 value = inspect.unwrap(value) if callable(value) else value  # cond is a decorated function
                 code = getattr(value, "__code__", None)

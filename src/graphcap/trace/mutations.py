@@ -23,7 +23,7 @@ from ..torch_private import pytree
 from ..torch_private.ops import schema_of
 
 
-def _base_placeholder(value: object) -> "torch.fx.Node | None":
+def base_placeholder(value: object) -> "torch.fx.Node | None":
     """The placeholder whose memory ``value`` is: itself, a view of it, or an in-place result on it."""
     node = value
     while isinstance(node, torch.fx.Node):
@@ -80,7 +80,7 @@ def written_placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             values.extend(operands[inner.index(p)] for p in written_placeholders(sub)
                           if inner.index(p) < len(operands))
         for value in values:
-            base = _base_placeholder(value)
+            base = base_placeholder(value)
             if base is not None:
                 written.add(base)
     return [n for n in graph.nodes if n in written]
@@ -90,6 +90,6 @@ def first_writer(graph: torch.fx.Graph, placeholder: torch.fx.Node) -> "torch.fx
     """The first node of ``graph`` that writes ``placeholder`` in place (itself or a view of it), or
     None (the write is inside a subgraph)."""
     for node in graph.nodes:
-        if node.op == "call_function" and any(_base_placeholder(v) is placeholder for v in written_arguments(node)):
+        if node.op == "call_function" and any(base_placeholder(v) is placeholder for v in written_arguments(node)):
             return node
     return None

@@ -45,10 +45,10 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ...errors import UnsupportedError
+from ...errors import GraphcapError, UnsupportedError
 from ...torch_private import pytree
 from ...torch_private.dispatch import dispatch_mode_base
-from ...torch_private.dynamo import forget_control_flow_wrapper_skips
+from ...torch_private.dynamo import forget_control_flow_wrapper_skips, skipped_fullgraph_compiles_run_eagerly
 from ...torch_private.higher_order import (
     MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE,
     map_keeps_symbolic_leading_dim,
@@ -74,8 +74,14 @@ _GRAPHCAP_BRANCH = "_graphcap_branch"
 
 
 _CAPTURED_OPERATORS = {getattr(torch.ops.higher_order, name): name for name in _CALLABLES_AT}
+# operators torch records with subgraphs of their own, whose closed-over tensors graphcap passes in
+# (``subgraph_constants``): the recording they are called in is noted, to find those tensors' nodes
+_RECORDED_WITH_CLOSURES = frozenset(getattr(torch.ops.higher_order, name) for name in ("flex_attention",))
 # their classes: a set lookup on type(func) is the handlers' cheap first test
-_HOP_TYPES = frozenset(type(op) for op in _CAPTURED_OPERATORS)
+_HOP_TYPES = frozenset(type(op) for op in (*_CAPTURED_OPERATORS, *_RECORDED_WITH_CLOSURES))
+
+
+_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 class _Outputs:
@@ -83,9 +89,13 @@ class _Outputs:
 
     def __init__(self, operator: str):
         self.operator, self.spec, self.first = operator, None, None
+        self.symbolic_scalar: Optional[str] = None  # where a branch returned a symbolic int/float/bool
 
     def flatten(self, side: str, out: Any) -> list:
         leaves, spec = pytree.tree_flatten(out)
+        if self.symbolic_scalar is None and any(isinstance(leaf, _SYMBOLIC_SCALARS) for leaf in leaves):
+            path = next(p for p, leaf in pytree.tree_flatten_with_path(out)[0] if isinstance(leaf, _SYMBOLIC_SCALARS))
+            self.symbolic_scalar = f"{branch_checks.output_name(path)} of the {side}"
         if self.spec is None:
             # (the first structure is kept as text: holding the output would keep fake tensors alive)
             self.spec, self.first = spec, (side, branch_checks.structure(out))
@@ -286,6 +296,7 @@ class _ControlFlowCalls(TorchFunctionMode):
             name = _CAPTURED_OPERATORS.get(func)
             if name is not None:
                 return self._call_with_branches(func, name, args, kwargs or {})
+            closures.remember_recording()
         elif func_type is _METHOD_WRAPPER and _is_data_assignment(func):
             _refuse_data_assignment(args)
         elif func_type is _METHOD_DESCRIPTOR and func in _DATA_READS and args:
@@ -302,8 +313,31 @@ class _ControlFlowCalls(TorchFunctionMode):
         # they call; the dispatch mode is still on (it is off only inside its own handler)
         args = _with_branches(name, args, self.root, reenter_function_mode=True, reenter_dispatch_mode=False,
                               extra=extra, outputs=outputs)
-        result = func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except GraphcapError:
+            raise
+        except Exception as e:
+            if name == "cond" and outputs.symbolic_scalar is not None:
+                raise _symbolic_scalar_refused(_USER_NAMES[name], outputs.symbolic_scalar) from e
+            raise
         return outputs.rebuild(result) if outputs is not None else result
+
+
+def _symbolic_scalar_refused(operator: str, where_in_branch: str) -> UnsupportedError:
+    """The error for a cond whose branches return a symbolic int (a size of a dynamic dim) that this
+    torch's cond could not merge (torch 2.14: an assertion in its fake kernel; torch.export fails too)."""
+    import traceback
+
+    from ...user_frames import describe_frame, is_user_file
+    frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if is_user_file(f.filename)), None)
+    return UnsupportedError(
+        f"{where_in_branch} of a {operator} call is a symbolic number (computed from a dynamic size, such as "
+        f"`y.shape[0] * 2`); {operator} on this torch ({torch.__version__}) returns tensors and plain numbers "
+        f"from its branches, not sizes that vary with the input.",
+        where=describe_frame(frame),
+        fix=f"Compute the number outside the {operator} call (sizes are known there: `n = x.shape[0] * 2`), "
+            f"or return it as a tensor from both branches (`torch.full((), y.shape[0] * 2)`).")
 
 
 def _refuse_symbolic_mapped_dim_before_its_release(args: tuple) -> None:
@@ -348,7 +382,8 @@ def capturing(root: Optional[torch.nn.Module] = None) -> Iterator[None]:
     """Capture control-flow operators with graphcap's own branches while the block records
     (``root``: the module being exported, whose attributes branches must not write)."""
     try:
-        with nested_cond_operands.flattened(), _EagerControlFlow(root), _ControlFlowCalls(root):
+        with nested_cond_operands.flattened(), skipped_fullgraph_compiles_run_eagerly(), \
+                _EagerControlFlow(root), _ControlFlowCalls(root):
             yield
     finally:
         forget_control_flow_wrapper_skips()  # torch 2.10 to 2.13 remember a skip the mode caused

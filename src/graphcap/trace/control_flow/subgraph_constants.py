@@ -49,56 +49,90 @@ def hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
             forget_recording(sub.graph)
 
 
+# operators whose subgraphs each take their closed-over values in an argument of their own:
+# operator -> [(the argument holding the subgraph, as a path of positions; the argument its extra
+# operands go to)]. flex_attention calls score_mod(score, b, h, q_idx, kv_idx, *score_mod_other_buffers)
+# and mask_mod(b, h, q_idx, kv_idx, *mask_mod_other_buffers); its block mask tuple ends with mask_mod.
+_OWN_OPERAND_SLOTS = {"flex_attention": [((3,), 7), ((4, -1), 8)]}
+
+
+def _at_path(args: Any, path: tuple[int, ...]) -> Any:
+    for i in path:
+        if not isinstance(args, (tuple, list)) or not args or i >= len(args) or i < -len(args):
+            return None
+        args = args[i]
+    return args
+
+
+def _groups(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[tuple[list, Any]]:
+    """The subgraphs of ``node`` that share one argument for their extra operands, with that
+    argument's position (None: the operator has none)."""
+    slots = _OWN_OPERAND_SLOTS.get(hop_name(node) or "")
+    if slots is not None:
+        groups = []
+        for path, at in slots:
+            sub = subgraph_module(gm, _at_path(node.args, path))
+            if sub is not None and len(node.args) > at:
+                groups.append(([sub], at))
+        return groups
+    pairs = [subgraph_module(gm, attr) for attr, _ in subgraph_operands(node)]
+    subs = [sub for i, sub in enumerate(pairs) if sub is not None and all(sub is not other for other in pairs[:i])]
+    return [(subs, EXTRA_OPERANDS_AT.get(hop_name(node)))] if subs else []
+
+
 def _hoist_constants(gm: torch.fx.GraphModule, fake_mode) -> None:
     for node in list(gm.graph.nodes):
-        pairs = [(attr, subgraph_module(gm, attr)) for attr, _ in subgraph_operands(node)]
-        pairs = [(attr, sub) for i, (attr, sub) in enumerate(pairs)
-                 if sub is not None and all(sub is not other for _, other in pairs[:i])]
-        for _, sub in pairs:
-            _hoist_constants(sub, fake_mode)
-        found: dict[int, torch.Tensor] = {}
-        for _, sub in pairs:
+        for subs, at in _groups(gm, node):
+            for sub in subs:
+                _hoist_constants(sub, fake_mode)
+            _hoist_group(gm, node, subs, at, fake_mode)
+
+
+def _hoist_group(gm: torch.fx.GraphModule, node: torch.fx.Node, subs: list, at: Any, fake_mode) -> None:
+    """Hoist the constants of ``subs`` (the subgraphs of ``node`` that take extra operands in
+    argument ``at``) into ``gm``, appended to that argument."""
+    found: dict[int, torch.Tensor] = {}
+    for sub in subs:
+        for c in _tensor_constants(sub):
+            value = getattr(sub, c.target)
+            found.setdefault(id(value), value)
+    if not found:
+        return
+    if at is None:
+        raise UnsupportedError(
+            f"A tensor constant is created inside the body of {hop_name(node)}, which graphcap "
+            "cannot pass in as an operand.",
+            where=f"graph node {node.name}",
+            fix="Create the tensor outside the region (or register it as a buffer) and use it there.")
+    new_operands = []
+    for i, value in enumerate(found.values()):
+        source = closure_source(gm.graph, value)
+        if source is not None:  # a tensor the enclosing graph made (or took in), closed over
+            new_operands.append(source)
+            val = source.meta.get("val", value)
+        else:
+            name = f"_cf_constant_{len([a for a in dir(gm) if a.startswith('_cf_constant_')])}"
+            setattr(gm, name, value)
+            with gm.graph.inserting_before(node):
+                new_operands.append(gm.graph.get_attr(name))
+            val = fake_mode.from_tensor(value, static_shapes=True)
+        for sub in subs:
+            ph = _append_placeholder(sub, f"constant_{i}", val)
             for c in _tensor_constants(sub):
-                value = getattr(sub, c.target)
-                found.setdefault(id(value), value)
-        if not found:
-            continue
-        at = EXTRA_OPERANDS_AT.get(hop_name(node))
-        if at is None:
-            raise UnsupportedError(
-                f"A tensor constant is created inside the body of {hop_name(node)}, which graphcap "
-                "cannot pass in as an operand.",
-                where=f"graph node {node.name}",
-                fix="Create the tensor outside the region (or register it as a buffer) and use it there.")
-        new_operands = []
-        for i, value in enumerate(found.values()):
-            source = closure_source(gm.graph, value)
-            if source is not None:  # a tensor the enclosing graph made (or took in), closed over
-                new_operands.append(source)
-                val = source.meta.get("val", value)
-            else:
-                name = f"_cf_constant_{len([a for a in dir(gm) if a.startswith('_cf_constant_')])}"
-                setattr(gm, name, value)
-                with gm.graph.inserting_before(node):
-                    new_operands.append(gm.graph.get_attr(name))
-                val = fake_mode.from_tensor(value, static_shapes=True)
-            for _, sub in pairs:
-                ph = _append_placeholder(sub, f"constant_{i}", val)
-                for c in _tensor_constants(sub):
-                    if getattr(sub, c.target) is value:
-                        c.replace_all_uses_with(ph)
-                        sub.graph.erase_node(c)
-        for _, sub in pairs:
-            used = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
-            held = [*(t for t, v in vars(sub).items() if isinstance(v, torch.Tensor)),
-                    *(t for t, _ in sub.named_buffers(recurse=False))]
-            for target in [t for t in held if t not in used]:
-                delattr(sub, target)
-        args = list(node.args)
-        args[at] = type(args[at])([*args[at], *new_operands])
-        node.args = tuple(args)
-        if hop_name(node) == "cond":
-            _order_cond_operands(node, [sub for _, sub in pairs], len(args[at]) - len(new_operands))
+                if getattr(sub, c.target) is value:
+                    c.replace_all_uses_with(ph)
+                    sub.graph.erase_node(c)
+    for sub in subs:
+        used = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
+        held = [*(t for t, v in vars(sub).items() if isinstance(v, torch.Tensor)),
+                *(t for t, _ in sub.named_buffers(recurse=False))]
+        for target in [t for t in held if t not in used]:
+            delattr(sub, target)
+    args = list(node.args)
+    args[at] = type(args[at])([*args[at], *new_operands])
+    node.args = tuple(args)
+    if hop_name(node) == "cond":
+        _order_cond_operands(node, subs, len(args[at]) - len(new_operands))
 
 
 def _placeholders(sub: torch.fx.GraphModule) -> list[torch.fx.Node]:
