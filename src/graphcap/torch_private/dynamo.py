@@ -36,7 +36,7 @@ RELIES_ON = {
 }
 
 # the first release whose torch.compile(fullgraph=True) fails when dynamo compiled no frame
-SINCE = {"torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count": "2.14"}
+SINCE = {"torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count": "2.12"}
 RELIES_ON["torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count"] = None
 
 
@@ -53,7 +53,7 @@ def skipped_fullgraph_compiles_run_eagerly() -> Iterator[None]:
     ``flex_attention`` calls ``torch.compile(fullgraph=True)`` itself, and failed. The counter
     is activated for the block and put back as it was after (a no-op where it is already
     active). Relies on ``torch._C._dynamo.eval_frame.set_fullgraph_compiled_frame_count``
-    (torch 2.14 on; without it, nothing to do)."""
+    (torch 2.12 on; without it, nothing to do)."""
     setter = getattr(torch._C._dynamo.eval_frame, "set_fullgraph_compiled_frame_count", None)
     if setter is None:
         yield
