@@ -134,3 +134,20 @@ def test_decomposed_subgraphs_keep_the_input_names_of_the_exported_program(case)
     assert before and after == before
     assert not any(name.startswith("arg") for names in after.values() for name in names)
     torch.testing.assert_close(decomposed.module()(*args), model(*args))
+
+
+class IntsInCond(torch.nn.Module):
+    def forward(self, x, trigger, target):
+        return torch.cond(trigger == 1, lambda: x + target, lambda: x * target, ())
+
+
+@pytest.mark.parametrize("trigger", [0, 1])
+def test_int_inputs_exported_at_0_or_1_with_unbounded_range_decompose(trigger):
+    # Dim.DYNAMIC int inputs range over [0, int_oo]; an example of 0 or 1 is retraced at a general
+    # size, and int_oo (which calls itself finite) must not be taken for a bound
+    args = (torch.randn(2), trigger, 2)
+    ep = graphcap.export(IntsInCond(), args, dynamic_shapes=(None, Dim.DYNAMIC, Dim.DYNAMIC))
+    decomposed = ep.run_decompositions({})
+    assert [str(v) for v in decomposed.range_constraints.values()] == ["VR[0, int_oo]", "VR[0, int_oo]"]
+    for call in [args, (torch.randn(2), 1, 5), (torch.randn(2), 0, 0)]:
+        torch.testing.assert_close(decomposed.module()(*call), IntsInCond()(*call))
