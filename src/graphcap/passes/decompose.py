@@ -60,6 +60,7 @@ from ..torch_private.shapes import shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
+from ..trace.naming import assert_names, subgraph_names
 from ..trace.naming.owed_names import apply_owed_names
 from . import simple_inplace
 from .call_graph_carry import CallGraphCarry
@@ -240,6 +241,21 @@ def _size_read(node: torch.fx.Node) -> Optional[tuple[torch.fx.Node, int]]:
     return None
 
 
+def _size_reads_first(gm: torch.fx.GraphModule) -> None:
+    """Reads of the inputs' sizes right after the placeholders, by input and dim, where the
+    exported program has them (the retrace records each where it is first used)."""
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if not placeholders:
+        return
+    position = {p: i for i, p in enumerate(placeholders)}
+    reads = [(node, _size_read(node)) for node in gm.graph.nodes]
+    ordered = sorted(((position[r[0]], r[1], i), node) for i, (node, r) in enumerate(reads) if r is not None)
+    anchor = placeholders[-1]
+    for _, node in ordered:
+        anchor.append(node)
+        anchor = node
+
+
 def _size_read_names(gm: torch.fx.GraphModule) -> dict[tuple[str, int], str]:
     """``(input name, dim) -> name`` of the node of ``gm`` that reads that size (the first)."""
     names: dict[tuple[str, int], str] = {}
@@ -392,6 +408,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     _bindings_renamed(new_gm, fake_mode.shape_env)
     drop_input_copies(new_gm)
     _rename_placeholders(new_gm, [p.name for p in placeholders], _size_read_names(gm))
+    _size_reads_first(new_gm)
+    subgraph_names.name_subgraph_inputs(new_gm)
+    assert_names.name_runtime_asserts(new_gm)
     grad_inputs = {spec.arg.name for spec in sig.input_specs
                    if spec.kind in (InputKind.PARAMETER, InputKind.USER_INPUT) and hasattr(spec.arg, "name")}
     _keep_placeholder_values(new_gm, placeholders, fake_args, fake_mode, grad_inputs)
