@@ -1,0 +1,121 @@
+"""dynamic_shapes spec audit (docs/torch-suite.md, "dynamic_shapes spec audit"): what the probes of
+bench/probes/spec_audit.py found, as behaviour: messages in the spec's Dim names, suggested fixes
+for specs whose dims are all derived, and the re-export after applying them."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import graphcap
+from graphcap import Dim
+from graphcap.errors import ConstraintViolationError, InputGuardError
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+class AtMost8(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check(x.shape[0] <= 8)
+        return x + 1
+
+
+class Threes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1, 3).sum(1)
+
+
+def _roundtrip(ep: graphcap.ExportedProgram) -> graphcap.ExportedProgram:
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    return graphcap.load(io.BytesIO(buf.getvalue()))
+
+
+@pytest.mark.parametrize("form, size, bad, words", [
+    (lambda d: 2 * d + 1, 7, 4, "2*batch + 1"),
+    (lambda d: 2 * d, 8, 5, "2*batch"),
+    (lambda d: 3 * d - 1, 5, 6, "3*batch - 1"),
+])
+def test_a_size_not_of_its_derived_form_is_refused_in_the_dims_names(form, size, bad, words):
+    """module() refuses a size a derived dim cannot take, naming the form by the user's Dim
+    (``2*batch + 1``), not the engine's symbol (``2*s77 + 1``); so after save/load too."""
+    spec = ({0: form(Dim("batch", min=1, max=5))},)
+    ep = graphcap.export(Scale(), (torch.randn(size, 2),), dynamic_shapes=spec)
+    for prog in (ep, _roundtrip(ep)):
+        with pytest.raises(InputGuardError) as info:
+            prog.module()(torch.randn(bad, 2))
+        text = str(info.value)
+        assert f"of the form {words}, but got {bad}" in text
+        assert "integer batch" in text
+        assert "s77" not in text and "s" + "0" not in text.split()
+
+
+def test_a_derived_size_that_differs_from_its_root_is_told_in_dim_names():
+    class Cat(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.cat([x, x]) + y
+
+    d = Dim("d", max=10)
+    ep = graphcap.export(Cat(), (torch.randn(3), torch.randn(6)), dynamic_shapes=({0: d}, {0: 2 * d}))
+    with pytest.raises(InputGuardError, match=r"equal to 8, but got 6") as info:
+        ep.module()(torch.randn(4), torch.randn(6))
+    assert "2*d" in str(info.value)
+
+
+def test_a_range_problem_of_a_dim_used_only_derived_names_the_form():
+    """The size at the input is ``d + 1``, not ``d``: the problem says so, and the fix re-exports."""
+    spec = ({0: Dim("d", min=1, max=20) + 1},)
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(AtMost8(), (torch.randn(5),), dynamic_shapes=spec)
+    text = str(info.value)
+    assert "(*args[0].shape[0] is d + 1)" in text
+    assert "d = Dim('d', min=1, max=7)" in text
+    new = graphcap.refine_dynamic_shapes_from_suggested_fixes(info.value, spec)
+    ep = graphcap.export(AtMost8(), (torch.randn(5),), dynamic_shapes=new)
+    mod = ep.module()
+    for n in (2, 8):
+        assert torch.equal(mod(torch.ones(n)), torch.ones(n) + 1)
+    for n in (1, 9):
+        with pytest.raises(InputGuardError):
+            mod(torch.ones(n))
+
+
+def test_a_multiple_needed_of_a_dim_used_only_derived_is_refined_into_a_spec_that_exports():
+    """``d + 1`` must be a multiple of 3: the fix makes ``d`` itself derived from a new root, and
+    the refined spec, printed in that root (``(3*_d) - 1) + 1``), exports and takes sizes 3, 6, 9."""
+    spec = ({0: Dim("d", max=10) + 1},)
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(Threes(), (torch.randn(6),), dynamic_shapes=spec)
+    assert "(L['x'].size()[0] is d + 1)" in str(info.value)
+    new = graphcap.refine_dynamic_shapes_from_suggested_fixes(str(info.value), spec)
+    assert "_d" in repr(new) and "d + 1" not in repr(new)
+    ep = graphcap.export(Threes(), (torch.randn(6),), dynamic_shapes=new)
+    mod = ep.module()
+    for n in (3, 6, 9):
+        assert torch.equal(mod(torch.ones(n)), torch.ones(n).view(-1, 3).sum(1))
+    for n in (2, 5, 12):
+        with pytest.raises(InputGuardError):
+            mod(torch.ones(n))
+
+
+def test_refining_equal_dims_rewrites_a_dim_derived_from_the_one_replaced():
+    """A fix equating two Dims (``a = b`` or ``b = a``) also rewrites ``2*b`` when ``b`` is the one
+    replaced, so the refined spec is consistent and exports."""
+    class Three(torch.nn.Module):
+        def forward(self, x, y, z):
+            return x.sum() + y.sum() + (x + z).sum()
+
+    a, b = Dim("a", max=9), Dim("b", max=9)
+    spec = ({0: a}, {0: 2 * b}, {0: b})
+    args = (torch.randn(3), torch.randn(6), torch.randn(3))
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(Three(), args, dynamic_shapes=spec)
+    new = graphcap.refine_dynamic_shapes_from_suggested_fixes(info.value, spec)
+    assert repr(new[1][0]) == f"2*{new[2][0].__name__}" == f"2*{new[0][0].__name__}"
+    ep = graphcap.export(Three(), args, dynamic_shapes=new)
+    with pytest.raises(InputGuardError):
+        ep.module()(torch.randn(4), torch.randn(6), torch.randn(4))
