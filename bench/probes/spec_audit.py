@@ -230,6 +230,10 @@ def _kw(x: Any, y: Any) -> Any:
     return x + y.sum()
 
 
+def _int_size(x: Any, n: Any) -> Any:
+    return x.reshape(n) * 2
+
+
 def _spec8(x: Any) -> Any:
     return x.view(2, 4) + 1  # fixes x.shape[0] == 8
 
@@ -420,6 +424,22 @@ P: list[Probe] = [
     Probe("spec dim key as str", _mean, (r(4, 3),), lambda D: ({"0": D("b")},)),
     Probe("spec for kwarg by position tuple", _kw, (r(4, 3),), lambda D: ({0: D("b")}, {1: D("c")}),
           kwargs={"y": r(2, 5)}),
+    # third batch
+    Probe("range [0, 1]", _mean, (r(1, 3),), lambda D: ({0: D("b", min=0, max=1)},), ok=[(r(0, 3),)],
+          bad=[(r(2, 3),)]),
+    Probe("range [1, 2]", _mean, (r(2, 3),), lambda D: ({0: D("b", min=1, max=2)},), ok=[(r(1, 3),)],
+          bad=[(r(0, 3),), (r(3, 3),)]),
+    Probe("torch Dim min=-1 to both", _mean, (r(4, 3),), lambda D: ({0: te.Dim("b", min=-1, max=8)},),
+          ok=[(r(0, 3),), (r(8, 3),)], bad=[(r(9, 3),)]),
+    Probe("Dim shared by an int and a size", _int_size, (r(4), 4), lambda D: (lambda b: ({0: b}, b))(D("b", max=9)),
+          ok=[(r(7), 7)], bad=[(r(7), 6)]),
+    Probe("derived strict", _shift, (r(5), r(4)), lambda D: (lambda d: ({0: d + 1}, {0: d}))(D("d", min=1, max=10)),
+          ok=[(r(2), r(1)), (r(11), r(10))], bad=[(r(5), r(5))], strict=True),
+    Probe("derived: narrowed strict", _narrow8, (r(5),), lambda D: ({0: D("d", min=1, max=20) + 1},), fix=True,
+          strict=True),
+    Probe("huge max", _mean, (r(4, 3),), lambda D: ({0: D("b", max=2**40)},), ok=[(r(9, 3),)]),
+    Probe("AUTO on int and size equated", _int_size, (r(4), 4), lambda D: ({0: D.AUTO}, D.AUTO), ok=[(r(6), 6)],
+          bad=[(r(6), 5)]),
     Probe("two dims of one tensor equated", _mixed, (r(4, 4), r(4, 4)),
           lambda D: ({0: D("a"), 1: D("b")}, None), fix=True),
 ]

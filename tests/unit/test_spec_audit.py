@@ -119,3 +119,25 @@ def test_refining_equal_dims_rewrites_a_dim_derived_from_the_one_replaced():
     ep = graphcap.export(Three(), args, dynamic_shapes=new)
     with pytest.raises(InputGuardError):
         ep.module()(torch.randn(4), torch.randn(6), torch.randn(4))
+
+
+def test_torchs_dim_with_a_negative_min_ranges_sizes_from_zero():
+    """torch's ``Dim("b", min=-1)`` is accepted by torch.export, which ranges the size from 0;
+    graphcap gave the size the range [-1, 8]. graphcap's own Dim still refuses min=-1."""
+    import torch.export as te
+
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(0, keepdim=True) * x
+
+    ep = graphcap.export(Mean(), (torch.randn(4, 3),), dynamic_shapes=({0: te.Dim("b", min=-1, max=8)},))
+    (rng,) = ep.range_constraints.values()
+    assert (int(rng.lower), int(rng.upper)) == (0, 8)
+    mod = ep.module()
+    for n in (0, 1, 8):
+        x = torch.randn(n, 3)
+        assert torch.allclose(mod(x), Mean()(x), equal_nan=True)
+    with pytest.raises(InputGuardError):
+        mod(torch.randn(9, 3))
+    with pytest.raises(ValueError, match="negative"):
+        Dim("b", min=-1, max=8)

@@ -229,6 +229,9 @@ def as_dim(obj: Any) -> Any:
             root = as_dim(obj.root)
             return DerivedDim(root, obj.fn, name)
         lo, hi = int(obj.min), int(obj.max) if obj.max < INT_MAX else INT_MAX
+        # torch's Dim takes a negative min and its export ranges the size from 0, as a size is;
+        # graphcap's own Dim refuses it, but code written for torch keeps torch's meaning
+        lo = max(lo, 0) if hi >= 0 else lo
         if lo == hi:  # torch's static Dim (min == max)
             return lo
         out = Dim.__new__(Dim)
