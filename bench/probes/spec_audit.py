@@ -91,7 +91,7 @@ def _run(side: str, p: Probe, spec_maker: Callable[[Any], Any] | None = None) ->
     export = graphcap.export if gc else te.export
     Dim = graphcap.Dim if gc else te.Dim
     strict = side.endswith("strict")
-    model = Counted(p.f)
+    model = _Star() if p.f is _star else Counted(p.f)
     try:
         spec = (spec_maker or p.spec)(Dim)
         args = copy.deepcopy(p.args)
@@ -137,7 +137,45 @@ def _run(side: str, p: Probe, spec_maker: Callable[[Any], Any] | None = None) ->
                 notes.append(f"computed before refusing {_show(args)}")
             if "-v" in sys.argv:
                 notes.append(f"bad {_show(args)}: {_first(e)}")
+    notes += _derived_stages(side, p, ep)
     return " ".join(notes)
+
+
+def _derived_stages(side: str, p: Probe, ep: Any) -> list[str]:
+    """The same checks on ``run_decompositions()`` and a save/load round trip (each library's own):
+    the ranges must stay, the in-range inputs match eager, the out-of-range ones be refused."""
+    import io
+    save, load = (graphcap.save, graphcap.load) if side.startswith("gc") else (te.save, te.load)
+
+    def roundtrip(prog: Any) -> Any:
+        buf = io.BytesIO()
+        save(prog, buf)
+        return load(io.BytesIO(buf.getvalue()))
+
+    notes = []
+    for stage, make in (("decomp", lambda: ep.run_decompositions()), ("load", lambda: roundtrip(ep))):
+        try:
+            prog = make()
+            mod = prog.module()
+        except Exception as e:
+            notes.append(f"{stage} fails: {_first(e)}")
+            continue
+        if _ranges(prog) != _ranges(ep):
+            notes.append(f"{stage} ranges {_ranges(prog)}")
+        for args in [p.args, *p.ok]:
+            want = p.f(*copy.deepcopy(args), **copy.deepcopy(p.kwargs if len(args) == len(p.args) else {}))
+            try:
+                if not _same(want, _call(mod, p, args)):
+                    notes.append(f"{stage} WRONG at {_show(args)}")
+            except Exception as e:
+                notes.append(f"{stage} run fails at {_show(args)}: {_first(e)}")
+        for args in p.bad:
+            try:
+                _call(mod, p, args)
+                notes.append(f"{stage} ACCEPTS bad {_show(args)}")
+            except Exception:
+                pass
+    return notes
 
 
 def _show(args: Any) -> str:
@@ -232,6 +270,15 @@ def _kw(x: Any, y: Any) -> Any:
 
 def _int_size(x: Any, n: Any) -> Any:
     return x.reshape(n) * 2
+
+
+class _Star(torch.nn.Module):
+    def forward(self, *args: Any) -> Any:
+        return args[0] + args[1]
+
+
+def _star(x: Any, y: Any) -> Any:
+    return x + y
 
 
 def _spec8(x: Any) -> Any:
@@ -440,6 +487,11 @@ P: list[Probe] = [
     Probe("huge max", _mean, (r(4, 3),), lambda D: ({0: D("b", max=2**40)},), ok=[(r(9, 3),)]),
     Probe("AUTO on int and size equated", _int_size, (r(4), 4), lambda D: ({0: D.AUTO}, D.AUTO), ok=[(r(6), 6)],
           bad=[(r(6), 5)]),
+    Probe("*args forward, dict spec", _star, (r(4), r(4)),
+          lambda D: (lambda b: {"args": ({0: b}, {0: b})})(D("b", max=9)), ok=[(r(9), r(9))],
+          bad=[(r(10), r(10))]),
+    Probe("*args forward, tuple spec", _star, (r(4), r(4)),
+          lambda D: (lambda b: (({0: b}, {0: b}),))(D("b", max=9)), ok=[(r(9), r(9))], bad=[(r(10), r(10))]),
     Probe("two dims of one tensor equated", _mixed, (r(4, 4), r(4, 4)),
           lambda D: ({0: D("a"), 1: D("b")}, None), fix=True),
 ]

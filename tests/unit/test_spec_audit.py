@@ -141,3 +141,21 @@ def test_torchs_dim_with_a_negative_min_ranges_sizes_from_zero():
         mod(torch.randn(9, 3))
     with pytest.raises(ValueError, match="negative"):
         Dim("b", min=-1, max=8)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+@pytest.mark.parametrize("spec", [lambda: Dim.AUTO, lambda: Dim.DYNAMIC, lambda: Dim("b"), lambda: Dim("b", min=0)])
+def test_an_unbounded_dim_exported_at_zero_or_one_decomposes(spec, size):
+    """run_decompositions of a program whose dim has no upper bound (int_oo) and an example of 0 or 1
+    failed (AttributeError inside sympy: int_oo taken for a finite bound); it decomposes, keeps the
+    range and matches eager at 0, 1 and larger sizes, also after save/load."""
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(0, keepdim=True) * x + x.shape[0]
+
+    ep = graphcap.export(Mean(), (torch.randn(size, 3),), dynamic_shapes=({0: spec()},))
+    for prog in (ep.run_decompositions(), _roundtrip(ep).run_decompositions()):
+        assert [(int(r.lower), str(r.upper)) for r in prog.range_constraints.values()] == [(0, "int_oo")]
+        for n in (0, 1, 2, 7):
+            x = torch.randn(n, 3)
+            assert torch.allclose(prog.module()(x), Mean()(x), equal_nan=True)
