@@ -76,6 +76,14 @@ class ExportInputError(GraphcapError, ValueError):
     """
 
 
+class DimArithmeticError(ExportInputError, TypeError):
+    """Arithmetic on a ``Dim`` that no derived dim can express (``d // 2``, ``d % 3``, ``d / 2``).
+
+    Also a ``TypeError``, the type Python (and so torch.export's ``Dim``) raises for these
+    operators; the message says how to write the relation as ``a*dim + b``.
+    """
+
+
 class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture.
 

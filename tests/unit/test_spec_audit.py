@@ -159,3 +159,32 @@ def test_an_unbounded_dim_exported_at_zero_or_one_decomposes(spec, size):
         for n in (0, 1, 2, 7):
             x = torch.randn(n, 3)
             assert torch.allclose(prog.module()(x), Mean()(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d // 2, "d // 2"),
+    (lambda d: d / 2, "d / 2"),
+    (lambda d: d % 3, "d % 3"),
+    (lambda d: (d + 1) // 2, "(d + 1) // 2"),
+])
+def test_dim_arithmetic_that_is_not_a_derived_dim_says_how_to_write_it(make, words):
+    """``d // 2`` was Python's bare "unsupported operand type(s)" TypeError (torch's too); it is still
+    a TypeError (and an ExportInputError) that names the expression and the a*dim + b form."""
+    with pytest.raises(TypeError) as info:
+        make(Dim("d", max=20))
+    assert isinstance(info.value, graphcap.ExportInputError)
+    text = str(info.value)
+    assert text.startswith(f"{words}: a derived dim is a*dim + b")
+    if words == "d // 2":
+        assert "_d = Dim('_d'), then 2*_d where you wrote d" in text
+
+
+def test_the_half_size_spec_the_fix_describes_exports():
+    class Halves(torch.nn.Module):
+        def forward(self, x, y):
+            return x.reshape(-1, 2).sum(1) + y
+
+    _d = Dim("_d", max=10)
+    ep = graphcap.export(Halves(), (torch.randn(8), torch.randn(4)), dynamic_shapes=({0: 2 * _d}, {0: _d}))
+    x, y = torch.randn(6), torch.randn(3)
+    assert torch.allclose(ep.module()(x, y), Halves()(x, y))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..errors import ExportInputError
+from ..errors import DimArithmeticError, ExportInputError
 from ..torch_private import pytree
 from ..torch_private.user_specs import is_torch_dim_hint
 from .named_inputs import combined_inputs
@@ -142,10 +142,34 @@ class Dim:
         raise ExportInputError(f"{other} - {self.__name__}: a derived dim must grow with its root.",
                                fix="Write derived dims as a*dim + b with a >= 1.")
 
+    def __floordiv__(self, other: Any) -> Any:
+        _not_affine(self, "//", other)
+
+    def __truediv__(self, other: Any) -> Any:
+        _not_affine(self, "/", other)
+
+    def __mod__(self, other: Any) -> Any:
+        _not_affine(self, "%", other)
+
     def __repr__(self) -> str:
         if self.max >= INT_MAX:
             return f"Dim({self.__name__!r}, min={self.min})"
         return f"Dim({self.__name__!r}, min={self.min}, max={self.max})"
+
+
+def _not_affine(dim: Any, op: str, other: Any) -> None:
+    """``d // 2`` and the like: refused, with the spec that says the same in ``a*dim + b`` form."""
+    derived = isinstance(dim, DerivedDim)
+    name = f"({dim.__name__})" if derived else dim.__name__
+    root = dim.__name__
+    example = (f"give the smaller size its own Dim and derive the larger: _{root} = Dim('_{root}'), then "
+               f"{other}*_{root} where you wrote {root} and _{root} where you wrote {name} {op} {other}"
+               if op in ("//", "/") and isinstance(other, int) and other > 0 and not derived
+               else "write the sizes as a*dim + b of one Dim, or give each its own Dim")
+    raise DimArithmeticError(
+        f"{name} {op} {other!r}: a derived dim is a*dim + b with ints a >= 1 and b; {op} cannot be one "
+        f"(torch.export refuses it too).",
+        where=f"dynamic_shapes entry {name} {op} {other!r}", fix=example[0].upper() + example[1:] + ".")
 
 
 def _int_operand(dim: Any, other: Any, op: str) -> None:
