@@ -188,3 +188,21 @@ def test_the_half_size_spec_the_fix_describes_exports():
     ep = graphcap.export(Halves(), (torch.randn(8), torch.randn(4)), dynamic_shapes=({0: 2 * _d}, {0: _d}))
     x, y = torch.randn(6), torch.randn(3)
     assert torch.allclose(ep.module()(x, y), Halves()(x, y))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_violation_names_no_generated_or_graphcap_code_as_the_users_line(strict):
+    """strict=True told two equated Dims as "(at <string>:1 in <lambda>:)": dynamo's record of a line
+    made at run time. A location is the user's file or none; non-strict still gives the user's line."""
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(Add(), (torch.randn(4), torch.randn(4)), dynamic_shapes=({0: Dim("a")}, {0: Dim("b")}),
+                        strict=strict)
+    text = str(info.value)
+    assert "<string>" not in text and "<lambda>" not in text and "graphcap/" not in text.split("Suggested")[0]
+    if not strict:
+        assert "in forward: return x + y" in text
+    assert graphcap.refine_dynamic_shapes_from_suggested_fixes(info.value, ({0: Dim("a")}, {0: Dim("b")}))

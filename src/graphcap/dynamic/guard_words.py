@@ -56,15 +56,25 @@ def constraint_violation(names: Iterable[str], problems: list[str], fixes: Itera
             "dynamic_shapes) does it for you)" + advice + suggested)
 
 
+def user_location(sloc: Any) -> str:
+    """torch's record of the user line a guard came from (``file:line in fn: code``), or "" where
+    it names code made at run time (``<string>:1 in <lambda>``, as a strict trace's guards may):
+    no line the user can open."""
+    user = (getattr(sloc, "maybe_user_loc", None) or "").strip()
+    return "" if user.startswith("<") else user
+
+
 def where_text(sloc: Any) -> str:
     """The user source line of a guard, as `` (at file:line in fn: code)``."""
     if sloc is None:
         return ""
-    user = getattr(sloc, "maybe_user_loc", None)
+    user = user_location(sloc)
     if user:
-        return f" (at {user.strip()})"
+        return f" (at {user})"
     frame = getattr(sloc, "framework_loc", None)
-    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith(_TORCH_DIR):
+    # code made at run time (``<string>``, fx's ``<eval_with_key>``: a strict trace's generated
+    # functions) is no line the user can open: no location rather than that one
+    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith("<") and not in_framework(sloc):
         code = f": {frame.line.strip()}" if frame.line else ""
         return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
     return ""
