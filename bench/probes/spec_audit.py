@@ -100,6 +100,12 @@ def _run(side: str, p: Probe, spec_maker: Callable[[Any], Any] | None = None) ->
             spec[args[0]] = {0: b}
             spec[args[1]] = {0: b}
             spec = spec.dynamic_shapes(model, args)
+        if isinstance(spec, (graphcap.AdditionalInputs, te.AdditionalInputs)):
+            extra_sets = spec
+            spec = spec.dynamic_shapes(model, args)
+            spec_check = getattr(extra_sets, "verify", None)
+        else:
+            spec_check = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ep = export(model, args, dict(p.kwargs), dynamic_shapes=spec, strict=strict)
@@ -116,6 +122,11 @@ def _run(side: str, p: Probe, spec_maker: Callable[[Any], Any] | None = None) ->
             return f"violation: {_first(e)} -> refined {new!r} -> {again}"
         return "fails: " + _first(e)
     notes = [_ranges(ep)]
+    if spec_check is not None:
+        try:
+            spec_check(ep)
+        except Exception as e:
+            notes.append(f"verify fails: {_first(e)}")
     mod = ep.module()
     for args in [p.args, *p.ok]:
         want = p.f(*copy.deepcopy(args), **copy.deepcopy(p.kwargs if len(args) == len(p.args) else {}))
@@ -315,6 +326,12 @@ def _additional(D: Any) -> Any:
     return ai
 
 
+def _additional_12(D: Any) -> Any:
+    ai = (graphcap.AdditionalInputs if D is graphcap.Dim else te.AdditionalInputs)()
+    ai.add((r(24), r(24)))
+    return ai
+
+
 P: list[Probe] = [
     # named Dims, ranges, ends, 0/1
     Probe("named min/max", _mean, (r(4, 3),), lambda D: ({0: D("b", min=2, max=10)},),
@@ -492,6 +509,13 @@ P: list[Probe] = [
           bad=[(r(10), r(10))]),
     Probe("*args forward, tuple spec", _star, (r(4), r(4)),
           lambda D: (lambda b: (({0: b}, {0: b}),))(D("b", max=9)), ok=[(r(9), r(9))], bad=[(r(10), r(10))]),
+    Probe("dict key for a default not passed", _add, (r(4, 3), r(4, 3)),
+          lambda D: (lambda b: {"x": {0: b}, "y": {0: b}, "z": None})(D("b")), ok=[(r(5, 3), r(5, 3))]),
+    Probe("ShapesCollection strict", _add, (r(4, 3), r(4, 3)), lambda D: _collection(D), ok=[(r(9, 3), r(9, 3))],
+          bad=[(r(9, 3), r(8, 3))], strict=True),
+    Probe("AdditionalInputs strict", _add, (r(4, 3), r(4, 3)), lambda D: _additional(D), ok=[(r(9, 3), r(9, 3))],
+          bad=[(r(4, 2), r(4, 2))], strict=True),
+    Probe("AdditionalInputs, program specializes", _spec_add, (r(12), r(12)), lambda D: _additional_12(D)),
     Probe("two dims of one tensor equated", _mixed, (r(4, 4), r(4, 4)),
           lambda D: ({0: D("a"), 1: D("b")}, None), fix=True),
 ]

@@ -206,3 +206,25 @@ def test_a_violation_names_no_generated_or_graphcap_code_as_the_users_line(stric
     if not strict:
         assert "in forward: return x + y" in text
     assert graphcap.refine_dynamic_shapes_from_suggested_fixes(info.value, ({0: Dim("a")}, {0: Dim("b")}))
+
+
+@pytest.mark.parametrize("how", ["additional_inputs", "dynamic"])
+def test_a_dynamic_dim_the_program_fixes_is_told_without_a_refine_advice(how):
+    """Without a suggested fix (a Dim.DYNAMIC the program fixes, AdditionalInputs whose sizes
+    differ where the program fixes one) the message no longer sends the user to the refine helper,
+    which would refuse a message without fixes; it says what to change."""
+    class Grid(torch.nn.Module):
+        def forward(self, x):
+            return x.view(3, 4) + 1
+
+    if how == "dynamic":
+        spec = ({0: Dim.DYNAMIC},)
+    else:
+        spec = graphcap.AdditionalInputs()
+        spec.add((torch.randn(24),))
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(Grid(), (torch.randn(12),), dynamic_shapes=spec)
+    text = str(info.value)
+    assert "specialized it to be a constant (12)" in text
+    assert "refine_dynamic_shapes_from_suggested_fixes" not in text and "Suggested fixes" not in text
+    assert "Mark each dim listed Dim.STATIC, or Dim.AUTO" in text and "AdditionalInputs" in text

@@ -48,12 +48,17 @@ def constraint_violation(names: Iterable[str], problems: list[str], fixes: Itera
     listing = "\n".join(f"  - {p}" for p in problems)
     fix_lines = list(fixes)
     suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fix_lines)) if fix_lines else ""
+    # only Dim.DYNAMIC dims the program fixed: nothing for the refine helper to apply
+    how = ("Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
+           "dynamic_shapes) does it for you)" + advice) if fix_lines else (
+        "Mark each dim listed Dim.STATIC, or Dim.AUTO to let export fix it, or change the code that fixes "
+        "it; with AdditionalInputs (every dim that varies across its example sets is Dim.DYNAMIC), leave "
+        "out the example sets whose sizes differ there.")
     return ConstraintViolationError(
         f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
         f"dynamic_shapes spec allows:\n{listing}",
         where="export(..., dynamic_shapes=...)",
-        fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-            "dynamic_shapes) does it for you)" + advice + suggested)
+        fix=how + suggested)
 
 
 def user_location(sloc: Any) -> str:
