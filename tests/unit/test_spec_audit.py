@@ -228,3 +228,13 @@ def test_a_dynamic_dim_the_program_fixes_is_told_without_a_refine_advice(how):
     assert "specialized it to be a constant (12)" in text
     assert "refine_dynamic_shapes_from_suggested_fixes" not in text and "Suggested fixes" not in text
     assert "Mark each dim listed Dim.STATIC, or Dim.AUTO" in text and "AdditionalInputs" in text
+
+
+def test_a_line_typed_at_the_prompt_is_still_told():
+    """Only code made at run time is dropped as a location: a forward typed at the interpreter's
+    prompt (``<stdin>``) keeps its line."""
+    namespace: dict = {"torch": torch}
+    exec(compile("class Grid(torch.nn.Module):\n    def forward(self, x):\n        return x.view(3, 4)\n",
+                 "<stdin>", "exec"), namespace)
+    with pytest.raises(ConstraintViolationError, match=r"\(at <stdin>:3 in forward"):
+        graphcap.export(namespace["Grid"](), (torch.randn(12),), dynamic_shapes=({0: Dim.DYNAMIC},))

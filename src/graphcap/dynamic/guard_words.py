@@ -66,7 +66,12 @@ def user_location(sloc: Any) -> str:
     it names code made at run time (``<string>:1 in <lambda>``, as a strict trace's guards may):
     no line the user can open."""
     user = (getattr(sloc, "maybe_user_loc", None) or "").strip()
-    return "" if user.startswith("<") else user
+    return "" if user.startswith(_GENERATED) else user
+
+
+# file names of code made at run time: exec/eval'd text and fx's generated forwards (a user's
+# ``<stdin>`` or notebook cell is a real line and stays)
+_GENERATED = ("<string>", "<eval_with_key")
 
 
 def where_text(sloc: Any) -> str:
@@ -77,9 +82,10 @@ def where_text(sloc: Any) -> str:
     if user:
         return f" (at {user})"
     frame = getattr(sloc, "framework_loc", None)
-    # code made at run time (``<string>``, fx's ``<eval_with_key>``: a strict trace's generated
-    # functions) is no line the user can open: no location rather than that one
-    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith("<") and not in_framework(sloc):
+    # code made at run time (a strict trace's generated functions) is no line the user can open:
+    # no location rather than that one
+    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith(_GENERATED) \
+            and not in_framework(sloc):
         code = f": {frame.line.strip()}" if frame.line else ""
         return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
     return ""
