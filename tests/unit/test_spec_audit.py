@@ -238,3 +238,21 @@ def test_a_line_typed_at_the_prompt_is_still_told():
                  "<stdin>", "exec"), namespace)
     with pytest.raises(ConstraintViolationError, match=r"\(at <stdin>:3 in forward"):
         graphcap.export(namespace["Grid"](), (torch.randn(12),), dynamic_shapes=({0: Dim.DYNAMIC},))
+
+
+@pytest.mark.parametrize("make, torch_type", [
+    (lambda: Dim("b", min=4, max=4), AssertionError),
+    (lambda: Dim("b", min=8, max=2), AssertionError),
+    (lambda: Dim("b b"), AssertionError),
+    (lambda: Dim("b") * 0, NotImplementedError),
+    (lambda: 3 - Dim("b"), NotImplementedError),
+    (lambda: Dim("b") + Dim("c"), NotImplementedError),
+    (lambda: Dim("b") // 2, TypeError),
+])
+def test_dim_mistakes_are_also_the_class_torchs_dim_raises(make, torch_type):
+    """torch.export's Dim raises AssertionError for bad bounds or names, NotImplementedError for
+    arithmetic no derived dim expresses, TypeError for ``//``; graphcap's errors are those classes
+    too (and ExportInputErrors with a fix), so code catching torch's catches graphcap's."""
+    with pytest.raises(torch_type) as info:
+        make()
+    assert isinstance(info.value, graphcap.ExportInputError) and info.value.fix
