@@ -12,7 +12,8 @@ constraint violation with suggested fixes: the fixes are applied with each libra
 
     name | gc: <verdict> | te: <verdict> [| gc-strict | te-strict]
 
-Run: PYTHONPATH=src python bench/probes/spec_audit.py [name-substring ...] [-v]
+Run: PYTHONPATH=src python bench/probes/spec_audit.py [name-substring ...] [-v] [--torch-dims]
+(``--torch-dims``: graphcap with its own Dim against graphcap with torch.export's Dim objects)
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def _call(mod: Any, p: Probe, args: tuple[Any, ...]) -> Any:
 def _run(side: str, p: Probe, spec_maker: Callable[[Any], Any] | None = None) -> str:
     gc = side.startswith("gc")
     export = graphcap.export if gc else te.export
-    Dim = graphcap.Dim if gc else te.Dim
+    Dim = graphcap.Dim if gc and not side.startswith("gc-tdim") else te.Dim  # gc-tdim: graphcap, torch's Dim
     strict = side.endswith("strict")
     model = _Star() if p.f is _star else Counted(p.f)
     try:
@@ -527,6 +528,8 @@ def main() -> None:
         if names and not any(n in p.name for n in names):
             continue
         sides = ("gc", "te", "gc-strict", "te-strict") if p.strict else ("gc", "te")
+        if "--torch-dims" in sys.argv:  # graphcap given torch.export's Dim objects: must read as its own
+            sides = ("gc", "gc-tdim")
         print(p.name, " | ".join(f"{s}: {_run(s, p)}" for s in sides), sep=" | ", flush=True)
 
 

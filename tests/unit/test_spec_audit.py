@@ -256,3 +256,30 @@ def test_dim_mistakes_are_also_the_class_torchs_dim_raises(make, torch_type):
     with pytest.raises(torch_type) as info:
         make()
     assert isinstance(info.value, graphcap.ExportInputError) and info.value.fix
+
+
+def test_torchs_additional_inputs_verify_a_graphcap_program():
+    """torch's ``AdditionalInputs.verify(ep)`` checks each example set with torch's own input check
+    on ``ep.module()``, which reads the module's ``range_constraints``; graphcap's module lacked
+    them (AttributeError). torch's verify also needs ``torch.export._unlift`` imported, which its
+    own export does and graphcap's does not: a torch matter, done here by hand."""
+    import copy
+
+    import torch.export as te
+    import torch.export._unlift  # torch's verify reaches it through torch.export
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    sets = te.AdditionalInputs()
+    sets.add((torch.randn(7, 3), torch.randn(7, 3)))
+    sets.add((torch.randn(2, 3), torch.randn(2, 3)))
+    args = (torch.randn(4, 3), torch.randn(4, 3))
+    ep = graphcap.export(Add(), args, dynamic_shapes=sets.dynamic_shapes(Add(), args))
+    sets.verify(ep)
+    assert copy.deepcopy(ep.module()).range_constraints == ep.range_constraints
+    narrow = Dim("b", min=3, max=8)
+    ep = graphcap.export(Add(), args, dynamic_shapes=({0: narrow}, {0: narrow}))
+    with pytest.raises(RuntimeError, match=">= 3, but got 2"):
+        sets.verify(ep)
