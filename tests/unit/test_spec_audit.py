@@ -192,8 +192,9 @@ def test_the_half_size_spec_the_fix_describes_exports():
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_violation_names_no_generated_or_graphcap_code_as_the_users_line(strict):
-    """strict=True told two equated Dims as "(at <string>:1 in <lambda>:)": dynamo's record of a line
-    made at run time. A location is the user's file or none; non-strict still gives the user's line."""
+    """strict=True told two equated Dims as "(at <string>:1 in <lambda>:)", the location of graphcap's
+    replay of dynamo's guards. It gives the user's line, as non-strict does; a generated file is never
+    told as one."""
     class Add(torch.nn.Module):
         def forward(self, x, y):
             return x + y
@@ -203,8 +204,7 @@ def test_a_violation_names_no_generated_or_graphcap_code_as_the_users_line(stric
                         strict=strict)
     text = str(info.value)
     assert "<string>" not in text and "<lambda>" not in text and "graphcap/" not in text.split("Suggested")[0]
-    if not strict:
-        assert "in forward: return x + y" in text
+    assert "in forward: return x + y" in text  # strict: dynamo's record of the line it tied them at
     assert graphcap.refine_dynamic_shapes_from_suggested_fixes(info.value, ({0: Dim("a")}, {0: Dim("b")}))
 
 
@@ -283,3 +283,16 @@ def test_torchs_additional_inputs_verify_a_graphcap_program():
     ep = graphcap.export(Add(), args, dynamic_shapes=({0: narrow}, {0: narrow}))
     with pytest.raises(RuntimeError, match=">= 3, but got 2"):
         sets.verify(ep)
+
+
+def test_strict_specialization_by_an_operator_names_the_users_line():
+    """A Dim that ``view(3, 4)`` fixes under strict=True: dynamo records the operator's frame and the
+    user's line it ran under; the message gives that line, as non-strict does."""
+    class Grid(torch.nn.Module):
+        def forward(self, x):
+            return x.view(3, 4) + 1
+
+    with pytest.raises(ConstraintViolationError) as info:
+        graphcap.export(Grid(), (torch.randn(12),), dynamic_shapes=({0: Dim("b")},), strict=True)
+    assert "only works for b = 12 (at " in str(info.value)
+    assert "in forward: return x.view(3, 4) + 1)" in str(info.value)
