@@ -76,6 +76,24 @@ class ExportInputError(GraphcapError, ValueError):
     """
 
 
+class DimArithmeticError(ExportInputError, TypeError, NotImplementedError):
+    """Arithmetic on a ``Dim`` that no derived dim can express (``d // 2``, ``d % 3``, ``d / 2``,
+    ``d * 0``, ``3 - d``, ``d + other_dim``).
+
+    Also a ``TypeError`` and a ``NotImplementedError``, the types torch.export's ``Dim`` raises for
+    these (the first for ``//``, ``/``, ``%``, the second for the others), so code written against
+    torch's catches it; the message says how to write the relation as ``a*dim + b``.
+    """
+
+
+class DimDefinitionError(ExportInputError, AssertionError):
+    """A ``Dim`` defined with bounds or a name it cannot have (``min > max``, ``min == max``, a
+    negative ``min``, a name that is not an identifier).
+
+    Also an ``AssertionError``, the type torch.export's ``Dim`` raises for these.
+    """
+
+
 class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture.
 

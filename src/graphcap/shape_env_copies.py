@@ -142,9 +142,9 @@ def general_hints(env: Any, ranges: dict) -> dict:
     for sym, vr in ranges.items():
         if not getattr(sym, "is_Symbol", False) or sym not in values or int(values[sym]) not in (0, 1):
             continue
-        # torch's int_oo says it is finite, so test for a plain integer
-        lowest = max(2, int(vr.lower)) if isinstance(vr.lower, sympy.Integer) else 2
-        if isinstance(vr.upper, sympy.Integer) and int(vr.upper) < lowest:
+        # is_Integer, not is_finite: torch's int_oo (an unbounded Dim.AUTO range) calls itself finite
+        lowest = max(2, int(vr.lower)) if vr.lower.is_Integer else 2
+        if vr.upper.is_Integer and int(vr.upper) < lowest:
             continue
         out[sym] = sympy.Integer(lowest)
     return out

@@ -68,6 +68,10 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
                 raw, sloc = dynamo_private.unreplaced_expr(dyn)  # dynamo specialized it: say where
                 if isinstance(raw, sympy.Symbol) and raw not in mapping:
                     mapping[raw] = _expr(ours)
+            elif isinstance(dyn, torch.SymInt):
+                raw, replaced_at = dynamo_private.unreplaced_expr(dyn)
+                if raw != d:  # dynamo tied this size to another's symbol: where it did so
+                    sloc = replaced_at
             if isinstance(d, sympy.Symbol) and d not in mapping:
                 mapping[d] = _expr(ours)
             else:
@@ -119,17 +123,22 @@ def _user_sloc(sloc: Any, files: set[str]) -> Any:
     as graphcap's: the user's frame, with the full file name found among the graph's stack traces."""
     frame = getattr(sloc, "framework_loc", None)
     frame_file = os.path.abspath(getattr(frame, "filename", "") or "")
-    if in_framework(sloc) and not frame_file.startswith(_DYNAMO_DIR):
-        # an operator's own logic (a meta kernel, a reference, a fake rule of graphcap's) made it, not
-        # a branch of the user's: keep its frame, so graphcap's spec check treats it as the framework's
-        return dynamo_private.user_sloc(frame.filename, frame.lineno, frame.name, frame.line or "")
     text = getattr(sloc, "maybe_user_loc", None)
     match = _DYNAMO_USER_LOC.match(text.strip()) if isinstance(text, str) else None
+    full = None
+    if match is not None:
+        short = match.group("file")
+        full = next((f for f in sorted(files) if f.endswith(short)), None)
+        if full is None:  # not a file of the program's own: torch's (a framework guard) if it is there
+            in_torch = os.path.join(os.path.dirname(torch.__file__), short)
+            full = in_torch if os.path.exists(in_torch) else short
+    if in_framework(sloc) and not frame_file.startswith(_DYNAMO_DIR):
+        # an operator's own logic (a meta kernel, a reference, a fake rule of graphcap's) made it, not
+        # a branch of the user's: keep its frame, so graphcap's spec check treats it as the framework's,
+        # and the user's line it ran under (for messages), as non-strict records both
+        under = (f"{full}:{match.group('line')} in {match.group('fn')}: {match.group('code').strip()}"
+                 if match is not None and full in files else None)
+        return dynamo_private.user_sloc(frame.filename, frame.lineno, frame.name, frame.line or "", under)
     if match is None:
         return sloc
-    short = match.group("file")
-    full = next((f for f in sorted(files) if f.endswith(short)), None)
-    if full is None:  # not a file of the program's own: torch's (a framework guard) if it is there
-        in_torch = os.path.join(os.path.dirname(torch.__file__), short)
-        full = in_torch if os.path.exists(in_torch) else short
     return dynamo_private.user_sloc(full, int(match.group("line")), match.group("fn"), match.group("code").strip())

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from ..torch_private.shapes import guards, replacement_locations, symbol_range_locations, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
-from .guard_words import DimNamer, in_framework, range_words
+from .guard_words import DimNamer, in_framework, range_words, user_location
 from .symbols import SymbolicInputs
 
 
@@ -71,9 +71,9 @@ def _where(sloc: Any) -> str:
     """The user's line of a ShapeEnv source location, without the parentheses of ``where_text``."""
     if sloc is None:
         return ""
-    user = getattr(sloc, "maybe_user_loc", None)
+    user = user_location(sloc)
     if user:
-        return user.strip()
+        return user
     frame = getattr(sloc, "framework_loc", None)
     filename = getattr(frame, "filename", None)
     if filename and not in_framework(sloc):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..errors import ExportInputError
+from ..errors import DimArithmeticError, DimDefinitionError, ExportInputError
 from ..torch_private import pytree
 from ..torch_private.user_specs import is_torch_dim_hint
 from .named_inputs import combined_inputs
@@ -67,14 +67,14 @@ class DimHint:
 def _check_bounds(name: str, lo: Any, hi: Any, one_value_ok: bool = False) -> None:
     for label, v in (("min", lo), ("max", hi)):
         if not isinstance(v, int) or isinstance(v, bool):
-            raise ExportInputError(f"{name}: {label}={v!r} is not an int.",
+            raise DimDefinitionError(f"{name}: {label}={v!r} is not an int.",
                                    where=f"Dim({name!r}, min=..., max=...)",
                                    fix="Give the bounds of a Dim as Python ints.")
     if lo < 0:
-        raise ExportInputError(f"{name}: min={lo} is negative; sizes are never below 0.",
+        raise DimDefinitionError(f"{name}: min={lo} is negative; sizes are never below 0.",
                                where=f"Dim({name!r}, min={lo}, ...)", fix="Use min >= 0.")
     if hi < lo or (hi == lo and not one_value_ok):
-        raise ExportInputError(
+        raise DimDefinitionError(
             f"{name}: max={hi} must be greater than min={lo} (a dynamic dim takes more than one value).",
             where=f"Dim({name!r}, min={lo}, max={hi})",
             fix="Widen the range, or mark the dimension static (Dim.STATIC or the int size).")
@@ -106,7 +106,7 @@ class Dim:
 
     def __init__(self, name: str, *, min: Optional[int] = None, max: Optional[int] = None):
         if not isinstance(name, str) or not name.isidentifier():
-            raise ExportInputError(f"Dim name {name!r} is not a Python identifier.",
+            raise DimDefinitionError(f"Dim name {name!r} is not a Python identifier.",
                                    where=f"Dim({name!r})", fix="Name dims like variables: Dim('batch').")
         lo = 0 if min is None else min
         hi = INT_MAX if max is None else max
@@ -132,15 +132,24 @@ class Dim:
     def __mul__(self, other: int) -> "DerivedDim":
         _int_operand(self, other, "*")
         if other <= 0:
-            raise ExportInputError(f"{self.__name__} * {other}: a derived dim must scale by a positive int.",
+            raise DimArithmeticError(f"{self.__name__} * {other}: a derived dim must scale by a positive int.",
                                    fix="Use a factor >= 1.")
         return self._derive(lambda r: r * other, f"{other}*{self.__name__}")
 
     __rmul__ = __mul__
 
     def __rsub__(self, other: Any):
-        raise ExportInputError(f"{other} - {self.__name__}: a derived dim must grow with its root.",
+        raise DimArithmeticError(f"{other} - {self.__name__}: a derived dim must grow with its root.",
                                fix="Write derived dims as a*dim + b with a >= 1.")
+
+    def __floordiv__(self, other: Any) -> Any:
+        _not_affine(self, "//", other)
+
+    def __truediv__(self, other: Any) -> Any:
+        _not_affine(self, "/", other)
+
+    def __mod__(self, other: Any) -> Any:
+        _not_affine(self, "%", other)
 
     def __repr__(self) -> str:
         if self.max >= INT_MAX:
@@ -148,9 +157,24 @@ class Dim:
         return f"Dim({self.__name__!r}, min={self.min}, max={self.max})"
 
 
+def _not_affine(dim: Any, op: str, other: Any) -> None:
+    """``d // 2`` and the like: refused, with the spec that says the same in ``a*dim + b`` form."""
+    derived = isinstance(dim, DerivedDim)
+    name = f"({dim.__name__})" if derived else dim.__name__
+    root = dim.__name__
+    example = (f"give the smaller size its own Dim and derive the larger: _{root} = Dim('_{root}'), then "
+               f"{other}*_{root} where you wrote {root} and _{root} where you wrote {name} {op} {other}"
+               if op in ("//", "/") and isinstance(other, int) and other > 0 and not derived
+               else "write the sizes as a*dim + b of one Dim, or give each its own Dim")
+    raise DimArithmeticError(
+        f"{name} {op} {other!r}: a derived dim is a*dim + b with ints a >= 1 and b; {op} cannot be one "
+        f"(torch.export refuses it too).",
+        where=f"dynamic_shapes entry {name} {op} {other!r}", fix=example[0].upper() + example[1:] + ".")
+
+
 def _int_operand(dim: Any, other: Any, op: str) -> None:
     if not isinstance(other, int) or isinstance(other, bool):
-        raise ExportInputError(
+        raise DimArithmeticError(
             f"{dim.__name__} {op} {other!r}: derived dims combine a Dim with an int only.",
             fix="Relate two dims by using the same Dim, or a*dim + b with int a and b.")
 
@@ -229,6 +253,9 @@ def as_dim(obj: Any) -> Any:
             root = as_dim(obj.root)
             return DerivedDim(root, obj.fn, name)
         lo, hi = int(obj.min), int(obj.max) if obj.max < INT_MAX else INT_MAX
+        # torch's Dim takes a negative min and its export ranges the size from 0, as a size is;
+        # graphcap's own Dim refuses it, but code written for torch keeps torch's meaning
+        lo = max(lo, 0) if hi >= 0 else lo
         if lo == hi:  # torch's static Dim (min == max)
             return lo
         out = Dim.__new__(Dim)

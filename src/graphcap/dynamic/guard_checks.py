@@ -190,7 +190,7 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     sloc = None
     if slocs is not None:
         sloc = slocs.lower if lo != r.declared.lower else slocs.upper
-    problem = (f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+    problem = (f"Not all values of {r.name} ({_where_dim(r)}) in the specified range "
                f"{range_words(r.name, r.declared)} satisfy the generated guard "
                f"{range_words(r.name, ValueRanges(lo, hi))}: the program needs "
                f"{range_words(r.name, ValueRanges(lo, hi))}{where_text(sloc)}.")
@@ -203,6 +203,19 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
         return
     found.range_problems.append(problem)
     found.fixes[r.name] = fix
+
+
+def _where_dim(r: Any, torch_source: bool = False) -> str:
+    """Where Dim ``r`` is an input size, for a problem's words: the first input dimension that is
+    exactly ``r`` (``*args[0].shape[0]``, or `` = L['x'].size()[0]`` in torch's form); where every
+    use is derived from it (``{0: d + 1}``), the first use with its form (``*args[0].shape[0] is
+    d + 1``): the size there is not ``r`` itself."""
+    use = next((u for u in r.uses if getattr(u.spec, "root", None) is None), None)
+    if use is not None:
+        return f" = {use.source}" if torch_source else use.path
+    use = r.uses[0]
+    form = getattr(use.spec, "__name__", str(use.spec))
+    return f" ({use.source} is {form})" if torch_source else f"{use.path} is {form}"
 
 
 def _check_relations(found: _Findings, prefer_deferred_asserts: bool) -> None:
@@ -249,7 +262,7 @@ def _check_divisibility(found: _Findings, g: Any, sloc: Any, prefer_deferred_ass
     if prefer_deferred_asserts:
         defer_assert(found.env, g, f"the program needs {found.namer(g)}{where_text(sloc)}")
         return True
-    found.problems.append(f"Not all values of {r.name} = {r.uses[0].source} in the specified range "
+    found.problems.append(f"Not all values of {r.name}{_where_dim(r, torch_source=True)} in the specified range "
                           f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}"
                           f"{where_text(sloc)}.")
     found.covered.add(r.symbol)
@@ -290,7 +303,7 @@ def _check_bound(found: _Findings, g: Any, sym: Any, sloc: Any) -> bool:
     found.reported.add(g)
     found.covered.add(sym)
     need = r.declared & bound if ranges_meet(r.declared, bound) else bound
-    found.problems.append(f"Not all values of {r.name} ({r.uses[0].path}) in the specified range "
+    found.problems.append(f"Not all values of {r.name} ({_where_dim(r)}) in the specified range "
                           f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}: "
                           f"the program needs "
                           f"{range_words(r.name, need)}{where_text(sloc)}.")

@@ -48,23 +48,44 @@ def constraint_violation(names: Iterable[str], problems: list[str], fixes: Itera
     listing = "\n".join(f"  - {p}" for p in problems)
     fix_lines = list(fixes)
     suggested = ("\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in fix_lines)) if fix_lines else ""
+    # only Dim.DYNAMIC dims the program fixed: nothing for the refine helper to apply
+    how = ("Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
+           "dynamic_shapes) does it for you)" + advice) if fix_lines else (
+        "Mark each dim listed Dim.STATIC, or Dim.AUTO to let export fix it, or change the code that fixes "
+        "it; with AdditionalInputs (every dim that varies across its example sets is Dim.DYNAMIC), leave "
+        "out the example sets whose sizes differ there.")
     return ConstraintViolationError(
         f"Constraints violated ({', '.join(names)})! The program does not work for every size the "
         f"dynamic_shapes spec allows:\n{listing}",
         where="export(..., dynamic_shapes=...)",
-        fix="Change the spec as suggested (graphcap.refine_dynamic_shapes_from_suggested_fixes(str(e), "
-            "dynamic_shapes) does it for you)" + advice + suggested)
+        fix=how + suggested)
+
+
+def user_location(sloc: Any) -> str:
+    """torch's record of the user line a guard came from (``file:line in fn: code``), or "" where
+    it names code made at run time (``<string>:1 in <lambda>``, as a strict trace's guards may):
+    no line the user can open."""
+    user = (getattr(sloc, "maybe_user_loc", None) or "").strip()
+    return "" if user.startswith(_GENERATED) else user
+
+
+# file names of code made at run time: exec/eval'd text and fx's generated forwards (a user's
+# ``<stdin>`` or notebook cell is a real line and stays)
+_GENERATED = ("<string>", "<eval_with_key")
 
 
 def where_text(sloc: Any) -> str:
     """The user source line of a guard, as `` (at file:line in fn: code)``."""
     if sloc is None:
         return ""
-    user = getattr(sloc, "maybe_user_loc", None)
+    user = user_location(sloc)
     if user:
-        return f" (at {user.strip()})"
+        return f" (at {user})"
     frame = getattr(sloc, "framework_loc", None)
-    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith(_TORCH_DIR):
+    # code made at run time (a strict trace's generated functions) is no line the user can open:
+    # no location rather than that one
+    if isinstance(frame, traceback.FrameSummary) and not frame.filename.startswith(_GENERATED) \
+            and not in_framework(sloc):
         code = f": {frame.line.strip()}" if frame.line else ""
         return f" (at {frame.filename}:{frame.lineno} in {frame.name}{code})"
     return ""

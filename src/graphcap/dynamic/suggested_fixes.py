@@ -128,10 +128,13 @@ def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) ->
             root = new[d.root.__name__]
             if isinstance(root, int):
                 return int(d.fn(root))
-            return DerivedDim(root.root if isinstance(root, DerivedDim) else root,
-                              (lambda f, g: (lambda r: f(g(r))))(d.fn, root.fn) if isinstance(root, DerivedDim)
-                              else d.fn, d.__name__.replace(d.root.__name__, root.__name__)
-                              if not isinstance(root, DerivedDim) else d.__name__)
+            # the derived dim's text with its root's name written as what replaces it: ``d + 1``
+            # with ``d = 3*_d - 1`` is ``(3*_d - 1) + 1``, as printed specs read
+            with_root = root.__name__ if not isinstance(root, DerivedDim) else f"({root.__name__})"
+            name = re.sub(rf"\b{re.escape(d.root.__name__)}\b", lambda _m: with_root, d.__name__)
+            if isinstance(root, DerivedDim):
+                return DerivedDim(root.root, (lambda f, g: (lambda r: f(g(r))))(d.fn, root.fn), name)
+            return DerivedDim(root, d.fn, name)
         if isinstance(d, Dim) and not isinstance(d, DerivedDim) and d.__name__ in new:
             return new[d.__name__]
         return x

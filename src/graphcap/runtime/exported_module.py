@@ -87,6 +87,7 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
     # set by build_module (and carried by __deepcopy__); declared for the type checker only
     _checker: InputChecker
     _leaf_checks_in_hook: bool
+    range_constraints: dict[Any, Any]  # the program's, as torch's unlifted module carries them
     _constant_fqns: list[str]
     graphcap_assert_messages: Optional[AssertExplainer]
 
@@ -130,6 +131,7 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         guards = getattr(new, "_guards_fn", None)
         new._checker = guards.checker if isinstance(guards, InputGuards) else copy.deepcopy(self._checker, memo)
         new._leaf_checks_in_hook = self._leaf_checks_in_hook
+        new.range_constraints = dict(getattr(self, "range_constraints", {}))
         new.graphcap_assert_messages = getattr(self, "graphcap_assert_messages", None)
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
         return new
@@ -245,6 +247,8 @@ def build_module(ep: Any, guards_in_graph: bool = True) -> ExportedModule:
     constant_fqns = [s.target for s in sig.input_specs if s.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)]
     _settle_constants(module, constant_fqns + _install_constant_aliases(module, ep, constant_fqns))
     module._checker = checker
+    # as on torch's unlifted module, where torch's own input checks read it (AdditionalInputs.verify)
+    module.range_constraints = dict(ep.range_constraints)
     module.graphcap_assert_messages = explanations(ep)  # a failed runtime assert in the user's terms
     module._leaf_checks_in_hook = not any(n.op == "call_module" and n.target == "_guards_fn" for n in graph.nodes)
     module.register_forward_pre_hook(_check_structure, with_kwargs=True)

@@ -312,6 +312,13 @@ class InputChecker:
         """A symbol as the user named it (graphcap.dynamic.symbol_names), for messages."""
         return self._names.get(sym, str(sym))
 
+    def _named(self, expr: Any) -> str:
+        """An expression of symbols as the user writes it, for messages: ``2*s77 + 1`` -> ``2*d + 1``
+        (the spec's Dim names; a symbol without one keeps its own)."""
+        if not isinstance(expr, sympy.Basic):
+            return str(expr)
+        return str(expr.xreplace({s: sympy.Symbol(self._name_of(s)) for s in expr.free_symbols}))
+
     def _check_tensor(self, leaf: _TensorLeaf, value: Any, bindings: dict[Any, Any], sources: dict[Any, str],
                       deferred: list[tuple[_TensorLeaf, int, Any, Any]], exprs: dict[Any, Any]) -> None:
         if not isinstance(value, torch.Tensor):
@@ -382,7 +389,7 @@ class InputChecker:
                 raise InputGuardError(
                     guards.with_guard(f"Expected input at {path} to be equal to {size}, but got {got}",
                                       f"{source} == {earlier}"),
-                    fix=f"This dimension is {expr} in the exported program, as an earlier input's is; "
+                    fix=f"This dimension is {self._named(expr)} in the exported program, as an earlier input's is; "
                         f"the sizes must agree.")
         else:
             exprs[expr] = (source, got)
@@ -428,17 +435,17 @@ class InputChecker:
             scale, offset = form
             if (got - offset) % abs(scale) != 0:
                 raise InputGuardError(
-                    guards.with_guard(f"Expected input at {path} to be of the form {expr}, but got {got}",
+                    guards.with_guard(f"Expected input at {path} to be of the form {self._named(expr)}, but got {got}",
                                       _form_condition(source, expr, root)),
-                    fix=f"Choose a size that {expr} can take for an integer {root}.")
+                    fix=f"Choose a size that {self._named(expr)} can take for an integer {self._name_of(root)}.")
             bindings[root] = (got - offset) // scale
             return
         roots = list(expr.free_symbols)
         form = _linear(expr, roots[0]) if len(roots) == 1 else None
         if form is not None and got != form[0] * bindings[roots[0]] + form[1]:
             raise InputGuardError(
-                f"Expected input at {path} to be equal to {expr}, but got {got}",
-                fix=f"This dimension is {expr} in the exported program.")
+                f"Expected input at {path} to be equal to {self._named(expr)}, but got {got}",
+                fix=f"This dimension is {self._named(expr)} in the exported program.")
 
     def _check_derived(self, leaf: _TensorLeaf, dim: int, expr: Any, got: int, bindings: dict[Any, Any],
                        sources: dict[Any, str]) -> None:
@@ -449,9 +456,9 @@ class InputChecker:
             solved = sympy.solve(sympy.Eq(expr, got), root)
             if len(solved) != 1 or not solved[0].is_integer:
                 raise InputGuardError(
-                    guards.with_guard(f"Expected input at {path} to be of the form {expr}, but got {got}",
+                    guards.with_guard(f"Expected input at {path} to be of the form {self._named(expr)}, but got {got}",
                                       _form_condition(source, expr, root)),
-                    fix=f"Choose a size that {expr} can take for an integer {root}.")
+                    fix=f"Choose a size that {self._named(expr)} can take for an integer {self._name_of(root)}.")
             bindings[root] = int(solved[0])
             self._check_range(path, source, root, int(solved[0]))
         want = int(expr.subs(bindings))
@@ -462,7 +469,7 @@ class InputChecker:
             raise InputGuardError(
                 phrase(f"Expected input at {path} to be equal to {want}, but got {got}",
                        f"{guards.expr_condition(expr, sources)} == {source}"),
-                fix=f"This dimension is {expr} in the exported program.")
+                fix=f"This dimension is {self._named(expr)} in the exported program.")
 
 
 def _described(value: Any) -> str:

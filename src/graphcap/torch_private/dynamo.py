@@ -345,12 +345,14 @@ def add_guard(shape_env: Any, expr: Any, sloc: Any = None) -> None:
             bounds.upper = sloc
 
 
-def user_sloc(filename: str, lineno: int, name: str, code: str) -> Any:
-    """A guard location naming a user line the way graphcap's own guards do (a frame, no text)."""
+def user_sloc(filename: str, lineno: int, name: str, code: str, user_line: Any = None) -> Any:
+    """A guard location naming a line the way graphcap's own guards do (a frame); ``user_line``
+    (``file:line in fn: code``) is the user's line beside a framework frame, as torch records an
+    operator's guard made under a user's line."""
     import traceback
 
     from .shapes import SLoc
-    return SLoc(traceback.FrameSummary(filename, lineno, name, line=code), None)
+    return SLoc(traceback.FrameSummary(filename, lineno, name, line=code), user_line)
 
 
 def unreplaced_expr(size: Any) -> tuple[Any, Any]:
