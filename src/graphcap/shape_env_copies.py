@@ -16,7 +16,7 @@ device, ``requires_grad``), one new value per old one.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 import torch.fx
@@ -128,14 +128,16 @@ class ValueMover:
         return int(hinted) if hinted.is_Integer else value.node.hint
 
 
-def general_hints(env: Any, ranges: dict) -> dict:
+def general_hints(env: Any, ranges: dict, conditions: Iterable[Any] = ()) -> dict:
     """For each symbol of ``ranges`` whose example is 0 or 1 and whose range goes past 1: the
     example value 2, or the range's lowest value above 1.
 
     A retrace that asks a size question its kernels answer from the example (a reshape deciding
     between a view and a copy, a decomposition's special case for size 1) then takes the path of
     the general size, as it does for a program exported at size 2, instead of one valid only at
-    the example's 0 or 1."""
+    the example's 0 or 1. ``conditions`` (the program's runtime asserts) must hold for the new
+    examples as they do for the old: a symbol tied to another (``Eq(x, y - 4)``) keeps its own
+    example, as do the others of a condition the new ones would break."""
     import sympy
     values = example_values(env)
     out = {}
@@ -147,6 +149,14 @@ def general_hints(env: Any, ranges: dict) -> dict:
         if vr.upper.is_Integer and int(vr.upper) < lowest:
             continue
         out[sym] = sympy.Integer(lowest)
+    conditions = [c for c in conditions if isinstance(c, sympy.Basic)]
+    while out:
+        broken = next((c for c in conditions if c.free_symbols & out.keys()
+                       and c.xreplace({**values, **out}) is not sympy.true), None)
+        if broken is None:
+            break
+        for sym in broken.free_symbols:
+            out.pop(sym, None)
     return out
 
 

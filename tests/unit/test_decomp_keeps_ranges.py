@@ -113,3 +113,36 @@ def test_what_export_already_knew_is_no_narrowing():
     for m, n in [(4, 3), (5, 5), (6, 1), (2, 2)]:
         args = (torch.randn(2, m), torch.randn(2, n))
         torch.testing.assert_close(decomposed.module()(*args), FillPrefix()(*args))
+
+
+class OffByFour(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y[4:]
+
+
+def test_a_relation_the_program_asserts_is_no_narrowing():
+    """Replaying the program's own assert ``x.shape[0] == y.shape[0] - 4`` settles y as x + 4 in
+    the retrace: nothing the program accepted is lost."""
+    spec = {"x": (Dim.AUTO,), "y": (Dim.AUTO,)}
+    ep = graphcap.export(OffByFour(), (torch.randn(3), torch.randn(7)), dynamic_shapes=spec)
+    decomposed = ep.run_decompositions()
+    for k in (0, 1, 2, 7):
+        args = (torch.randn(k), torch.randn(k + 4))
+        torch.testing.assert_close(decomposed.module()(*args), OffByFour()(*args))
+    with pytest.raises(Exception, match="4"):  # sizes the program's assert refuses
+        decomposed.module()(torch.randn(3), torch.randn(8))
+
+
+def test_tied_sizes_exported_at_one_are_refused_not_narrowed():
+    """x tied to y by an assert keeps its example 1 (the example 2 would break the assert), and the
+    retrace settles x = 1: refused, naming the sizes, where the result used to hold them at 1 and 5."""
+    spec = {"x": (Dim.AUTO,), "y": (Dim.AUTO,)}
+    ep = graphcap.export(OffByFour(), (torch.randn(1), torch.randn(5)), dynamic_shapes=spec)
+    try:
+        decomposed = ep.run_decompositions()
+    except UnsupportedError as e:
+        assert "x.shape[0] = 1" in str(e)
+        return
+    for k in (0, 1, 2, 7):  # or, where the retrace keeps them open, every size works
+        args = (torch.randn(k), torch.randn(k + 4))
+        torch.testing.assert_close(decomposed.module()(*args), OffByFour()(*args))

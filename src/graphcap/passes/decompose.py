@@ -336,7 +336,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     fake_mode = own_fake_mode(fake_mode_of_graph(gm))
     # sizes exported at 0 or 1 are retraced with an example of 2: a kernel's size question (a
     # reshape's view-or-copy) then takes the general path, valid at every size of the range
-    move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints))
+    move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints, _asserted(gm)))
     fake_args = [move(p.meta.get("val")) for p in placeholders]
 
     # every graph the retrace replays: the top one and those of its regions and branches
@@ -441,6 +441,36 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     return unalias_outputs_pass(new_ep)
 
 
+def _implied(sym: Any, value: Any, asserted: list) -> bool:
+    """Whether ``sym == value`` is one of the program's own runtime asserts (``Eq(x, y - 4)`` read
+    as ``y = x + 4``): the retrace replaying the assert learns it, which narrows nothing."""
+    import sympy
+    for cond in asserted:
+        if sym not in cond.free_symbols:
+            continue
+        replaced = cond.xreplace({sym: value})
+        sizes = {s: sympy.Symbol(s.name, integer=True, nonnegative=True) for s in replaced.free_symbols}
+        # torch's own Min/Max do not simplify: sympy's do, with sizes >= 0 (Min(4, s + 4) is 4)
+        plain = replaced.xreplace(sizes).replace(
+            lambda e: type(e).__name__ in ("Min", "Max") and type(e).__module__.startswith("torch"),
+            lambda e: (sympy.Min if type(e).__name__ == "Min" else sympy.Max)(*e.args))
+        if sympy.simplify(plain) is sympy.true:
+            return True
+    return False
+
+
+def _asserted(gm: torch.fx.GraphModule) -> list:
+    """The conditions the program asserts at run time (``_assert_scalar`` nodes), as expressions."""
+    out = []
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            for node in sub.graph.find_nodes(op="call_function", target=torch.ops.aten._assert_scalar.default):
+                cond = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+                if isinstance(cond, torch.SymBool):
+                    out.append(cond.node.expr)
+    return out
+
+
 def _bindings_renamed(new_gm: torch.fx.GraphModule, env: Any) -> None:
     """Each node's ``unbacked_bindings`` in the names the replay gave its fresh symbols back
     (:meth:`_Replay.run_node`): ``{u2: ()}`` becomes the program's ``{u0: ()}``."""
@@ -500,14 +530,17 @@ def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, kno
     The retrace asks its questions on the program's symbols; one that settles a symbol (to the
     example's size, or to another symbol) would make the result's inputs hold that size:
     ``module()`` would refuse sizes the program takes although its range constraints list them.
-    Better an error naming the decision than a narrower program. (A guard that only bounds or
+    Better an error naming the decision than a narrower program; a settlement the program's own
+    runtime asserts state (``Eq(x, y - 4)``) is none. (A guard that only bounds or
     excludes a size, ``Ne(s, 1)`` or ``s >= 2``, is left: the decomposed code is the same on both
     sides of it in torch's decompositions, as a view of an expanded tensor is.)"""
     env = fake_mode.shape_env
     guards_before, before = known_before
     if env is None or not before:
         return
-    narrowed = [f"{sym} = {env.replace(sym)}" for sym, replaced in before.items() if env.replace(sym) != replaced]
+    asserted = _asserted(ep.graph_module)
+    narrowed = [f"{sym} = {env.replace(sym)}" for sym, replaced in before.items()
+                if env.replace(sym) != replaced and not _implied(sym, env.replace(sym), asserted)]
     if not narrowed:
         return
     names = dim_names(ep)
