@@ -294,3 +294,30 @@ def test_an_entry_is_the_composite_kernel_and_computes_the_operator():
     x, w, b = torch.randn(2, 4), torch.randn(3, 4), torch.randn(3)
     torch.testing.assert_close(table[aten.linear.default](x, w, b), nn.functional.linear(x, w, b))
     assert table[aten.lstm.input] is aten.lstm.input.py_kernels[torch._C.DispatchKey.CompositeImplicitAutograd]
+
+
+def test_item_kept_whole_after_torch_export_decomposed_something():
+    """torch.export's run_decompositions removes aten.item's fake rule when it is done (it patches
+    the rules of the composites it keeps, then removes each); graphcap's retrace that keeps item
+    whole puts the rule back for itself and leaves the registry as it found it."""
+    from torch._subclasses import fake_impls
+
+    class Sine(torch.nn.Module):
+        def forward(self, x):
+            return x.sin()
+
+    class ReadsAValue(torch.nn.Module):
+        def forward(self, x, n):
+            k = n.item()
+            torch._check(k >= 1)
+            return torch.zeros(k).sum() + x.sum()
+
+    torch.export.export(Sine(), (torch.randn(2),)).run_decompositions()
+    had_rule = torch.ops.aten.item.default in fake_impls.op_implementations_dict
+    ep = graphcap.export(ReadsAValue(), (torch.randn(3), torch.tensor(2)))
+    for table in ({}, None):
+        decomposed = ep.run_decompositions(table)
+        for k in (1, 4):
+            x = torch.randn(3)
+            torch.testing.assert_close(decomposed.module()(x, torch.tensor(k)), ReadsAValue()(x, torch.tensor(k)))
+    assert (torch.ops.aten.item.default in fake_impls.op_implementations_dict) == had_rule

@@ -52,7 +52,7 @@ from ..signature import (
 )
 from ..torch_private import functional, pytree
 from ..torch_private.dispatch import backend_kernels_off_for_a_retrace, enable_python_dispatcher, set_grad_enabled
-from ..torch_private.fake import FakeTensorMode, one_argument_where_decomposed
+from ..torch_private.fake import FakeTensorMode, item_rule_present, one_argument_where_decomposed
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload, schema_of
@@ -373,7 +373,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
-                    one_argument_where_decomposed(), code_generated_on_first_use(), \
+                    one_argument_where_decomposed(), item_rule_present(), code_generated_on_first_use(), \
                     functional.triton_ops_decomposed(decompose_custom_triton_ops), \
                     backend_kernels_off_for_a_retrace():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)

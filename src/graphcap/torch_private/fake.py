@@ -571,6 +571,37 @@ def one_argument_where_decomposed() -> Iterator[None]:
         yield
 
 
+# --- aten.item's fake rule, where torch.export's run_decompositions removed it ---------------------
+
+@contextlib.contextmanager
+def item_rule_present() -> Iterator[None]:
+    """Within the block, fake tensors compute ``aten.item`` kept whole (a table that decomposes
+    nothing) as torch registers it at import: a new data-dependent value, the rule of
+    ``aten._local_scalar_dense``.
+
+    torch.export's ``run_decompositions`` (2.14) patches the fake rules of the composites it keeps
+    and, when done, removes the rule of each of them, ``aten.item``'s own included: after any
+    torch.export decomposition in the process, graphcap's ``run_decompositions({})`` of a program
+    calling ``.item()`` failed ("DataDependentOutputException: aten.item.default"). Where the rule
+    is missing it is put back for the block and removed after (the process is left as found).
+
+    Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (fake rules by operator,
+    read at each call).
+    """
+    from torch._subclasses import fake_impls
+    table = fake_impls.op_implementations_dict
+    item, scalar = torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default
+    if item in table or scalar not in table:
+        yield
+        return
+    table[item] = table[scalar]
+    try:
+        yield
+    finally:
+        if table.get(item) is table.get(scalar):
+            table.pop(item, None)
+
+
 # --- aten.embedding with meta weights and real indices (torch 2.13 on) ----------------------------
 
 # the first torch release whose fake tensors run aten.embedding on weights on the meta device and
