@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import graphcap
-from conftest import assert_same_outputs, save_load
+from conftest import TORCH_LINE, assert_same_outputs, save_load
 from graphcap.errors import InputGuardError, InputStructureError
 
 MODES = [pytest.param(False, id="non-strict"), pytest.param(True, id="strict")]
@@ -271,7 +271,9 @@ def keyless_box():
     private_pytree.deregister_python_node(KeylessBox)
 
 
-@pytest.mark.parametrize("strict", MODES)
+@pytest.mark.parametrize("strict", [MODES[0], pytest.param(True, id="strict", marks=pytest.mark.skipif(
+    TORCH_LINE < (2, 11), reason="torch 2.10: dynamo's export flattens the output of a class registered "
+    "without keys through a stand-in object that has none of its attributes (AttributeError)"))])
 def test_a_class_registered_without_keys_is_an_input_and_an_output(keyless_box, strict):
     class Swap(torch.nn.Module):
         def forward(self, box, k):
