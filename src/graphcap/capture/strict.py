@@ -42,7 +42,7 @@ from ..torch_private import fx as fx_private
 from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
-from ..trace import recorder
+from ..trace import fakify, recorder
 from ..trace.module_paths import call_key, call_name_of_key
 from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 
@@ -179,24 +179,16 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
 
 def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> tuple[tuple, dict, list]:
     """``(args, kwargs, leaves)`` with each tensor passed again (``f(x, x)``) replaced by an alias of
-    it (same storage, no copy): dynamo makes one graph input of one tensor object, which would
-    leave the program reading both inputs from one placeholder (non-strict's fakes are distinct
-    for the same reason: ``graphcap.trace.fakify.distinct_leaves``)."""
+    it (``fakify.distinct_leaves``): dynamo makes one graph input of one tensor object, which would
+    leave the program reading both inputs from one placeholder, as non-strict's fakes would."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     if len(leaves) != len(user_leaves):
         return args, kwargs, user_leaves  # inputs regrouped (modules among them)
-    seen: set[int] = set()
-    changed = False
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, torch.Tensor):
-            if id(leaf) in seen:
-                leaves[i] = torch.ops.aten.alias.default(leaf)
-                changed = True
-            seen.add(id(leaves[i]))
-    if not changed:
+    distinct = fakify.distinct_leaves(leaves)
+    if all(a is b for a, b in zip(distinct, leaves)):
         return args, kwargs, user_leaves
-    args, kwargs = pytree.tree_unflatten(leaves, spec)
-    return args, kwargs, leaves
+    args, kwargs = pytree.tree_unflatten(distinct, spec)
+    return args, kwargs, distinct
 
 
 def _dynamic_ints_left_symbolic(args: tuple, kwargs: dict, user_leaves: list, fake_user: list) -> tuple:

@@ -336,7 +336,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     fake_mode = own_fake_mode(fake_mode_of_graph(gm))
     # sizes exported at 0 or 1 are retraced with an example of 2: a kernel's size question (a
     # reshape's view-or-copy) then takes the general path, valid at every size of the range
-    move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints, _asserted(gm)))
+    asserted = _asserted(gm)  # the program's runtime asserts: what the new examples must keep true
+    move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints, asserted))
     fake_args = [move(p.meta.get("val")) for p in placeholders]
 
     # every graph the retrace replays: the top one and those of its regions and branches
@@ -395,7 +396,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     new_gm = trace(functionalize=functionalize)
     if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
-    _check_no_range_narrowed(ep, fake_mode, known_before)
+    _check_no_range_narrowed(ep, fake_mode, known_before, asserted)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -524,7 +525,8 @@ def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int
                                      if getattr(sym, "is_Symbol", False)}
 
 
-def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict]) -> None:
+def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict],
+                             asserted: list) -> None:
     """Refuse a retrace that fixed a size the program leaves open.
 
     The retrace asks its questions on the program's symbols; one that settles a symbol (to the
@@ -538,7 +540,6 @@ def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, kno
     guards_before, before = known_before
     if env is None or not before:
         return
-    asserted = _asserted(ep.graph_module)
     narrowed = [f"{sym} = {env.replace(sym)}" for sym, replaced in before.items()
                 if env.replace(sym) != replaced and not _implied(sym, env.replace(sym), asserted)]
     if not narrowed:

@@ -146,7 +146,9 @@ class InputChecker:
     def check_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse inputs whose containers, counts or keys differ from the exported ones
         (keys of a dict may come in any order: they are read by key)."""
-        args, kwargs = self.regrouped(args, kwargs)
+        self._check_regrouped_structure(*self.regrouped(args, kwargs))
+
+    def _check_regrouped_structure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         spec = other_structure(args, kwargs, self._in_spec)
         if spec is None:
             return
@@ -168,8 +170,8 @@ class InputChecker:
 
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""
-        self.check_structure(args, kwargs)
         args, kwargs = self.regrouped(args, kwargs)
+        self._check_regrouped_structure(args, kwargs)
         return auto_flatten.flatten_by_spec((tuple(args), dict(kwargs)), self._in_spec)
 
     def regrouped(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
