@@ -56,7 +56,8 @@ def test_state_lives_at_its_fqns_and_constants_are_plain_attributes():
     assert getattr(m, const_fqn).dtype == torch.float64
 
 
-def test_running_matches_eager_and_leaves_the_program_unchanged():
+def test_running_matches_eager_and_updates_the_programs_state():
+    """module() holds the program's own buffers, as torch's does: a run updates ep.state_dict."""
     model = Model()
     ep = _export(copy.deepcopy(model))
     m = ep.module()
@@ -65,8 +66,8 @@ def test_running_matches_eager_and_leaves_the_program_unchanged():
         expected, got = model(*args, **kwargs), m(*args, **kwargs)
         torch.testing.assert_close(got, expected)
         assert isinstance(got, dict) and isinstance(got["steps"], list)
-    assert torch.equal(ep.state_dict["steps"], torch.zeros(3))
-    assert torch.equal(m.steps, torch.full((3,), 2.0))
+    assert m.steps is ep.state_dict["steps"]
+    assert torch.equal(ep.state_dict["steps"], torch.full((3,), 2.0))
 
 
 def test_inference_ir_updates_are_copy_nodes_in_the_graph():
@@ -76,7 +77,7 @@ def test_inference_ir_updates_are_copy_nodes_in_the_graph():
     assert [c.args[0].target for c in copies] == ["steps"]
     args, kwargs = _inputs()
     m(*args, **kwargs)
-    assert torch.equal(m.steps, torch.ones(3)) and torch.equal(ep.state_dict["steps"], torch.zeros(3))
+    assert torch.equal(m.steps, torch.ones(3)) and m.steps is ep.state_dict["steps"]
 
 
 def test_graph_edits_take_effect_after_recompile():
@@ -94,11 +95,13 @@ def test_graph_edits_take_effect_after_recompile():
 def test_reexport_keeps_state_as_state():
     ep = _export()
     args, kwargs = _inputs()
+    expected = copy.deepcopy(ep.module())(*args, **kwargs)  # a copy: the runs below update ep's state
     ep2 = graphcap.export(ep.module(), args, kwargs)
     sig = ep2.graph_signature
     assert sig.parameters == ("lin.weight", "lin.bias") and sig.buffers == ("steps",)
     assert [s.arg.name for s in sig.input_specs if s.kind is graphcap.InputKind.USER_INPUT] == ["x", "scale"]
-    torch.testing.assert_close(ep2.module()(*args, **kwargs), ep.module()(*args, **kwargs))
+    torch.testing.assert_close(ep2.module()(*args, **kwargs), expected)
+    assert ep2.state_dict["steps"] is ep.state_dict["steps"]  # the re-export holds the same state
 
 
 def test_errors_are_graphcaps_and_torchs_types():
@@ -156,15 +159,17 @@ def test_wider_integers_accepted_only_when_the_program_names_no_dtype():
         m(torch.ones(3, dtype=torch.int32))
 
 
-def test_module_calls_from_threads_are_independent():
+def test_module_copies_run_from_threads_independently():
+    """A thread that needs state of its own runs a copy (``copy.deepcopy``), as with torch's module()."""
     ep = _export()
     args, kwargs = _inputs()
-    expected = ep.module()(*args, **kwargs)
+    shared = ep.module()
+    expected = copy.deepcopy(shared)(*args, **kwargs)
     results, errors = [], []
 
     def work():
         try:
-            results.append(ep.module()(*args, **kwargs))
+            results.append(copy.deepcopy(shared)(*args, **kwargs))
         except Exception as e:  # reported below
             errors.append(e)
 
@@ -176,6 +181,7 @@ def test_module_calls_from_threads_are_independent():
     assert not errors and len(results) == 4
     for r in results:
         torch.testing.assert_close(r, expected)
+    assert torch.equal(ep.state_dict["steps"], torch.zeros(3))
 
 
 def test_check_guards_false_checks_in_the_pre_hook_instead():

@@ -40,7 +40,6 @@ from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
 from ..torch_private.fx import set_pytree_codegen
 from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
-from ..trace.mutations import written_placeholders
 from .input_checks import InputChecker
 
 _STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ)
@@ -265,29 +264,22 @@ def _record_provenance(program_graph: torch.fx.Graph, copy_graph: torch.fx.Graph
 
 
 def _install_state(root: torch.nn.Module, ep: Any) -> None:
-    """Parameters and buffers at their FQNs; constants as plain attributes."""
+    """Parameters and buffers at their FQNs; constants as plain attributes.
+
+    The module holds the program's own tensors, not copies, as torch.export's ``module()`` does:
+    what a run updates is updated in ``ep.state_dict`` (and in the exported model, whose tensors
+    the program holds), so programs exported from one model's methods share its state, as the
+    methods do in eager, and a large cache the program writes is never held twice."""
     sig = ep.graph_signature
-    updated = {s.target for s in sig.output_specs
-               if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
-    # the training IR writes its buffers (and parameters, under no_grad) in place in the graph, with no output saying so
-    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
-    written = set(written_placeholders(ep.graph_module.graph))
-    updated |= {s.target for s, n in zip(sig.input_specs, placeholders) if n in written}
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER:
             value = ep.state_dict[spec.target]
-            if spec.target in updated:  # written in place under no_grad: the module's own copy, as for buffers
-                param = torch.nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
-            else:
-                param = value if isinstance(value, torch.nn.Parameter) else \
-                    torch.nn.Parameter(value, requires_grad=value.requires_grad)
+            param = value if isinstance(value, torch.nn.Parameter) else \
+                torch.nn.Parameter(value, requires_grad=value.requires_grad)
             _install(root, spec.target, param)
         elif spec.kind is InputKind.BUFFER:
             store = ep.constants if spec.persistent is False else ep.state_dict
-            value = store[spec.target]
-            # The module gets its own copy of what the program updates.
-            _install(root, spec.target, value.clone() if spec.target in updated else value,
-                     buffer=True, persistent=spec.persistent is not False)
+            _install(root, spec.target, store[spec.target], buffer=True, persistent=spec.persistent is not False)
         elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             _install(root, spec.target, _constant_value(ep.constants[spec.target]))
 
