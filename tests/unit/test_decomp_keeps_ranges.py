@@ -146,3 +146,27 @@ def test_tied_sizes_exported_at_one_are_refused_not_narrowed():
     for k in (0, 1, 2, 7):  # or, where the retrace keeps them open, every size works
         args = (torch.randn(k), torch.randn(k + 4))
         torch.testing.assert_close(decomposed.module()(*args), OffByFour()(*args))
+
+
+class FirstThree(torch.nn.Module):
+    """``x[:3]`` is ``Min(3, n)`` rows: the program holds for every n, and ties y's rows to it."""
+
+    def forward(self, x, y, zs):
+        return x[:3] + y @ torch.cat(zs)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_slice_by_a_constant_stays_clamped_through_decomposition(strict):
+    """The retrace answers its size questions for the general size, as the export did: it used to
+    decide n >= 3 from the example (7), settle y's rows to 3 and refuse the program it was given."""
+    spec = ((Dim.DYNAMIC, Dim.DYNAMIC), (Dim.DYNAMIC, Dim.DYNAMIC), [(Dim.DYNAMIC, Dim.DYNAMIC)] * 2)
+    example = (torch.randn(7, 5), torch.randn(3, 6), [torch.randn(2, 5), torch.randn(4, 5)])
+    ep = graphcap.export(FirstThree(), example, dynamic_shapes=spec, strict=strict)
+    decomposed = ep.run_decompositions()
+    assert {str(k): v for k, v in decomposed.range_constraints.items()} == \
+        {str(k): v for k, v in ep.range_constraints.items()}
+    for n, k, a, b in [(7, 5, 2, 4), (2, 3, 1, 1), (3, 1, 0, 2), (0, 4, 3, 3)]:
+        args = (torch.randn(n, k), torch.randn(min(3, n), a + b), [torch.randn(a, k), torch.randn(b, k)])
+        torch.testing.assert_close(decomposed.module()(*args), FirstThree()(*args))
+    with pytest.raises(Exception, match="Min"):  # y's rows must be min(3, n)
+        decomposed.module()(torch.randn(7, 5), torch.randn(2, 6), [torch.randn(2, 5), torch.randn(4, 5)])

@@ -52,11 +52,17 @@ from ..signature import (
 )
 from ..torch_private import functional, pytree
 from ..torch_private.dispatch import backend_kernels_off_for_a_retrace, enable_python_dispatcher, set_grad_enabled
-from ..torch_private.fake import FakeTensorMode, item_rule_present, one_argument_where_decomposed
+from ..torch_private.fake import (
+    FakeTensorMode,
+    copies_check_broadcast_only,
+    item_rule_present,
+    one_argument_where_decomposed,
+    slice_ends_clamped_symbolically,
+)
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload, schema_of
-from ..torch_private.shapes import shape_guards, symbol_ranges
+from ..torch_private.shapes import backed_size_oblivious, shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
@@ -335,7 +341,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     # result (docs/consumers.md, "Programs derived from one another")
     fake_mode = own_fake_mode(fake_mode_of_graph(gm))
     # sizes exported at 0 or 1 are retraced with an example of 2: a kernel's size question (a
-    # reshape's view-or-copy) then takes the general path, valid at every size of the range
+    # reshape's view-or-copy) then takes the general path, valid at every size of the range; the
+    # retrace answers size questions for the general size and slices and copies by the export's
+    # rules, as the export did (x[:3] stays Min(3, n) rows, not a guard n >= 3 from the example)
     asserted = _asserted(gm)  # the program's runtime asserts: what the new examples must keep true
     move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints, asserted))
     fake_args = [move(p.meta.get("val")) for p in placeholders]
@@ -376,7 +384,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                     metadata.no_user_frame_marked(gm), steer_composites(keep, replace), torch.no_grad(), \
                     one_argument_where_decomposed(), item_rule_present(), code_generated_on_first_use(), \
                     functional.triton_ops_decomposed(decompose_custom_triton_ops), \
-                    backend_kernels_off_for_a_retrace():
+                    backend_kernels_off_for_a_retrace(), slice_ends_clamped_symbolically(), \
+                    copies_check_broadcast_only(), backed_size_oblivious():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
