@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any, Optional
 
+import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ..errors import StrictCaptureError
@@ -112,6 +113,72 @@ def warn_side_effects(names: list[str], target: Any) -> None:
         + "the exported program leaves that change out (it runs without it, and the export left "
           "the objects as they were). To keep the value, return it from forward, or register a "
           "buffer and update it in place.", UserWarning, stacklevel=2)
+
+
+_CALLED_MODULE = re.compile(r"L\[['\"]call['\"]\](?:\.__self__)?")
+_SOURCE_STEP = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\.__dict__\[['\"](\w+)['\"]\]|\.(\w+)|(\[.*)$")
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def module_attribute_writes(names: list[str], target: Any) -> list[str]:
+    """The attributes of the exported module (``self.cache``, ``self.sub.hist``) that dynamo reports
+    forward changing (``L['call'].hist``, ``L['call']._modules['sub']``): dynamo leaves them out of
+    its graph, as torch's strict export does. dynamo names an object, not what changed in it: for a
+    module object itself, the attributes its forward assigns are read from forward's source; a
+    buffer or parameter table is a write graphcap keeps (a buffer given a new value), but for a
+    ``register_buffer`` / ``register_parameter`` call in forward."""
+    root = getattr(target, "root", None)
+    found: list[str] = []
+    for name in names:
+        called = _CALLED_MODULE.match(name)
+        if called is None or root is None or "__closure__" in name:
+            continue
+        mod, path, attr, rest, pos = root, "self", None, "", called.end()
+        while pos < len(name):
+            step = _SOURCE_STEP.match(name, pos)
+            if step is None:
+                break
+            pos = step.end()
+            sub, table, plain, tail = step.groups()
+            if sub is not None and attr is None and isinstance(getattr(mod, "_modules", {}).get(sub), torch.nn.Module):
+                mod, path = mod._modules[sub], f"{path}.{sub}"
+            elif attr is None and (table or plain):
+                attr = table or plain
+            else:
+                rest += name[step.start():step.end()]
+        if attr in _HOOK_TABLES:
+            continue
+        if attr in ("_buffers", "_parameters"):
+            found.extend(f"{path}.{n}" for n in _registered_in_forward(mod, attr))
+        elif attr is not None:
+            found.append(f"{path}.{attr}{rest}")
+        else:
+            assigned = _assigned_in_forward(mod)
+            found.extend([f"{path}.{n}" for n in assigned]
+                         or [f"an attribute of {path} ({type(mod).__name__}; set by a hook or a helper)"])
+    return list(dict.fromkeys(found))
+
+
+def _forward_source(mod: Any) -> str:
+    fn = getattr(type(mod), "forward", None)
+    try:
+        return inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _assigned_in_forward(mod: Any) -> list[str]:
+    """Plain attributes ``mod``'s forward assigns (``self.n += 1``, ``self.cache = x``), not its
+    parameters, buffers or submodules."""
+    state = set(getattr(mod, "_parameters", {})) | set(getattr(mod, "_buffers", {})) | set(getattr(mod, "_modules", {}))
+    names = re.findall(r"\bself\.(\w+)\s*(?://|\*\*|>>|<<|[-+*/%@&|^])?=(?!=)", _forward_source(mod))
+    return [n for n in dict.fromkeys(names) if n not in state]
+
+
+def _registered_in_forward(mod: Any, table: str) -> list[str]:
+    call = "register_buffer" if table == "_buffers" else "register_parameter"
+    return list(dict.fromkeys(re.findall(rf"\bself\.{call}\(\s*['\"](\w+)['\"]", _forward_source(mod))))
 
 
 def _readable_source(name: str, target: Any) -> str:
