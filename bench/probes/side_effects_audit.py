@@ -117,6 +117,31 @@ def hook_removed_handle():
     return m, (torch.randn(2, 4),), (torch.randn(2, 4),), none
 
 
+class GlobalHooked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(self.lin(x))  # one submodule, called twice
+
+
+@probe()
+def global_hook_and_shared_submodule():
+    torch.manual_seed(0)
+    while _HANDLES:  # one global hook at a time: the fresh eager model registers it again
+        _HANDLES.pop().remove()
+    m = GlobalHooked()
+    m.lin.register_forward_pre_hook(lambda mod, a: (a[0] * 0.5,))
+    handle = nn.modules.module.register_module_forward_hook(
+        lambda mod, a, out: out + 1 if isinstance(mod, nn.Linear) else None)
+    _HANDLES.append(handle)
+    return m, (torch.randn(2, 4),), (torch.randn(2, 4),), none
+
+
+_HANDLES: list = []
+
+
 # ------------------------------------------------------------------------ parametrizations
 
 class Symmetric(nn.Module):
@@ -483,6 +508,8 @@ def main(argv: list[str]) -> None:
             for strict in (False, True):
                 verdict = run_one(name, make, kind, lib, strict)
                 print(f"{name} | {lib}/{'strict' if strict else 'nonstrict'} | {verdict}", flush=True)
+                while _HANDLES:
+                    _HANDLES.pop().remove()
 
 
 if __name__ == "__main__":

@@ -233,3 +233,23 @@ def test_random_operators_without_seeding_are_not_told(strict):
     torch.manual_seed(0)
     _, told = _export(Noisy().train(), (torch.randn(8),), strict=strict)
     assert not [str(w.message) for w in told if "seeded" in str(w.message)]
+
+
+CALLS = 0
+
+
+class CountsGlobally(nn.Module):
+    def forward(self, x):
+        global CALLS
+        CALLS += 1
+        return x + CALLS
+
+
+def test_strict_names_a_global_forward_declares_and_changes():
+    global CALLS
+    CALLS = 0
+    _, told = _export(CountsGlobally(), (torch.randn(2),), strict=True)
+    texts = [str(w.message) for w in told if "outside the program" in str(w.message)]
+    assert len(texts) == 1 and "(CALLS)" in texts[0] and "CALLS += 1" in texts[0]
+    assert "__import_" not in texts[0]
+    assert CALLS == 0  # strict leaves the global as it was

@@ -191,6 +191,16 @@ def _readable_source(name: str, target: Any) -> str:
         index = int(cell.group(1))
         if index < len(freevars):  # the variable, then what of it changed (self.bank, cache['k'])
             return freevars[index] + cell.group(2)
+    module = re.fullmatch(r"G\[['\"]__import_(\w+)['\"]\]", name)
+    if module:  # a store into a module's globals (`global count; count += 1`): the names forward declares
+        fn = getattr(target.forward, "__func__", target.forward)
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+        declared = [n.strip() for line in re.findall(r"^\s*global\s+([\w\s,]+)$", source, re.M)
+                    for n in line.split(",")]
+        return ", ".join(declared) or f"a global of module {module.group(1).replace('_dot_', '.')}"
     name = re.sub(r"^G\[['\"]__import_\w+['\"]\]\.", "", name)
     found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
     if found:
