@@ -12,6 +12,7 @@ import inspect
 import os
 import re
 import sys
+import types
 from typing import Any, Optional
 
 import torch
@@ -83,8 +84,19 @@ def is_outside_state(source: str) -> bool:
     if imported is None:
         return True  # a global of the exported function's own module
     module = sys.modules.get(imported.group(1).replace("_dot_", "."))
+    if _is_library_module(module):
+        return False
+    # the user's global naming an installed library's module (`import torch.nn.utils.parametrize as
+    # P`; `P.cached()` sets and resets its own flag): that library's state
+    named = re.match(r"G\[['\"]__import_\w+['\"]\]\.(\w+)$", source)
+    return not (named and _is_library_module(getattr(module, named.group(1), None)))
+
+
+def _is_library_module(module: Any) -> bool:
+    if not isinstance(module, types.ModuleType):
+        return False
     path = os.path.abspath(getattr(module, "__file__", None) or "")
-    return not any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
+    return any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
 
 
 def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
