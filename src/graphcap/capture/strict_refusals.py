@@ -21,6 +21,15 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from ..errors import StrictCaptureError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import messages
+from ..torch_private.modules import (
+    BUFFER_REGISTRY,
+    HOOK_FIELD_PREFIXES,
+    MODULE_REGISTRY,
+    PARAMETER_REGISTRY,
+    buffers_of,
+    children_of,
+    parameters_of,
+)
 from ..trace.data_dependent import explain_at_line
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
@@ -128,9 +137,9 @@ def warn_side_effects(names: list[str], target: Any) -> None:
 
 
 _CALLED_MODULE = re.compile(r"L\[['\"]call['\"]\](?:\.__self__)?")
-_SOURCE_STEP = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\.__dict__\[['\"](\w+)['\"]\]|\.(\w+)|(\[.*)$")
-_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-                "_state_dict_hooks", "_load_state_dict_pre_hooks")
+_SOURCE_STEP = re.compile(rf"\.{MODULE_REGISTRY}\[['\"]([^'\"]+)['\"]\]|\.__dict__\[['\"](\w+)['\"]\]|\.(\w+)|(\[.*)$")
+_HOOK_AND_STATE_DICT_FIELDS = (*HOOK_FIELD_PREFIXES, "_state_dict", "_load_state_dict")
+_REGISTER_CALLS = {BUFFER_REGISTRY: "register_buffer", PARAMETER_REGISTRY: "register_parameter"}
 
 
 def module_attribute_writes(names: list[str], target: Any) -> list[str]:
@@ -153,15 +162,16 @@ def module_attribute_writes(names: list[str], target: Any) -> list[str]:
                 break
             pos = step.end()
             sub, table, plain, tail = step.groups()
-            if sub is not None and attr is None and isinstance(getattr(mod, "_modules", {}).get(sub), torch.nn.Module):
-                mod, path = mod._modules[sub], f"{path}.{sub}"
+            child = children_of(mod).get(sub) if sub is not None and attr is None else None
+            if isinstance(child, torch.nn.Module):
+                mod, path = child, f"{path}.{sub}"
             elif attr is None and (table or plain):
                 attr = table or plain
             else:
                 rest += name[step.start():step.end()]
-        if attr in _HOOK_TABLES:
+        if attr is not None and attr.startswith(_HOOK_AND_STATE_DICT_FIELDS):
             continue
-        if attr in ("_buffers", "_parameters"):
+        if attr in _REGISTER_CALLS:
             found.extend(f"{path}.{n}" for n in _registered_in_forward(mod, attr))
         elif attr is not None:
             found.append(f"{path}.{attr}{rest}")
@@ -183,13 +193,13 @@ def _forward_source(mod: Any) -> str:
 def _assigned_in_forward(mod: Any) -> list[str]:
     """Plain attributes ``mod``'s forward assigns (``self.n += 1``, ``self.cache = x``), not its
     parameters, buffers or submodules."""
-    state = set(getattr(mod, "_parameters", {})) | set(getattr(mod, "_buffers", {})) | set(getattr(mod, "_modules", {}))
+    state = set(parameters_of(mod)) | set(buffers_of(mod)) | set(children_of(mod))
     names = re.findall(r"\bself\.(\w+)\s*(?://|\*\*|>>|<<|[-+*/%@&|^])?=(?!=)", _forward_source(mod))
     return [n for n in dict.fromkeys(names) if n not in state]
 
 
 def _registered_in_forward(mod: Any, table: str) -> list[str]:
-    call = "register_buffer" if table == "_buffers" else "register_parameter"
+    call = _REGISTER_CALLS[table]
     return list(dict.fromkeys(re.findall(rf"\bself\.{call}\(\s*['\"](\w+)['\"]", _forward_source(mod))))
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.fx
 
 from ..torch_private.fake import converter_memo
+from ..torch_private.modules import BUFFER_REGISTRY, PARAMETER_REGISTRY
 from ..torch_private.shapes import tracked_fakes
 
 
@@ -98,7 +99,7 @@ def _is_traced_module_state(referrer: Any) -> bool:
         return any(isinstance(m, torch.fx.GraphModule) and m.__dict__ is d for m in gc.get_referrers(d))
 
     return is_module_dict(referrer) or any(
-        isinstance(table, dict) and (table.get("_parameters") is referrer or table.get("_buffers") is referrer)
+        isinstance(table, dict) and any(table.get(field) is referrer for field in (PARAMETER_REGISTRY, BUFFER_REGISTRY))
         and is_module_dict(table) for table in gc.get_referrers(referrer))
 
 
