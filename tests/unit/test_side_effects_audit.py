@@ -279,3 +279,15 @@ def test_a_library_module_reached_through_a_user_global_is_not_told(strict):
     assert not [str(w.message) for w in told if "outside the program" in str(w.message)]
     x = torch.randn(2, 3)
     torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_strict_names_a_variable_a_submodules_hook_closes_over():
+    model = SubCache()
+    seen = []
+    model.inner.lin.register_forward_hook(lambda mod, args, out: seen.append(out))
+    _, told = _export(model, (torch.randn(2, 3),), strict=True)
+    texts = [str(w.message) for w in told if "outside the program" in str(w.message)]
+    assert len(texts) == 1, [str(w.message) for w in told]
+    assert "seen (closed over by a forward hook of self.inner.lin)" in texts[0]
+    assert "__closure__" not in texts[0] and told[0].filename == __file__
+    assert seen == []  # strict leaves the list as it was

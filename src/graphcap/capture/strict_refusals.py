@@ -28,9 +28,11 @@ from ..torch_private.modules import (
     PARAMETER_REGISTRY,
     buffers_of,
     children_of,
+    hook_functions,
     parameters_of,
 )
 from ..trace.data_dependent import explain_at_line
+from ..trace.module_state import user_stacklevel
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 
@@ -133,12 +135,15 @@ def warn_side_effects(names: list[str], target: Any) -> None:
         + (f" at\n  {line}\n" if line else "; ")
         + "the exported program leaves that change out (it runs without it, and the export left "
           "the objects as they were). To keep the value, return it from forward, or register a "
-          "buffer and update it in place.", UserWarning, stacklevel=2)
+          "buffer and update it in place.", UserWarning, stacklevel=user_stacklevel())
 
 
 _CALLED_MODULE = re.compile(r"L\[['\"]call['\"]\](?:\.__self__)?")
 _SOURCE_STEP = re.compile(rf"\.{MODULE_REGISTRY}\[['\"]([^'\"]+)['\"]\]|\.__dict__\[['\"](\w+)['\"]\]|\.(\w+)|(\[.*)$")
 _HOOK_AND_STATE_DICT_FIELDS = (*HOOK_FIELD_PREFIXES, "_state_dict", "_load_state_dict")
+_HOOK_CELL = re.compile(
+    rf"L\[['\"]call['\"]\]((?:\.{MODULE_REGISTRY}\[['\"][^'\"]+['\"]\])*)\.(\w+)\[list\(dict\.keys\(.*\)\)\[(\d+)\]\]"
+    r"\.__closure__\[(\d+)\]\.cell_contents(.*)$")
 _REGISTER_CALLS = {BUFFER_REGISTRY: "register_buffer", PARAMETER_REGISTRY: "register_parameter"}
 
 
@@ -206,6 +211,18 @@ def _registered_in_forward(mod: Any, table: str) -> list[str]:
 def _readable_source(name: str, target: Any) -> str:
     """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
     (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
+    hooked = _HOOK_CELL.match(name)
+    if hooked and getattr(target, "root", None) is not None:  # a variable a module's hook closes over
+        subs, table, index, cell, rest = hooked.groups()
+        mod, path = target.root, "self"
+        for sub in re.findall(r"\[['\"]([^'\"]+)['\"]\]", subs):
+            mod, path = children_of(mod).get(sub), f"{path}.{sub}"
+        hooks = hook_functions(mod, table) if mod is not None else []
+        fn = hooks[int(index)] if int(index) < len(hooks) else None
+        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        if int(cell) < len(freevars):
+            kind = table.strip("_").replace("_", " ")[:-1]  # "forward hook", "forward pre hook"
+            return f"{freevars[int(cell)]}{rest} (closed over by a {kind} of {path})"
     cell = re.search(r"__closure__\[(\d+)\]\.cell_contents(.*)$", name)
     if cell:
         fn = getattr(target.forward, "__func__", target.forward)

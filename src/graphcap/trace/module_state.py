@@ -70,7 +70,7 @@ def _assigned_paths(path: str, old: Any, new: Any, out: list[str],
         numbers.append(f"{path} ({old!r} -> {new!r})")
 
 
-def _user_stacklevel() -> int:
+def user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside graphcap (the user's
     ``export`` call), however deep in graphcap it is raised."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,13 +93,13 @@ def warn_assigned(paths: list[str], numbers: Sequence[str] = (), *, strict: bool
             f"strict=True: forward changed {', '.join(paths)} during export. The exported program "
             f"used the new values while tracing (a Python number as a constant), but it cannot keep "
             f"them as state: it leaves the change out, and the module is as it was. {keep}",
-            UserWarning, stacklevel=_user_stacklevel())
+            UserWarning, stacklevel=user_stacklevel())
     elif paths:
         noun, verb = ("tensor attributes", "were") if len(paths) > 1 else ("tensor attribute", "was")
         warnings.warn(
             f"The {noun} {', '.join(paths)} {verb} assigned during export. The exported "
             f"program used the new value while tracing, but it cannot keep it as state: the module "
-            f"was restored. {keep}", UserWarning, stacklevel=_user_stacklevel())
+            f"was restored. {keep}", UserWarning, stacklevel=user_stacklevel())
     if numbers:
         noun, verb = ("attributes", "were") if len(numbers) > 1 else ("attribute", "was")
         warnings.warn(
@@ -108,7 +108,7 @@ def warn_assigned(paths: list[str], numbers: Sequence[str] = (), *, strict: bool
             f"constant: calling the program does not change the attribute again, and the module "
             f"was restored. To carry a count across calls, keep it in a buffer "
             f"(self.register_buffer('n', torch.zeros((), dtype=torch.long))) updated in place "
-            f"(self.n.add_(1)).", UserWarning, stacklevel=_user_stacklevel())
+            f"(self.n.add_(1)).", UserWarning, stacklevel=user_stacklevel())
 
 
 def _random_operators(gm: torch.fx.GraphModule) -> list[str]:
@@ -142,7 +142,7 @@ def seeding_told(name: str) -> Iterator[list]:
             f"its random operators ({', '.join(random_ops)}) draw from the default generator each "
             f"time it runs, so they do not give the seeded values eager computes. Seed before "
             f"calling the program (torch.manual_seed(...); ep.module()(...)), or make the random "
-            f"tensor outside forward and pass it in.", UserWarning, stacklevel=_user_stacklevel())
+            f"tensor outside forward and pass it in.", UserWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager
