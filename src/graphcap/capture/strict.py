@@ -42,7 +42,7 @@ from ..torch_private import fx as fx_private
 from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
-from ..trace import fakify, recorder
+from ..trace import fakify, module_state, recorder
 from ..trace.module_paths import call_key, call_name_of_key
 from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 
@@ -172,6 +172,8 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     outside = [n for n in side_effects if strict_refusals.is_outside_state(n)]
     if outside:
         strict_refusals.warn_side_effects(outside, target)
+    # attributes of the module forward changes: told as non-strict tells them (it restores them)
+    module_state.warn_assigned(strict_refusals.module_attribute_writes(side_effects, target), strict=True)
     return DynamoGraphReplay(gm, target.root, marker, owners)
 
 

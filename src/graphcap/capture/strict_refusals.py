@@ -12,14 +12,27 @@ import inspect
 import os
 import re
 import sys
+import types
 from typing import Any, Optional
 
+import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ..errors import StrictCaptureError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import messages
+from ..torch_private.modules import (
+    BUFFER_REGISTRY,
+    HOOK_FIELD_PREFIXES,
+    MODULE_REGISTRY,
+    PARAMETER_REGISTRY,
+    buffers_of,
+    children_of,
+    hook_functions,
+    parameters_of,
+)
 from ..trace.data_dependent import explain_at_line
+from ..trace.module_state import user_stacklevel
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 
@@ -82,8 +95,19 @@ def is_outside_state(source: str) -> bool:
     if imported is None:
         return True  # a global of the exported function's own module
     module = sys.modules.get(imported.group(1).replace("_dot_", "."))
+    if _is_library_module(module):
+        return False
+    # the user's global naming an installed library's module (`import torch.nn.utils.parametrize as
+    # P`; `P.cached()` sets and resets its own flag): that library's state
+    named = re.match(r"G\[['\"]__import_\w+['\"]\]\.(\w+)$", source)
+    return not (named and _is_library_module(getattr(module, named.group(1), None)))
+
+
+def _is_library_module(module: Any) -> bool:
+    if not isinstance(module, types.ModuleType):
+        return False
     path = os.path.abspath(getattr(module, "__file__", None) or "")
-    return not any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
+    return any(part in path.split(os.sep) for part in ("site-packages", "dist-packages"))
 
 
 def side_effect_error(e: Optional[BaseException], names: list[str], target: Any,
@@ -111,12 +135,94 @@ def warn_side_effects(names: list[str], target: Any) -> None:
         + (f" at\n  {line}\n" if line else "; ")
         + "the exported program leaves that change out (it runs without it, and the export left "
           "the objects as they were). To keep the value, return it from forward, or register a "
-          "buffer and update it in place.", UserWarning, stacklevel=2)
+          "buffer and update it in place.", UserWarning, stacklevel=user_stacklevel())
+
+
+_CALLED_MODULE = re.compile(r"L\[['\"]call['\"]\](?:\.__self__)?")
+_SOURCE_STEP = re.compile(rf"\.{MODULE_REGISTRY}\[['\"]([^'\"]+)['\"]\]|\.__dict__\[['\"](\w+)['\"]\]|\.(\w+)|(\[.*)$")
+_HOOK_AND_STATE_DICT_FIELDS = (*HOOK_FIELD_PREFIXES, "_state_dict", "_load_state_dict")
+_HOOK_CELL = re.compile(
+    rf"L\[['\"]call['\"]\]((?:\.{MODULE_REGISTRY}\[['\"][^'\"]+['\"]\])*)\.(\w+)\[list\(dict\.keys\(.*\)\)\[(\d+)\]\]"
+    r"\.__closure__\[(\d+)\]\.cell_contents(.*)$")
+_REGISTER_CALLS = {BUFFER_REGISTRY: "register_buffer", PARAMETER_REGISTRY: "register_parameter"}
+
+
+def module_attribute_writes(names: list[str], target: Any) -> list[str]:
+    """The attributes of the exported module (``self.cache``, ``self.sub.hist``) that dynamo reports
+    forward changing (``L['call'].hist``, ``L['call']._modules['sub']``): dynamo leaves them out of
+    its graph, as torch's strict export does. dynamo names an object, not what changed in it: for a
+    module object itself, the attributes its forward assigns are read from forward's source; a
+    buffer or parameter table is a write graphcap keeps (a buffer given a new value), but for a
+    ``register_buffer`` / ``register_parameter`` call in forward."""
+    root = getattr(target, "root", None)
+    found: list[str] = []
+    for name in names:
+        called = _CALLED_MODULE.match(name)
+        if called is None or root is None or "__closure__" in name:
+            continue
+        mod, path, attr, rest, pos = root, "self", None, "", called.end()
+        while pos < len(name):
+            step = _SOURCE_STEP.match(name, pos)
+            if step is None:
+                break
+            pos = step.end()
+            sub, table, plain, tail = step.groups()
+            child = children_of(mod).get(sub) if sub is not None and attr is None else None
+            if isinstance(child, torch.nn.Module):
+                mod, path = child, f"{path}.{sub}"
+            elif attr is None and (table or plain):
+                attr = table or plain
+            else:
+                rest += name[step.start():step.end()]
+        if attr is not None and attr.startswith(_HOOK_AND_STATE_DICT_FIELDS):
+            continue
+        if attr in _REGISTER_CALLS:
+            found.extend(f"{path}.{n}" for n in _registered_in_forward(mod, attr))
+        elif attr is not None:
+            found.append(f"{path}.{attr}{rest}")
+        else:
+            assigned = _assigned_in_forward(mod)
+            found.extend([f"{path}.{n}" for n in assigned]
+                         or [f"an attribute of {path} ({type(mod).__name__}; set by a hook or a helper)"])
+    return list(dict.fromkeys(found))
+
+
+def _forward_source(mod: Any) -> str:
+    fn = getattr(type(mod), "forward", None)
+    try:
+        return inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _assigned_in_forward(mod: Any) -> list[str]:
+    """Plain attributes ``mod``'s forward assigns (``self.n += 1``, ``self.cache = x``), not its
+    parameters, buffers or submodules."""
+    state = set(parameters_of(mod)) | set(buffers_of(mod)) | set(children_of(mod))
+    names = re.findall(r"\bself\.(\w+)\s*(?://|\*\*|>>|<<|[-+*/%@&|^])?=(?!=)", _forward_source(mod))
+    return [n for n in dict.fromkeys(names) if n not in state]
+
+
+def _registered_in_forward(mod: Any, table: str) -> list[str]:
+    call = _REGISTER_CALLS[table]
+    return list(dict.fromkeys(re.findall(rf"\bself\.{call}\(\s*['\"](\w+)['\"]", _forward_source(mod))))
 
 
 def _readable_source(name: str, target: Any) -> str:
     """dynamo's name of a changed object in the user's words: ``G['log']`` -> ``log``, a closure cell
     (``...forward.__closure__[0].cell_contents``) -> the closed-over variable's name."""
+    hooked = _HOOK_CELL.match(name)
+    if hooked and getattr(target, "root", None) is not None:  # a variable a module's hook closes over
+        subs, table, index, cell, rest = hooked.groups()
+        mod, path = target.root, "self"
+        for sub in re.findall(r"\[['\"]([^'\"]+)['\"]\]", subs):
+            mod, path = children_of(mod).get(sub), f"{path}.{sub}"
+        hooks = hook_functions(mod, table) if mod is not None else []
+        fn = hooks[int(index)] if int(index) < len(hooks) else None
+        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        if int(cell) < len(freevars):
+            kind = table.strip("_").replace("_", " ")[:-1]  # "forward hook", "forward pre hook"
+            return f"{freevars[int(cell)]}{rest} (closed over by a {kind} of {path})"
     cell = re.search(r"__closure__\[(\d+)\]\.cell_contents(.*)$", name)
     if cell:
         fn = getattr(target.forward, "__func__", target.forward)
@@ -124,6 +230,16 @@ def _readable_source(name: str, target: Any) -> str:
         index = int(cell.group(1))
         if index < len(freevars):  # the variable, then what of it changed (self.bank, cache['k'])
             return freevars[index] + cell.group(2)
+    module = re.fullmatch(r"G\[['\"]__import_(\w+)['\"]\]", name)
+    if module:  # a store into a module's globals (`global count; count += 1`): the names forward declares
+        fn = getattr(target.forward, "__func__", target.forward)
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+        declared = [n.strip() for line in re.findall(r"^\s*global\s+([\w\s,]+)$", source, re.M)
+                    for n in line.split(",")]
+        return ", ".join(declared) or f"a global of module {module.group(1).replace('_dot_', '.')}"
     name = re.sub(r"^G\[['\"]__import_\w+['\"]\]\.", "", name)
     found = re.fullmatch(r"[LG]\[['\"]([^'\"]+)['\"]\](.*)", name)
     if found:

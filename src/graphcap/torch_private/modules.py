@@ -42,7 +42,8 @@ REGISTRY_FIELDS = (PARAMETER_REGISTRY, BUFFER_REGISTRY, MODULE_REGISTRY)
 HOOK_FIELD_PREFIXES = ("_forward", "_backward")
 
 __all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_REGISTRY", "HOOK_FIELD_PREFIXES",
-           "parameters_of", "buffers_of", "children_of", "registry_view", "non_persistent_buffer_names",
+           "parameters_of", "buffers_of", "children_of", "hook_functions", "registry_view",
+           "non_persistent_buffer_names",
            "reparametrized",
            "MovesExtraTensors", "has_hooks", "plain_attributes"]
 
@@ -142,6 +143,15 @@ def has_hooks(module: torch.nn.Module) -> bool:
     d = module.__dict__
     return bool(d.get("_forward_hooks") or d.get("_forward_pre_hooks") or d.get("_backward_hooks")
                 or d.get("_backward_pre_hooks"))
+
+
+def hook_functions(module: Any, table: str) -> list[Any]:
+    """The hooks in ``module``'s hook table ``table`` (``_forward_hooks``, ``_forward_pre_hooks``;
+    a name starting with one of ``HOOK_FIELD_PREFIXES``), in the order they run; [] for another name."""
+    if not table.startswith(HOOK_FIELD_PREFIXES) or not table.endswith("hooks"):
+        return []
+    hooks = getattr(module, "__dict__", {}).get(table)
+    return list(hooks.values()) if isinstance(hooks, dict) else []
 
 
 def plain_attributes(module: torch.nn.Module) -> Any:

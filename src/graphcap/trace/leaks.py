@@ -30,6 +30,7 @@ import torch
 import torch.fx
 
 from ..torch_private.fake import converter_memo
+from ..torch_private.modules import BUFFER_REGISTRY, PARAMETER_REGISTRY
 from ..torch_private.shapes import tracked_fakes
 
 
@@ -86,6 +87,22 @@ def _is_node_metadata(referrer: Any) -> bool:
         isinstance(holder, torch.fx.Node) and holder.meta is referrer for holder in gc.get_referrers(referrer))
 
 
+def _is_traced_module_state(referrer: Any) -> bool:
+    """Whether ``referrer`` is the parameter, buffer or attribute table of a graph module some
+    trace made: a branch of ``torch.cond`` traced by torch keeps a closed-over parameter as a
+    constant attribute, and torch's compile cache keeps that trace alive after the export. Only
+    tracing makes graph modules of this export's fake tensors; the user's code did not keep it."""
+    if not isinstance(referrer, dict):
+        return False
+
+    def is_module_dict(d: Any) -> bool:
+        return any(isinstance(m, torch.fx.GraphModule) and m.__dict__ is d for m in gc.get_referrers(d))
+
+    return is_module_dict(referrer) or any(
+        isinstance(table, dict) and any(table.get(field) is referrer for field in (PARAMETER_REGISTRY, BUFFER_REGISTRY))
+        and is_module_dict(table) for table in gc.get_referrers(referrer))
+
+
 def _leaked(alive: list[torch.Tensor], program: set[int]) -> list[torch.Tensor]:
     """The tensors of ``alive`` referred to from outside the program (one heap scan for all)."""
     # ids only: a container of the tensors made here would itself be found as their referrer
@@ -94,7 +111,7 @@ def _leaked(alive: list[torch.Tensor], program: set[int]) -> list[torch.Tensor]:
     frame_type = type(sys._getframe())
     for referrer in gc.get_referrers(*alive):
         if referrer is alive or id(referrer) in program or isinstance(referrer, frame_type) \
-                or _is_node_metadata(referrer):
+                or _is_node_metadata(referrer) or _is_traced_module_state(referrer):
             continue
         leaked.update(id(held) for held in gc.get_referents(referrer) if id(held) in wanted)
     return [t for t in alive if id(t) in leaked]

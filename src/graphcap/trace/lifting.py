@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.fx
 
-from ..errors import FakeConstantError
+from ..errors import FakeConstantError, UnsupportedError
 from ..signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -45,6 +45,7 @@ from ..signature import (
     TensorArgument,
 )
 from ..torch_private import fx as fx_private
+from ..torch_private import pytree
 from ..torch_private.fake import FakeTensor, FakeTensorMode
 from .naming import node_names
 from .naming.owed_names import apply_owed_names
@@ -138,6 +139,29 @@ def _refuse_fake_constant(node: torch.fx.Node, name: str) -> None:
             "write `with torch.no_grad(): self.p.copy_(new_value)`.")
 
 
+def _refuse_opaque_constant(node: torch.fx.Node, value: Any) -> None:
+    """An object that is neither a tensor nor a subgraph reached an operator (a ``torch.Generator``
+    made in forward, a script object): graphcap's programs carry tensors only, so it would be
+    left behind as an attribute no runtime, save or lowering can read."""
+    where = next((u.meta["stack_trace"] for u in node.users if u.meta.get("stack_trace")), None)
+    kind = type(value).__name__
+    if isinstance(value, torch.Generator):
+        what = (f"forward passes a torch.Generator it made ({node.name}) to a random operator; an "
+                f"exported program cannot hold a generator object. Its random operators draw from "
+                f"torch's default generator when the program runs.")
+        fix = ("Drop `generator=` to draw fresh random values on each call (as the program's other "
+               "random operators do); for the same values on every call, make the tensor once "
+               "outside forward and register it as a buffer "
+               "(`self.register_buffer('noise', torch.rand(shape, generator=g))`) or pass it in.")
+    else:
+        what = (f"forward passes an object of type {kind} ({node.name}) to an operator; graphcap's "
+                f"programs hold tensors only, not script or opaque objects.")
+        fix = "Pass the tensors the object holds instead, or keep the object out of forward."
+    raise UnsupportedError(
+        what, where=" ".join(line.strip() for line in where.strip().splitlines()[-2:]) if where
+        else f"graph node {node.name}", fix=fix)
+
+
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
                     layout: StateLayout, fake_mode: FakeTensorMode,
                     taken_targets: set[str], state_inputs: dict[int, torch.fx.Node]) -> list[_Constant]:
@@ -156,6 +180,9 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
             continue
         value = getattr(gm, node.target)
         if not isinstance(value, torch.Tensor):
+            # a TreeSpec is structure (flat_apply's specs), a module a subgraph: both stay
+            if not isinstance(value, (torch.nn.Module, pytree.TreeSpec)) and node.users:
+                _refuse_opaque_constant(node, value)
             continue  # submodules of control-flow operators stay as they are
         read_targets.add(node.target)
         unused = _unused_chain(node)

@@ -12,13 +12,18 @@ eager call), and what it means must not be lost:
   dict or list attribute, a buffer registered inside forward) is not state
   an exported program can carry: the program computes with it, the module
   is restored, and a ``UserWarning`` names each such attribute so the user
-  can register it as a buffer (torch warns the same way).
+  can register it as a buffer (torch warns the same way);
+* a Python number attribute changed (``self.n += 1``) is baked into the
+  program as the value forward used: the module is restored and a warning
+  names the attribute with its values (torch's non-strict export says nothing).
 """
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -43,31 +48,101 @@ def _container_copy(value: Any) -> Any:
     return dict(value) if type(value) is dict else list(value) if type(value) is list else None
 
 
-def _assigned_paths(path: str, old: Any, new: Any, out: list[str]) -> None:
-    """Append the paths under ``path`` where a tensor was put in place of ``old``."""
+_NUMBER = (bool, int, float)
+
+
+def _assigned_paths(path: str, old: Any, new: Any, out: list[str],
+                    numbers: Optional[list[str]] = None) -> None:
+    """Append the paths under ``path`` where a tensor was put in place of ``old``; to ``numbers``,
+    those where a Python number changed (with its values, ``self.n (0 -> 1)``)."""
     if old is new:
         return
     if isinstance(new, torch.Tensor):
         out.append(path)
     elif isinstance(old, dict) and isinstance(new, dict):
         for key in list(old) + [k for k in new if k not in old]:
-            _assigned_paths(f"{path}[{key!r}]", old.get(key), new.get(key), out)
+            _assigned_paths(f"{path}[{key!r}]", old.get(key), new.get(key), out, numbers)
     elif isinstance(old, list) and isinstance(new, list):
         for i in range(max(len(old), len(new))):
             _assigned_paths(f"{path}[{i}]", old[i] if i < len(old) else None,
-                            new[i] if i < len(new) else None, out)
+                            new[i] if i < len(new) else None, out, numbers)
+    elif numbers is not None and isinstance(old, _NUMBER) and isinstance(new, _NUMBER) and old != new:
+        numbers.append(f"{path} ({old!r} -> {new!r})")
 
 
-def _warn_assigned(paths: list[str]) -> None:
-    if not paths:
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside graphcap (the user's
+    ``export`` call), however deep in graphcap it is raised."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(package)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def warn_assigned(paths: list[str], numbers: Sequence[str] = (), *, strict: bool = False) -> None:
+    """Tell the user that forward's writes to module attributes are not in the program.
+
+    ``paths``: tensor attributes assigned (non-strict), or any attributes (``strict``: dynamo
+    reports which objects changed, not what they hold); ``numbers``: Python numbers changed."""
+    keep = ("If forward has to update a tensor across calls, register it as a buffer "
+            "(self.register_buffer(name, tensor)); buffer updates become outputs of the program.")
+    if paths and strict:
+        warnings.warn(
+            f"strict=True: forward changed {', '.join(paths)} during export. The exported program "
+            f"used the new values while tracing (a Python number as a constant), but it cannot keep "
+            f"them as state: it leaves the change out, and the module is as it was. {keep}",
+            UserWarning, stacklevel=user_stacklevel())
+    elif paths:
+        noun, verb = ("tensor attributes", "were") if len(paths) > 1 else ("tensor attribute", "was")
+        warnings.warn(
+            f"The {noun} {', '.join(paths)} {verb} assigned during export. The exported "
+            f"program used the new value while tracing, but it cannot keep it as state: the module "
+            f"was restored. {keep}", UserWarning, stacklevel=user_stacklevel())
+    if numbers:
+        noun, verb = ("attributes", "were") if len(numbers) > 1 else ("attribute", "was")
+        warnings.warn(
+            f"The number {noun} {', '.join(numbers)} {verb} changed during export. The exported "
+            f"program computed with the value forward used while tracing and keeps it as a "
+            f"constant: calling the program does not change the attribute again, and the module "
+            f"was restored. To carry a count across calls, keep it in a buffer "
+            f"(self.register_buffer('n', torch.zeros((), dtype=torch.long))) updated in place "
+            f"(self.n.add_(1)).", UserWarning, stacklevel=user_stacklevel())
+
+
+def _random_operators(gm: torch.fx.GraphModule) -> list[str]:
+    """Names of the random operators (``aten.rand``, ``aten.bernoulli``...) the program calls."""
+    names = []
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            for node in sub.graph.nodes:
+                tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+                if torch.Tag.nondeterministic_seeded in tags:
+                    names.append(str(node.target.overloadpacket))
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def seeding_told(name: str) -> Iterator[list]:
+    """Warn when the traced forward seeds torch's default generator (``torch.manual_seed`` with a
+    new seed) and the program calls random operators: the program does not seed when it runs, so
+    its random values are not eager's seeded ones. The caller appends the recorded graph module
+    to the yielded list. The seed is left as forward set it, as running forward would."""
+    seed = torch.initial_seed()
+    recorded: list = []
+    yield recorded
+    if torch.initial_seed() == seed or not recorded:
         return
-    noun, verb = ("attributes", "were") if len(paths) > 1 else ("attribute", "was")
-    warnings.warn(
-        f"The tensor {noun} {', '.join(paths)} {verb} assigned during export. The exported "
-        f"program used the new value while tracing, but it cannot keep it as state: the module "
-        f"was restored. If forward has to update a tensor across calls, register it as a buffer "
-        f"(self.register_buffer(name, tensor)); buffer updates become outputs of the program.",
-        UserWarning, stacklevel=4)
+    random_ops = _random_operators(recorded[0])
+    if random_ops:
+        warnings.warn(
+            f"{name}'s forward seeded torch's random number generator while it was traced "
+            f"(torch.manual_seed({torch.initial_seed()})), but the exported program does not seed: "
+            f"its random operators ({', '.join(random_ops)}) draw from the default generator each "
+            f"time it runs, so they do not give the seeded values eager computes. Seed before "
+            f"calling the program (torch.manual_seed(...); ep.module()(...)), or make the random "
+            f"tensor outside forward and pass it in.", UserWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager
@@ -100,6 +175,7 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
         yield
     finally:
         assigned: list[str] = []
+        numbers: list[str] = []
         for prefix, mod, state in saved:
             where = f"self.{prefix}." if prefix else "self."
             for k in [k for k in mod.__dict__ if k not in state]:
@@ -118,7 +194,8 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
                         if k == BUFFER_REGISTRY:
                             non_persistent_buffer_names(mod).discard(name)
                     continue
-                _assigned_paths(where + k, copy if copy is not None else v, mod.__dict__.get(k), assigned)
+                _assigned_paths(where + k, copy if copy is not None else v, mod.__dict__.get(k), assigned,
+                                numbers)
                 mod.__dict__[k] = v
                 if copy is not None:
                     v.clear()
@@ -126,7 +203,7 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
                         v.update(copy)
                     else:
                         v.extend(copy)
-        _warn_assigned(assigned)
+        warn_assigned(assigned, numbers)
 
 
 def reassigned_buffers(root: torch.nn.Module, passed: dict[str, torch.Tensor],

@@ -45,7 +45,7 @@ from ..torch_private.tensor_meta import tensor_metadata_cached
 from ..user_frames import describe_frame, raised_internally, user_frame
 from . import block_reuse, graph_module_replay, module_paths, python_overrides, recorder_shortcuts, subclass_access
 from .control_flow import control_flow_errors, hop_capture
-from .module_state import preserved_module_attributes, reassigned_buffers
+from .module_state import preserved_module_attributes, reassigned_buffers, seeding_told
 
 
 @dataclass
@@ -318,11 +318,13 @@ def record(
         fx_private.set_module_stack_root(traced, scope)
     target = getattr(call, "__func__", call)
     try:
-        with _recording_surroundings(target, root, fake_mode, flat_inputs):
+        with seeding_told(program_name) as recorded, \
+                _recording_surroundings(target, root, fake_mode, flat_inputs):
             # sizes given by a ShapeVar are unbacked symbols the inputs bind: their placeholders say so
             input_bindings = shapes_private.claim_input_bindings(fake_mode.shape_env, flat_inputs)
             gm = make_fx(traced, pre_dispatch=True, record_module_stack=root is not None,
                          record_stack_traces=True)(*flat_inputs)
+            recorded.append(gm)
         _bind_placeholders(gm, input_bindings)
         fx_private.generate_code_of_submodules(gm)  # subgraphs stay in the program: plain modules
     except GraphcapError:

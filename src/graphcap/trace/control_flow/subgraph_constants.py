@@ -124,8 +124,11 @@ def _hoist_group(gm: torch.fx.GraphModule, node: torch.fx.Node, subs: list, at: 
                     sub.graph.erase_node(c)
     for sub in subs:
         used = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
+        # a closed-over parameter is a Parameter attribute of the branch (``_param_constant0``):
+        # left behind, the program would hold a fake tensor the user never sees
         held = [*(t for t, v in vars(sub).items() if isinstance(v, torch.Tensor)),
-                *(t for t, _ in sub.named_buffers(recurse=False))]
+                *(t for t, _ in sub.named_buffers(recurse=False)),
+                *(t for t, _ in sub.named_parameters(recurse=False))]
         for target in [t for t in held if t not in used]:
             delattr(sub, target)
     args = list(node.args)
