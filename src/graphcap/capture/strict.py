@@ -39,6 +39,7 @@ from ..errors import UnsupportedError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
+from ..torch_private import higher_order as higher_order_private
 from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
@@ -428,6 +429,7 @@ class _Replayer(torch.fx.Interpreter):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
         self.enter_autocast, self.exit_autocast = fx_private.autocast_markers()
+        self.checkpoint = higher_order_private.activation_checkpoint_operator()
 
     def run_node(self, n):
         self.current = n
@@ -448,6 +450,13 @@ class _Replayer(torch.fx.Interpreter):
         if target is self.exit_autocast:
             args[0].__exit__(None, None, None)
             return None
+        if target is self.checkpoint and isinstance(args[0], torch.fx.GraphModule):
+            # torch.utils.checkpoint(fn, ...): run fn's graph in place, as non-strict records the call
+            # (the training IR inlines it; autograd's recomputation is no part of the program).
+            # torch's own operator fails here when no context_fn was given (torch 2.10 to 2.15)
+            body = args[0]
+            _prepare_metadata(body, self.replay.root)
+            return higher_order_private.run_graph_preserving_meta(body)(*args[1:])
         return super().call_function(target, args, kwargs)
 
     def _report_boundary(self, fqn: str, entering: bool, tree: Any) -> None:

@@ -1,0 +1,420 @@
+"""Training IR audit: grad / autocast regions, train-mode layers and backprop through module().
+
+Each probe is exported with graphcap and with torch.export (the reference), non-strict and
+strict; each program's ``module()`` is run on fresh inputs (some requiring grad), and its outputs
+(values, dtype, ``requires_grad``), the buffers it writes and the gradients a ``backward`` of
+their sum leaves on parameters and inputs are compared with eager's. Then the same after
+``run_decompositions()`` (values and dtype only: the inference IR has no grad regions) and after
+each library's save/load. Prints one line per probe and mode:
+
+    name [strict] | graphcap: <verdict> | torch: <verdict>
+
+Run:  PYTHONPATH=src python bench/probes/training_ir_audit.py [name-substring ...] [-v]
+"""
+from __future__ import annotations
+
+import copy
+import io
+import sys
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.export as te
+from torch import nn
+
+import graphcap
+
+VERBOSE = "-v" in sys.argv
+
+
+def _leaves(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _leaves(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _leaves(o)]
+    return []
+
+
+def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.allclose(a.float(), b.float(), atol=2e-2 if a.dtype == torch.bfloat16 else 1e-5)
+
+
+def _run(fn: Callable, model: nn.Module | None, make_inputs: Callable, seed: int, backward: bool, grad_mode: bool):
+    """Run fn on fresh inputs; return (outs, dtypes, requires_grad, grads) as plain data."""
+    args = make_inputs()
+    torch.manual_seed(seed)
+    with torch.set_grad_enabled(grad_mode):
+        out = fn(*args)
+    leaves = _leaves(out)
+    facts = [(o.detach().clone(), o.dtype, o.requires_grad) for o in leaves]
+    grads: dict[str, Any] = {}
+    if backward:
+        diff = [o for o in leaves if o.requires_grad]
+        if diff:
+            sum(o.float().sum() for o in diff).backward()
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                grads[f"input{i}"] = None if a.grad is None else a.grad.clone()
+        params = dict(fn.named_parameters()) if isinstance(fn, nn.Module) else {}
+        for name, p in params.items():
+            grads[name] = None if p.grad is None else p.grad.clone()
+    return facts, grads
+
+
+def _compare(tag: str, ref, got, check_rg: bool = True, check_grads: bool = True) -> list[str]:
+    (rf, rgr), (gf, ggr) = ref, got
+    bad = []
+    if len(rf) != len(gf):
+        return [f"{tag}: {len(gf)} outputs, eager {len(rf)}"]
+    for i, ((rv, rd, rr), (gv, gd, gr)) in enumerate(zip(rf, gf)):
+        if rd != gd:
+            bad.append(f"{tag}: out{i} dtype {gd}, eager {rd}")
+        elif not _close(rv, gv):
+            bad.append(f"{tag}: out{i} values WRONG")
+        if check_rg and rr != gr:
+            bad.append(f"{tag}: out{i} requires_grad {gr}, eager {rr}")
+    if check_grads:
+        for k, v in rgr.items():
+            if k not in ggr:
+                # module() names parameters by FQN too; a missing key means no grad was seen
+                bad.append(f"{tag}: grad {k} missing")
+            elif not _close(v, ggr[k]):
+                got_kind = "None" if ggr[k] is None else "value"
+                bad.append(f"{tag}: grad {k} WRONG ({got_kind} vs {'None' if v is None else 'value'})")
+    return bad
+
+
+def _buffers(m: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in m.named_buffers()}
+
+
+class Probe:
+    def __init__(self, name, make, make_inputs, backward=True, grad_mode=True, seed=0, train=False):
+        self.name, self.make, self.make_inputs = name, make, make_inputs
+        self.backward, self.grad_mode, self.seed, self.train = backward, grad_mode, seed, train
+
+
+def check(p: Probe, lib: str, strict: bool) -> str:
+    torch.manual_seed(0)
+    base = p.make()
+    base.train(p.train)
+    eager = copy.deepcopy(base)
+    ref = _run(eager, eager, p.make_inputs, p.seed, p.backward, p.grad_mode)
+    ref_bufs = _buffers(eager)
+    problems: list[str] = []
+    try:
+        model = copy.deepcopy(base)
+        torch.manual_seed(p.seed)
+        ex = p.make_inputs()
+        exporter = graphcap.export if lib == "graphcap" else te.export
+        ep = exporter(model, tuple(ex), strict=strict)
+    except Exception as e:
+        if VERBOSE:
+            traceback.print_exc()
+        return f"export fails: {type(e).__name__}: {str(e).splitlines()[0][:140]}"
+    stages: list[tuple[str, Callable[[], Any], bool]] = []
+    stages.append(("module", lambda: ep, True))
+    stages.append(("decomposed", lambda: ep.run_decompositions(), False))
+
+    def _roundtrip():
+        buf = io.BytesIO()
+        if lib == "graphcap":
+            graphcap.save(ep, buf)
+            buf.seek(0)
+            return graphcap.load(buf)
+        te.save(ep, buf)
+        buf.seek(0)
+        return te.load(buf)
+    stages.append(("saved", _roundtrip, True))
+    for tag, get, full in stages:
+        try:
+            prog = get()
+            m = prog.module()
+            got = _run(m, m, p.make_inputs, p.seed, p.backward and full, p.grad_mode)
+            problems += _compare(tag, ref, got, check_rg=full, check_grads=p.backward and full)
+            gb = _buffers(m)
+            for k, v in ref_bufs.items():
+                if k in gb and not _close(v, gb[k]):
+                    problems.append(f"{tag}: buffer {k} WRONG")
+        except Exception as e:
+            if VERBOSE:
+                traceback.print_exc()
+            problems.append(f"{tag}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+    return "=" if not problems else "; ".join(problems)
+
+
+# ---------------------------------------------------------------------------- probes
+
+
+def _x(*shape, rg=False):
+    def make():
+        torch.manual_seed(1)
+        t = torch.randn(*shape)
+        return (t.requires_grad_(rg),)
+    return make
+
+
+def _pair(rx: bool, ry: bool):
+    torch.manual_seed(1)
+    return torch.randn(3, 4).requires_grad_(rx), torch.randn(3, 4).requires_grad_(ry)
+
+
+class NoGradRegion(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = self.a(x)
+        return self.b(h) + h, h
+
+
+class EnableGradInside(nn.Module):  # forward called under no_grad, enable_grad inside
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.enable_grad():
+            y = self.a(x)
+        return y, self.a(x)
+
+
+class SetGradToggles(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        torch.set_grad_enabled(False)
+        h = self.a(x)
+        torch.set_grad_enabled(True)
+        return self.b(h).relu(), h.sin()
+
+
+class SetGradCtx(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.set_grad_enabled(False):
+            h = self.a(x) * 2
+        with torch.set_grad_enabled(True):
+            g = self.a(h)
+        return g, h
+
+
+class NoGradDecorated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    @torch.no_grad()
+    def helper(self, x):
+        return self.a(x)
+
+    def forward(self, x):
+        return self.a(x) + self.helper(x)
+
+
+class Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y.detach() * 2 + y, y.detach()
+
+
+class InferenceModeInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            h = x * 2
+        return self.a(x) + h.clone()
+
+
+class NoGradOutputOnly(nn.Module):  # every output made under no_grad
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            return self.a(x).relu()
+
+
+class InputGradOnly(nn.Module):  # no parameters; input requires grad
+    def forward(self, x, y):
+        with torch.no_grad():
+            s = y.sum()
+        return x.sin() * s, (x * y).cos()
+
+
+class Autocast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.a(x)
+            m = h @ h.t()
+        return self.b(h.float()), m, h
+
+
+class AutocastNoGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.no_grad():
+                h = self.a(x)
+            y = self.a(x)
+        return y, h
+
+
+class FrozenParams(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.a.weight.requires_grad_(False)
+
+    def forward(self, x):
+        return self.b(self.a(x)).relu()
+
+
+class AllFrozen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x):
+        return self.a(x)
+
+
+class BNDrop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.d = nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.d(self.bn(self.l(x)))
+
+
+class BNMomentumNone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3, momentum=None)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+class TrainingBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.a(x)
+        return torch.nn.functional.dropout(y, 0.5, self.training) + (1.0 if self.training else 0.0)
+
+
+class GradInsideNoGradParamUpdate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.register_buffer("ema", torch.zeros(4, 4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.ema.mul_(0.9).add_(self.a.weight * 0.1)
+        return self.a(x) + self.ema.sum()
+
+
+class RequiresGradQuery(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y * 2 if torch.is_grad_enabled() else y * 3
+
+
+class NestedNoGradEnable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = self.a(x)
+            with torch.enable_grad():
+                g = self.b(h)
+            k = self.b(h)
+        return g + k, k
+
+
+PROBES = [
+    Probe("no_grad region", NoGradRegion, _x(3, 4)),
+    Probe("no_grad region, input requires grad", NoGradRegion, _x(3, 4, rg=True)),
+    Probe("enable_grad inside, called under no_grad", EnableGradInside, _x(3, 4), grad_mode=False),
+    Probe("set_grad_enabled toggles", SetGradToggles, _x(3, 4)),
+    Probe("set_grad_enabled context", SetGradCtx, _x(3, 4, rg=True)),
+    Probe("@no_grad helper", NoGradDecorated, _x(3, 4)),
+    Probe("detach", Detached, _x(3, 4)),
+    Probe("inference_mode inside", InferenceModeInside, _x(3, 4)),
+    Probe("every output under no_grad", NoGradOutputOnly, _x(3, 4)),
+    Probe("input grad only", InputGradOnly, lambda: _pair(True, False)),
+    Probe("both inputs grad", InputGradOnly, lambda: _pair(True, True)),
+    Probe("autocast bf16", Autocast, _x(3, 4)),
+    Probe("autocast + no_grad", AutocastNoGrad, _x(3, 4)),
+    Probe("frozen weight", FrozenParams, _x(3, 4)),
+    Probe("all frozen", AllFrozen, _x(3, 4)),
+    Probe("all frozen, input grad", AllFrozen, _x(3, 4, rg=True)),
+    Probe("BN+dropout train", BNDrop, _x(8, 4), train=True, seed=3),
+    Probe("BN+dropout eval", BNDrop, _x(8, 4), train=False),
+    Probe("BN momentum None train", BNMomentumNone, _x(2, 3, 4, 4), train=True),
+    Probe("self.training branch train", TrainingBranch, _x(3, 4), train=True, seed=5),
+    Probe("self.training branch eval", TrainingBranch, _x(3, 4), train=False),
+    Probe("ema under no_grad", GradInsideNoGradParamUpdate, _x(3, 4)),
+    Probe("is_grad_enabled branch", RequiresGradQuery, _x(3, 4)),
+    Probe("is_grad_enabled branch, run under no_grad", RequiresGradQuery, _x(3, 4), grad_mode=False),
+    Probe("nested no_grad/enable_grad", NestedNoGradEnable, _x(3, 4)),
+]
+
+
+def main() -> None:
+    wanted = [a for a in sys.argv[1:] if not a.startswith("-")]
+    for p in PROBES:
+        if wanted and not any(w in p.name for w in wanted):
+            continue
+        for strict in (False, True):
+            g = check(p, "graphcap", strict)
+            t = "-" if "--no-torch" in sys.argv else check(p, "torch", strict)
+            print(f"{p.name}{' [strict]' if strict else ''} | graphcap: {g} | torch: {t}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

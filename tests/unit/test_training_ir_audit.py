@@ -1,0 +1,185 @@
+"""Training IR audit: what ``ep.module()`` does with grad and autocast regions, train-mode layers
+and activation checkpointing, compared with eager — output values, dtypes and ``requires_grad``,
+and the gradients a backward through the module leaves on parameters and inputs.
+
+The one defect found: ``strict=True`` failed on ``torch.utils.checkpoint.checkpoint`` inside
+forward (a KeyError from torch's operator, reported as a fake-tensor problem with advice about
+``.item()``); torch.export's strict mode fails the same way. The strict program is now the
+non-strict one."""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import graphcap
+
+MODES = [pytest.param(False, id="non-strict"), pytest.param(True, id="strict")]
+
+
+def _grads(module: nn.Module) -> dict[str, torch.Tensor | None]:
+    return {k: None if p.grad is None else p.grad.clone() for k, p in module.named_parameters()}
+
+
+def _run_and_backward(module: nn.Module, x: torch.Tensor):
+    module.zero_grad()
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    outs = module(x)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    sum(o.float().sum() for o in outs if o.requires_grad).backward()
+    return ([(o.detach(), o.dtype, o.requires_grad) for o in outs], _grads(module),
+            None if x.grad is None else x.grad.clone())
+
+
+def _assert_same(eager, got, atol=1e-5):
+    (e_outs, e_grads, e_xgrad), (g_outs, g_grads, g_xgrad) = eager, got
+    assert [(d, r) for _, d, r in g_outs] == [(d, r) for _, d, r in e_outs]
+    for (ev, _, _), (gv, _, _) in zip(e_outs, g_outs):
+        torch.testing.assert_close(gv, ev, atol=atol, rtol=1e-3)
+    assert g_grads.keys() == e_grads.keys()
+    for k, ev in e_grads.items():
+        assert (g_grads[k] is None) == (ev is None), k
+        if ev is not None:
+            torch.testing.assert_close(g_grads[k], ev, atol=atol, rtol=1e-3)
+    assert (g_xgrad is None) == (e_xgrad is None)
+    if e_xgrad is not None:
+        torch.testing.assert_close(g_xgrad, e_xgrad, atol=atol, rtol=1e-3)
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(4, 6), nn.GELU())
+        self.head = nn.Linear(6, 3)
+
+    def block(self, t, scale, *, shift):
+        return self.enc(t) * scale + shift
+
+    def forward(self, x):
+        h = checkpoint(self.block, x, 0.5, shift=1.0, use_reentrant=False)
+        h = checkpoint(lambda t: torch.tanh(t) + t, h, use_reentrant=False)
+        return self.head(h), h
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_checkpoint_in_forward_exports_strict_as_non_strict(requires_grad):
+    torch.manual_seed(0)
+    model = _Checkpointed()
+    x = torch.randn(5, 4)
+    programs = {strict: graphcap.export(copy.deepcopy(model), (x,), strict=strict) for strict in (False, True)}
+    assert programs[True].graph_module.code == programs[False].graph_module.code
+    assert "checkpoint" not in programs[True].graph_module.code
+    y = torch.randn(5, 4).requires_grad_(requires_grad)
+    eager = _run_and_backward(model, y)
+    for ep in programs.values():
+        _assert_same(eager, _run_and_backward(ep.module(), y))
+        decomposed = ep.run_decompositions().module()
+        torch.testing.assert_close(decomposed(y)[0], model(y)[0])
+
+
+def test_checkpoint_in_a_submodule_strict_keeps_module_paths():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return checkpoint(lambda t: self.lin(t).relu(), x, use_reentrant=False)
+
+    model = nn.Sequential(Block(), Block())
+    x = torch.randn(3, 4)
+    ep = graphcap.export(model, (x,), strict=True)
+    paths = {n.name: list(n.meta["nn_module_stack"].values())[-1][0]
+             for n in ep.graph.nodes if n.op == "call_function"}
+    assert paths["linear"] == "0.lin" and paths["linear_1"] == "1.lin"
+    buffer = io.BytesIO()
+    graphcap.save(ep, buffer)
+    buffer.seek(0)
+    torch.testing.assert_close(graphcap.load(buffer).module()(x), model(x))
+
+
+class _Regions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            frozen = self.a(x)
+            with torch.enable_grad():
+                tracked = self.b(frozen)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = self.a(x)
+        torch.set_grad_enabled(False)
+        late = self.b(x) * 2
+        torch.set_grad_enabled(True)
+        return tracked + self.a(x), frozen, low, late
+
+
+@pytest.mark.parametrize("strict", MODES)
+@pytest.mark.parametrize("x_requires_grad", [False, True])
+def test_grad_and_autocast_regions_keep_requires_grad_dtype_and_gradients(strict, x_requires_grad):
+    torch.manual_seed(0)
+    model = _Regions()
+    ep = graphcap.export(copy.deepcopy(model), (torch.randn(3, 4),), strict=strict)
+    x = torch.randn(3, 4).requires_grad_(x_requires_grad)
+    eager = _run_and_backward(model, x)
+    assert [r for _, _, r in eager[0]] == [True, False, True, False]
+    _assert_same(eager, _run_and_backward(ep.module(), x), atol=2e-2)
+    buffer = io.BytesIO()
+    graphcap.save(ep, buffer)
+    buffer.seek(0)
+    _assert_same(eager, _run_and_backward(graphcap.load(buffer).module(), x), atol=2e-2)
+    # the inference IR has no grad regions: values and dtypes still match
+    outs = ep.run_decompositions().module()(x)
+    for got, (want, dtype, _) in zip(outs, eager[0]):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.detach(), want, atol=2e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_frozen_parameters_get_no_gradient_and_an_sgd_loop_matches_eager(strict):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    model[0].weight.requires_grad_(False)
+    ep = graphcap.export(copy.deepcopy(model), (torch.randn(6, 4),), strict=strict)
+    mine = ep.module()
+    assert not dict(mine.named_parameters())["0.weight"].requires_grad
+    losses = {}
+    for name, m in (("eager", model), ("module", mine)):
+        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1)
+        torch.manual_seed(1)
+        steps = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = m(torch.randn(6, 4)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            steps.append(loss.item())
+        assert dict(m.named_parameters())["0.weight"].grad is None
+        losses[name] = (steps, {k: v.clone() for k, v in m.state_dict().items()})
+    assert losses["module"][0] == pytest.approx(losses["eager"][0], rel=1e-5)
+    for k, v in losses["eager"][1].items():
+        torch.testing.assert_close(losses["module"][1][k], v)
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_train_mode_dropout_and_batch_norm_follow_the_seed_and_update_statistics(strict):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Dropout(0.4)).train()
+    eager = copy.deepcopy(model)
+    ep = graphcap.export(copy.deepcopy(model), (torch.randn(8, 4),), strict=strict)
+    for mine in (ep.module(), ep.run_decompositions().module()):
+        reference = copy.deepcopy(eager)
+        for step in range(3):
+            x = torch.randn(8, 4) + step
+            torch.manual_seed(10 + step)
+            want = reference(x)
+            torch.manual_seed(10 + step)
+            torch.testing.assert_close(mine(x), want)
+        for k, v in reference.named_buffers():
+            torch.testing.assert_close(dict(mine.named_buffers())[k], v)
