@@ -183,3 +183,51 @@ def test_train_mode_dropout_and_batch_norm_follow_the_seed_and_update_statistics
             torch.testing.assert_close(mine(x), want)
         for k, v in reference.named_buffers():
             torch.testing.assert_close(dict(mine.named_buffers())[k], v)
+
+
+class _WritesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        with torch.no_grad():
+            x.mul_(2)   # a leaf that requires grad can be written only under no_grad
+        y.add_(1)       # a tensor with history is written with autograd
+        return self.a(x) * y
+
+
+def _saved_and_loaded(ep):
+    buffer = io.BytesIO()
+    graphcap.save(ep, buffer)
+    buffer.seek(0)
+    return graphcap.load(buffer)
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_a_program_listing_an_input_write_writes_a_leaf_that_requires_grad_as_eager(strict):
+    torch.manual_seed(0)
+    model = _WritesItsInput()
+    ep = graphcap.export(copy.deepcopy(model), (torch.randn(3, 4), torch.randn(3, 4)), strict=strict)
+    decomposed = ep.run_decompositions()
+    for program in (ep, decomposed, _saved_and_loaded(decomposed)):
+        results = []
+        for m in (model, program.module()):
+            torch.manual_seed(2)
+            x = torch.randn(3, 4).requires_grad_()
+            base = torch.randn(3, 4).requires_grad_()
+            y = base * 1
+            out = m(x, y)
+            assert x.is_leaf and x.requires_grad and out.requires_grad
+            (out.sum() + y.sum()).backward()
+            results.append((out.detach(), x.detach(), y.detach(), base.grad))
+        for got, want in zip(results[1], results[0]):
+            torch.testing.assert_close(got, want)
+
+
+def test_an_input_without_grad_is_still_written_by_the_decomposed_module():
+    model = _WritesItsInput()
+    m = graphcap.export(copy.deepcopy(model), (torch.randn(3, 4), torch.randn(3, 4))).run_decompositions().module()
+    x, y = torch.ones(3, 4), torch.zeros(3, 4)
+    m(x, y)
+    assert torch.equal(x, torch.full((3, 4), 2.0)) and torch.equal(y, torch.ones(3, 4))
