@@ -21,6 +21,7 @@ RELIES_ON = {
     "torch._higher_order_ops.wrap.wrap_with_set_grad_enabled": None,
     "torch._higher_order_ops.wrap.wrap_with_autocast": None,
     "torch._higher_order_ops.wrap.tag_activation_checkpoint": None,
+    "torch._functorch.autograd_function.autograd_function_apply": None,
     "torch._higher_order_ops.utils._maybe_run_with_interpreter": ("fn",),
 }
 
@@ -41,6 +42,16 @@ def activation_checkpoint_operator() -> Any:
     Relies on ``torch._higher_order_ops.wrap.tag_activation_checkpoint``."""
     from torch._higher_order_ops.wrap import tag_activation_checkpoint
     return tag_activation_checkpoint
+
+
+def autograd_function_operator() -> Any:
+    """The operator dynamo writes for a user's ``torch.autograd.Function.apply``:
+    ``autograd_function_apply(fwd, bwd, *inputs, **flags)``, where ``fwd`` is the Function's
+    forward traced to a GraphModule returning ``(outputs, saved_for_backward)``.
+
+    Relies on ``torch._functorch.autograd_function.autograd_function_apply``."""
+    from torch._functorch.autograd_function import autograd_function_apply
+    return autograd_function_apply
 
 
 def run_graph_preserving_meta(fn: Callable) -> Callable:
