@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import graphcap
+from conftest import TORCH_LINE
 
 MODES = [pytest.param(False, id="non-strict"), pytest.param(True, id="strict")]
 
@@ -281,3 +282,51 @@ def test_autograd_function_in_forward_gives_strict_the_gradients_non_strict_has(
             torch.testing.assert_close(dict(m.named_parameters())[name].grad, p.grad)
         if x_requires_grad:
             torch.testing.assert_close(z.grad, y.grad)
+
+
+_LSTM_DECOMPOSES = pytest.mark.skipif(
+    TORCH_LINE < (2, 13), reason="torch 2.10 to 2.12: the retrace keeps an LSTM as oneDNN's kernel")
+
+
+@pytest.mark.parametrize("kind, options", [
+    pytest.param("LSTM", {}, id="lstm", marks=_LSTM_DECOMPOSES),
+    pytest.param("LSTM", {"bidirectional": True, "proj_size": 2}, id="lstm-bidirectional-proj", marks=_LSTM_DECOMPOSES),
+    pytest.param("GRU", {"batch_first": False}, id="gru"),
+    pytest.param("RNN", {"bidirectional": True, "nonlinearity": "relu"}, id="rnn-relu-bidirectional"),
+])
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_decomposed_recurrent_layers_drop_out_between_layers_as_eager(kind, options, p):
+    torch.manual_seed(0)
+    options = {"batch_first": True, **options}
+    model = getattr(nn, kind)(4, 5, num_layers=3, dropout=p, **options).train()
+    x = torch.randn(2, 3, 4)
+    decomposed = graphcap.export(copy.deepcopy(model), (x,)).run_decompositions()
+    assert not {n.target for n in decomposed.graph.nodes} & {torch.ops.aten.lstm.input, torch.ops.aten.gru.input}
+    for program in (decomposed, _saved_and_loaded(decomposed)):
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            want = model(x)
+            torch.manual_seed(seed)
+            got = program.module()(x)
+            for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
+                torch.testing.assert_close(g, w)
+    # eval mode and a single layer keep torch's decomposition as it was
+    single = getattr(nn, kind)(4, 5, num_layers=1, **options).train()
+    got = graphcap.export(copy.deepcopy(single), (x,)).run_decompositions().module()(x)
+    torch.testing.assert_close(got[0], single(x)[0])
+
+
+def test_a_table_entry_for_an_operator_torch_decomposes_at_the_autograd_key_is_used():
+    model = nn.GRU(4, 5, num_layers=2, batch_first=True)
+    ep = graphcap.export(model, (torch.randn(2, 3, 4),))
+    calls = []
+    original = graphcap.default_decompositions()[torch.ops.aten.gru.input]
+
+    def counted(*args):
+        calls.append(args[4])
+        return original(*args)
+    table = graphcap.default_decompositions()
+    table[torch.ops.aten.gru.input] = counted
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(ep.run_decompositions(table).module()(x)[0], model(x)[0])
+    assert calls == [2]
