@@ -376,6 +376,59 @@ class NestedNoGradEnable(nn.Module):
         return g + k, k
 
 
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(lambda t: self.a(t).relu(), x, use_reentrant=False)
+        return self.b(h)
+
+
+class _SiLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * s * (1 + x * (1 - s))
+
+
+class _StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class UsesFunction(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.a, self.fn = nn.Linear(4, 4), fn
+
+    def forward(self, x):
+        return self.fn.apply(self.a(x) * 3)
+
+
+class WritesInputUnderNoGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            x.mul_(2)
+        return self.a(x) * x
+
+
 PROBES = [
     Probe("no_grad region", NoGradRegion, _x(3, 4)),
     Probe("no_grad region, input requires grad", NoGradRegion, _x(3, 4, rg=True)),
@@ -402,7 +455,234 @@ PROBES = [
     Probe("is_grad_enabled branch", RequiresGradQuery, _x(3, 4)),
     Probe("is_grad_enabled branch, run under no_grad", RequiresGradQuery, _x(3, 4), grad_mode=False),
     Probe("nested no_grad/enable_grad", NestedNoGradEnable, _x(3, 4)),
+    Probe("activation checkpoint", Checkpointed, _x(3, 4, rg=True)),
+    Probe("autograd.Function, true backward", lambda: UsesFunction(_SiLU), _x(3, 4)),
+    Probe("autograd.Function, straight-through backward", lambda: UsesFunction(_StraightThrough), _x(3, 4)),
+    Probe("leaf input requiring grad written under no_grad", WritesInputUnderNoGrad, _x(3, 4, rg=True)),
 ]
+
+
+# ---------------------------------------------------------------------------- scenarios
+# Each returns a short verdict per library and mode; printed as "scenario [strict] | graphcap: ... | torch: ...".
+
+
+def _roundtrip(ep, lib):
+    buf = io.BytesIO()
+    (graphcap.save if lib == "graphcap" else te.save)(ep, buf)
+    buf.seek(0)
+    return (graphcap.load if lib == "graphcap" else te.load)(buf)
+
+
+def _rg(out):
+    return [t.requires_grad for t in _leaves(out)]
+
+
+X = torch.randn(8, 4)
+
+
+def s_export_under_no_grad(ex, strict, lib):
+    """NoGradRegion exported under no_grad, run with grad: eager says [True, False]."""
+    with torch.no_grad():
+        ep = ex(NoGradRegion(), (X,), strict=strict)
+    return _rg(ep.module()(X))
+
+
+def s_enable_grad_under_no_grad_export(ex, strict, lib):
+    """EnableGradInside exported and run under no_grad: eager says [True, False]."""
+    with torch.no_grad():
+        ep = ex(EnableGradInside(), (X,), strict=strict)
+        return _rg(ep.module()(X))
+
+
+def s_export_under_inference_mode(ex, strict, lib):
+    m = BNDrop().eval()
+    with torch.inference_mode():
+        ep = ex(m, (X,), strict=strict)
+    return torch.allclose(ep.module()(X), m(X))
+
+
+def s_ambient_autocast(ex, strict, lib):
+    """Exported inside autocast: (dtype run outside, inside, eager outside)."""
+    m = nn.Linear(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ep = ex(m, (X,), strict=strict)
+        inside = ep.module()(X).dtype
+    return ep.module()(X).dtype, inside, m(X).dtype
+
+
+def s_sgd_loop(ex, strict, lib):
+    torch.manual_seed(0)
+    m = GradInsideNoGradParamUpdate()
+    runs = []
+    for mod in (copy.deepcopy(m), ex(copy.deepcopy(m), (X,), strict=strict).module()):
+        opt = torch.optim.SGD(mod.parameters(), lr=0.1)
+        outs = []
+        for i in range(3):
+            opt.zero_grad()
+            y = mod(X + i)
+            y.sum().backward()
+            opt.step()
+            outs.append(y.detach())
+        runs.append(torch.cat(outs))
+    return torch.allclose(*runs)
+
+
+def s_functional_call_and_func_grad(ex, strict, lib):
+    torch.manual_seed(0)
+    m = BNDrop().eval()
+    g = ex(copy.deepcopy(m), (X,), strict=strict).module()
+    params = {k: v.detach() * 2 for k, v in m.named_parameters()}
+    ge = torch.func.grad(lambda p: torch.func.functional_call(m, p, (X,)).sum())(params)
+    gg = torch.func.grad(lambda p: torch.func.functional_call(g, p, (X,)).sum())(params)
+    return all(torch.allclose(ge[k], gg[k]) for k in ge)
+
+
+def s_double_backward(ex, strict, lib):
+    class M(nn.Module):
+        def forward(self, x):
+            return (x.sin() * x).sum()
+    m = M()
+    g = ex(m, (X,), strict=strict).module()
+    r = []
+    for mod in (m, g):
+        xx = X.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(mod(xx), xx, create_graph=True)
+        r.append(torch.autograd.grad(gx.sum(), xx)[0])
+    return torch.allclose(*r)
+
+
+def s_train_mode_three_calls(ex, strict, lib):
+    """(module, decomposed, saved) equal eager over 3 calls, buffers included."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
+    m.eval()
+    m[1].train()
+    ep = ex(copy.deepcopy(m), (X,), strict=strict)
+    res = []
+    for g in (ep.module(), ep.run_decompositions().module(), _roundtrip(ep, lib).module()):
+        e, ok = copy.deepcopy(m), True
+        for i in range(3):
+            torch.manual_seed(i)
+            want = e(X + i)
+            torch.manual_seed(i)
+            ok &= torch.allclose(want, g(X + i), atol=1e-5)
+        gb = dict(g.named_buffers())
+        res.append(ok and all(torch.allclose(v.float(), gb[k].float()) for k, v in e.named_buffers()))
+    return res
+
+
+def s_lstm_dropout(ex, strict, lib):
+    torch.manual_seed(0)
+    m = nn.LSTM(4, 5, num_layers=2, dropout=0.5, batch_first=True).train()
+    x = torch.randn(2, 3, 4)
+    ep = ex(copy.deepcopy(m), (x,), strict=strict)
+    res = []
+    for g in (ep.module(), ep.run_decompositions().module(), _roundtrip(ep, lib).module()):
+        torch.manual_seed(1)
+        want = m(x)[0]
+        torch.manual_seed(1)
+        res.append(torch.allclose(want, g(x)[0], atol=1e-5))
+    return res
+
+
+def s_train_eval_calls(ex, strict, lib):
+    m = BNDrop().eval()
+    ep = ex(copy.deepcopy(m), (X,), strict=strict)
+    out = []
+    for prog in (ep, ep.run_decompositions()):
+        for meth in ("train", "eval"):
+            try:
+                getattr(prog.module(), meth)()
+                out.append("ok")
+            except NotImplementedError:
+                out.append("NotImplementedError")
+    from torchao.quantization.pt2e import move_exported_model_to_train
+    g = ep.module()
+    move_exported_model_to_train(g)
+    torch.manual_seed(0)
+    a = g(X)
+    torch.manual_seed(0)
+    out.append(torch.allclose(a, copy.deepcopy(m).train()(X)))
+    return out
+
+
+def s_frozen_state(ex, strict, lib):
+    m = nn.Linear(4, 4)
+    m.weight.requires_grad_(False)
+    ep = ex(m, (X,), strict=strict)
+    before = (ep.state_dict["weight"].requires_grad, _roundtrip(ep, lib).state_dict["weight"].requires_grad)
+    g = ep.module()
+    dict(g.named_parameters())["weight"].requires_grad_(True)  # module() shares it with ep.state_dict
+    g(X).sum().backward()
+    return (*before, dict(g.named_parameters())["weight"].grad is not None)
+
+
+def s_autocast_variants(ex, strict, lib):
+    class A2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.float16, cache_enabled=False):
+                h = self.a(x)
+                with torch.autocast("cpu", enabled=False):
+                    k = self.a(h.float())
+            return h, k
+
+    class A3(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        @torch.autocast("cpu", dtype=torch.bfloat16)
+        def forward(self, x):
+            return self.a(x).relu()
+    res = []
+    for make in (A2, A3):
+        m = make()
+        ep = ex(m, (X,), strict=strict)
+        want = _leaves(m(X))
+        for prog in (ep, ep.run_decompositions(), _roundtrip(ep, lib)):
+            got = _leaves(prog.module()(X))
+            res.append(all(a.dtype == b.dtype and torch.allclose(a.float(), b.float(), atol=1e-2)
+                           for a, b in zip(want, got)))
+    return res
+
+
+def s_decomposed_train_bn_backward(ex, strict, lib):
+    m = BNDrop().train()
+    g = ex(copy.deepcopy(m), (X,), strict=strict).run_decompositions().module()
+    g(X).sum().backward()
+    return "backward ok"
+
+
+def s_autograd_grad_in_forward(ex, strict, lib):
+    class GP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 1)
+
+        def forward(self, x):
+            x = x.requires_grad_()
+            (g,) = torch.autograd.grad(self.a(x).tanh().sum(), x, create_graph=True)
+            return g
+    ex(GP(), (X,), strict=strict)
+    return "exported"
+
+
+SCENARIOS = [s_export_under_no_grad, s_enable_grad_under_no_grad_export, s_export_under_inference_mode,
+             s_ambient_autocast, s_sgd_loop, s_functional_call_and_func_grad, s_double_backward,
+             s_train_mode_three_calls, s_lstm_dropout, s_train_eval_calls, s_frozen_state,
+             s_autocast_variants, s_decomposed_train_bn_backward, s_autograd_grad_in_forward]
+
+
+def _scenario(fn, lib, strict) -> str:
+    try:
+        return str(fn(graphcap.export if lib == "graphcap" else te.export, strict, lib))
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
 
 
 def main() -> None:
@@ -414,6 +694,13 @@ def main() -> None:
             g = check(p, "graphcap", strict)
             t = "-" if "--no-torch" in sys.argv else check(p, "torch", strict)
             print(f"{p.name}{' [strict]' if strict else ''} | graphcap: {g} | torch: {t}", flush=True)
+    for fn in SCENARIOS:
+        if wanted and not any(w in fn.__name__ for w in wanted):
+            continue
+        for strict in (False, True):
+            g = _scenario(fn, "graphcap", strict)
+            t = "-" if "--no-torch" in sys.argv else _scenario(fn, "torch", strict)
+            print(f"{fn.__name__}{' [strict]' if strict else ''} | graphcap: {g} | torch: {t}", flush=True)
 
 
 if __name__ == "__main__":
