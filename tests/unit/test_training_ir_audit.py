@@ -330,3 +330,18 @@ def test_a_table_entry_for_an_operator_torch_decomposes_at_the_autograd_key_is_u
     x = torch.randn(2, 3, 4)
     torch.testing.assert_close(ep.run_decompositions(table).module()(x)[0], model(x)[0])
     assert calls == [2]
+
+
+@pytest.mark.parametrize("strict", MODES)
+def test_exporting_an_rnn_warns_of_no_assigned_attribute_and_leaves_its_weight_list_intact(strict):
+    import warnings
+
+    model = nn.GRU(4, 5, num_layers=2, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    want = model(x)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphcap.export(model, (x,), strict=strict)
+    assert not [w for w in caught if "assigned during export" in str(w.message)]
+    assert all(w is getattr(model, name) for w, name in zip(model._flat_weights, model._flat_weights_names))
+    torch.testing.assert_close(model(x)[0], want)
