@@ -671,7 +671,45 @@ def s_autograd_grad_in_forward(ex, strict, lib):
     return "exported"
 
 
-SCENARIOS = [s_export_under_no_grad, s_enable_grad_under_no_grad_export, s_export_under_inference_mode,
+def s_reentrant_and_selective_checkpoint(ex, strict, lib):
+    """(reentrant, selective): outputs and input gradients equal eager's."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.mm.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+    class C(nn.Module):
+        def __init__(self, reentrant):
+            super().__init__()
+            self.a, self.reentrant = nn.Linear(4, 4), reentrant
+
+        def forward(self, x):
+            def f(t):
+                return self.a(t).relu()
+            if self.reentrant:
+                return checkpoint(f, x, use_reentrant=True) * 2
+            return checkpoint(f, x, use_reentrant=False,
+                              context_fn=lambda: create_selective_checkpoint_contexts(policy)) * 2
+    out = []
+    for reentrant in (True, False):
+        try:
+            torch.manual_seed(0)
+            m = C(reentrant)
+            g = ex(copy.deepcopy(m), (X,), strict=strict).module()
+            r = []
+            for mod in (m, g):
+                xx = X.clone().requires_grad_()
+                o = mod(xx)
+                o.sum().backward()
+                r.append((o.detach(), xx.grad))
+            out.append(all(torch.allclose(a, b) for a, b in zip(*r)))
+        except Exception as e:
+            out.append(f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}")
+    return out
+
+
+SCENARIOS = [s_reentrant_and_selective_checkpoint,
+             s_export_under_no_grad, s_enable_grad_under_no_grad_export, s_export_under_inference_mode,
              s_ambient_autocast, s_sgd_loop, s_functional_call_and_func_grad, s_double_backward,
              s_train_mode_three_calls, s_lstm_dropout, s_train_eval_calls, s_frozen_state,
              s_autocast_variants, s_decomposed_train_bn_backward, s_autograd_grad_in_forward]
