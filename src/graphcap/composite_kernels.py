@@ -29,6 +29,7 @@ from .torch_private.dispatch import DispatchKey, auto_dispatch_below_autograd
 from .torch_private.ops import OpOverload, clear_dispatch_cache, run_kernel_for_key
 
 _CIA = DispatchKey.CompositeImplicitAutograd
+_AUTOGRAD = DispatchKey.Autograd
 _AUTOGRAD_KEYS = [getattr(DispatchKey, name) for name in (
     "AutogradCPU", "AutogradCUDA", "AutogradMeta", "AutogradXPU", "AutogradMPS", "AutogradHPU",
     "AutogradXLA", "AutogradLazy", "AutogradIPU", "AutogradPrivateUse1") if hasattr(DispatchKey, name)]
@@ -92,6 +93,10 @@ def steer_composites(keep: Iterable[OpOverload],
                 if key not in op.py_kernels:
                     _install(op, key, original)
             _install(op, _CIA, fn)
+            if _AUTOGRAD in op.py_kernels:
+                # torch registers some decompositions (dropout, lstm, gru, ...) at the Autograd key
+                # too, which the dispatcher reaches first: the table's function must stand there
+                _install(op, _AUTOGRAD, fn)
             clear_dispatch_cache(op)
         yield
     finally:

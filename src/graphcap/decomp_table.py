@@ -65,10 +65,51 @@ def _fresh_copy(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.clone.default(x)
 
 
+# recurrent operators taking (input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+# batch_first); hx is [h, c] for lstm, one tensor for the others
+_RECURRENT = (torch.ops.aten.lstm.input, torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input,
+              torch.ops.aten.rnn_relu.input)
+
+
+def _recurrent_with_dropout_between_layers(op: OpOverload) -> Callable[..., Any]:
+    """``op`` broken down by its own composite kernel, one layer at a time when it drops out between
+    layers (a multi-layer RNN, ``dropout > 0``, in train mode).
+
+    torch's composite kernels of these operators (torch 2.10 to 2.15) zero the dropout before the
+    first layer, so the decomposed program of a training RNN computed it without dropout; eager's
+    kernel applies ``dropout`` to every layer's output but the last, which is what this does, the
+    layers themselves still run through the composite kernel (one layer, no dropout)."""
+    kernel = composite_kernel_of(op)
+
+    def run(input: Any, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
+            train: bool, bidirectional: bool, batch_first: bool) -> Any:
+        if not (train and dropout > 0 and num_layers > 1):
+            return kernel(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        directions = 2 if bidirectional else 1
+        per_layer = len(params) // num_layers
+        states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+        finals: list[list[torch.Tensor]] = [[] for _ in states]
+        for layer in range(num_layers):
+            rows = slice(layer * directions, (layer + 1) * directions)
+            layer_hx = [s[rows] for s in states]
+            out = kernel(input, layer_hx if isinstance(hx, (list, tuple)) else layer_hx[0],
+                         list(params[layer * per_layer:(layer + 1) * per_layer]), has_biases, 1, 0.0, train,
+                         bidirectional, batch_first)
+            input = out[0]
+            for acc, state in zip(finals, out[1:]):
+                acc.append(state)
+            if layer < num_layers - 1:
+                input = torch.dropout(input, dropout, True)
+        return (input, *(torch.cat(acc, 0) for acc in finals))
+    return run
+
+
 @functools.lru_cache(maxsize=1)
 def _core_python_decompositions() -> dict:
     table = dict(core_aten_decompositions_post_autograd())
     table.setdefault(torch.ops.aten.lift_fresh_copy.default, _fresh_copy)
+    for op in _RECURRENT:
+        table[op] = _recurrent_with_dropout_between_layers(op)
     return table
 
 

@@ -26,6 +26,7 @@ Two things cross from dynamo's trace to graphcap's:
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -36,9 +37,11 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 
 from ..errors import UnsupportedError
+from ..torch_private import dispatch as dispatch_private
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import fake as fake_private
 from ..torch_private import fx as fx_private
+from ..torch_private import higher_order as higher_order_private
 from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
@@ -335,6 +338,18 @@ class _ModuleStacks:
         return out
 
 
+def _without_outer_grad_switches(forward: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``forward`` without the grad switch before its first operator and after its last."""
+    forward = copy.deepcopy(forward)
+    graph = forward.graph
+    body = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+    for node in {body[0], body[-1]} if body else ():
+        if node.op == "call_function" and node.target is dispatch_private.set_grad_enabled and not node.users:
+            graph.erase_node(node)
+    forward.recompile()
+    return forward
+
+
 def _prepare_metadata(gm: torch.fx.GraphModule, root: Optional[torch.nn.Module]) -> None:
     """Give dynamo's nodes graphcap's module stacks; drop what graphcap derives itself."""
     stacks = _ModuleStacks(root)
@@ -430,6 +445,8 @@ class _Replayer(torch.fx.Interpreter):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
         self.enter_autocast, self.exit_autocast = fx_private.autocast_markers()
+        self.checkpoint = higher_order_private.activation_checkpoint_operator()
+        self.function_apply = higher_order_private.autograd_function_operator()
 
     def run_node(self, n):
         self.current = n
@@ -450,6 +467,26 @@ class _Replayer(torch.fx.Interpreter):
         if target is self.exit_autocast:
             args[0].__exit__(None, None, None)
             return None
+        if target is self.checkpoint and isinstance(args[0], torch.fx.GraphModule):
+            # torch.utils.checkpoint(fn, ...): run fn's graph in place, as non-strict records the call
+            # (the training IR inlines it; autograd's recomputation is no part of the program).
+            # torch's own operator fails here when no context_fn was given (torch 2.10 to 2.15)
+            body = args[0]
+            _prepare_metadata(body, self.replay.root)
+            return higher_order_private.run_graph_preserving_meta(body)(*args[1:])
+        if target is self.function_apply and isinstance(args[0], torch.fx.GraphModule):
+            # a user's autograd.Function: its forward's operators, recorded as non-strict records
+            # them. dynamo's forward graph runs them between a switch of grad off and one back on
+            # (eager's Function.apply does so inside autograd's C++ node); recorded, those switches
+            # made the outputs of a strict program never require grad, where eager's (and
+            # non-strict's) do. Neither program keeps the Function's own backward.
+            forward = _without_outer_grad_switches(args[0])
+            _prepare_metadata(forward, self.replay.root)
+            inputs = list(args[2:])
+            if sum(n.op == "placeholder" for n in forward.graph.nodes) == len(inputs) + 1:
+                inputs.insert(0, None)  # torch releases whose forward graph takes the Function's ctx first
+            outputs, _saved = higher_order_private.run_graph_preserving_meta(forward)(*inputs)
+            return outputs
         return super().call_function(target, args, kwargs)
 
     def _report_boundary(self, fqn: str, entering: bool, tree: Any) -> None:

@@ -55,6 +55,20 @@ def _update_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         return param.copy_(value)
 
 
+def _update_input(tensor: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Write a program's new value of an input back into the caller's tensor.
+
+    Autograd refuses an in-place write to a leaf that requires grad while grad is on, so when
+    the caller passes such a leaf, eager's forward wrote it under ``no_grad`` (else eager raised);
+    the write happens under ``no_grad`` here too. Any other tensor takes a plain ``copy_``, which
+    records the write for autograd as eager's in-place operator did.
+    """
+    if tensor.is_leaf and tensor.requires_grad:
+        with torch.no_grad():
+            return tensor.copy_(value)
+    return torch.ops.aten.copy_.default(tensor, value)
+
+
 class InputGuards(torch.nn.Module):
     """The leaf checks of ``module()``'s inputs, called by the graph on the flat user inputs."""
 
@@ -205,8 +219,10 @@ def build_module(ep: Any, guards_in_graph: bool = True) -> ExportedModule:
         dest = input_nodes[positions[(spec.kind, spec.target)]]
         if value is dest:
             continue  # updated in place by the graph already
-        # A parameter is a leaf that requires grad: eager updated it under no_grad, and so does this.
-        write = _update_parameter if spec.kind is OutputKind.PARAMETER_MUTATION else torch.ops.aten.copy_.default
+        # A parameter is a leaf that requires grad: eager updated it under no_grad, and so does this;
+        # an input may be such a leaf too, depending on the caller (decided at each call).
+        write = {OutputKind.PARAMETER_MUTATION: _update_parameter,
+                 OutputKind.USER_INPUT_MUTATION: _update_input}.get(spec.kind, torch.ops.aten.copy_.default)
         with graph.inserting_before(output):
             copy_node = graph.call_function(write, (dest, value))
         copy_node.meta.update({k: v for k, v in value.meta.items() if k in ("val", "nn_module_stack",

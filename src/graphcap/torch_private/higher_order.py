@@ -20,6 +20,8 @@ RELIES_ON = {
     "torch._higher_order_ops.invoke_subgraph.invoke_subgraph_placeholder": ("func",),
     "torch._higher_order_ops.wrap.wrap_with_set_grad_enabled": None,
     "torch._higher_order_ops.wrap.wrap_with_autocast": None,
+    "torch._higher_order_ops.wrap.tag_activation_checkpoint": None,
+    "torch._functorch.autograd_function.autograd_function_apply": None,
     "torch._higher_order_ops.utils._maybe_run_with_interpreter": ("fn",),
 }
 
@@ -31,6 +33,25 @@ def region_wrappers() -> tuple[Any, Any]:
     """
     from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
     return wrap_with_set_grad_enabled, wrap_with_autocast
+
+
+def activation_checkpoint_operator() -> Any:
+    """The operator dynamo writes for a ``torch.utils.checkpoint.checkpoint(fn, ...)`` call: its first
+    argument is ``fn`` traced to a GraphModule, the rest are that graph's inputs.
+
+    Relies on ``torch._higher_order_ops.wrap.tag_activation_checkpoint``."""
+    from torch._higher_order_ops.wrap import tag_activation_checkpoint
+    return tag_activation_checkpoint
+
+
+def autograd_function_operator() -> Any:
+    """The operator dynamo writes for a user's ``torch.autograd.Function.apply``:
+    ``autograd_function_apply(fwd, bwd, *inputs, **flags)``, where ``fwd`` is the Function's
+    forward traced to a GraphModule returning ``(outputs, saved_for_backward)``.
+
+    Relies on ``torch._functorch.autograd_function.autograd_function_apply``."""
+    from torch._functorch.autograd_function import autograd_function_apply
+    return autograd_function_apply
 
 
 def run_graph_preserving_meta(fn: Callable) -> Callable:
