@@ -465,7 +465,7 @@ PROBES: list[Probe] = [
     seq_fn("where_masked_fill", lambda m, x: (torch.where(x > 0, x, x.new_zeros(())),
                                               x.masked_fill(x < 0, float("-inf")).softmax(2).nan_to_num())),
     Probe("masked_fill_lengths", lambda: Fn(lambda m, x, n: x.masked_fill(
-        torch.arange(x.shape[1])[None, :] >= n[:, None], 0.0).sum(1)),
+        (torch.arange(x.shape[1])[None, :] >= n[:, None])[..., None], 0.0).sum(1)),
           lambda s: (torch.randn(s["b"], s["s"], 3), torch.randint(0, s["s"] + 1, (s["b"],))),
           {"b": (1, 6), "s": (1, 12)}, lambda d: ({0: d["b"], 1: d["s"]}, {0: d["b"]})),
     Probe("einsum_bhqd_bhkd", lambda: Fn(lambda m, q, k: torch.einsum("bhqd,bhkd->bhqk", q, k).softmax(-1)),

@@ -4,6 +4,7 @@ An operator's own question "is this derived size 1?" (``Ne(8*s, 8)`` from Multih
 reshape, ``Ne((h + 1)//2, 1)`` from unfold's window count) is a layout question, as the plain
 ``Ne(s, 1)`` is: the program must not refuse those sizes at run time.
 """
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -48,3 +49,24 @@ def test_unfold_with_a_stride_runs_where_it_gives_one_window():
     for size in ((1, 10), (2, 2), (9, 1), (2, 5)):  # (h + 1)//2 == 1 at h = 1 and 2
         x = torch.randn(2, 3, *size)
         torch.testing.assert_close(ep.module()(x), F.unfold(x, 3, padding=1, stride=2))
+
+
+class _Bicubic(torch.nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=0.5, mode="bicubic", align_corners=True)
+
+
+def test_a_decomposition_that_holds_for_some_sizes_only_is_refused():
+    # bicubic's decomposition with align_corners branches on `out_size > 1` (out_size = h // 2):
+    # exported at h = 5 it held only for h >= 4 and crashed at h = 2, 3 (float division by zero)
+    h, w = graphcap.Dim("h", min=2, max=9), graphcap.Dim("w", min=2, max=10)
+    ep = graphcap.export(_Bicubic(), (torch.randn(1, 2, 5, 6),), dynamic_shapes=({2: h, 3: w},))
+    with pytest.raises(graphcap.errors.UnsupportedError, match=r"h != 2, 3; w != 2, 3"):
+        ep.run_decompositions()
+    table = graphcap.default_decompositions()
+    for op in [k for k in table if "upsample_bicubic2d" in str(k)]:
+        del table[op]
+    decomposed = ep.run_decompositions(table)
+    for size in ((2, 10), (3, 3), (9, 2), (8, 7)):
+        x = torch.randn(1, 2, *size)
+        torch.testing.assert_close(decomposed.module()(x), _Bicubic()(x))
