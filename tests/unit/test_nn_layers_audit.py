@@ -2,7 +2,8 @@
 
 An operator's own question "is this derived size 1?" (``Ne(8*s, 8)`` from MultiheadAttention's head
 reshape, ``Ne((h + 1)//2, 1)`` from unfold's window count) is a layout question, as the plain
-``Ne(s, 1)`` is: the program must not refuse those sizes at run time.
+``Ne(s, 1)`` is: the program must not refuse those sizes at run time. A decomposition whose code holds
+only for some of the sizes the program accepts (bicubic's ``out_size > 1``) is refused, not returned.
 """
 import pytest
 import torch
@@ -63,6 +64,9 @@ def test_a_decomposition_that_holds_for_some_sizes_only_is_refused():
     ep = graphcap.export(_Bicubic(), (torch.randn(1, 2, 5, 6),), dynamic_shapes=({2: h, 3: w},))
     with pytest.raises(graphcap.errors.UnsupportedError, match=r"h != 2, 3; w != 2, 3"):
         ep.run_decompositions()
+    at_two = graphcap.export(_Bicubic(), (torch.randn(1, 2, 2, 2),), dynamic_shapes=({2: h, 3: w},))
+    with pytest.raises(graphcap.errors.UnsupportedError, match=r"h != 4, 5, 6"):
+        at_two.run_decompositions()  # held only for h <= 3 (a view of the one output row)
     table = graphcap.default_decompositions()
     for op in [k for k in table if "upsample_bicubic2d" in str(k)]:
         del table[op]

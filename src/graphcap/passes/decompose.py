@@ -553,8 +553,10 @@ def _sizes_excluded(ep: ExportedProgram, decided: list, symbols: Mapping[Any, An
     for some of the sizes the program accepts (``out_size > 1`` in bicubic upsampling with
     ``align_corners``, where ``out_size`` is ``h // 2``), and the decomposed code computes other
     numbers, or fails, at the others. Sizes 0 and 1 are left out, as the docstring below says, and
-    so is a size compared with 0 or 1 (``guard_checks.is_zero_one_check``); a guard the program's
-    own asserts state excludes nothing."""
+    so is a size found unequal to 0 or 1 (``guard_checks.is_zero_one_check``). A size found equal to
+    1 (``Eq(h//2, 1)``, the example's output) is refused: bicubic's decomposition at that size is
+    wrong elsewhere, a max pool's is not, and the retrace cannot tell them apart. A guard the
+    program's own asserts state excludes nothing."""
     out = []
     for g in decided:
         syms = g.free_symbols
