@@ -56,7 +56,7 @@ from .symbols import SymbolicInputs
 log = logging.getLogger("graphcap.dynamic")
 
 
-def is_zero_one_check(g: Any, sym: Any) -> bool:
+def _is_zero_one_check(g: Any, sym: Any) -> bool:
     """``Ne(s, 0)`` / ``Ne(s, 1)``: a size compared with 0 or 1 and nothing else; also a size an
     operator derives from ``s`` alone compared with 0 or 1, possibly scaled: ``Ne(8*s, 8)`` (a
     stride of a dim of size ``s`` times 8 heads), ``Ne((s + 1)//2, 1)`` (a strided window count)."""
@@ -296,7 +296,7 @@ def _check_one_dim_guard(found: _Findings, g: Any, ranges: dict[Any, Any], sloc:
         return True  # a range guard: the range check above saw it
     if _check_bound(found, g, sym, sloc):
         return True
-    if in_framework(sloc) and is_zero_one_check(g, sym):
+    if in_framework(sloc) and _is_zero_one_check(g, sym):
         # torch's own 0/1 reasoning inside an operator (strides, memory format: Ne(s, 1)
         # in a conv's fake kernel); the values do not depend on it, and graphcap keeps
         # sizes 0 and 1 in the declared range rather than assert them away

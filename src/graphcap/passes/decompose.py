@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-import sympy
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
@@ -37,7 +36,6 @@ from torch.fx.experimental.symbolic_shapes import rebind_unbacked, resolve_unbac
 
 from ..composite_kernels import steer_composites
 from ..decomp_table import TableView, as_table, can_keep_composite
-from ..dynamic.guard_checks import is_zero_one_check
 from ..dynamic.symbol_names import dim_names, with_dim_names
 from ..errors import ConstantMutationError, GraphcapError, TraceError, UnsupportedError
 from ..node_facts import hidden_write
@@ -98,16 +96,9 @@ class _Replay(torch.fx.Interpreter):
         self.identity = identity or set()
         self.carry = carry
         self.memo = memo
-        self.guards_raised: dict[Any, list] = {}  # operator -> the guards its replay raised
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        counted = self.shape_env is not None and n.op == "call_function"
-        before = len(shape_guards(self.shape_env)) if counted else 0
         value = self._run_node(n)
-        if counted:
-            raised = shape_guards(self.shape_env)[before:]
-            if raised:
-                self.guards_raised.setdefault(n.target, []).extend(g.expr for g in raised)
         if n.meta.get("unbacked_bindings") and self.shape_env is not None:
             # a replayed .item() / nonzero() makes a fresh symbol (u2 for the program's u0): it is
             # told the program's own, so the result keeps the names its asserts, ranges and
@@ -405,7 +396,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     new_gm = trace(functionalize=functionalize)
     if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
-    _check_no_range_narrowed(ep, fake_mode, known_before, asserted, _raised_by_kept_ops(new_gm, box))
+    _check_no_range_narrowed(ep, fake_mode, known_before, asserted)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -534,51 +525,8 @@ def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int
                                      if getattr(sym, "is_Symbol", False)}
 
 
-def _raised_by_kept_ops(new_gm: torch.fx.GraphModule, box: dict) -> set:
-    """The guards the replay of an operator the result still calls raised: its fake kernel's
-    questions (bicubic upsampling's meta runs the decomposition's size code), not a branch of
-    recorded code."""
-    interpreter = box.get("interpreter")
-    if interpreter is None:
-        return set()
-    kept = {n.target for gm in new_gm.modules() if isinstance(gm, torch.fx.GraphModule)
-            for n in gm.graph.nodes if n.op == "call_function"}
-    return {g for op, raised in interpreter.guards_raised.items() if op in kept for g in raised}
-
-
-def _sizes_excluded(ep: ExportedProgram, decided: list, symbols: Mapping[Any, Any], asserted: list,
-                    from_kept_ops: set) -> list[str]:
-    """``"s != 2, 3"`` for each guard of the retrace over one of the program's symbols that is false
-    at sizes of 2 or more in the symbol's range: the decomposition took a branch that holds only
-    for some of the sizes the program accepts (``out_size > 1`` in bicubic upsampling with
-    ``align_corners``, where ``out_size`` is ``h // 2``), and the decomposed code computes other
-    numbers, or fails, at the others. Sizes 0 and 1 are left out, as the docstring below says, and
-    so is a size found unequal to 0 or 1 (``guard_checks.is_zero_one_check``). A size found equal to
-    1 (``Eq(h//2, 1)``, the example's output) is refused: bicubic's decomposition at that size is
-    wrong elsewhere, a max pool's is not, and the retrace cannot tell them apart. A guard the
-    program's own asserts state excludes nothing."""
-    out = []
-    for g in decided:
-        syms = g.free_symbols
-        if len(syms) != 1 or g in from_kept_ops or any(g == a for a in asserted):
-            continue
-        (sym,) = syms
-        if is_zero_one_check(g, sym):
-            continue  # a layout question about a size being 1 (Ne(s//2, 1)), as in export
-        vr = ep.range_constraints.get(sym)
-        if sym not in symbols or vr is None:
-            continue
-        lo = max(2, int(vr.lower)) if isinstance(vr.lower, sympy.Integer) else 2  # int_oo says it is finite
-        hi = int(vr.upper) if isinstance(vr.upper, sympy.Integer) else lo + 64
-        bad = [v for v in range(lo, min(hi, lo + 256) + 1) if g.xreplace({sym: sympy.Integer(v)}) is sympy.false]
-        if bad:
-            shown = ", ".join(map(str, bad[:6])) + (", ..." if len(bad) > 6 else "")
-            out.append(f"{sym} != {shown}")
-    return list(dict.fromkeys(out))
-
-
 def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, known_before: tuple[int, dict],
-                             asserted: list, from_kept_ops: Optional[set] = None) -> None:
+                             asserted: list) -> None:
     """Refuse a retrace that fixed a size the program leaves open.
 
     The retrace asks its questions on the program's symbols; one that settles a symbol (to the
@@ -594,8 +542,6 @@ def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, kno
         return
     narrowed = [f"{sym} = {env.replace(sym)}" for sym, replaced in before.items()
                 if env.replace(sym) != replaced and not _implied(sym, env.replace(sym), asserted)]
-    narrowed += _sizes_excluded(ep, [g.expr for g in shape_guards(env)[guards_before:]], before, asserted,
-                                from_kept_ops or set())
     if not narrowed:
         return
     names = dim_names(ep)
