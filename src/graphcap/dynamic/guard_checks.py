@@ -57,8 +57,21 @@ log = logging.getLogger("graphcap.dynamic")
 
 
 def _is_zero_one_check(g: Any, sym: Any) -> bool:
-    """``Ne(s, 0)`` / ``Ne(s, 1)``: a size compared with 0 or 1 and nothing else."""
-    return isinstance(g, sympy.Ne) and {g.lhs, g.rhs} in ({sym, sympy.Integer(0)}, {sym, sympy.Integer(1)})
+    """``Ne(s, 0)`` / ``Ne(s, 1)``: a size compared with 0 or 1 and nothing else; also a size an
+    operator derives from ``s`` alone compared with 0 or 1, possibly scaled: ``Ne(8*s, 8)`` (a
+    stride of a dim of size ``s`` times 8 heads), ``Ne((s + 1)//2, 1)`` (a strided window count)."""
+    if not isinstance(g, sympy.Ne):
+        return False
+    if {g.lhs, g.rhs} in ({sym, sympy.Integer(0)}, {sym, sympy.Integer(1)}):
+        return True
+    size, const = (g.lhs, g.rhs) if g.rhs.is_Integer else (g.rhs, g.lhs)
+    if not const.is_Integer or size.free_symbols != {sym}:
+        return False
+    if isinstance(size, sympy.Mul):  # 8*s against 8: s against 1
+        coeff, rest = size.as_coeff_Mul()
+        if coeff.is_Integer and coeff > 0 and const % coeff == 0:
+            size, const = rest, const // coeff
+    return const in (0, 1)
 
 
 @dataclass
