@@ -89,6 +89,37 @@ def _as_torch_verifiers(verifiers: Optional[list[type]]) -> list[type]:
     return [v if is_torch_verifier(v) else torch_verifier_for(v.dialect) for v in verifiers or [Verifier]]
 
 
+def _graphcap_layout(graph_module: torch.fx.GraphModule, graph_signature: ExportGraphSignature,
+                     state_dict: dict[str, torch.Tensor], range_constraints: dict[Any, Any],
+                     module_call_graph: list[ModuleCallEntry], example_inputs: Optional[tuple[tuple, dict]] = None,
+                     constants: Optional[dict[str, torch.Tensor]] = None) -> tuple:
+    """The constructor's fields, as graphcap's stages pass them."""
+    return graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs, constants
+
+
+def _torch_layout(root: Any, graph: torch.fx.Graph, graph_signature: Any, state_dict: dict[str, torch.Tensor],
+                  range_constraints: dict[Any, Any], module_call_graph: list[Any],
+                  example_inputs: Optional[tuple[tuple, dict]] = None,
+                  constants: Optional[dict[str, torch.Tensor]] = None) -> tuple:
+    """The constructor's fields from torch's layout (``root`` and ``graph`` where graphcap takes one
+    graph module), as torch's passes and code written for torch build a program: the graph module
+    is a new ``GraphModule`` over ``graph`` taking ``root``'s attributes and ``meta``, as torch's
+    constructor makes it."""
+    graph_module = torch.fx.GraphModule(root, graph)
+    if isinstance(root, torch.fx.GraphModule):
+        graph_module.meta.update(root.meta)
+    return graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs, constants
+
+
+def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple:
+    """``ExportedProgram(...)``'s fields, called in graphcap's layout ``(graph_module, graph_signature,
+    state_dict, range_constraints, module_call_graph, example_inputs=None, constants=None)`` or in
+    torch's ``(root, graph, graph_signature, ...)`` (told by a ``root`` or ``graph`` keyword, or an
+    ``fx.Graph`` second)."""
+    torchs = "root" in kwargs or "graph" in kwargs or (len(args) > 1 and isinstance(args[1], torch.fx.Graph))
+    return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs)
+
+
 class ExportedProgram(_torch_exported_program.ExportedProgram):
     """A captured program: a flat ATen graph, its signature, its state and its ranges.
 
@@ -103,7 +134,10 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     read-only views; passes return a new program.
 
     Args:
-        graph_module: the ``torch.fx.GraphModule`` holding the graph.
+        graph_module: the ``torch.fx.GraphModule`` holding the graph. torch's layout is taken
+            too: ``ExportedProgram(root, graph, graph_signature, ...)`` (positional or by
+            keyword), as torch's passes build a program, makes the graph module from
+            ``root`` and ``graph`` as torch's constructor does.
         graph_signature: what each placeholder and output is.
         state_dict: parameters and persistent buffers, by fully-qualified name.
         range_constraints: symbol -> ``ValueRanges`` of every size symbol.
@@ -148,19 +182,9 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     _handed_over = False  # whether _hand_over_to_torch ran for this program
 
-    def __init__(
-        self,
-        graph_module: torch.fx.GraphModule,
-        graph_signature: ExportGraphSignature,
-        state_dict: dict[str, torch.Tensor],
-        range_constraints: dict[Any, Any],
-        module_call_graph: list[ModuleCallEntry],
-        example_inputs: Optional[tuple[tuple, dict]] = None,
-        constants: Optional[dict[str, torch.Tensor]] = None,
-        *,
-        verify: bool = True,
-        verifiers: Optional[list[type]] = None,
-    ):
+    def __init__(self, *args: Any, verify: bool = True, verifiers: Optional[list[type]] = None, **kwargs: Any):
+        (graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs,
+         constants) = _constructor_fields(args, kwargs)
         self._graph_module = graph_module
         if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
             graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)

@@ -21,6 +21,10 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 # public names of graphcap.signature (documented there); defined in graph_arguments
+import torch.export.exported_program as _torch_program  # plain dataclasses, used as base classes
+import torch.export.graph_signature as _torch_sig  # plain dataclasses, used as base classes
+
+from .errors import SignatureEditError
 from .graph_arguments import (  # noqa: F401
     ArgumentSpec,
     ConstantArgument,
@@ -37,7 +41,7 @@ from .graph_arguments import (  # noqa: F401
 
 
 @dataclasses.dataclass
-class InputSpec:
+class InputSpec(_torch_sig.InputSpec):
     """One placeholder of the graph: its kind, its argument and, for state, the state's name.
 
     Args:
@@ -72,7 +76,7 @@ class InputSpec:
 
 
 @dataclasses.dataclass
-class OutputSpec:
+class OutputSpec(_torch_sig.OutputSpec):
     """One output of the graph: its kind, its argument and, for a mutation, what it updates.
 
     Args:
@@ -167,7 +171,7 @@ def _frozen(items) -> Mapping[str, str]:
 
 
 @dataclasses.dataclass
-class ExportGraphSignature:
+class ExportGraphSignature(_torch_sig.ExportGraphSignature):
     """The kind and target of every input and output of the graph, in order.
 
     Args:
@@ -301,7 +305,16 @@ class ExportGraphSignature:
 
     # -- renaming ------------------------------------------------------------
     def replace_all_uses(self, old: str, new: str) -> None:
-        """Rename the graph value ``old`` to ``new`` wherever a spec names it."""
+        """Rename the graph value ``old`` to ``new`` wherever a spec names it (both are node names:
+        a node or an argument given instead is refused, it would match nothing)."""
+        for which, name in (("old", old), ("new", new)):
+            if not isinstance(name, str):
+                raise SignatureEditError(
+                    f"replace_all_uses takes node names, but {which} is a {type(name).__name__} ({name!r}).",
+                    where="ExportGraphSignature.replace_all_uses(old, new)",
+                    fix=f"Pass the name: replace_all_uses({'old.name' if which == 'old' else 'old'}, "
+                        f"{'new.name' if which == 'new' else 'new'}) for a node, "
+                        f"spec.arg.name for a signature argument.")
         for spec in [*self.input_specs, *self.output_specs]:
             if not isinstance(spec.arg, ConstantArgument) and spec.arg.name == old:
                 spec.arg.name = new
@@ -320,7 +333,7 @@ class ExportGraphSignature:
 
 
 @dataclasses.dataclass
-class ModuleCallSignature:
+class ModuleCallSignature(_torch_program.ModuleCallSignature):
     """How a module is called: its flat inputs/outputs and their structure.
 
     Args:
@@ -355,7 +368,7 @@ class ModuleCallSignature:
 
 
 @dataclasses.dataclass
-class ModuleCallEntry:
+class ModuleCallEntry(_torch_program.ModuleCallEntry):
     """One entry of ``ep.module_call_graph``: a module's path and, when preserved, its call signature.
 
     Args:

@@ -273,23 +273,38 @@ def _install_state(root: torch.nn.Module, ep: Any) -> None:
     placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
     written = set(written_placeholders(ep.graph_module.graph))
     updated |= {s.target for s, n in zip(sig.input_specs, placeholders) if n in written}
+    # One tensor under several names (``self.alias = self.buf``, tied weights) is one tensor on the
+    # module too, whichever name the program updates it by: its copy is made once and installed at
+    # every name, so reading any of them after a call sees the update, as on the exported model.
+    aliased_update = {id(_state_value(ep, s)) for s in sig.input_specs if s.target in updated
+                      and s.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+    own: dict[int, torch.Tensor] = {}  # id of the program's tensor -> the module's tensor for it
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER:
             value = ep.state_dict[spec.target]
-            if spec.target in updated:  # written in place under no_grad: the module's own copy, as for buffers
+            if id(value) in own:
+                param = own[id(value)]
+            elif id(value) in aliased_update:  # written in place under no_grad: the module's own copy
                 param = torch.nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
             else:
                 param = value if isinstance(value, torch.nn.Parameter) else \
                     torch.nn.Parameter(value, requires_grad=value.requires_grad)
+            own[id(value)] = param
             _install(root, spec.target, param)
         elif spec.kind is InputKind.BUFFER:
-            store = ep.constants if spec.persistent is False else ep.state_dict
-            value = store[spec.target]
+            value = _state_value(ep, spec)
             # The module gets its own copy of what the program updates.
-            _install(root, spec.target, value.clone() if spec.target in updated else value,
-                     buffer=True, persistent=spec.persistent is not False)
+            if id(value) not in own:
+                own[id(value)] = value.clone() if id(value) in aliased_update else value
+            _install(root, spec.target, own[id(value)], buffer=True, persistent=spec.persistent is not False)
         elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             _install(root, spec.target, _constant_value(ep.constants[spec.target]))
+
+
+def _state_value(ep: Any, spec: Any) -> Any:
+    """The program's tensor for a parameter or buffer input (a non-persistent buffer is in ``constants``)."""
+    store = ep.constants if spec.kind is InputKind.BUFFER and spec.persistent is False else ep.state_dict
+    return store[spec.target]
 
 
 def _install_constant_aliases(module: torch.nn.Module, ep: Any, installed: list[str]) -> list[str]:
