@@ -591,7 +591,7 @@ def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return repr(fn(lib))
-    except Exception as e:  # noqa: BLE001 - a probe reports what the user sees
+    except Exception as e:  # a probe reports what the user sees
         return f"raises {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
 
 
