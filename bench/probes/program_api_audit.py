@@ -586,6 +586,89 @@ def kwargs_user_inputs(lib):
     return sig.user_inputs, ep.module_call_graph[0].signature.forward_arg_names, ep.call_spec.in_spec.num_leaves
 
 
+# -- passes a user writes over the program -----------------------------------------
+@probe
+def pass_removes_an_unused_parameter(lib):
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = torch.nn.Parameter(torch.ones(3))
+            self.unused = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * self.used
+
+    ep = lib.export(Unused(), (torch.randn(3),))
+    sig = ep.graph_signature
+    for node, spec in list(zip([n for n in ep.graph.nodes if n.op == "placeholder"], list(sig.input_specs))):
+        if spec.kind == tsig.InputKind.PARAMETER and not node.users:
+            ep.graph.erase_node(node)
+            sig.input_specs.remove(spec)
+            del ep.state_dict[spec.target]
+    ep.graph_module.recompile()
+    ep.validate()
+    x = torch.randn(3)
+    m = ep.module()
+    return sig.parameters, [n for n, _ in m.named_parameters()], _close(m(x), x)
+
+
+@probe
+def pass_adds_a_buffer(lib):
+    ep = lib.export(torch.nn.ReLU(), (torch.randn(3),))
+    g = ep.graph
+    first = next(iter(g.nodes))
+    with g.inserting_before(first):
+        ph = g.placeholder("b_offset")
+    ph.meta["val"] = first.meta["val"].new_empty(3) if hasattr(first.meta["val"], "new_empty") else None
+    user_out = g.output_node().args[0][0]
+    with g.inserting_before(g.output_node()):
+        add = g.call_function(torch.ops.aten.add.Tensor, (user_out, ph))
+    add.meta["val"] = user_out.meta["val"]
+    g.output_node().args = ((add,),)
+    ep.graph_signature.input_specs.insert(0, type(ep.graph_signature.input_specs[0])(
+        tsig.InputKind.BUFFER, tsig.TensorArgument("b_offset"), "offset", True))
+    ep.graph_signature.output_specs[0].arg.name = add.name
+    ep.state_dict["offset"] = torch.full((3,), 5.0)
+    ep.graph_module.recompile()
+    x = torch.randn(3)
+    m = ep.module()
+    return [n for n, _ in m.named_buffers()], _close(m(x), torch.relu(x) + 5)
+
+
+@probe
+def range_constraints_narrowed_by_user(lib):
+    ep = _export(lib)
+    from torch.utils._sympy.value_ranges import ValueRanges
+    for k in list(ep.range_constraints):
+        ep.range_constraints[k] = ValueRanges(0, 5)
+    m = ep.module()
+    m(torch.randn(6, 4), torch.randn(6, 4))
+    return "accepted 6"
+
+
+@probe
+def pass_turns_parameters_into_constants(lib):
+    ep = _export(lib)
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == tsig.InputKind.PARAMETER:
+            spec.kind = tsig.InputKind.CONSTANT_TENSOR  # torch's member, as a pass written for torch sets it
+            ep.constants[spec.target] = ep.state_dict.pop(spec.target).detach()
+    sig = ep.graph_signature
+    x, y = _inputs()
+    m = ep.module()
+    return (sig.parameters, sig.lifted_tensor_constants, sig.inputs_to_lifted_tensor_constants,
+            [n for n, _ in m.named_parameters()], _close(m(x, y.clone()), _eager(Model(), x, y)))
+
+
+@probe
+def pass_sets_output_kind(lib):
+    ep = _export(lib).run_decompositions()
+    spec = ep.graph_signature.output_specs[0]
+    spec.kind = tsig.OutputKind.BUFFER_MUTATION
+    x, y = _inputs()
+    return dict(ep.graph_signature.buffers_to_mutate).values().__len__(), _close(_run(ep, x, y), _eager(Model(), x, y))
+
+
 def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
     try:
         with warnings.catch_warnings():

@@ -66,6 +66,15 @@ class InputSpec(_torch_sig.InputSpec):
         self.kind = InputKind(self.kind)
         self.arg = as_argument(self.arg)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a kind or argument set later (by a pass written for torch, with torch's member) is
+        # converted too, so graphcap's views and rules (``spec.kind is InputKind.PARAMETER``) see it
+        if name == "kind":
+            value = InputKind(value)
+        elif name == "arg":
+            value = as_argument(value)
+        object.__setattr__(self, name, value)
+
     def __str__(self) -> str:
         text = f"{self.arg.name}: {self.kind.name}"
         if self.target is not None:
@@ -98,6 +107,14 @@ class OutputSpec(_torch_sig.OutputSpec):
     def __post_init__(self) -> None:
         self.kind = OutputKind(self.kind)
         self.arg = as_argument(self.arg)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # converted when set later too, as InputSpec's
+        if name == "kind":
+            value = OutputKind(value)
+        elif name == "arg":
+            value = as_argument(value)
+        object.__setattr__(self, name, value)
 
     def __str__(self) -> str:
         name = self.arg.name if self.arg.name or not isinstance(self.arg, ConstantArgument) \
@@ -136,16 +153,56 @@ class ExportBackwardSignature:
     loss_output: str
 
 
-def _as_input_spec(spec: Any) -> InputSpec:
-    if isinstance(spec, InputSpec):
+def _as_input_spec(spec: Any) -> Any:
+    if isinstance(spec, InputSpec) or not hasattr(spec, "kind"):  # not a spec: a dict of dataclasses.asdict
         return spec
     return InputSpec(spec.kind, spec.arg, spec.target, getattr(spec, "persistent", None))
 
 
-def _as_output_spec(spec: Any) -> OutputSpec:
-    if isinstance(spec, OutputSpec):
+def _as_output_spec(spec: Any) -> Any:
+    if isinstance(spec, OutputSpec) or not hasattr(spec, "kind"):
         return spec
     return OutputSpec(spec.kind, spec.arg, spec.target)
+
+
+class _Specs(list):
+    """A signature's list of specs. A spec of torch's class put into it (``sig.input_specs.insert(0,
+    torch.export.graph_signature.InputSpec(...))``, as a pass written for torch adds a buffer)
+    becomes graphcap's, as the signature's constructor converts them: every view and rule then
+    sees it."""
+
+    _convert = staticmethod(lambda spec: spec)
+
+    def __init__(self, specs: Any = ()) -> None:
+        super().__init__(self._convert(s) for s in specs)
+
+    def append(self, spec: Any) -> None:
+        super().append(self._convert(spec))
+
+    def insert(self, index: Any, spec: Any) -> None:
+        super().insert(index, self._convert(spec))
+
+    def extend(self, specs: Any) -> None:
+        super().extend(self._convert(s) for s in specs)
+
+    def __iadd__(self, specs: Any) -> "_Specs":
+        self.extend(specs)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            value = [self._convert(s) for s in value]
+        else:
+            value = self._convert(value)
+        super().__setitem__(index, value)
+
+
+class _InputSpecs(_Specs):
+    _convert = staticmethod(_as_input_spec)
+
+
+class _OutputSpecs(_Specs):
+    _convert = staticmethod(_as_output_spec)
 
 
 # The output kind that declares a write to an input of each kind; other inputs may not be written.
@@ -190,9 +247,16 @@ class ExportGraphSignature(_torch_sig.ExportGraphSignature):
     output_specs: list[OutputSpec]
 
     def __post_init__(self) -> None:
-        # A signature rebuilt by torch's code (torch's InputSpec/OutputSpec) becomes graphcap's.
-        self.input_specs = [_as_input_spec(s) for s in self.input_specs]
-        self.output_specs = [_as_output_spec(s) for s in self.output_specs]
+        pass  # the lists were converted as they were set (torch's own __post_init__ is not wanted)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A signature rebuilt by torch's code (torch's InputSpec/OutputSpec) becomes graphcap's, and
+        # so does a spec put into either list later (see _Specs).
+        if name == "input_specs":
+            value = _InputSpecs(value)
+        elif name == "output_specs":
+            value = _OutputSpecs(value)
+        object.__setattr__(self, name, value)
 
     def _inputs(self, kind: InputKind) -> list[InputSpec]:
         return [s for s in self.input_specs if s.kind is kind]

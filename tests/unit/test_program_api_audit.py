@@ -210,3 +210,71 @@ def test_deepcopy_then_edit_leaves_the_original():
     c.graph_module.recompile()
     _check_runs_as_eager(ep)
     assert isinstance(c.graph_signature, te.ExportGraphSignature)
+
+
+# -- specs edited with torch's classes, as a pass written for torch edits them ------------
+def test_a_kind_set_to_torchs_member_is_seen_by_every_view():
+    ep = _export()
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == tsig.InputKind.PARAMETER:
+            spec.kind = tsig.InputKind.CONSTANT_TENSOR  # freezing: parameters become constants
+            ep.constants[spec.target] = ep.state_dict.pop(spec.target).detach()
+    sig = ep.graph_signature
+    assert sig.input_specs[0].kind is InputKind.CONSTANT_TENSOR
+    assert sig.parameters == () and sig.lifted_tensor_constants == ("lin.weight", "lin.bias", "c")
+    assert dict(sig.inputs_to_lifted_tensor_constants) == {
+        "p_lin_weight": "lin.weight", "p_lin_bias": "lin.bias", "c_c": "c"}
+    ep.validate()
+    module = ep.module()
+    assert list(module.named_parameters()) == []
+    _check_runs_as_eager(ep)
+
+
+def test_an_output_kind_and_argument_set_with_torchs_classes_are_converted():
+    ep = _export().run_decompositions()
+    spec = ep.graph_signature.output_specs[-1]
+    spec.arg = tsig.TensorArgument(spec.arg.name)
+    spec.kind = tsig.OutputKind.USER_OUTPUT
+    assert type(spec.arg) is TensorArgument and spec.kind is OutputKind.USER_OUTPUT
+    with pytest.raises(ValueError):
+        spec.kind = 99
+
+
+def test_a_spec_of_torchs_class_put_into_the_lists_becomes_graphcaps():
+    ep = graphcap.export(torch.nn.ReLU(), (torch.randn(3),))
+    g, sig = ep.graph, ep.graph_signature
+    with g.inserting_before(next(iter(g.nodes))):
+        offset = g.placeholder("b_offset")
+    offset.meta["val"] = g.output_node().args[0][0].meta["val"]
+    relu = g.output_node().args[0][0]
+    with g.inserting_before(g.output_node()):
+        add = g.call_function(torch.ops.aten.add.Tensor, (relu, offset))
+    add.meta["val"] = relu.meta["val"]
+    g.output_node().args = ((add,),)
+    sig.input_specs.insert(0, tsig.InputSpec(tsig.InputKind.BUFFER, tsig.TensorArgument("b_offset"), "offset", True))
+    sig.output_specs[0] = tsig.OutputSpec(tsig.OutputKind.USER_OUTPUT, tsig.TensorArgument(add.name), None)
+    ep.state_dict["offset"] = torch.full((3,), 5.0)
+    ep.graph_module.recompile()
+    assert all(type(s) is InputSpec for s in sig.input_specs) and type(sig.output_specs[0]) is OutputSpec
+    assert sig.buffers == ("offset",) and sig.user_outputs == (add.name,)
+    ep.validate()
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x), torch.relu(x) + 5)
+    sig.input_specs.extend([tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("z"), None)])
+    sig.input_specs += [tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("w"), None)]
+    sig.input_specs[-2:] = [tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("v"), None)]
+    assert sig.user_inputs == ("input", "v") and all(type(s) is InputSpec for s in sig.input_specs)
+    sig.input_specs = [tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("u"), None)]
+    assert type(sig.input_specs[0]) is InputSpec and sig.user_inputs == ("u",)
+
+
+def test_edited_spec_lists_still_copy_and_turn_into_dicts():
+    import dataclasses
+    sig = _export().graph_signature
+    copied = copy.deepcopy(sig)
+    assert copied == sig and type(copied.input_specs[0]) is InputSpec
+    copied.input_specs.append(tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("z"), None))
+    assert copied.user_inputs == ("x", "y", "z") and sig.user_inputs == ("x", "y")
+    as_dict = dataclasses.asdict(sig)
+    assert as_dict["input_specs"][0]["target"] == "lin.weight"
+    assert dataclasses.replace(sig, output_specs=[]).output_specs == []
