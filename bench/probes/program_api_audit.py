@@ -8,7 +8,8 @@ library's own numbering (symbol names, node numbers) are read through the progra
 
     name | gc: <what graphcap gives> | te: <what torch.export gives> [| DIFF]
 
-Run: PYTHONPATH=src python bench/probes/program_api_audit.py [name-substring ...]
+Run: PYTHONPATH=src python bench/probes/program_api_audit.py [name-substring ...] [--strict]
+(``--strict``: the probes on the shared model export it with ``strict=True``)
 """
 from __future__ import annotations
 
@@ -46,7 +47,11 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
 
 
+STRICT = False  # --strict: the shared model exported with strict=True
+
+
 def _export(lib: Any, model: torch.nn.Module | None = None, args: tuple | None = None, **kw: Any) -> Any:
+    kw.setdefault("strict", STRICT)
     b = lib.Dim("b", max=10)
     kw.setdefault("dynamic_shapes", ({0: b}, {0: b}))
     return lib.export(model or Model(), args or _inputs(), **kw)
@@ -669,6 +674,41 @@ def pass_sets_output_kind(lib):
     return dict(ep.graph_signature.buffers_to_mutate).values().__len__(), _close(_run(ep, x, y), _eager(Model(), x, y))
 
 
+@probe
+def example_inputs_carried(lib):
+    import io
+    ep = _export(lib)
+    buf = io.BytesIO()
+    lib.save(ep, buf)
+    buf.seek(0)
+    loaded = lib.load(buf)
+    x, _ = _inputs()
+
+    def same(e):
+        return e.example_inputs is not None and torch.equal(e.example_inputs[0][0], x)
+    return same(ep.run_decompositions()), same(copy.deepcopy(ep)), same(loaded), \
+        same(ep._update(ep.graph_module, ep.graph_signature))
+
+
+@probe
+def saved_program_fields(lib):
+    import io
+    ep = _export(lib, preserve_module_call_signature=("lin",))
+    buf = io.BytesIO()
+    lib.save(ep, buf)
+    buf.seek(0)
+    back = lib.load(buf)
+    return ([type(v).__name__ for v in back.range_constraints.values()], back.dialect,
+            [e.fqn for e in back.module_call_graph], type(back.state_dict["lin.weight"]).__name__,
+            sorted(back.constants), back.graph_signature == ep.graph_signature)
+
+
+@probe
+def decomposed_call_graph(lib):
+    ep = _export(lib, preserve_module_call_signature=("lin",)).run_decompositions()
+    return [(e.fqn, e.signature and [a.name.split("_")[0] for a in e.signature.inputs]) for e in ep.module_call_graph]
+
+
 def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
     try:
         with warnings.catch_warnings():
@@ -679,6 +719,8 @@ def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
 
 
 def main(argv: list[str]) -> None:
+    global STRICT
+    STRICT = "--strict" in argv
     wanted = [a for a in argv if not a.startswith("-")]
     for name, fn in PROBES.items():
         if wanted and not any(w in name for w in wanted):
