@@ -31,7 +31,7 @@ import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 
 from .edited_graphs import fill_source_metadata, normalize_edited_graph
-from .ir_checks import verify
+from .ir_checks import is_inference_ir, verify
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .torch_logs import quiet_torch_logs
 from .torch_private import pytree
@@ -145,7 +145,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         example_inputs: ``(args, kwargs)`` the program was exported with, or None.
         constants: lifted tensor constants and non-persistent buffers, by name.
         verify: run the verifiers now (default True).
-        verifiers: the verifier classes (default: the training-IR verifier).
+        verifiers: the verifier classes (default: those of the IR level the graph module's
+            ``meta`` records, the training IR's unless ``run_decompositions`` made it).
 
     Attributes:
         graph_module: the ``torch.fx.GraphModule``; its placeholders are the lifted
@@ -194,7 +195,9 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         self._call_graph = module_call_graph  # graphcap's code reads it here (signature.call_graph_of)
         self._example_inputs = example_inputs
         self._constants = constants if constants is not None else {}
-        self._verifiers = _as_torch_verifiers(verifiers)
+        # no verifiers given (a pass rebuilding a program, code written for torch): the IR level the
+        # graph is at, as the decomposition recorded it on the graph module
+        self._verifiers = _as_torch_verifiers(verifiers or [InferenceVerifier if is_inference_ir(self) else Verifier])
         # what the export that made this program measured and assumed, for graphcap.report:
         # seconds per pipeline stage, and graphcap.dynamic.assumptions.Assumption records
         # (None: not known, e.g. a program loaded from a file)
@@ -373,7 +376,11 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         memo[id(self)] = new
         new.__dict__.update({name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()})
         from .shape_env_copies import give_graph_own_shape_env
+        from .trace.naming.node_names import copy_placeholder_names
         give_graph_own_shape_env(new._graph_module)
+        # fx's copy suffixes an input named like a builtin (nn.Linear's ``input`` -> ``input_1``)
+        # while the signature copied with it says ``input``: the copy keeps the program's names
+        copy_placeholder_names(new._graph_module, self._graph_module)
         return new
 
     # -- behaviour (delegated) ---------------------------------------------

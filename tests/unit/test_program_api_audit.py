@@ -278,3 +278,51 @@ def test_edited_spec_lists_still_copy_and_turn_into_dicts():
     as_dict = dataclasses.asdict(sig)
     assert as_dict["input_specs"][0]["target"] == "lin.weight"
     assert dataclasses.replace(sig, output_specs=[]).output_specs == []
+
+
+# -- copies of a program whose input is named like a builtin (nn.Linear's ``input``) ------------
+@pytest.mark.parametrize("decompose", [False, True])
+def test_deepcopy_keeps_an_input_named_like_a_builtin(decompose):
+    ep = graphcap.export(torch.nn.Conv1d(2, 3, 1), (torch.randn(1, 2, 4),))
+    if decompose:
+        ep = ep.run_decompositions()
+    assert ep.graph_signature.user_inputs == ("input",)
+    copied = copy.deepcopy(ep)
+    assert [n.name for n in copied.graph.find_nodes(op="placeholder")][-1] == "input"
+    copied.validate()
+    x = torch.randn(1, 2, 4)
+    torch.testing.assert_close(copied.module()(x), ep.module()(x))
+    torch.testing.assert_close(copied.module()(input=x), ep.module()(x))
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_move_to_device_keeps_the_input_names_and_the_ir_level(decompose):
+    ep = graphcap.export(torch.nn.Linear(2, 3), (torch.randn(1, 2),))
+    if decompose:
+        ep = ep.run_decompositions()
+    moved = graphcap.move_to_device_pass(ep, "cpu")
+    assert moved.graph_signature.user_inputs == ("input",)
+    assert moved.dialect == ep.dialect == ("ATEN" if decompose else "TRAINING")
+    moved.validate()
+    x = torch.randn(1, 2)
+    torch.testing.assert_close(moved.module()(x), ep.module()(x))
+
+
+def test_a_program_built_without_verifiers_takes_its_graphs_ir_level():
+    ep = _export()
+    core = ep.run_decompositions()
+    for layout in ("graphcap", "torch"):
+        for program, dialect in ((ep, "TRAINING"), (core, "ATEN")):
+            if layout == "graphcap":
+                new = graphcap.ExportedProgram(program.graph_module, program.graph_signature, program.state_dict,
+                                               program.range_constraints, program.module_call_graph,
+                                               constants=program.constants)
+            else:
+                new = graphcap.ExportedProgram(root=program.graph_module, graph=program.graph,
+                                               graph_signature=program.graph_signature,
+                                               state_dict=program.state_dict,
+                                               range_constraints=program.range_constraints,
+                                               module_call_graph=program.module_call_graph,
+                                               constants=program.constants)
+            assert new.dialect == dialect, (layout, dialect)
+            assert new.verifiers == program.verifiers
