@@ -709,6 +709,55 @@ def decomposed_call_graph(lib):
     return [(e.fqn, e.signature and [a.name.split("_")[0] for a in e.signature.inputs]) for e in ep.module_call_graph]
 
 
+@probe
+def deepcopy_builtin_named_input(lib):
+    ep = lib.export(torch.nn.Linear(2, 3), (torch.randn(1, 2),))
+    c = copy.deepcopy(ep)
+    c.validate()
+    return [n.name for n in c.graph.find_nodes(op="placeholder")], c.graph_signature.user_inputs
+
+
+@probe
+def move_to_device_keeps_dialect(lib):
+    from torch.export.passes import move_to_device_pass as te_move
+    move = graphcap.move_to_device_pass if lib is graphcap else te_move
+    ep = lib.export(torch.nn.Linear(2, 3), (torch.randn(1, 2),)).run_decompositions()
+    moved = move(ep, "cpu")
+    return moved.dialect, moved.graph_signature.user_inputs
+
+
+@probe
+def frozen_parameters_then_decompose_and_save(lib):
+    import io
+    ep = _export(lib)
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == tsig.InputKind.PARAMETER:
+            spec.kind = tsig.InputKind.CONSTANT_TENSOR
+            ep.constants[spec.target] = ep.state_dict.pop(spec.target).detach()
+    d = ep.run_decompositions()
+    buf = io.BytesIO()
+    lib.save(d, buf)
+    buf.seek(0)
+    back = lib.load(buf)
+    x, y = _inputs()
+    return (d.graph_signature.lifted_tensor_constants, _close(_run(d, x, y), _eager(Model(), x, y)),
+            _close(_run(back, x, y), _eager(Model(), x, y)))
+
+
+@probe
+def dead_code_elimination_then_module(lib):
+    class Dead(torch.nn.Module):
+        def forward(self, x):
+            _ = x.cos()
+            return x.sin()
+    ep = lib.export(Dead(), (torch.randn(3),))
+    ep.graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    ep.validate()
+    x = torch.randn(3)
+    return [n.name for n in ep.graph.nodes], _close(ep.module()(x), x.sin())
+
+
 def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
     try:
         with warnings.catch_warnings():
