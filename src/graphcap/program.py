@@ -111,13 +111,13 @@ def _torch_layout(root: Any, graph: torch.fx.Graph, graph_signature: Any, state_
     return graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs, constants
 
 
-def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple:
+def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
     """``ExportedProgram(...)``'s fields, called in graphcap's layout ``(graph_module, graph_signature,
     state_dict, range_constraints, module_call_graph, example_inputs=None, constants=None)`` or in
     torch's ``(root, graph, graph_signature, ...)`` (told by a ``root`` or ``graph`` keyword, or an
-    ``fx.Graph`` second)."""
+    ``fx.Graph`` second); and whether it was torch's."""
     torchs = "root" in kwargs or "graph" in kwargs or (len(args) > 1 and isinstance(args[1], torch.fx.Graph))
-    return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs)
+    return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs), torchs
 
 
 class ExportedProgram(_torch_exported_program.ExportedProgram):
@@ -185,10 +185,12 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     def __init__(self, *args: Any, verify: bool = True, verifiers: Optional[list[type]] = None, **kwargs: Any):
         (graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs,
-         constants) = _constructor_fields(args, kwargs)
+         constants), torchs = _constructor_fields(args, kwargs)
         self._graph_module = graph_module
         if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
             graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
+        if torchs:  # code written for torch builds a program from a graph it edited, as ``_update`` does
+            normalize_edited_graph(graph_module, graph_signature, module_call_graph)
         self._graph_signature = graph_signature
         self._state_dict = state_dict
         self._range_constraints = range_constraints

@@ -326,3 +326,29 @@ def test_a_program_built_without_verifiers_takes_its_graphs_ir_level():
                                                constants=program.constants)
             assert new.dialect == dialect, (layout, dialect)
             assert new.verifiers == program.verifiers
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_a_graph_module_copied_by_a_pass_rebuilds_with_its_input_names(decompose):
+    ep = graphcap.export(torch.nn.Linear(2, 3), (torch.randn(1, 2),))
+    if decompose:
+        ep = ep.run_decompositions()
+    copied = copy.deepcopy(ep.graph_module)  # fx's copy calls the input input_1
+    new = ep._update(copied, ep.graph_signature)
+    assert [n.name for n in new.graph.find_nodes(op="placeholder")] == ["p_weight", "p_bias", "input"]
+    x = torch.randn(1, 2)
+    torch.testing.assert_close(new.module()(x), ep.module()(x))
+    copied = copy.deepcopy(ep.graph_module)
+    new = type(ep)(root=copied, graph=copied.graph, graph_signature=ep.graph_signature, state_dict=ep.state_dict,
+                   range_constraints=ep.range_constraints, module_call_graph=ep.module_call_graph,
+                   verifiers=ep.verifiers)
+    assert [n.name for n in new.graph.find_nodes(op="placeholder")][-1] == "input"
+    torch.testing.assert_close(new.module()(x), ep.module()(x))
+
+
+def test_a_placeholder_renamed_on_purpose_is_not_renamed_back():
+    ep = graphcap.export(torch.nn.Linear(2, 3), (torch.randn(1, 2),))
+    gm = copy.deepcopy(ep.graph_module)
+    gm.graph.find_nodes(op="placeholder")[-1].name = "renamed"
+    with pytest.raises(graphcap.errors.VerificationError, match="inputs-match-signature"):
+        ep._update(gm, ep.graph_signature)
