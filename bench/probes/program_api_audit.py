@@ -758,6 +758,41 @@ def dead_code_elimination_then_module(lib):
     return [n.name for n in ep.graph.nodes], _close(ep.module()(x), x.sin())
 
 
+@probe
+def module_load_state_dict(lib):
+    ep = _export(lib)
+    m = ep.module()
+    trained = Model()
+    with torch.no_grad():
+        trained.lin.weight.mul_(3)
+        trained.count.fill_(7)
+    result = m.load_state_dict(trained.state_dict())
+    x, y = _inputs()
+    return (list(result.missing_keys), list(result.unexpected_keys),
+            _close(m(x, y.clone()), trained(x, y.clone())))
+
+
+@probe
+def module_named_modules_and_to(lib):
+    m = _export(lib).module()
+    names = [n for n, _ in m.named_modules()]
+    m.to(torch.float64)
+    return names, m.lin.weight.dtype, m.count.dtype
+
+
+@probe
+def constructor_from_torchs_program_parts(lib):
+    tp = _export(te)  # torch.export's program, whatever lib is
+    new = lib.ExportedProgram(root=tp.graph_module, graph=tp.graph, graph_signature=tp.graph_signature,
+                              state_dict=tp.state_dict, range_constraints=tp.range_constraints,
+                              module_call_graph=tp.module_call_graph, example_inputs=tp.example_inputs,
+                              constants=tp.constants, verifiers=tp.verifiers)
+    x, y = _inputs()
+    d = new.run_decompositions()
+    return (type(new).__module__.split(".")[0], new.dialect, _close(_run(new, x, y), _eager(Model(), x, y)),
+            _close(_run(d, x, y), _eager(Model(), x, y)))
+
+
 def _describe(fn: Callable[[Any], Any], lib: Any) -> str:
     try:
         with warnings.catch_warnings():
