@@ -352,3 +352,41 @@ def test_a_placeholder_renamed_on_purpose_is_not_renamed_back():
     gm.graph.find_nodes(op="placeholder")[-1].name = "renamed"
     with pytest.raises(graphcap.errors.VerificationError, match="inputs-match-signature"):
         ep._update(gm, ep.graph_signature)
+
+
+def test_a_constant_folding_pass_assigning_torchs_specs_is_seen():
+    """As ExecuTorch's constant_prop_pass does: fold state into a new constant placeholder, then
+    assign a new list of torch's InputSpec to the signature."""
+    class Folded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+            self.register_buffer("b", torch.full((3,), 2.0))
+
+        def forward(self, x):
+            return x + (self.w * 2 + self.b)
+
+    ep = graphcap.export(Folded(), (torch.randn(3),)).run_decompositions()
+    g = ep.graph
+    placeholders = g.find_nodes(op="placeholder")
+    user_add = g.output_node().args[0][0]
+    folded_value = user_add.args[1]
+    with g.inserting_before(placeholders[0]):
+        const = g.placeholder("c_folded")
+    const.meta["val"] = folded_value.meta["val"]
+    folded_value.replace_all_uses_with(const)
+    g.eliminate_dead_code()
+    for node in placeholders[:2]:
+        g.erase_node(node)
+    ep.graph_module.recompile()
+    ep.graph_signature.input_specs = [
+        tsig.InputSpec(tsig.InputKind.CONSTANT_TENSOR, tsig.TensorArgument("c_folded"), "folded"),
+        tsig.InputSpec(tsig.InputKind.USER_INPUT, tsig.TensorArgument("x"), None)]
+    ep.constants["folded"] = torch.full((3,), 4.0)
+    ep.state_dict.clear()
+    sig = ep.graph_signature
+    assert sig.lifted_tensor_constants == ("folded",) and sig.parameters == () and sig.buffers == ()
+    assert dict(sig.inputs_to_lifted_tensor_constants) == {"c_folded": "folded"}
+    ep.validate()
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x), Folded()(x))
