@@ -187,11 +187,10 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         (graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs,
          constants), torchs = _constructor_fields(args, kwargs)
         self._graph_module = graph_module
-        if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
-            graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
+        self._graph_signature = graph_signature  # converted if torch's (see the property)
+        graph_signature = self._graph_signature
         if torchs:  # code written for torch builds a program from a graph it edited, as ``_update`` does
             normalize_edited_graph(graph_module, graph_signature, module_call_graph)
-        self._graph_signature = graph_signature
         self._state_dict = state_dict
         self._range_constraints = range_constraints
         self._call_graph = module_call_graph  # graphcap's code reads it here (signature.call_graph_of)
@@ -226,6 +225,19 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     @property
     def graph_signature(self) -> ExportGraphSignature:
         return self._graph_signature
+
+    @property
+    def _graph_signature(self) -> ExportGraphSignature:
+        """torch's field, which torch's and ExecuTorch's passes assign (``ep._graph_signature =
+        new_signature``) with a signature of torch's classes: it is kept as graphcap's, so that
+        graphcap's views, rules and ``module()`` see every spec."""
+        return self.__dict__["_signature"]
+
+    @_graph_signature.setter
+    def _graph_signature(self, value: Any) -> None:
+        if not isinstance(value, ExportGraphSignature):  # one rebuilt by torch's code
+            value = ExportGraphSignature(value.input_specs, value.output_specs)
+        self.__dict__["_signature"] = value
 
     @property
     def state_dict(self) -> dict[str, torch.Tensor]:

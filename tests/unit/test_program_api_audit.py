@@ -390,3 +390,20 @@ def test_a_constant_folding_pass_assigning_torchs_specs_is_seen():
     ep.validate()
     x = torch.randn(3)
     torch.testing.assert_close(ep.module()(x), Folded()(x))
+
+
+def test_a_torch_signature_assigned_to_the_programs_field_is_kept_as_graphcaps():
+    """As ExecuTorch's pass manager and torch's passes replace ``ep._graph_signature`` in place."""
+    ep = _export()
+    tsg = tsig.ExportGraphSignature(
+        input_specs=[tsig.InputSpec(tsig.InputKind[s.kind.name], tsig.TensorArgument(s.arg.name), s.target,
+                                    s.persistent) for s in ep.graph_signature.input_specs],
+        output_specs=[tsig.OutputSpec(tsig.OutputKind[s.kind.name], tsig.TensorArgument(s.arg.name), s.target)
+                      for s in ep.graph_signature.output_specs])
+    ep._graph_signature = tsg
+    assert type(ep.graph_signature) is ExportGraphSignature and ep.graph_signature == _export().graph_signature
+    assert ep.graph_signature.parameters == ("lin.weight", "lin.bias")
+    ep.validate()
+    _check_runs_as_eager(ep)
+    copied = copy.deepcopy(ep)
+    assert copied.graph_signature == ep.graph_signature and copied.graph_signature is not ep.graph_signature
