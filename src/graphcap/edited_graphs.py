@@ -18,7 +18,10 @@ ones compute from, never invented:
   them); a node that reads none has no user line (``stack_trace`` None) and
   runs in the root module's forward;
 - ``getitem`` nodes reading the same element of the same node become one
-  (the signature and the module call graph follow the kept node's name).
+  (the signature and the module call graph follow the kept node's name);
+- a placeholder fx's copy renamed (``copy.deepcopy(ep.graph_module)`` suffixes
+  an input named like a builtin: ``input`` becomes ``input_1``) gets back the
+  name its input spec gives it.
 
 Only rebuilt programs pass through here (and, for the source metadata alone,
 a program whose graph was edited in place before ``ep.validate()``,
@@ -37,6 +40,7 @@ import torch.fx
 from .shape_env_copies import fake_mode_of_graph
 from .torch_private import pytree
 from .torch_private.ops import OpOverload
+from .trace.naming.node_names import set_node_name
 
 _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
 
@@ -46,7 +50,7 @@ def normalize_edited_graph(graph_module: torch.fx.GraphModule, graph_signature: 
     """Fill in missing metadata and merge duplicate ``getitem`` nodes, in place (see the module
     docstring). ``recompile=False``: regenerate the code only where a merge changed the graph
     (a program's own graph, normalised before a pass, keeps its code)."""
-    merged = False
+    merged = _restore_copied_input_names(graph_module, graph_signature)
     for gm in graph_module.modules():
         if isinstance(gm, torch.fx.GraphModule):
             merged |= _merge_duplicate_getitems(gm, graph_signature, module_call_graph, top=gm is graph_module)
@@ -60,6 +64,24 @@ def normalize_edited_graph(graph_module: torch.fx.GraphModule, graph_signature: 
                 gm.recompile()
     elif recompile:
         graph_module.recompile()
+
+
+def _restore_copied_input_names(gm: torch.fx.GraphModule, signature: Any) -> bool:
+    """Give back its spec's name to each placeholder that fx's copy suffixed (``input_1`` where the
+    spec says ``input`` and no node is called ``input``); whether any was renamed."""
+    taken = {node.name for node in gm.graph.nodes}
+    renamed = False
+    for node, spec in zip(gm.graph.find_nodes(op="placeholder"), signature.input_specs):
+        name = getattr(spec.arg, "name", None)
+        if not name or node.name == name or name in taken:
+            continue
+        stem, _, suffix = node.name.rpartition("_")
+        if stem == name and suffix.isdigit():
+            set_node_name(node, name)
+            node.target = name
+            taken.add(name)
+            renamed = True
+    return renamed
 
 
 def fill_source_metadata(graph_module: torch.fx.GraphModule) -> None:

@@ -94,6 +94,14 @@ class DimDefinitionError(ExportInputError, AssertionError):
     """
 
 
+class SignatureEditError(GraphcapError, TypeError, AssertionError):
+    """A graph signature edited with something other than node names
+    (``sig.replace_all_uses(node, new_node)`` where the names are meant).
+
+    Also a ``TypeError`` and an ``AssertionError``, the type torch's signature raises for it.
+    """
+
+
 class UnsupportedError(GraphcapError):
     """The program uses a construct graphcap cannot capture.
 

@@ -31,7 +31,7 @@ import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 
 from .edited_graphs import fill_source_metadata, normalize_edited_graph
-from .ir_checks import verify
+from .ir_checks import is_inference_ir, verify
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .torch_logs import quiet_torch_logs
 from .torch_private import pytree
@@ -89,6 +89,37 @@ def _as_torch_verifiers(verifiers: Optional[list[type]]) -> list[type]:
     return [v if is_torch_verifier(v) else torch_verifier_for(v.dialect) for v in verifiers or [Verifier]]
 
 
+def _graphcap_layout(graph_module: torch.fx.GraphModule, graph_signature: ExportGraphSignature,
+                     state_dict: dict[str, torch.Tensor], range_constraints: dict[Any, Any],
+                     module_call_graph: list[ModuleCallEntry], example_inputs: Optional[tuple[tuple, dict]] = None,
+                     constants: Optional[dict[str, torch.Tensor]] = None) -> tuple:
+    """The constructor's fields, as graphcap's stages pass them."""
+    return graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs, constants
+
+
+def _torch_layout(root: Any, graph: torch.fx.Graph, graph_signature: Any, state_dict: dict[str, torch.Tensor],
+                  range_constraints: dict[Any, Any], module_call_graph: list[Any],
+                  example_inputs: Optional[tuple[tuple, dict]] = None,
+                  constants: Optional[dict[str, torch.Tensor]] = None) -> tuple:
+    """The constructor's fields from torch's layout (``root`` and ``graph`` where graphcap takes one
+    graph module), as torch's passes and code written for torch build a program: the graph module
+    is a new ``GraphModule`` over ``graph`` taking ``root``'s attributes and ``meta``, as torch's
+    constructor makes it."""
+    graph_module = torch.fx.GraphModule(root, graph)
+    if isinstance(root, torch.fx.GraphModule):
+        graph_module.meta.update(root.meta)
+    return graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs, constants
+
+
+def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
+    """``ExportedProgram(...)``'s fields, called in graphcap's layout ``(graph_module, graph_signature,
+    state_dict, range_constraints, module_call_graph, example_inputs=None, constants=None)`` or in
+    torch's ``(root, graph, graph_signature, ...)`` (told by a ``root`` or ``graph`` keyword, or an
+    ``fx.Graph`` second); and whether it was torch's."""
+    torchs = "root" in kwargs or "graph" in kwargs or (len(args) > 1 and isinstance(args[1], torch.fx.Graph))
+    return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs), torchs
+
+
 class ExportedProgram(_torch_exported_program.ExportedProgram):
     """A captured program: a flat ATen graph, its signature, its state and its ranges.
 
@@ -103,7 +134,10 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     read-only views; passes return a new program.
 
     Args:
-        graph_module: the ``torch.fx.GraphModule`` holding the graph.
+        graph_module: the ``torch.fx.GraphModule`` holding the graph. torch's layout is taken
+            too: ``ExportedProgram(root, graph, graph_signature, ...)`` (positional or by
+            keyword), as torch's passes build a program, makes the graph module from
+            ``root`` and ``graph`` as torch's constructor does.
         graph_signature: what each placeholder and output is.
         state_dict: parameters and persistent buffers, by fully-qualified name.
         range_constraints: symbol -> ``ValueRanges`` of every size symbol.
@@ -111,7 +145,8 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         example_inputs: ``(args, kwargs)`` the program was exported with, or None.
         constants: lifted tensor constants and non-persistent buffers, by name.
         verify: run the verifiers now (default True).
-        verifiers: the verifier classes (default: the training-IR verifier).
+        verifiers: the verifier classes (default: those of the IR level the graph module's
+            ``meta`` records, the training IR's unless ``run_decompositions`` made it).
 
     Attributes:
         graph_module: the ``torch.fx.GraphModule``; its placeholders are the lifted
@@ -148,29 +183,22 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
 
     _handed_over = False  # whether _hand_over_to_torch ran for this program
 
-    def __init__(
-        self,
-        graph_module: torch.fx.GraphModule,
-        graph_signature: ExportGraphSignature,
-        state_dict: dict[str, torch.Tensor],
-        range_constraints: dict[Any, Any],
-        module_call_graph: list[ModuleCallEntry],
-        example_inputs: Optional[tuple[tuple, dict]] = None,
-        constants: Optional[dict[str, torch.Tensor]] = None,
-        *,
-        verify: bool = True,
-        verifiers: Optional[list[type]] = None,
-    ):
+    def __init__(self, *args: Any, verify: bool = True, verifiers: Optional[list[type]] = None, **kwargs: Any):
+        (graph_module, graph_signature, state_dict, range_constraints, module_call_graph, example_inputs,
+         constants), torchs = _constructor_fields(args, kwargs)
         self._graph_module = graph_module
-        if not isinstance(graph_signature, ExportGraphSignature):  # one rebuilt by torch's code
-            graph_signature = ExportGraphSignature(graph_signature.input_specs, graph_signature.output_specs)
-        self._graph_signature = graph_signature
+        self._graph_signature = graph_signature  # converted if torch's (see the property)
+        graph_signature = self._graph_signature
+        if torchs:  # code written for torch builds a program from a graph it edited, as ``_update`` does
+            normalize_edited_graph(graph_module, graph_signature, module_call_graph)
         self._state_dict = state_dict
         self._range_constraints = range_constraints
         self._call_graph = module_call_graph  # graphcap's code reads it here (signature.call_graph_of)
         self._example_inputs = example_inputs
         self._constants = constants if constants is not None else {}
-        self._verifiers = _as_torch_verifiers(verifiers)
+        # no verifiers given (a pass rebuilding a program, code written for torch): the IR level the
+        # graph is at, as the decomposition recorded it on the graph module
+        self._verifiers = _as_torch_verifiers(verifiers or [InferenceVerifier if is_inference_ir(self) else Verifier])
         # what the export that made this program measured and assumed, for graphcap.report:
         # seconds per pipeline stage, and graphcap.dynamic.assumptions.Assumption records
         # (None: not known, e.g. a program loaded from a file)
@@ -197,6 +225,19 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
     @property
     def graph_signature(self) -> ExportGraphSignature:
         return self._graph_signature
+
+    @property
+    def _graph_signature(self) -> ExportGraphSignature:
+        """torch's field, which torch's and ExecuTorch's passes assign (``ep._graph_signature =
+        new_signature``) with a signature of torch's classes: it is kept as graphcap's, so that
+        graphcap's views, rules and ``module()`` see every spec."""
+        return self.__dict__["_signature"]
+
+    @_graph_signature.setter
+    def _graph_signature(self, value: Any) -> None:
+        if not isinstance(value, ExportGraphSignature):  # one rebuilt by torch's code
+            value = ExportGraphSignature(value.input_specs, value.output_specs)
+        self.__dict__["_signature"] = value
 
     @property
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -349,7 +390,11 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         memo[id(self)] = new
         new.__dict__.update({name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()})
         from .shape_env_copies import give_graph_own_shape_env
+        from .trace.naming.node_names import copy_placeholder_names
         give_graph_own_shape_env(new._graph_module)
+        # fx's copy suffixes an input named like a builtin (nn.Linear's ``input`` -> ``input_1``)
+        # while the signature copied with it says ``input``: the copy keeps the program's names
+        copy_placeholder_names(new._graph_module, self._graph_module)
         return new
 
     # -- behaviour (delegated) ---------------------------------------------

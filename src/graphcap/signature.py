@@ -21,6 +21,10 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 # public names of graphcap.signature (documented there); defined in graph_arguments
+import torch.export.exported_program as _torch_program  # plain dataclasses, used as base classes
+import torch.export.graph_signature as _torch_sig  # plain dataclasses, used as base classes
+
+from .errors import SignatureEditError
 from .graph_arguments import (  # noqa: F401
     ArgumentSpec,
     ConstantArgument,
@@ -37,7 +41,7 @@ from .graph_arguments import (  # noqa: F401
 
 
 @dataclasses.dataclass
-class InputSpec:
+class InputSpec(_torch_sig.InputSpec):
     """One placeholder of the graph: its kind, its argument and, for state, the state's name.
 
     Args:
@@ -62,6 +66,15 @@ class InputSpec:
         self.kind = InputKind(self.kind)
         self.arg = as_argument(self.arg)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a kind or argument set later (by a pass written for torch, with torch's member) is
+        # converted too, so graphcap's views and rules (``spec.kind is InputKind.PARAMETER``) see it
+        if name == "kind":
+            value = InputKind(value)
+        elif name == "arg":
+            value = as_argument(value)
+        object.__setattr__(self, name, value)
+
     def __str__(self) -> str:
         text = f"{self.arg.name}: {self.kind.name}"
         if self.target is not None:
@@ -72,7 +85,7 @@ class InputSpec:
 
 
 @dataclasses.dataclass
-class OutputSpec:
+class OutputSpec(_torch_sig.OutputSpec):
     """One output of the graph: its kind, its argument and, for a mutation, what it updates.
 
     Args:
@@ -94,6 +107,14 @@ class OutputSpec:
     def __post_init__(self) -> None:
         self.kind = OutputKind(self.kind)
         self.arg = as_argument(self.arg)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # converted when set later too, as InputSpec's
+        if name == "kind":
+            value = OutputKind(value)
+        elif name == "arg":
+            value = as_argument(value)
+        object.__setattr__(self, name, value)
 
     def __str__(self) -> str:
         name = self.arg.name if self.arg.name or not isinstance(self.arg, ConstantArgument) \
@@ -132,16 +153,56 @@ class ExportBackwardSignature:
     loss_output: str
 
 
-def _as_input_spec(spec: Any) -> InputSpec:
-    if isinstance(spec, InputSpec):
+def _as_input_spec(spec: Any) -> Any:
+    if isinstance(spec, InputSpec) or not hasattr(spec, "kind"):  # not a spec: a dict of dataclasses.asdict
         return spec
     return InputSpec(spec.kind, spec.arg, spec.target, getattr(spec, "persistent", None))
 
 
-def _as_output_spec(spec: Any) -> OutputSpec:
-    if isinstance(spec, OutputSpec):
+def _as_output_spec(spec: Any) -> Any:
+    if isinstance(spec, OutputSpec) or not hasattr(spec, "kind"):
         return spec
     return OutputSpec(spec.kind, spec.arg, spec.target)
+
+
+class _Specs(list):
+    """A signature's list of specs. A spec of torch's class put into it (``sig.input_specs.insert(0,
+    torch.export.graph_signature.InputSpec(...))``, as a pass written for torch adds a buffer)
+    becomes graphcap's, as the signature's constructor converts them: every view and rule then
+    sees it."""
+
+    _convert = staticmethod(lambda spec: spec)
+
+    def __init__(self, specs: Any = ()) -> None:
+        super().__init__(self._convert(s) for s in specs)
+
+    def append(self, spec: Any) -> None:
+        super().append(self._convert(spec))
+
+    def insert(self, index: Any, spec: Any) -> None:
+        super().insert(index, self._convert(spec))
+
+    def extend(self, specs: Any) -> None:
+        super().extend(self._convert(s) for s in specs)
+
+    def __iadd__(self, specs: Any) -> "_Specs":
+        self.extend(specs)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            value = [self._convert(s) for s in value]
+        else:
+            value = self._convert(value)
+        super().__setitem__(index, value)
+
+
+class _InputSpecs(_Specs):
+    _convert = staticmethod(_as_input_spec)
+
+
+class _OutputSpecs(_Specs):
+    _convert = staticmethod(_as_output_spec)
 
 
 # The output kind that declares a write to an input of each kind; other inputs may not be written.
@@ -167,7 +228,7 @@ def _frozen(items) -> Mapping[str, str]:
 
 
 @dataclasses.dataclass
-class ExportGraphSignature:
+class ExportGraphSignature(_torch_sig.ExportGraphSignature):
     """The kind and target of every input and output of the graph, in order.
 
     Args:
@@ -186,9 +247,16 @@ class ExportGraphSignature:
     output_specs: list[OutputSpec]
 
     def __post_init__(self) -> None:
-        # A signature rebuilt by torch's code (torch's InputSpec/OutputSpec) becomes graphcap's.
-        self.input_specs = [_as_input_spec(s) for s in self.input_specs]
-        self.output_specs = [_as_output_spec(s) for s in self.output_specs]
+        pass  # the lists were converted as they were set (torch's own __post_init__ is not wanted)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A signature rebuilt by torch's code (torch's InputSpec/OutputSpec) becomes graphcap's, and
+        # so does a spec put into either list later (see _Specs).
+        if name == "input_specs":
+            value = _InputSpecs(value)
+        elif name == "output_specs":
+            value = _OutputSpecs(value)
+        object.__setattr__(self, name, value)
 
     def _inputs(self, kind: InputKind) -> list[InputSpec]:
         return [s for s in self.input_specs if s.kind is kind]
@@ -301,7 +369,16 @@ class ExportGraphSignature:
 
     # -- renaming ------------------------------------------------------------
     def replace_all_uses(self, old: str, new: str) -> None:
-        """Rename the graph value ``old`` to ``new`` wherever a spec names it."""
+        """Rename the graph value ``old`` to ``new`` wherever a spec names it (both are node names:
+        a node or an argument given instead is refused, it would match nothing)."""
+        for which, name in (("old", old), ("new", new)):
+            if not isinstance(name, str):
+                raise SignatureEditError(
+                    f"replace_all_uses takes node names, but {which} is a {type(name).__name__} ({name!r}).",
+                    where="ExportGraphSignature.replace_all_uses(old, new)",
+                    fix=f"Pass the name: replace_all_uses({'old.name' if which == 'old' else 'old'}, "
+                        f"{'new.name' if which == 'new' else 'new'}) for a node, "
+                        f"spec.arg.name for a signature argument.")
         for spec in [*self.input_specs, *self.output_specs]:
             if not isinstance(spec.arg, ConstantArgument) and spec.arg.name == old:
                 spec.arg.name = new
@@ -320,7 +397,7 @@ class ExportGraphSignature:
 
 
 @dataclasses.dataclass
-class ModuleCallSignature:
+class ModuleCallSignature(_torch_program.ModuleCallSignature):
     """How a module is called: its flat inputs/outputs and their structure.
 
     Args:
@@ -355,7 +432,7 @@ class ModuleCallSignature:
 
 
 @dataclasses.dataclass
-class ModuleCallEntry:
+class ModuleCallEntry(_torch_program.ModuleCallEntry):
     """One entry of ``ep.module_call_graph``: a module's path and, when preserved, its call signature.
 
     Args:

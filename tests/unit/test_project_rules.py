@@ -20,7 +20,10 @@ DATA_TYPES = {"graph_arguments.py": "torch.export.graph_signature",  # its data 
               "program.py": "torch.export.exported_program",
               # torch's verifier classes as that module names them, by dialect, for torch's code
               # that rebuilds a program (nothing of torch._export is imported)
-              "export_program.py": "torch.export.exported_program"}
+              "export_program.py": "torch.export.exported_program",
+              # torch's signature and module-call dataclasses, subclassed so that a user's
+              # isinstance(ep.graph_signature, torch.export.ExportGraphSignature) holds
+              "signature.py": ("torch.export.graph_signature", "torch.export.exported_program")}
 
 
 def _dotted(node: ast.AST) -> str:
@@ -47,8 +50,9 @@ def _hits(path: Path) -> list[str]:
         elif isinstance(node, ast.Name):
             names = [node.id]
         for name in names:
-            allowed = DATA_TYPES.get(path.name)
-            if allowed and (name == allowed or name.startswith(allowed + ".")):
+            allowed = DATA_TYPES.get(path.name, ())
+            allowed = (allowed,) if isinstance(allowed, str) else allowed
+            if any(name == a or name.startswith(a + ".") for a in allowed):
                 continue
             if name.startswith(FORBIDDEN_MODULES) or name.split(".")[-1] in FORBIDDEN_NAMES:
                 hits.append(f"{path.relative_to(SRC)}:{node.lineno}: {name}")

@@ -21,6 +21,7 @@ from ..signature import ModuleCallEntry, call_graph_of
 from ..torch_private import pytree
 from ..torch_private.fake import FakeTensor
 from ..torch_private.shapes import backed_size_oblivious
+from ..trace.naming.node_names import copy_placeholder_names
 from .manager import Pass, run_passes
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def _move_tensor(t: torch.Tensor, move) -> torch.Tensor:
 
 def _move(ep: ExportedProgram, move) -> ExportedProgram:
     gm = copy.deepcopy(ep.graph_module)
+    copy_placeholder_names(gm, ep.graph_module)  # fx's copy suffixes an input named like a builtin
     # the moved values are made by the copy's own ShapeEnv, and a move asks size questions (which
     # memory format does a size-1 dim keep?) answered for the general size: the original program
     # learns nothing, and a dim exported at size 1 stays symbolic in the moved one

@@ -287,17 +287,28 @@ def _install_state(root: torch.nn.Module, ep: Any) -> None:
     the program holds), so programs exported from one model's methods share its state, as the
     methods do in eager, and a large cache the program writes is never held twice."""
     sig = ep.graph_signature
+    # one tensor under several names (``self.alias = self.buf``, tied weights) is one object on the
+    # module too, at every name, as on the exported model
+    own: dict[int, torch.Tensor] = {}  # id of the program's tensor -> the module's object for it
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER:
             value = ep.state_dict[spec.target]
-            param = value if isinstance(value, torch.nn.Parameter) else \
-                torch.nn.Parameter(value, requires_grad=value.requires_grad)
-            _install(root, spec.target, param)
+            if id(value) not in own:
+                own[id(value)] = value if isinstance(value, torch.nn.Parameter) else \
+                    torch.nn.Parameter(value, requires_grad=value.requires_grad)
+            _install(root, spec.target, own[id(value)])
         elif spec.kind is InputKind.BUFFER:
-            store = ep.constants if spec.persistent is False else ep.state_dict
-            _install(root, spec.target, store[spec.target], buffer=True, persistent=spec.persistent is not False)
+            value = _state_value(ep, spec)
+            own.setdefault(id(value), value)
+            _install(root, spec.target, own[id(value)], buffer=True, persistent=spec.persistent is not False)
         elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             _install(root, spec.target, _constant_value(ep.constants[spec.target]))
+
+
+def _state_value(ep: Any, spec: Any) -> Any:
+    """The program's tensor for a parameter or buffer input (a non-persistent buffer is in ``constants``)."""
+    store = ep.constants if spec.kind is InputKind.BUFFER and spec.persistent is False else ep.state_dict
+    return store[spec.target]
 
 
 def _install_constant_aliases(module: torch.nn.Module, ep: Any, installed: list[str]) -> list[str]:
