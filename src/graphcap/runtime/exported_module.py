@@ -66,7 +66,8 @@ def _update_input(tensor: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     if tensor.is_leaf and tensor.requires_grad:
         with torch.no_grad():
             return tensor.copy_(value)
-    return torch.ops.aten.copy_.default(tensor, value)
+    written: torch.Tensor = torch.ops.aten.copy_.default(tensor, value)
+    return written
 
 
 class InputGuards(torch.nn.Module):
