@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 # public names of graphcap.signature (documented there); defined in graph_arguments
 import torch.export.exported_program as _torch_program  # plain dataclasses, used as base classes
@@ -40,8 +40,27 @@ from .graph_arguments import (  # noqa: F401
 )
 
 
+class _ConvertedOnSet:
+    """A spec's ``kind`` and ``arg`` converted whenever they are set, also later (by a pass written
+    for torch, with torch's member or argument class), so graphcap's views and rules
+    (``spec.kind is InputKind.PARAMETER``) see them."""
+
+    _kind_type: ClassVar[Any]
+
+    def __post_init__(self) -> None:
+        """Nothing beyond the conversion: what torch's dataclass checks here (a buffer's
+        persistent flag, the argument's class) graphcap's verifier checks, with its errors."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "kind":
+            value = self._kind_type(value)
+        elif name == "arg":
+            value = as_argument(value)
+        object.__setattr__(self, name, value)
+
+
 @dataclasses.dataclass
-class InputSpec(_torch_sig.InputSpec):
+class InputSpec(_ConvertedOnSet, _torch_sig.InputSpec):
     """One placeholder of the graph: its kind, its argument and, for state, the state's name.
 
     Args:
@@ -62,18 +81,7 @@ class InputSpec(_torch_sig.InputSpec):
     target: Optional[str] = None
     persistent: Optional[bool] = None
 
-    def __post_init__(self) -> None:
-        self.kind = InputKind(self.kind)
-        self.arg = as_argument(self.arg)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # a kind or argument set later (by a pass written for torch, with torch's member) is
-        # converted too, so graphcap's views and rules (``spec.kind is InputKind.PARAMETER``) see it
-        if name == "kind":
-            value = InputKind(value)
-        elif name == "arg":
-            value = as_argument(value)
-        object.__setattr__(self, name, value)
+    _kind_type: ClassVar[Any] = InputKind
 
     def __str__(self) -> str:
         text = f"{self.arg.name}: {self.kind.name}"
@@ -85,7 +93,7 @@ class InputSpec(_torch_sig.InputSpec):
 
 
 @dataclasses.dataclass
-class OutputSpec(_torch_sig.OutputSpec):
+class OutputSpec(_ConvertedOnSet, _torch_sig.OutputSpec):
     """One output of the graph: its kind, its argument and, for a mutation, what it updates.
 
     Args:
@@ -104,17 +112,7 @@ class OutputSpec(_torch_sig.OutputSpec):
     arg: ArgumentSpec
     target: Optional[str] = None
 
-    def __post_init__(self) -> None:
-        self.kind = OutputKind(self.kind)
-        self.arg = as_argument(self.arg)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # converted when set later too, as InputSpec's
-        if name == "kind":
-            value = OutputKind(value)
-        elif name == "arg":
-            value = as_argument(value)
-        object.__setattr__(self, name, value)
+    _kind_type: ClassVar[Any] = OutputKind
 
     def __str__(self) -> str:
         name = self.arg.name if self.arg.name or not isinstance(self.arg, ConstantArgument) \
