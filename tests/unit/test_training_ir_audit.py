@@ -334,7 +334,9 @@ def test_a_table_entry_for_an_operator_torch_decomposes_at_the_autograd_key_is_u
 
 
 @pytest.mark.parametrize("strict", MODES)
-def test_exporting_an_rnn_warns_of_no_assigned_attribute_and_leaves_its_weight_list_intact(strict):
+def test_exporting_an_rnn_leaves_its_weight_list_intact(strict):
+    """The export swaps the weights for the trace and the RNN mirrors the swap in ``_flat_weights``:
+    the list is restored (non-strict names it in torch's warning, which torch's own suite holds)."""
     import warnings
 
     model = nn.GRU(4, 5, num_layers=2, batch_first=True)
@@ -343,6 +345,8 @@ def test_exporting_an_rnn_warns_of_no_assigned_attribute_and_leaves_its_weight_l
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graphcap.export(model, (x,), strict=strict)
-    assert not [w for w in caught if "assigned during export" in str(w.message)]
+    if not strict:
+        assert [w for w in caught if "self._flat_weights[0]" in str(w.message)
+                and "assigned during export" in str(w.message)]
     assert all(w is getattr(model, name) for w, name in zip(model._flat_weights, model._flat_weights_names))
     torch.testing.assert_close(model(x)[0], want)

@@ -52,24 +52,23 @@ _NUMBER = (bool, int, float)
 
 
 def _assigned_paths(path: str, old: Any, new: Any, out: list[str],
-                    numbers: Optional[list[str]] = None, state: frozenset = frozenset()) -> None:
+                    numbers: Optional[list[str]] = None) -> None:
     """Append the paths under ``path`` where a tensor was put in place of ``old``; to ``numbers``,
     those where a Python number changed (with its values, ``self.n (0 -> 1)``).
 
-    An entry that held one of the model's own parameters or buffers (``state``, by id) is not
-    named: a module keeping references to its weights (an RNN's ``_flat_weights`` list) sees them
-    swapped with the trace's stand-ins by the export itself, not by forward."""
-    if old is new or (isinstance(old, torch.Tensor) and id(old) in state):
+    An RNN's ``_flat_weights`` list is named too (the export's own swap of the weights, which the
+    RNN mirrors there): torch.export warns of it in the same words, and its own suite holds that."""
+    if old is new:
         return
     if isinstance(new, torch.Tensor):
         out.append(path)
     elif isinstance(old, dict) and isinstance(new, dict):
         for key in list(old) + [k for k in new if k not in old]:
-            _assigned_paths(f"{path}[{key!r}]", old.get(key), new.get(key), out, numbers, state)
+            _assigned_paths(f"{path}[{key!r}]", old.get(key), new.get(key), out, numbers)
     elif isinstance(old, list) and isinstance(new, list):
         for i in range(max(len(old), len(new))):
             _assigned_paths(f"{path}[{i}]", old[i] if i < len(old) else None,
-                            new[i] if i < len(new) else None, out, numbers, state)
+                            new[i] if i < len(new) else None, out, numbers)
     elif numbers is not None and isinstance(old, _NUMBER) and isinstance(new, _NUMBER) and old != new:
         numbers.append(f"{path} ({old!r} -> {new!r})")
 
@@ -164,7 +163,6 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
         yield
         return
     saved = []
-    state_ids = frozenset(id(t) for t in (*root.parameters(), *root.buffers()))
     for prefix, mod in root.named_modules(remove_duplicate=True):
         state = {}
         for k, v in mod.__dict__.items():
@@ -200,7 +198,7 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
                             non_persistent_buffer_names(mod).discard(name)
                     continue
                 _assigned_paths(where + k, copy if copy is not None else v, mod.__dict__.get(k), assigned,
-                                numbers, state_ids)
+                                numbers)
                 mod.__dict__[k] = v
                 if copy is not None:
                     v.clear()
