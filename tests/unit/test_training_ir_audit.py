@@ -72,7 +72,8 @@ def test_checkpoint_in_forward_exports_strict_as_non_strict(requires_grad):
     model = _Checkpointed()
     x = torch.randn(5, 4)
     programs = {strict: graphcap.export(copy.deepcopy(model), (x,), strict=strict) for strict in (False, True)}
-    assert programs[True].graph_module.code == programs[False].graph_module.code
+    if TORCH_LINE >= (2, 12):  # torch 2.10, 2.11: non-strict's trace of checkpoint keeps two unused empty()
+        assert programs[True].graph_module.code == programs[False].graph_module.code
     assert "checkpoint" not in programs[True].graph_module.code
     y = torch.randn(5, 4).requires_grad_(requires_grad)
     eager = _run_and_backward(model, y)
