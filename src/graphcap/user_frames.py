@@ -9,6 +9,7 @@ or an operator's own input check raised.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from types import TracebackType
 from typing import Optional
@@ -31,6 +32,15 @@ def is_user_file(filename: str) -> bool:
     """Whether code in ``filename`` is the user's: outside torch, graphcap and the standard
     helpers the tracer goes through (library code such as transformers counts as the user's)."""
     return filename.startswith(_USER_PROGRAM_DIR) or not any(p in filename for p in _INTERNAL_PATH_PARTS)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` that points a warning at the innermost frame of user
+    code calling in (the user's ``export`` call), however deep in graphcap it is raised."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def user_traceback_entry(tb: Optional[TracebackType]) -> Optional[TracebackType]:

@@ -32,7 +32,7 @@ from ..torch_private.modules import (
     parameters_of,
 )
 from ..trace.data_dependent import explain_at_line
-from ..trace.module_state import user_stacklevel
+from ..user_frames import user_stacklevel
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 

@@ -20,8 +20,6 @@ eager call), and what it means must not be lost:
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import warnings
 from typing import Any, Iterator, Optional, Sequence
 
@@ -39,6 +37,7 @@ from ..torch_private.modules import (
     non_persistent_buffer_names,
     registry_view,
 )
+from ..user_frames import user_stacklevel
 
 # nn.Module's registries, restored entry by entry rather than as attributes
 _REGISTRIES = REGISTRY_FIELDS
@@ -71,17 +70,6 @@ def _assigned_paths(path: str, old: Any, new: Any, out: list[str],
                             new[i] if i < len(new) else None, out, numbers)
     elif numbers is not None and isinstance(old, _NUMBER) and isinstance(new, _NUMBER) and old != new:
         numbers.append(f"{path} ({old!r} -> {new!r})")
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside graphcap (the user's
-    ``export`` call), however deep in graphcap it is raised."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename.startswith(package)
-                                 or frame.f_code.co_filename == contextlib.__file__):
-        level, frame = level + 1, frame.f_back
-    return level
 
 
 def warn_assigned(paths: list[str], numbers: Sequence[str] = (), *, strict: bool = False) -> None:
