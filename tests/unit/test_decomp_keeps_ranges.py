@@ -79,7 +79,9 @@ def test_sizes_exported_at_one_are_retraced_as_general_sizes():
         for k in (1, 2, 8):
             x = torch.randn(k, 3)
             torch.testing.assert_close(decomposed.module()(x), Relu()(x))
-    assert seen == [0, 0]
+    # the general branch every time (run_decompositions also runs the entry's path once more, at
+    # batch 1, to check it holds there: test_decomp_size_paths.py)
+    assert seen and set(seen) == {0}
 
 
 def test_a_table_entry_deciding_a_size_is_refused():

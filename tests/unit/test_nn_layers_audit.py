@@ -2,10 +2,9 @@
 
 An operator's own question "is this derived size 1?" (``Ne(8*s, 8)`` from MultiheadAttention's head
 reshape, ``Ne((h + 1)//2, 1)`` from unfold's window count) is a layout question, as the plain
-``Ne(s, 1)`` is: the program must not refuse those sizes at run time. A decomposition whose code holds
-only for some of the sizes the program accepts (bicubic's ``out_size > 1``) is still returned: a strict xfail.
+``Ne(s, 1)`` is: the program must not refuse those sizes at run time. (A decomposition whose code holds
+only for some of the sizes the program accepts, bicubic's ``out_size > 1``: test_decomp_size_paths.py.)
 """
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -50,22 +49,3 @@ def test_unfold_with_a_stride_runs_where_it_gives_one_window():
     for size in ((1, 10), (2, 2), (9, 1), (2, 5)):  # (h + 1)//2 == 1 at h = 1 and 2
         x = torch.randn(2, 3, *size)
         torch.testing.assert_close(ep.module()(x), F.unfold(x, 3, padding=1, stride=2))
-
-
-class _Bicubic(torch.nn.Module):
-    def forward(self, x):
-        return F.interpolate(x, scale_factor=0.5, mode="bicubic", align_corners=True)
-
-
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason="torch's bicubic decomposition branches on `out_size > 1` (align_corners): the "
-                          "retrace's guard only excludes sizes, which run_decompositions leaves, so the "
-                          "decomposed program divides by zero at h = 2, 3 (passes/decompose.py, "
-                          "_check_no_range_narrowed)")
-def test_bicubic_with_align_corners_decomposes_for_every_size():
-    h, w = graphcap.Dim("h", min=2, max=9), graphcap.Dim("w", min=2, max=10)
-    ep = graphcap.export(_Bicubic(), (torch.randn(1, 2, 5, 6),), dynamic_shapes=({2: h, 3: w},))
-    decomposed = ep.run_decompositions()
-    for size in ((8, 7), (2, 10)):
-        x = torch.randn(1, 2, *size)
-        torch.testing.assert_close(decomposed.module()(x), _Bicubic()(x))

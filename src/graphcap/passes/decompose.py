@@ -26,7 +26,8 @@ still an input or a view of one get their own copy (:mod:`.unalias_outputs`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
 import torch
 import torch.fx
@@ -62,13 +63,13 @@ from ..torch_private.fake import (
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload, schema_of
-from ..torch_private.shapes import backed_size_oblivious, shape_guards, symbol_ranges
+from ..torch_private.shapes import backed_size_oblivious, keep_only_facts, shape_guards, symbol_ranges
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
 from ..trace.naming import assert_names, subgraph_names
 from ..trace.naming.owed_names import apply_owed_names
-from . import simple_inplace
+from . import decomposition_checks, simple_inplace
 from .call_graph_carry import CallGraphCarry
 from .dce import eliminate_dead_code
 from .decomposition_memo import DecompositionMemo, memo_for_retrace
@@ -102,9 +103,13 @@ class _Replay(torch.fx.Interpreter):
         self.identity = identity or set()
         self.carry = carry
         self.memo = memo
+        self.guarded_by: list[tuple[Any, torch.fx.Node]] = []  # (guard, the node whose replay raised it)
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        guards_before = len(shape_guards(self.shape_env)) if self.shape_env is not None else 0
         value = self._run_node(n)
+        if self.shape_env is not None:
+            self.guarded_by += [(g.expr, n) for g in shape_guards(self.shape_env)[guards_before:]]
         if n.meta.get("unbacked_bindings") and self.shape_env is not None:
             # a replayed .item() / nonzero() makes a fresh symbol (u2 for the program's u0): it is
             # told the program's own, so the result keeps the names its asserts, ranges and
@@ -339,12 +344,14 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     # the retrace runs in a copy of the program's ShapeEnv, on its inputs moved there: what the
     # retrace, and later any consumer of the result, learns about the symbols stays with the
     # result (docs/consumers.md, "Programs derived from one another")
-    fake_mode = own_fake_mode(fake_mode_of_graph(gm))
     # sizes exported at 0 or 1 are retraced with an example of 2: a kernel's size question (a
     # reshape's view-or-copy) then takes the general path, valid at every size of the range; the
     # retrace answers size questions for the general size and slices and copies by the export's
     # rules, as the export did (x[:3] stays Min(3, n) rows, not a guard n >= 3 from the example)
     asserted = _asserted(gm)  # the program's runtime asserts: what the new examples must keep true
+
+    fake_mode = own_fake_mode(fake_mode_of_graph(gm))
+    _forget_unheld_guards(fake_mode.shape_env, ep.range_constraints, asserted)
     move = ValueMover(fake_mode, general_hints(fake_mode.shape_env, ep.range_constraints, asserted))
     fake_args = [move(p.meta.get("val")) for p in placeholders]
 
@@ -372,12 +379,10 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                                   has_symbols=bool(ep.range_constraints))
     carry = CallGraphCarry(gm, call_graph_of(ep))  # the signatures' values, found again in the new graph
 
-    def trace(functionalize: bool) -> torch.fx.GraphModule:
-        box.clear()
-        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry, fake_mode.shape_env) if functionalize
-                  else _plain_replay_fn(gm, inplace, box, carry,
-                                        memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
-                                                         python_table), fake_mode.shape_env))
+    @contextlib.contextmanager
+    def retrace_rules() -> Iterator[None]:
+        """How the retrace runs: on the program's fake mode, with the table's composites kept or
+        replaced, without grad, and with the export's own rules for sizes, slices and copies."""
         grad = torch.is_grad_enabled()
         try:
             with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta(), \
@@ -386,6 +391,18 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                     functional.triton_ops_decomposed(decompose_custom_triton_ops), \
                     backend_kernels_off_for_a_retrace(), slice_ends_clamped_symbolically(), \
                     copies_check_broadcast_only(), backed_size_oblivious():
+                yield
+        finally:
+            set_grad_enabled(grad)
+
+    def trace(functionalize: bool) -> torch.fx.GraphModule:
+        box.clear()
+        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry, fake_mode.shape_env) if functionalize
+                  else _plain_replay_fn(gm, inplace, box, carry,
+                                        memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
+                                                         python_table), fake_mode.shape_env))
+        try:
+            with retrace_rules():
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -393,8 +410,12 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
             raise
         except Exception as e:
             raise _explain(e, box) from e
-        finally:
-            set_grad_enabled(grad)
+
+    def trace_one(call: Callable[..., Any], values: list) -> torch.fx.GraphModule:
+        """``call`` (one operator of the program, on ``values``: its tensor and size arguments,
+        given in the program's fake mode) decomposed as the retrace decomposes it."""
+        with retrace_rules():
+            return make_fx(call, decomposition_table=python_table)(*[move(v) for v in values])
 
     # Functionalization is the costly engine; a program that writes only to tensors it just
     # computed does not need it, unless a decomposition brought a write in.
@@ -406,6 +427,9 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     if not functionalize and simple_inplace.has_mutation(new_gm):
         new_gm = trace(functionalize=True)
     _check_no_range_narrowed(ep, fake_mode, known_before, asserted)
+    interpreter = box.get("interpreter")
+    decomposition_checks.decompositions_hold_where_guards_fail(
+        ep, fake_mode.shape_env, interpreter.guarded_by if interpreter is not None else [], asserted, trace_one)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -522,6 +546,18 @@ def _ranges_with_new_symbols(new_gm: torch.fx.GraphModule, ep: ExportedProgram,
                             known.add(str(sym))
                             ranges[sym] = symbol_ranges(env).get(sym, ValueRanges.unknown())
     return ranges
+
+
+def _forget_unheld_guards(env: Any, ranges: dict, asserted: list) -> None:
+    """The retrace knows of the input sizes only what the program holds: their ranges, relations
+    and runtime asserts. A guard the export recorded inside the fake kernel of an operator it kept
+    whole (bicubic's ``out_size > 1``) holds for no input of the program; left in the ShapeEnv, it
+    would answer that operator's decomposition's question for every size, silently."""
+    if env is None:
+        return
+    sizes = {sym for sym in ranges if getattr(sym, "is_Symbol", False)}
+    held = set(asserted)
+    keep_only_facts(env, lambda expr: expr in held or not expr.free_symbols <= sizes)
 
 
 def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int, dict]:

@@ -58,6 +58,8 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#num_deferred_runtime_asserts": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#guards": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#axioms": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.get_implications": ("self", "e"),
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.simplify": ("self", "expr"),
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#fake_tensor_cache": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#tracked_fakes": None,
     # data-dependent symbol -> real value under real-tensor propagation; ``unbacked_var_to_val``
@@ -100,7 +102,7 @@ __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary"
            "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
-           "count_deferred_assert", "guards", "axioms", "fake_cache", "set_fake_cache", "tracked_fakes",
+           "count_deferred_assert", "guards", "axioms", "keep_only_facts", "fake_cache", "set_fake_cache", "tracked_fakes",
            "real_unbacked_values", "copy_shape_env", "claim_input_bindings",
            "undecided_size_equalities_taken_as_equal"]
 
@@ -364,6 +366,24 @@ def forget_derived_knowledge(env: Any) -> None:
 
 
 
+
+
+def keep_only_facts(env: Any, keep: Callable[[Any], bool]) -> None:
+    """Make ``env`` forget each guard and deferred assert whose condition ``keep`` refuses, and
+    what it derived from them.
+
+    A ShapeEnv answers a question from its guards without asking again (the guards' implications
+    are its ``axioms``); a guard recorded while tracing something that is gone (the fake kernel of
+    an operator the program keeps whole) would otherwise answer a retrace's question with no trace
+    in the result. Relies on the fields ``guards``, ``deferred_runtime_asserts`` and ``axioms``
+    and on ``ShapeEnv.get_implications`` and ``ShapeEnv.simplify``."""
+    env.guards[:] = [g for g in env.guards if keep(g.expr)]
+    for key in list(env.deferred_runtime_asserts):
+        env.deferred_runtime_asserts[key] = [r for r in env.deferred_runtime_asserts[key] if keep(r.expr)]
+    env.axioms.clear()
+    for expr in [g.expr for g in env.guards] + [r.expr for rs in env.deferred_runtime_asserts.values() for r in rs]:
+        env.axioms.update(dict(env.get_implications(env.simplify(expr))))
+    forget_derived_knowledge(env)
 
 
 def count_deferred_assert(env: Any) -> None:

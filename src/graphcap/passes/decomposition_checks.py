@@ -1,0 +1,196 @@
+"""A decomposed program must compute what the program did at every size its ranges accept.
+
+A decomposition is Python that may branch on a size: bicubic's scale with ``align_corners`` is
+``(in - 1) / (out - 1)`` only where ``out > 1``. The retrace answers such a question for its
+example and records a guard; the decomposed program keeps the example's path only. Where a guard
+leaves out sizes the program accepts, the operator that raised it is decomposed alone and its
+code run, on real tensors, at one of those sizes, beside the operator itself: a reshape's copy
+path is right at size 1 too (its guard asked about a layout), bicubic's path divides by zero
+there. An operator whose code is wrong at such a size makes ``run_decompositions`` refuse,
+naming the operator, the sizes and what to do.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import sympy
+import torch
+import torch.fx
+
+from ..dynamic.symbol_names import dim_names, with_dim_names
+from ..errors import UnsupportedError
+from ..torch_private import pytree
+from ..torch_private.ops import OpOverload, schema_of
+from ..torch_private.shapes import example_values
+
+# how many sizes above a range's lower end are tried for one a guard leaves out
+_SIZES_TRIED = 64
+
+TraceOne = Callable[[Callable[..., Any], list], torch.fx.GraphModule]
+
+
+def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tuple[Any, torch.fx.Node]],
+                                          asserted: list, trace_one: TraceOne) -> None:
+    """Refuse the decomposition of ``ep`` when an operator's decomposed code, taken on a guard
+    that leaves out sizes ``ep`` accepts, is wrong at such a size. ``guarded_by`` lists each
+    guard the retrace recorded with the node of ``ep`` whose replay raised it; ``trace_one``
+    decomposes one call as the retrace does."""
+    if env is None or not guarded_by:
+        return
+    ranges = {sym: vr for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
+    base = {sym: sympy.Integer(int(v)) for sym, v in example_values(env).items()}
+    conditions = [c for c in asserted if isinstance(c, sympy.Basic) and c.free_symbols <= ranges.keys()]
+    checked: set[tuple[Any, torch.fx.Node]] = set()
+    for guard, node in guarded_by:
+        if (guard, node) in checked or not _checkable(node) \
+                or not guard.free_symbols or not guard.free_symbols <= ranges.keys():
+            continue
+        checked.add((guard, node))
+        witness = _size_left_out(guard, ranges, base, conditions)
+        if witness is None:
+            continue
+        wrong = _wrong_at(node, {**base, **witness}, trace_one)
+        if wrong is not None:
+            _refuse(ep, node, guard, witness, ranges, wrong)
+
+
+def _checkable(node: torch.fx.Node) -> bool:
+    """An operator whose decomposition can be run beside it and compared: not random, writing
+    nothing, and making no size from data."""
+    op = node.target
+    return (isinstance(op, OpOverload) and not node.meta.get("unbacked_bindings")
+            and torch.Tag.nondeterministic_seeded not in op.tags and not schema_of(op).is_mutable)
+
+
+def _size_left_out(guard: Any, ranges: dict, base: dict, conditions: list) -> Optional[dict]:
+    """A size, in its range, at which ``guard`` is false and the program's asserts hold (the other
+    sizes at their examples), as ``{symbol: value}``; None when there is none to try."""
+    for sym in sorted(guard.free_symbols, key=str):
+        vr = ranges[sym]
+        if not vr.lower.is_Integer:
+            continue
+        lower = int(vr.lower)
+        upper = int(vr.upper) if vr.upper.is_Integer else lower + _SIZES_TRIED
+        for value in range(lower, min(upper, lower + _SIZES_TRIED) + 1):
+            sizes = {**base, sym: sympy.Integer(value)}
+            if _truth(guard, sizes) is False and all(_truth(c, sizes) is True for c in conditions):
+                return {sym: sympy.Integer(value)}
+    return None
+
+
+def _truth(condition: Any, sizes: dict) -> Optional[bool]:
+    try:
+        value = condition.xreplace(sizes)
+    except Exception:
+        return None
+    if value is sympy.true or value is True:
+        return True
+    if value is sympy.false or value is False:
+        return False
+    return None
+
+
+def _wrong_at(node: torch.fx.Node, sizes: dict, trace_one: TraceOne) -> Optional[str]:
+    """How ``node``'s decomposed code goes wrong at ``sizes`` (a failure, or other values than the
+    operator's own on the same inputs), or None: right there, or nothing to judge by (a size read
+    from data, arguments the operator refuses)."""
+    def value_of(a: Any) -> Any:
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+    args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), value_of)
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    symbolic = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymFloat))]
+    def stand_ins() -> Optional[list]:
+        made = [_real_at(leaves[i], sizes) for i in symbolic]
+        return None if any(r is None for r in made) else made
+    real = stand_ins()
+    if real is None:
+        return None
+
+    def call(*values: Any) -> Any:
+        filled = list(leaves)
+        for i, v in zip(symbolic, values):
+            filled[i] = v
+        a, k = pytree.tree_unflatten(filled, spec)
+        return node.target(*a, **k)
+
+    try:
+        with torch.no_grad():
+            expected = call(*real)
+    except Exception:
+        return None  # the operator itself refuses these stand-in inputs: nothing to compare with
+    decomposed = trace_one(call, [leaves[i] for i in symbolic])
+    try:
+        with torch.no_grad():
+            got = decomposed(*stand_ins())
+    except Exception as e:
+        return f"its decomposed code fails ({type(e).__name__}: {str(e).strip().splitlines()[0]})"
+    got_leaves, want_leaves = pytree.tree_leaves(got), pytree.tree_leaves(expected)
+    if len(got_leaves) != len(want_leaves) or not all(_same(g, w) for g, w in zip(got_leaves, want_leaves)):
+        return "its decomposed code computes other values than the operator"
+    return None
+
+
+def _same(got: Any, want: Any) -> bool:
+    if not isinstance(want, torch.Tensor):
+        return True  # sizes and flags: the tensors they describe are compared
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    if want.is_floating_point() or want.is_complex():
+        return torch.allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    return torch.equal(got, want)
+
+
+def _real_at(value: Any, sizes: dict) -> Any:
+    """A real stand-in of ``value`` (a fake tensor or a symbolic number of the program) at
+    ``sizes``; None when a size depends on something else (a value read from data)."""
+    def number(x: Any) -> Optional[int]:
+        if not isinstance(x, (torch.SymInt, torch.SymFloat)):
+            return x
+        expr = x.node.expr.xreplace(sizes)
+        return (int(expr) if isinstance(x, torch.SymInt) else float(expr)) if expr.is_number else None
+    if not isinstance(value, torch.Tensor):
+        return number(value)
+    shape = [number(s) for s in value.shape]
+    stride = [number(s) for s in value.stride()]
+    if None in shape or None in stride:
+        return None
+    out = torch.empty_strided(shape, stride, dtype=value.dtype, device="cpu")
+    if out.is_floating_point() or out.is_complex():
+        return out.copy_(torch.randn(shape, dtype=value.dtype, generator=torch.Generator().manual_seed(0)))
+    return out.zero_()  # zeros: a valid index along every dim that has one
+
+
+def _refuse(ep: Any, node: torch.fx.Node, guard: Any, witness: dict, ranges: dict, wrong: str) -> None:
+    names = dim_names(ep)
+    sym, value = next(iter(witness.items()))
+    name = with_dim_names(sym, names)
+    vr = ranges[sym]
+    op_text = f"torch.ops.{node.target}"
+    fixes = ["keep the operator whole:\n    table = graphcap.default_decompositions()\n"
+             f"    del table[{op_text}]\n    ep = ep.run_decompositions(table)"]
+    left_out = _sizes_left_out_from_lower_end(guard, sym, vr)
+    if left_out:
+        fixes.append(f"or, if {name} is never {', '.join(map(str, left_out))}, export with a range that leaves "
+                     f"those out: Dim({name!r}, min={left_out[-1] + 1}"
+                     + (f", max={int(vr.upper)})" if vr.upper.is_Integer else ")"))
+    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+    where = f"node {node.name}" + (f" ({lines[-2].strip()}: {lines[-1].strip()})" if len(lines) >= 2 else "")
+    raise UnsupportedError(
+        f"run_decompositions cannot decompose {op_text} for every size the program accepts: its "
+        f"decomposition takes a path that holds only where {with_dim_names(guard, names)}, and at "
+        f"{name} = {value}, which the program accepts (its range is [{vr.lower}, {vr.upper}]), {wrong}.",
+        where=where, fix="\n".join(fixes))
+
+
+def _sizes_left_out_from_lower_end(guard: Any, sym: Any, vr: Any) -> list[int]:
+    """The sizes at the lower end of ``sym``'s range where ``guard`` is false, when those are all
+    the sizes it leaves out (a range starting above them avoids them); else []."""
+    if not vr.lower.is_Integer or guard.free_symbols != {sym}:
+        return []
+    lower = int(vr.lower)
+    upper = int(vr.upper) if vr.upper.is_Integer else lower + _SIZES_TRIED
+    truths = [_truth(guard, {sym: sympy.Integer(v)}) for v in range(lower, min(upper, lower + _SIZES_TRIED) + 1)]
+    if False not in truths or None in truths:
+        return []
+    first_true = truths.index(True) if True in truths else len(truths)
+    return list(range(lower, lower + first_true)) if False not in truths[first_true:] else []
