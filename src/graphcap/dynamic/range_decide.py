@@ -82,7 +82,7 @@ def _finite(v: Any) -> bool:
     return v not in (int_oo, -int_oo, sympy.oo, -sympy.oo) and getattr(v, "is_number", True)
 
 
-def _value_at(guard: Any, point: dict) -> Optional[bool]:
+def truth_at(guard: Any, point: dict) -> Optional[bool]:
     """The guard's truth at one point, or None if it does not evaluate to a boolean."""
     try:
         v = guard.xreplace({s: sympy.Integer(int(x)) for s, x in point.items()})
@@ -124,7 +124,7 @@ def holds_over_ranges(guard: Any, ranges: dict, budget: int = BOX_BUDGET) -> boo
     if first is not None:
         return first
     for point in _corners(box):
-        if _value_at(guard, point) is not True:
+        if truth_at(guard, point) is not True:
             return False
     todo = [box]
     spent = 0
@@ -134,7 +134,7 @@ def holds_over_ranges(guard: Any, ranges: dict, budget: int = BOX_BUDGET) -> boo
         if spent > budget:
             return False
         if all(_finite(vr.lower) and vr.lower == vr.upper for vr in box.values()):
-            if _value_at(guard, {s: vr.lower for s, vr in box.items()}) is not True:
+            if truth_at(guard, {s: vr.lower for s, vr in box.items()}) is not True:
                 return False
             continue
         verdict = _proved(guard, box)

@@ -17,6 +17,7 @@ import sympy
 import torch
 import torch.fx
 
+from ..dynamic.range_decide import truth_at
 from ..dynamic.symbol_names import dim_names, with_dim_names
 from ..errors import UnsupportedError
 from ..torch_private import pytree
@@ -73,20 +74,8 @@ def _size_left_out(guard: Any, ranges: dict, base: dict, conditions: list) -> Op
         upper = int(vr.upper) if vr.upper.is_Integer else lower + _SIZES_TRIED
         for value in range(lower, min(upper, lower + _SIZES_TRIED) + 1):
             sizes = {**base, sym: sympy.Integer(value)}
-            if _truth(guard, sizes) is False and all(_truth(c, sizes) is True for c in conditions):
+            if truth_at(guard, sizes) is False and all(truth_at(c, sizes) is True for c in conditions):
                 return {sym: sympy.Integer(value)}
-    return None
-
-
-def _truth(condition: Any, sizes: dict) -> Optional[bool]:
-    try:
-        value = condition.xreplace(sizes)
-    except Exception:
-        return None
-    if value is sympy.true or value is True:
-        return True
-    if value is sympy.false or value is False:
-        return False
     return None
 
 
@@ -189,7 +178,7 @@ def _sizes_left_out_from_lower_end(guard: Any, sym: Any, vr: Any) -> list[int]:
         return []
     lower = int(vr.lower)
     upper = int(vr.upper) if vr.upper.is_Integer else lower + _SIZES_TRIED
-    truths = [_truth(guard, {sym: sympy.Integer(v)}) for v in range(lower, min(upper, lower + _SIZES_TRIED) + 1)]
+    truths = [truth_at(guard, {sym: sympy.Integer(v)}) for v in range(lower, min(upper, lower + _SIZES_TRIED) + 1)]
     if False not in truths or None in truths:
         return []
     first_true = truths.index(True) if True in truths else len(truths)
