@@ -72,7 +72,7 @@ class ExportInputError(GraphcapError, ValueError):
 
     Example:
         >>> with pytest.raises(graphcap.ExportInputError):
-        ...     graphcap.export(model, [torch.randn(2)])  # args must be a tuple
+        ...     graphcap.export(model, torch.randn(2))  # args must be a tuple (a list is taken too)
     """
 
 
@@ -91,6 +91,15 @@ class DimDefinitionError(ExportInputError, AssertionError):
     negative ``min``, a name that is not an identifier).
 
     Also an ``AssertionError``, the type torch.export's ``Dim`` raises for these.
+    """
+
+
+class InputBindingError(ExportInputError, TypeError):
+    """The example inputs given to ``export`` do not bind to forward's parameters (one missing, one
+    too many, a keyword-only parameter given by position, an unknown keyword).
+
+    Also a ``TypeError``, the type torch.export raises for it (Python's own, from binding the
+    call); the fix writes the export call in forward's parameter names.
     """
 
 

@@ -45,6 +45,16 @@ class Target:
     name: str
 
 
+def _required_init_args(cls: type) -> str:
+    """The constructor arguments ``cls`` needs, as names to fill in (empty when it needs none)."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return "..."
+    return ", ".join(p.name for p in sig.parameters.values()
+                     if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
 def resolve_target(mod: Any) -> Target:
     if isinstance(mod, torch.jit.ScriptModule):
         # its forward is TorchScript: there is no Python to run on fake tensors
@@ -56,6 +66,12 @@ def resolve_target(mod: Any) -> Target:
                 "with TS2EPConverter, torch's TorchScript-to-ExportedProgram converter.")
     if isinstance(mod, torch.nn.Module):
         return Target(mod, mod, mod.forward, type(mod).__name__)
+    if isinstance(mod, type) and issubclass(mod, torch.nn.Module):
+        # the class itself: calling it would build a module, not run one
+        raise ExportInputError(
+            f"export was given the class {mod.__name__}, not a module: build the model first.",
+            where="export(mod, ...)",
+            fix=f"Pass an instance: export({mod.__name__}({_required_init_args(mod)}), args).")
     if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):
         return Target(mod, mod.__self__, mod, mod.__qualname__)
     if callable(mod):
