@@ -103,6 +103,16 @@ class InputBindingError(ExportInputError, TypeError):
     """
 
 
+class DecompTableError(GraphcapError, TypeError):
+    """A decomposition table given to ``run_decompositions`` that is not one: not a mapping, a key
+    that is an operator packet (``torch.ops.aten.linear``) or a name where an overload is meant
+    (``torch.ops.aten.linear.default``), a value that is not a function.
+
+    Also a ``TypeError``, the type torch.export raises for a table that is not a mapping (torch
+    ignores a packet or a name as a key, and the decomposition it holds is silently not run).
+    """
+
+
 class SignatureEditError(GraphcapError, TypeError, AssertionError):
     """A graph signature edited with something other than node names
     (``sig.replace_all_uses(node, new_node)`` where the names are meant).
