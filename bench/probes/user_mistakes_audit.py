@@ -399,6 +399,19 @@ def save_overwrite_then_fail(lib, strict):
     return "OK " + str(os.listdir(d))
 
 
+def save_fails_fresh_path(lib, strict):
+    """A save that fails must leave nothing at a new path (a meta-weight program saved with its weights)."""
+    with torch.device("meta"):
+        m = Lin()
+    ep = lib.export(m, (torch.randn(3, 4, device="meta"),))
+    d = tempfile.mkdtemp()
+    try:
+        _save(lib)(ep, os.path.join(d, "m.pt2"))
+    except Exception as e:
+        return f"raised {type(e).__name__}: {str(e)[:300]}; left {os.listdir(d)}"
+    return "OK " + str(os.listdir(d))
+
+
 def load_missing(lib, strict):
     return _load(lib)("/tmp/does/not/exist.pt2")
 
