@@ -451,6 +451,11 @@ def _explain_trace_failure(e: Exception, program_name: str,
     devices = two_devices(e)
     if devices is not None:
         fix = device_advice.device_mismatch_fix(devices, root)
+    elif frame is not None and ".numpy()" in (frame.line or ""):
+        fix = ("NumPy needs the tensor's data, which export's fake tensors do not have. Write the line "
+               "with torch operators (most NumPy functions have one of the same name: torch.sin for "
+               "np.sin), or export with strict=True, whose front end turns NumPy calls into torch "
+               "operators: export(mod, args, strict=True).")
     if "type(" in (where or ""):
         fix += (" While exporting, tensors are fake tensors, a subclass of torch.Tensor: "
                 "`type(x) is torch.Tensor` is False for them; test `isinstance(x, torch.Tensor)` instead.")
