@@ -274,3 +274,29 @@ def test_a_damaged_file_is_named_in_where(tmp_path):
     with pytest.raises(graphcap.SerializationError) as info:
         graphcap.load(path)
     assert info.value.where == f"graphcap.load({str(path)!r})"
+
+
+# ---- dynamic_shapes --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_spec_keyed_by_other_names_gets_the_renamed_dict_to_paste(strict):
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    batch = graphcap.Dim("batch")
+    dynamic_shapes = {"first": {0: batch}, "second": {0: batch}}
+    with pytest.raises(graphcap.errors.DynamicSpecError) as info:
+        graphcap.export(Pair(), (x, y), dynamic_shapes=dynamic_shapes, strict=strict)
+    code = re.search(r"(dynamic_shapes = \{.*\})\.$", info.value.fix).group(1)
+    assert code == "dynamic_shapes = {'x': dynamic_shapes['first'], 'y': dynamic_shapes['second']}"
+    scope = {"dynamic_shapes": dynamic_shapes}
+    exec(code, scope)
+    ep = graphcap.export(Pair(), (x, y), dynamic_shapes=scope["dynamic_shapes"], strict=strict)
+    z = torch.randn(5, 4)
+    torch.testing.assert_close(ep.module()(z, z), 2 * z)
+
+
+def test_a_spec_with_a_key_too_many_says_which_is_left_out():
+    x = torch.randn(3, 4)
+    with pytest.raises(graphcap.errors.DynamicSpecError) as info:
+        graphcap.export(Lin(), (x,), dynamic_shapes={"inp": {0: graphcap.Dim("b")}, "mask": None})
+    assert "dynamic_shapes = {'x': dynamic_shapes['inp']}" in info.value.fix
+    assert "'mask' left out" in info.value.fix

@@ -52,6 +52,24 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     return list(children), suffixes, context
 
 
+def _rekeyed_spec_fix(names: list[str], spec: dict, missing: list[str], extra: list[Any]) -> str:
+    """The fix for a spec dict keyed by other names than forward's: the unknown keys renamed, in
+    order, to the missing argument names, written as code over the user's dict."""
+    general = ("Key dynamic_shapes by the argument names of forward for the inputs you pass "
+               "(None for static ones), or give a tuple with one entry per input.")
+    if not extra or not missing:
+        return general
+    renamed = dict(zip(missing, extra))
+    entries = ", ".join(f"{n!r}: dynamic_shapes[{renamed[n]!r}]" if n in renamed
+                        else (f"{n!r}: dynamic_shapes[{n!r}]" if n in spec else f"{n!r}: None")
+                        for n in names)
+    told = ", ".join(f"{old!r} to {new!r}" for new, old in renamed.items())
+    left = [k for k in extra if k not in renamed.values()]
+    return (f"{general} Renaming {told} (in the order given: check each goes to the input you meant): "
+            f"dynamic_shapes = {{{entries}}}"
+            + (f" ({', '.join(map(repr, left))} left out: forward has no more inputs)" if left else "") + ".")
+
+
 def _torch_words(sentence: str) -> str:
     """torch.export's key phrase for a spec mistake (the statement of the mismatch, not its advice),
     in parentheses after graphcap's message: code written against torch.export matches on it."""
@@ -341,8 +359,7 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                 + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + "."
                 + _torch_words(torch_sentence),
                 where="export(..., dynamic_shapes={...})",
-                fix="Key dynamic_shapes by the argument names of forward for the inputs you pass "
-                    "(None for static ones), or give a tuple with one entry per input.")
+                fix=_rekeyed_spec_fix(names, dynamic_shapes, missing, extra))
         specs = [dynamic_shapes[k] for k in combined]
     elif isinstance(dynamic_shapes, (tuple, list)):
         if len(dynamic_shapes) != len(values):
