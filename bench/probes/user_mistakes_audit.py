@@ -381,6 +381,23 @@ def save_unserializable_op(lib, strict):
     return "OK saved; " + str(os.listdir(d))
 
 
+def load_without_custom_op(lib, strict):
+    """A program calling a custom operator, loaded in a process that does not define it."""
+    save_unserializable_op(lib, strict)  # defines umaudit::twice here
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.umaudit.twice(x)
+
+    d = tempfile.mkdtemp()
+    p = os.path.join(d, "m.pt2")
+    _save(lib)(lib.export(M(), (x34(),)), p)
+    call = "graphcap.load" if lib is graphcap else "torch.export.load"
+    r = subprocess.run([sys.executable, "-c", f"import torch, graphcap; {call}({p!r})"], capture_output=True,
+                       text=True, timeout=300)
+    return f"rc={r.returncode} " + "\n".join(r.stderr.strip().splitlines()[-3:])
+
+
 def save_overwrite_then_fail(lib, strict):
     """A save that fails must not destroy the file already there."""
     d = tempfile.mkdtemp()
