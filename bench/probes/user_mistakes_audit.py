@@ -324,6 +324,30 @@ def dim_string_for_dim(lib, strict):
     return _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": {0: "batch"}})
 
 
+def dim_for_whole_tensor(lib, strict):
+    return _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": lib.Dim("b")})
+
+
+def dim_tuple_short(lib, strict):
+    return _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": (lib.Dim("b"),)})
+
+
+def spec_keyed_by_index(lib, strict):
+    return _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={0: {0: lib.Dim("b")}})
+
+
+def spec_other_libs_dim(lib, strict):
+    other = te if lib is graphcap else graphcap
+    ep = _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": {0: other.Dim("b", max=8)}})
+    return "OK " + str(ep.module()(torch.randn(6, 4)).shape)
+
+
+def save_the_model(lib, strict):
+    d = tempfile.mkdtemp()
+    _save(lib)(Lin(), os.path.join(d, "m.pt2"))
+    return "OK " + str(os.listdir(d))
+
+
 def module_out_of_range(lib, strict):
     ep = _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": {0: lib.Dim("b", max=8)}})
     return ep.module()(torch.randn(20, 4))

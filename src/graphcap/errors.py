@@ -386,6 +386,26 @@ class SerializationError(GraphcapError):
     """
 
 
+class NotAProgramError(SerializationError, TypeError):
+    """``save`` or ``to_torch`` given something that is not an exported program (the model itself,
+    for one).
+
+    Also a ``TypeError``, the type torch.export's ``save`` raises for it.
+    """
+
+    @classmethod
+    def of(cls, value: Any, where: str, call: str) -> "NotAProgramError":
+        """The refusal of ``value`` where a program is meant; ``call`` is the call, ``{}`` for it."""
+        import torch
+        if isinstance(value, torch.nn.Module):
+            return cls(f"Expected an exported program, got the module {type(value).__name__} itself.",
+                       where=where,
+                       fix=f"Export it first and pass the program: {call.format('graphcap.export(model, args)')}.")
+        return cls(f"Expected a graphcap ExportedProgram, got {type(value).__name__}.", where=where,
+                   fix="Pass the program graphcap.export or graphcap.load returned (a torch.export program "
+                       "is taken too).")
+
+
 def _make_also_torch_user_errors() -> dict[str, type]:
     """Make the errors that are also torch's ``UserError`` (see ``_ALSO_TORCH_USER_ERRORS``).
 

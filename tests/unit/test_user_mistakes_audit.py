@@ -300,3 +300,49 @@ def test_a_spec_with_a_key_too_many_says_which_is_left_out():
         graphcap.export(Lin(), (x,), dynamic_shapes={"inp": {0: graphcap.Dim("b")}, "mask": None})
     assert "dynamic_shapes = {'x': dynamic_shapes['inp']}" in info.value.fix
     assert "'mask' left out" in info.value.fix
+
+
+def _written_in_place(fix: str) -> str:
+    return re.search(r"write (.*?) (?:for dim 0|\()", fix).group(1)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("make_dim", [graphcap.Dim, torch.export.Dim])
+def test_a_dim_for_a_whole_tensor_gets_the_dict_keyed_by_index(strict, make_dim):
+    x = torch.randn(3, 4)
+    with pytest.raises(graphcap.errors.DynamicSpecError) as info:
+        graphcap.export(Lin(), (x,), dynamic_shapes={"x": make_dim("b", max=9)}, strict=strict)
+    spec = eval(_written_in_place(info.value.fix), {"Dim": make_dim})
+    assert list(spec) == [0]
+    ep = graphcap.export(Lin(), (x,), dynamic_shapes={"x": spec}, strict=strict)
+    z = torch.randn(6, 4)
+    torch.testing.assert_close(ep.module()(z), Lin()(z))
+
+
+@pytest.mark.parametrize("given", [1, 3])
+def test_a_per_dim_list_of_another_length_is_written_to_the_tensors_rank(given):
+    x = torch.randn(3, 4)
+    spec = (graphcap.Dim("b"),) + (None,) * (given - 1)
+    with pytest.raises(graphcap.errors.DynamicSpecError) as info:
+        graphcap.export(Lin(), (x,), dynamic_shapes={"x": spec})
+    fixed = eval(_written_in_place(info.value.fix), {"Dim": graphcap.Dim})
+    assert len(fixed) == 2 and fixed[1] is None
+    ep = graphcap.export(Lin(), (x,), dynamic_shapes={"x": fixed})
+    assert ep.module()(torch.randn(6, 4)).shape == (6, 3)
+
+
+# ---- save ------------------------------------------------------------------------------------
+
+def test_saving_the_model_instead_of_its_program_says_to_export_it(tmp_path):
+    path = tmp_path / "m.pt2"
+    with pytest.raises(graphcap.errors.NotAProgramError) as info:
+        graphcap.save(Lin(), path)
+    err = info.value
+    assert isinstance(err, TypeError) and isinstance(err, graphcap.SerializationError)  # torch raises TypeError
+    assert "the module Lin itself" in err.what and not path.exists()
+    code = re.search(r"(graphcap\.save\(.*\), f\))", err.fix).group(1)
+    exec(code, {"graphcap": graphcap, "model": Lin(), "args": (torch.randn(3, 4),), "f": path})
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(graphcap.load(path).module()(x), Lin()(x))
+    with pytest.raises(graphcap.errors.NotAProgramError, match="graphcap.to_torch"):
+        graphcap.to_torch(Lin())

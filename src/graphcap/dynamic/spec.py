@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
@@ -50,6 +50,16 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     else:
         suffixes = [f"[{i}]" for i in range(len(children))]
     return list(children), suffixes, context
+
+
+def _resized_list_fix(spec: Sequence[Any], rank: int, path: str) -> str:
+    """The fix for a per-dim list of another length than the tensor's rank: the list cut or padded
+    with None (static) at the end, written as code."""
+    entries = list(spec)[:rank] + [None] * max(0, rank - len(spec))
+    told = ("the entries given taken as the leading dims, the rest static" if len(spec) < rank
+            else "the entries past the last dim dropped")
+    return (f"List one entry per dimension (None for static ones), or use a dict {{dim: Dim}}: in place "
+            f"of dynamic_shapes{path} write {tuple(entries)!r} ({told}).")
 
 
 def _rekeyed_spec_fix(names: list[str], spec: dict, missing: list[str], extra: list[Any]) -> str:
@@ -204,7 +214,7 @@ class _Walker:
                         f"Expected dynamic shape spec {spec} specified at `dynamic_shapes{tpath}` to have the same "
                         f"length as the actual tensor shape {t.shape} (expected {t.dim()}, but got {len(spec)} "
                         f"instead)"), where=f"dynamic_shapes{path}",
-                    fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
+                    fix=_resized_list_fix(spec, t.dim(), path))
             items = list(enumerate(spec))
         else:
             hint = as_dim(spec)
@@ -217,7 +227,10 @@ class _Walker:
                         f"Unexpected input tensor shape {spec} specified at `dynamic_shapes{tpath}` (expected "
                         f"either a list/tuple of dimensions, or a dict mapping indices to dimensions, where each "
                         f"dimension is an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)"),
-                    where=f"dynamic_shapes{path}", fix=_fix_hint())
+                    where=f"dynamic_shapes{path}",
+                    fix=(f"A Dim stands for one dimension: key it by its index, in place of "
+                         f"dynamic_shapes{path} write {{0: {spec!r}}} for dim 0 (the tensor has {t.dim()} "
+                         f"dims, shape {tuple(t.shape)})." if isinstance(hint, (Dim, DerivedDim)) else _fix_hint()))
         out: dict[int, Any] = {}
         for dim, entry in items:
             if not isinstance(dim, int) or isinstance(dim, bool):
