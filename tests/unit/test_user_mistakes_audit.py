@@ -346,3 +346,22 @@ def test_saving_the_model_instead_of_its_program_says_to_export_it(tmp_path):
     torch.testing.assert_close(graphcap.load(path).module()(x), Lin()(x))
     with pytest.raises(graphcap.errors.NotAProgramError, match="graphcap.to_torch"):
         graphcap.to_torch(Lin())
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    from graphcap.cli import main
+    status = main(list(args))
+    return status, capsys.readouterr().err
+
+
+def test_a_misspelled_factory_file_or_function_gets_the_argument_to_pass(tmp_path, capsys, monkeypatch):
+    (tmp_path / "model.py").write_text(
+        "import torch\n\n\ndef make():\n    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)\n")
+    monkeypatch.chdir(tmp_path)
+    status, err = _cli(capsys, "export", "modle.py:make", "-o", "m.pt2")
+    assert status == 2 and f"current folder, {tmp_path}" in err and "Pass model.py:make." in err
+    status, err = _cli(capsys, "export", "model.py:mkae", "-o", "m.pt2")
+    assert status == 2 and "Did you mean make? Pass model.py:make." in err
+    assert _cli(capsys, "export", "model.py:make", "-o", "m.pt2")[0] == 0  # the argument, pasted
