@@ -365,3 +365,12 @@ def test_a_misspelled_factory_file_or_function_gets_the_argument_to_pass(tmp_pat
     status, err = _cli(capsys, "export", "model.py:mkae", "-o", "m.pt2")
     assert status == 2 and "Did you mean make? Pass model.py:make." in err
     assert _cli(capsys, "export", "model.py:make", "-o", "m.pt2")[0] == 0  # the argument, pasted
+
+
+def test_a_name_where_a_dim_is_meant_gets_the_dim_of_that_name():
+    x = torch.randn(3, 4)
+    with pytest.raises(graphcap.errors.DynamicSpecError) as info:
+        graphcap.export(Lin(), (x,), dynamic_shapes={"x": {0: "batch"}})
+    assert "in place of dynamic_shapes['x'][0] write Dim('batch')" in info.value.fix
+    ep = graphcap.export(Lin(), (x,), dynamic_shapes={"x": {0: eval("Dim('batch')", {"Dim": graphcap.Dim})}})
+    assert ep.module()(torch.randn(6, 4)).shape == (6, 3)

@@ -273,7 +273,10 @@ class _Walker:
                     f"Dim.DYNAMIC, but got {entry!r} instead)")
                 raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
-                    f"an int or None." + _torch_words(torch_sentence), where=where, fix=_fix_hint())
+                    f"an int or None." + _torch_words(torch_sentence), where=where,
+                    fix=(f"Make it a Dim of that name: in place of dynamic_shapes{path}[{dim}] write "
+                         f"Dim({entry!r}) (from graphcap import Dim; one Dim object wherever that size "
+                         f"appears)." if isinstance(entry, str) and entry.isidentifier() else _fix_hint()))
             if isinstance(d, Dim):
                 self._check_name(d, where)
             out[dim] = d
