@@ -330,7 +330,8 @@ def _binding_fix(sig: inspect.Signature) -> str:
     params = list(sig.parameters.values())
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                   and p.default is p.empty]
-    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    positional += [f"*{p.name}" for p in params if p.kind is p.VAR_POSITIONAL]
+    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
     call = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
     if keyword:
         call += ", kwargs={" + ", ".join(f"{k!r}: {k}" for k in keyword) + "}"

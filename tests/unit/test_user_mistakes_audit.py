@@ -374,3 +374,17 @@ def test_a_name_where_a_dim_is_meant_gets_the_dim_of_that_name():
     assert "in place of dynamic_shapes['x'][0] write Dim('batch')" in info.value.fix
     ep = graphcap.export(Lin(), (x,), dynamic_shapes={"x": {0: eval("Dim('batch')", {"Dim": graphcap.Dim})}})
     assert ep.module()(torch.randn(6, 4)).shape == (6, 3)
+
+
+def test_a_forward_with_star_args_gets_them_in_the_call():
+    class Stars(torch.nn.Module):
+        def forward(self, *xs, flag, scale=2.0):
+            return xs[0] * scale if flag else xs[0]
+
+    xs = (torch.randn(3), torch.randn(3))
+    with pytest.raises(InputBindingError) as info:
+        graphcap.export(Stars(), xs)
+    call = _code_after(info.value.fix, "export(")
+    assert call == "export(mod, (*xs,), kwargs={'flag': flag})"  # scale has a default: not required
+    ep = eval(call, {"export": graphcap.export, "mod": Stars(), "xs": xs, "flag": True})
+    torch.testing.assert_close(ep.module()(*xs, flag=True), xs[0] * 2)
