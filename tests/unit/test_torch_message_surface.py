@@ -201,3 +201,16 @@ def test_two_devices_are_read_from_an_operators_refusal():
     found = messages.two_devices(error)
     assert found is not None and set(found) == {"cpu", "meta"}, (
         f"{_where(messages.two_devices)}: found {found!r} in {str(error)[:300]!r}")
+
+
+def test_a_branch_on_data_is_told_from_dynamos_graph_break():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    error = _raised(lambda: torch.export.export(Branchy(), (torch.randn(3),), strict=True))
+    assert messages.is_data_dependent_branch(error), (
+        f"{_where(messages.is_data_dependent_branch)}: not told from {str(error)[:300]!r}")
+    assert not messages.is_data_dependent_branch(RuntimeError("Tensor device mismatch"))

@@ -388,3 +388,20 @@ def test_a_forward_with_star_args_gets_them_in_the_call():
     assert call == "export(mod, (*xs,), kwargs={'flag': flag})"  # scale has a default: not required
     ep = eval(call, {"export": graphcap.export, "mod": Stars(), "xs": xs, "flag": True})
     torch.testing.assert_close(ep.module()(*xs, flag=True), xs[0] * 2)
+
+
+def test_a_branch_on_data_in_strict_mode_does_not_send_to_strict_false_alone():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    x = torch.randn(3)
+    with pytest.raises(graphcap.errors.StrictCaptureError) as info:
+        graphcap.export(Branchy(), (x,), strict=True)
+    err = info.value
+    assert "if x.sum() > 0:" in err.where and "torch.cond(pred, true_fn, false_fn, operands)" in err.fix
+    with pytest.raises(graphcap.errors.DataDependentError) as told:  # non-strict cannot take it either...
+        graphcap.export(Branchy(), (x,))
+    assert "torch._check(" in told.value.fix  # ...and writes the lines the strict fix points at

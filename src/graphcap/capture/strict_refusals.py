@@ -60,6 +60,16 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
                                f.lineno if f else None, set())
         return StrictCaptureError.like(
             e, f"strict=True: dynamo failed to capture {target.name}: {told.what}", where=where, fix=told.fix)
+    if dynamo_private.is_graph_break(e) and messages.is_data_dependent_branch(e):
+        return StrictCaptureError.like(
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): "
+               f"{messages.dynamo_explanation(e)}",
+            where=where,
+            fix="A Python branch on a tensor's value cannot be exported as it is, strict or not: export "
+                "records one path through the code. If both outcomes can happen, write the branch with "
+                "torch.cond(pred, true_fn, false_fn, operands) or torch.where(pred, a, b). If the condition "
+                "always holds for your data, state it with torch._check: export with strict=False, whose "
+                "error writes the lines to put at this one.")
     if dynamo_private.is_graph_break(e):
         return StrictCaptureError.like(
             e, f"strict=True cannot capture {target.name} in one graph (a graph break): "

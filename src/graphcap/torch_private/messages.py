@@ -28,7 +28,7 @@ __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_con
            "is_data_dependent_failure",
            "is_real_tensor_under_fake_mode", "is_runtime_assert_failure", "blames_control_flow_capture",
            "uncapturable_branch_reason", "dynamo_explanation", "dynamo_user_code_frame",
-           "dynamo_side_effect_sources"]
+           "dynamo_side_effect_sources", "is_data_dependent_branch"]
 
 # "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)). ..."
 _DATA_DEPENDENT_EXPRESSION = re.compile(r"data-dependent expression (.+?) \(unhinted")
@@ -138,6 +138,15 @@ def dynamo_explanation(error: BaseException) -> str:
     text = re.split(r"\n\s*from user code:", str(error))[0]
     text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
     return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
+
+
+# dynamo's graph break at a Python branch on a tensor's value (`if x.sum() > 0:`); the older wording first
+_DATA_DEPENDENT_BRANCH = re.compile(r"Dynamic control flow is not supported|Data-dependent branching")
+
+
+def is_data_dependent_branch(error: BaseException) -> bool:
+    """Whether ``error`` is dynamo refusing a Python ``if``/``while`` on a tensor's value."""
+    return bool(_DATA_DEPENDENT_BRANCH.search(str(error)))
 
 
 def dynamo_user_code_frame(error: BaseException, skip: str) -> Optional[str]:
