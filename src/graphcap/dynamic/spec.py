@@ -55,7 +55,7 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
 def _resized_list_fix(spec: Sequence[Any], rank: int, path: str) -> str:
     """The fix for a per-dim list of another length than the tensor's rank: the list cut or padded
     with None (static) at the end, written as code."""
-    entries = list(spec)[:rank] + [None] * max(0, rank - len(spec))
+    entries = [as_dim(e) for e in list(spec)[:rank]] + [None] * max(0, rank - len(spec))  # graphcap's reprs
     told = ("the entries given taken as the leading dims, the rest static" if len(spec) < rank
             else "the entries past the last dim dropped")
     return (f"List one entry per dimension (None for static ones), or use a dict {{dim: Dim}}: in place "
@@ -229,7 +229,7 @@ class _Walker:
                         f"dimension is an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)"),
                     where=f"dynamic_shapes{path}",
                     fix=(f"A Dim stands for one dimension: key it by its index, in place of "
-                         f"dynamic_shapes{path} write {{0: {spec!r}}} for dim 0 (the tensor has {t.dim()} "
+                         f"dynamic_shapes{path} write {{0: {hint!r}}} for dim 0 (the tensor has {t.dim()} "
                          f"dims, shape {tuple(t.shape)})." if isinstance(hint, (Dim, DerivedDim)) else _fix_hint()))
         out: dict[int, Any] = {}
         for dim, entry in items:
