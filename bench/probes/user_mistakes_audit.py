@@ -348,6 +348,15 @@ def save_the_model(lib, strict):
     return "OK " + str(os.listdir(d))
 
 
+def dim_shared_by_other_sizes(lib, strict):
+    b = lib.Dim("b")
+    return _exp(lib, strict, Add(), (torch.randn(3, 4), torch.randn(5, 4)), dynamic_shapes={"x": {0: b}, "y": {0: b}})
+
+
+def dim_min_eq_max(lib, strict):
+    return lib.Dim("b", min=1, max=1)
+
+
 def module_out_of_range(lib, strict):
     ep = _exp(lib, strict, Lin(), (x34(),), dynamic_shapes={"x": {0: lib.Dim("b", max=8)}})
     return ep.module()(torch.randn(20, 4))
