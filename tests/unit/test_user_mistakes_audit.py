@@ -405,3 +405,17 @@ def test_a_branch_on_data_in_strict_mode_does_not_send_to_strict_false_alone():
     with pytest.raises(graphcap.errors.DataDependentError) as told:  # non-strict cannot take it either...
         graphcap.export(Branchy(), (x,))
     assert "torch._check(" in told.value.fix  # ...and writes the lines the strict fix points at
+
+
+def test_a_structure_only_file_loaded_without_weights_gets_the_call_with_its_path(tmp_path):
+    path = tmp_path / "m.pt2"
+    model, x = Lin(), torch.randn(3, 4)
+    graphcap.save(graphcap.export(model, (x,)), path, weights=False)
+    with pytest.raises(graphcap.SerializationError) as info:
+        graphcap.load(path)
+    err = info.value
+    assert err.where == f"graphcap.load({str(path)!r})"
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    code = _code_after(err.fix, "graphcap.load(").replace("'model.safetensors'", "weights_mapping")
+    ep = eval(code, {"graphcap": graphcap, "weights_mapping": weights})
+    torch.testing.assert_close(ep.module()(x), model(x))

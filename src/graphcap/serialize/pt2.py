@@ -166,7 +166,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         elif key == "weights" and checkpoint is not None:
             loaded[key] = {}  # all from the checkpoint, below
         elif checkpoint is None and tensors.without_data(described):
-            raise attach.structure_only_error()
+            raise attach.structure_only_error(reader.path)
         elif mmap:
             if reader.path is None:
                 raise SerializationError("mmap=True needs a file path, not a file object.",
