@@ -64,6 +64,11 @@ def _call_graph(entries: list, sig_cls: Any, entry_cls: Any, conv: Any) -> list:
     return out
 
 
+def torch_file_conversion(path: str) -> str:
+    """The code that reads a torch.export file at ``path`` (its repr) as a graphcap program."""
+    return f"ep = graphcap.from_torch(torch.export.load({path}))"
+
+
 def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges.
 

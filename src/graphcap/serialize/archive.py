@@ -204,16 +204,17 @@ class ArchiveReader:
             what = f"Not a graphcap .pt2 file: it has no {schema.VERSION_ENTRY!r} entry."
             shown = repr(self.path) if self.path is not None else "f"
             if any(n.endswith(("archive_format", ".json")) and "/" in n for n in self._infos):
+                from ..interop import torch_file_conversion  # the one module that names torch's calls
                 raise SerializationError(
                     f"{what} It looks like a torch.export file.", where=self._load_call(),
                     fix=f"Load it with torch.export's load() in a process you trust and convert it: "
-                        f"ep = graphcap.from_torch(torch.export.load({shown})).")
+                        f"{torch_file_conversion(shown)}.")
             if any(n.endswith("/data.pkl") for n in self._infos):
                 raise SerializationError(
                     f"{what} It looks like a torch.save checkpoint (a state_dict or a pickled model), "
                     f"which holds weights, not a program.", where=self._load_call(),
-                    fix=f"Read it with torch.load into the model, then export the model: "
-                        f"model.load_state_dict(torch.load({shown})); ep = graphcap.export(model, args).")
+                    fix="Read it with torch's own load (weights only) into the model, "
+                        "model.load_state_dict(state), then export the model: ep = graphcap.export(model, args).")
             raise corrupt(what, where=self._load_call())
         text = self._raw(schema.VERSION_ENTRY)
         if not (0 < len(text) <= 9 and text.isdigit()):
