@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import torch
 
 from .composite_kernels import composite_kernel_of
+from .errors import DecompTableError
 from .torch_private.decomp import core_aten_decompositions_post_autograd, should_decompose_because_unsafe
 from .torch_private.dispatch import DispatchKey, has_kernel, has_kernel_for_dispatch_key, registrations_for_dispatch_key
-from .torch_private.ops import OpOverload, schema_of
+from .torch_private.ops import OpOverload, OpOverloadPacket, schema_of
 
 _CIA = DispatchKey.CompositeImplicitAutograd
 
@@ -275,6 +276,63 @@ def as_table(decomp_table: Optional[Mapping]) -> "TableView":
     return TableView(decomp_table)
 
 
+def _overload_spelled(key: Any) -> Optional[str]:
+    """``torch.ops.ns.name.overload`` for a packet or a name that means one operator (``'aten.linear'``,
+    ``'aten::linear'``, ``torch.ops.aten.linear``): its one overload, else its ``default``."""
+    if isinstance(key, OpOverloadPacket):
+        packet = key
+    elif isinstance(key, str):
+        ns, _, rest = key.replace("::", ".").partition(".")
+        name, _, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, ns, None), name, None) if ns and name else None
+        if not isinstance(packet, OpOverloadPacket):
+            return None
+        if overload:
+            return f"torch.ops.{ns}.{name}.{overload}" if overload in packet.overloads() else None
+    else:
+        return None
+    overloads = [o for o in packet.overloads() if "out" not in o.split("_")]  # not the out= variants
+    if len(overloads) == 1:
+        return f"torch.ops.{packet}.{overloads[0]}"  # a packet prints as ns.name
+    return f"torch.ops.{packet}.<overload>" if overloads else None
+
+
+def _checked_entries(table: Any) -> dict:
+    """``table`` as a dict of operator overload -> function, refusing what torch would take without
+    decomposing anything (a packet or a name as a key) and what is no table at all."""
+    try:
+        entries = dict(table)
+    except (TypeError, ValueError):
+        raise DecompTableError(
+            f"run_decompositions takes a mapping of operator -> decomposition function, got "
+            f"{type(table).__name__}.",
+            where="ep.run_decompositions(decomp_table)",
+            fix="Pass a dict keyed by operator overloads, e.g. "
+                "ep.run_decompositions({torch.ops.aten.linear.default: my_linear}), or start from "
+                "graphcap.default_decompositions() and edit it.") from None
+    for key, value in entries.items():
+        if isinstance(key, (OpOverloadPacket, str)):
+            spelled = _overload_spelled(key)
+            shown = spelled or "torch.ops.<namespace>.<name>.<overload>"
+            packet = shown[:-len(".<overload>")] if shown.endswith(".<overload>") else None
+            choices = (f" ({packet}.overloads() lists them; the printed program names the one it "
+                       f"calls, as aten.add.Tensor)" if packet else "")
+            kind = "a name" if isinstance(key, str) else "an operator packet"
+            raise DecompTableError(
+                f"The decomposition table has the key {key!r}, {kind}; the table is looked up by "
+                f"operator overload, so this entry would never be used.",
+                where=f"ep.run_decompositions({{{key!r}: ...}})",
+                fix=f"Key it by the overload: {{{shown}: {getattr(value, '__name__', 'fn')}}}{choices}.")
+        if value is not None and not callable(value):
+            op = f"torch.ops.{key}" if isinstance(key, OpOverload) else repr(key)
+            raise DecompTableError(
+                f"The decomposition table maps {op} to {value!r:.60}, which is not a function.",
+                where=f"ep.run_decompositions({{{op}: ...}})",
+                fix=f"Map the operator to the function that computes it from other operators, "
+                    f"e.g. {{{op}: my_decomposition}}; to keep {op} whole, leave it out of the table.")
+    return entries
+
+
 class TableView:
     """What the decomposition pass needs from a table, whatever its kind."""
 
@@ -284,7 +342,7 @@ class TableView:
             self.entries = table.user_entries()
             self.deleted = table.kept()
         else:
-            self.entries = dict(table)
+            self.entries = _checked_entries(table)
             self.deleted = set()
         # a plain mapping with functions of the user's: those may call composites it keeps whole
         self.calls_user_functions = bool(self.entries) and not isinstance(table, CustomDecompTable)

@@ -72,7 +72,7 @@ class ExportInputError(GraphcapError, ValueError):
 
     Example:
         >>> with pytest.raises(graphcap.ExportInputError):
-        ...     graphcap.export(model, [torch.randn(2)])  # args must be a tuple
+        ...     graphcap.export(model, torch.randn(2))  # args must be a tuple (a list is taken too)
     """
 
 
@@ -91,6 +91,25 @@ class DimDefinitionError(ExportInputError, AssertionError):
     negative ``min``, a name that is not an identifier).
 
     Also an ``AssertionError``, the type torch.export's ``Dim`` raises for these.
+    """
+
+
+class InputBindingError(ExportInputError, TypeError):
+    """The example inputs given to ``export`` do not bind to forward's parameters (one missing, one
+    too many, a keyword-only parameter given by position, an unknown keyword).
+
+    Also a ``TypeError``, the type torch.export raises for it (Python's own, from binding the
+    call); the fix writes the export call in forward's parameter names.
+    """
+
+
+class DecompTableError(GraphcapError, TypeError):
+    """A decomposition table given to ``run_decompositions`` that is not one: not a mapping, a key
+    that is an operator packet (``torch.ops.aten.linear``) or a name where an overload is meant
+    (``torch.ops.aten.linear.default``), a value that is not a function.
+
+    Also a ``TypeError``, the type torch.export raises for a table that is not a mapping (torch
+    ignores a packet or a name as a key, and the decomposition it holds is silently not run).
     """
 
 
@@ -365,6 +384,26 @@ class SerializationError(GraphcapError):
         ... except graphcap.SerializationError as e:
         ...     print(e.where, e.fix)
     """
+
+
+class NotAProgramError(SerializationError, TypeError):
+    """``save`` or ``to_torch`` given something that is not an exported program (the model itself,
+    for one).
+
+    Also a ``TypeError``, the type torch.export's ``save`` raises for it.
+    """
+
+    @classmethod
+    def of(cls, value: Any, where: str, call: str) -> "NotAProgramError":
+        """The refusal of ``value`` where a program is meant; ``call`` is the call, ``{}`` for it."""
+        import torch
+        if isinstance(value, torch.nn.Module):
+            return cls(f"Expected an exported program, got the module {type(value).__name__} itself.",
+                       where=where,
+                       fix=f"Export it first and pass the program: {call.format('graphcap.export(model, args)')}.")
+        return cls(f"Expected a graphcap ExportedProgram, got {type(value).__name__}.", where=where,
+                   fix="Pass the program graphcap.export or graphcap.load returned (a torch.export program "
+                       "is taken too).")
 
 
 def _make_also_torch_user_errors() -> dict[str, type]:

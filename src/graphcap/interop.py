@@ -23,7 +23,7 @@ import torch.export.graph_signature as tsig
 from . import auto_flatten
 from . import signature as gsig
 from .edited_graphs import normalize_edited_graph
-from .errors import SerializationError
+from .errors import NotAProgramError, SerializationError
 from .program import ExportedProgram
 from .trace.naming.node_names import copy_placeholder_names
 
@@ -64,6 +64,11 @@ def _call_graph(entries: list, sig_cls: Any, entry_cls: Any, conv: Any) -> list:
     return out
 
 
+def torch_file_conversion(path: str) -> str:
+    """The code that reads a torch.export file at ``path`` (its repr) as a graphcap program."""
+    return f"ep = graphcap.from_torch(torch.export.load({path}))"
+
+
 def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
     """A ``torch.export.ExportedProgram`` with the same graph, signature, state and ranges.
 
@@ -82,8 +87,7 @@ def to_torch(ep: ExportedProgram) -> torch.export.ExportedProgram:
         >>> torch.export.save(tep, "model_torch.pt2")
     """
     if not isinstance(ep, ExportedProgram):
-        raise SerializationError(f"to_torch expects a graphcap ExportedProgram, got {type(ep).__name__}.",
-                                 where="graphcap.to_torch(ep)", fix="Pass the result of graphcap.export or load.")
+        raise NotAProgramError.of(ep, "graphcap.to_torch(ep)", "graphcap.to_torch({})")
     gm = copy.deepcopy(ep.graph_module)
     copy_placeholder_names(gm, ep.graph_module)  # fx's copy suffixes an input named like a builtin
     sig = tsig.ExportGraphSignature(

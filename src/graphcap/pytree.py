@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import auto_flatten
-from .errors import ExportInputError
+from .errors import ExportInputError, InputBindingError
 from .torch_private import pytree
 
 # Types that are leaves as they are: either tensors, or Python values that
@@ -324,6 +324,24 @@ def signature_of(fn: Callable) -> Optional[inspect.Signature]:
         return None
 
 
+def _binding_fix(sig: inspect.Signature) -> str:
+    """The export call that fits ``sig``, written with forward's own parameter names: the required
+    positional ones in ``args``, the keyword-only ones in ``kwargs``."""
+    params = list(sig.parameters.values())
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty]
+    positional += [f"*{p.name}" for p in params if p.kind is p.VAR_POSITIONAL]
+    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    call = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
+    if keyword:
+        call += ", kwargs={" + ", ".join(f"{k!r}: {k}" for k in keyword) + "}"
+    note = (f" ({', '.join(keyword)} {'is' if len(keyword) == 1 else 'are'} keyword-only: "
+            f"pass {'it' if len(keyword) == 1 else 'them'} in kwargs, not in args)" if keyword else "")
+    return (f"Pass one example per parameter of forward, positional ones in `args` (a tuple) and "
+            f"keyword-only ones in `kwargs` (a dict), as calling the module would take them: "
+            f"export(mod, {call}){note}.")
+
+
 def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[str]]:
     """Check ``args``/``kwargs`` against ``fn``'s signature, as a call would.
 
@@ -339,12 +357,11 @@ def bind_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, l
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
-        raise ExportInputError(
+        raise InputBindingError(
             f"The example inputs do not fit the signature of {getattr(fn, '__qualname__', fn)}"
             f"{sig}: {e}.",
             where="export(mod, args, kwargs)",
-            fix="Pass positional inputs in `args` (a tuple) and keyword inputs in `kwargs` (a dict) "
-                "so that calling the module with them would work.") from None
+            fix=_binding_fix(sig)) from None
     params = list(sig.parameters.values())
     positional = [p.name for p in params
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

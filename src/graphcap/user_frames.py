@@ -79,6 +79,8 @@ _TORCH_MACHINERY = ("/torch/utils/_python_dispatch.py", "/torch/_ops.py", "/torc
 # what a broken invariant or a bug looks like (torch checks a user's values with
 # torch._check and friends, which raise RuntimeError/ValueError/IndexError)
 _BUG_TYPES = (AssertionError, AttributeError, NameError, UnboundLocalError)
+# the hooks of torch's mode classes, through which graphcap's modes call each operator
+_MODE_HOOKS = ("__torch_function__", "__torch_dispatch__")
 
 
 def raised_internally(e: BaseException) -> bool:
@@ -94,7 +96,14 @@ def raised_internally(e: BaseException) -> bool:
         return False
     path = os.path.abspath(frames[-1].filename)
     if path.startswith(_GRAPHCAP_DIR):
-        return not path.endswith(GRAPHCAP_TRANSPARENT_FILES)
+        if path.endswith(GRAPHCAP_TRANSPARENT_FILES):
+            return False
+        # graphcap's torch-function and dispatch modes pass each call on to the function itself:
+        # what that call raises (``x.numpy()`` refusing a fake tensor) is judged as torch's
+        # machinery is, by its type
+        if frames[-1].name in _MODE_HOOKS:
+            return isinstance(e, _BUG_TYPES)
+        return True
     posix = path.replace(os.sep, "/")
     return isinstance(e, _BUG_TYPES) and any(part in posix for part in _TORCH_MACHINERY)
 

@@ -31,5 +31,5 @@ def test_save_accepts_a_torch_program_and_load_runs_it():
 
 def test_save_still_refuses_what_is_no_program():
     import pytest
-    with pytest.raises(graphcap.errors.SerializationError, match="expects a graphcap ExportedProgram"):
+    with pytest.raises(graphcap.errors.SerializationError, match="Expected an exported program, got the module Linear"):
         graphcap.save(torch.nn.Linear(2, 2), io.BytesIO())

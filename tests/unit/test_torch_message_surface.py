@@ -188,3 +188,29 @@ def test_dynamos_side_effect_sources_are_read():
 
 
 _CALLS = 0
+
+
+def test_two_devices_are_read_from_an_operators_refusal():
+    """An operator given tensors on two devices (the model on meta, the input on the CPU): the two
+    devices are read from the text of fake tensors' refusal, which dynamo's explanation repeats."""
+    from graphcap.torch_private.fake import FakeTensorMode
+    with FakeTensorMode() as mode:
+        weight = mode.from_tensor(torch.empty(3, 4, device="meta"))
+        x = mode.from_tensor(torch.zeros(2, 4))
+        error = _raised(lambda: torch.nn.functional.linear(x, weight))
+    found = messages.two_devices(error)
+    assert found is not None and set(found) == {"cpu", "meta"}, (
+        f"{_where(messages.two_devices)}: found {found!r} in {str(error)[:300]!r}")
+
+
+def test_a_branch_on_data_is_told_from_dynamos_graph_break():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    error = _raised(lambda: torch.export.export(Branchy(), (torch.randn(3),), strict=True))
+    assert messages.is_data_dependent_branch(error), (
+        f"{_where(messages.is_data_dependent_branch)}: not told from {str(error)[:300]!r}")
+    assert not messages.is_data_dependent_branch(RuntimeError("Tensor device mismatch"))

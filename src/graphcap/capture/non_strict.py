@@ -6,9 +6,10 @@ ExportedProgram; each step is a call into the module that owns it.
 from __future__ import annotations
 
 import inspect
+import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -45,6 +46,16 @@ class Target:
     name: str
 
 
+def _required_init_args(cls: type) -> str:
+    """The constructor arguments ``cls`` needs, as names to fill in (empty when it needs none)."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return "..."
+    return ", ".join(p.name for p in sig.parameters.values()
+                     if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
 def resolve_target(mod: Any) -> Target:
     if isinstance(mod, torch.jit.ScriptModule):
         # its forward is TorchScript: there is no Python to run on fake tensors
@@ -56,6 +67,12 @@ def resolve_target(mod: Any) -> Target:
                 "with TS2EPConverter, torch's TorchScript-to-ExportedProgram converter.")
     if isinstance(mod, torch.nn.Module):
         return Target(mod, mod, mod.forward, type(mod).__name__)
+    if isinstance(mod, type) and issubclass(mod, torch.nn.Module):
+        # the class itself: calling it would build a module, not run one
+        raise ExportInputError(
+            f"export was given the class {mod.__name__}, not a module: build the model first.",
+            where="export(mod, ...)",
+            fix=f"Pass an instance: export({mod.__name__}({_required_init_args(mod)}), args).")
     if inspect.ismethod(mod) and isinstance(mod.__self__, torch.nn.Module):
         return Target(mod, mod.__self__, mod, mod.__qualname__)
     if callable(mod):
@@ -82,6 +99,39 @@ def normalize_example_inputs(args: Any, kwargs: Any) -> tuple[tuple, dict]:
             where="export(mod, args, kwargs)",
             fix="Pass keyword inputs as a dict: export(mod, (), {'x': x}).")
     return args, kwargs
+
+
+def _arrays_in(value: Any, path: str, name: str) -> Iterator[tuple[str, str]]:
+    """``(input path, expression in the user's names)`` of each numpy array in ``value``."""
+    numpy = sys.modules.get("numpy")  # no array exists where numpy was never imported
+    if numpy is None:
+        return
+    if isinstance(value, numpy.ndarray):
+        yield path, name
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from _arrays_in(item, f"{path}[{i}]", f"{name}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _arrays_in(item, f"{path}[{key!r}]", f"{name}[{key!r}]")
+
+
+def refuse_array_inputs(args: tuple, kwargs: dict, arg_names: Sequence[str]) -> None:
+    """Refuse a numpy array among the example inputs: export takes tensors (an array would be
+    baked into the program as a constant that ``module()`` cannot compare), as torch.export does."""
+    found = [*(hit for i, a in enumerate(args)
+               for hit in _arrays_in(a, f"*args[{i}]", arg_names[i] if i < len(arg_names) else f"args[{i}]")),
+             *(hit for k, v in kwargs.items() for hit in _arrays_in(v, f"**kwargs[{k!r}]", k))]
+    if not found:
+        return
+    path, name = found[0]
+    raise ExportArgsError(  # a ValueError, as non-strict torch.export raises; a UserError, as strict's
+        f"The example input at {path} is a numpy array; export takes tensors (and Python numbers, "
+        f"strings, containers of them).",
+        where=path,
+        fix=f"Convert it to a tensor before exporting, and call the program with tensors too: "
+            f"torch.from_numpy({name})" + (f" (and the same for {', '.join(p for p, _ in found[1:])})"
+                                            if len(found) > 1 else "") + ".")
 
 
 @dataclass
@@ -190,6 +240,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # a ShapesCollection / AdditionalInputs builds its spec from the inputs
     dynamic_shapes, args, kwargs, verify_examples = dyn_spec_objects.resolve(mod, args, kwargs, dynamic_shapes)
     args, kwargs, arg_names = gp_pytree.bind_inputs(target.forward, args, kwargs)
+    refuse_array_inputs(args, kwargs, arg_names)
     gp_pytree.auto_register((args, kwargs), "inputs")
     # modules among the inputs: their tensors become user inputs (graphcap.module_inputs)
     tree_args, tree_kwargs = module_inputs.wrap((args, kwargs))

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
+from .. import device_advice
 from ..errors import StrictCaptureError
 from ..torch_private import dynamo as dynamo_private
 from ..torch_private import messages
@@ -32,7 +33,7 @@ from ..torch_private.modules import (
     parameters_of,
 )
 from ..trace.data_dependent import explain_at_line
-from ..user_frames import user_stacklevel
+from ..user_frames import is_user_file, user_stacklevel
 
 ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dynamo (graphcap.capture.strict)
 
@@ -40,6 +41,9 @@ ENTRY_NAME = "graphcap_strict_entry"  # the function strict capture hands to dyn
 def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
     """dynamo refused the program: say which construct, at which line of the user's, and the way out."""
     frames = dynamo_private.user_stack_of(e)
+    # dynamo's user stack runs into torch's own modules (nn.Linear.forward): name the user's line
+    users = [f for f in frames if is_user_file(f.filename)]
+    frames = users or frames
     where = None
     if frames:
         f = frames[-1]
@@ -56,6 +60,16 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
                                f.lineno if f else None, set())
         return StrictCaptureError.like(
             e, f"strict=True: dynamo failed to capture {target.name}: {told.what}", where=where, fix=told.fix)
+    if dynamo_private.is_graph_break(e) and messages.is_data_dependent_branch(e):
+        return StrictCaptureError.like(
+            e, f"strict=True cannot capture {target.name} in one graph (a graph break): "
+               f"{messages.dynamo_explanation(e)}",
+            where=where,
+            fix="A Python branch on a tensor's value cannot be exported as it is, strict or not: export "
+                "records one path through the code. If both outcomes can happen, write the branch with "
+                "torch.cond(pred, true_fn, false_fn, operands) or torch.where(pred, a, b). If the condition "
+                "always holds for your data, state it with torch._check: export with strict=False, whose "
+                "error writes the lines to put at this one.")
     if dynamo_private.is_graph_break(e):
         return StrictCaptureError.like(
             e, f"strict=True cannot capture {target.name} in one graph (a graph break): "
@@ -64,10 +78,14 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
             fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
                 "torch._check for assumptions on values), or export with strict=False, which runs "
                 "the Python as it is.")
+    devices = messages.two_devices(e)
+    if devices is not None:  # strict=False would refuse the same tensors
+        fix = device_advice.device_mismatch_fix(devices, getattr(target, "root", None))
+    else:
+        fix = "Export with strict=False, which runs the Python as it is."
     return StrictCaptureError.like(
         e, f"strict=True: dynamo failed to capture {target.name}: {messages.dynamo_explanation(e)}",
-        where=where,
-        fix="Export with strict=False, which runs the Python as it is.")
+        where=where, fix=fix)
 
 
 def _data_dependent_guard(e: BaseException) -> Optional[GuardOnDataDependentSymNode]:

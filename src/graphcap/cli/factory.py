@@ -12,6 +12,7 @@ with the file's line, not as a traceback.
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import importlib.util
 import inspect
@@ -99,7 +100,7 @@ def _find_function(spec: str) -> tuple[Any, Path]:
     path = Path(file).expanduser()
     if file.endswith(".py"):
         if not path.is_file():
-            raise UsageError(f"No such file: {file}", where=spec, fix="Check the path of the Python file.")
+            raise UsageError(f"No such file: {file}", where=spec, fix=_missing_file_fix(path, name))
         module = _run_file(path)
     else:
         module = _import_module(file, spec)
@@ -108,9 +109,27 @@ def _find_function(spec: str) -> tuple[Any, Path]:
     if not callable(factory):
         defined = sorted(k for k, v in vars(module).items()
                          if callable(v) and getattr(v, "__module__", None) == module.__name__ and not k.startswith("_"))
+        close = difflib.get_close_matches(name, defined, n=1)
         raise UsageError(f"{file} has no function named '{name}'.", where=spec,
-                         fix=f"Use one of the functions it defines: {', '.join(defined) or '(none)'}.")
+                         fix=(f"Did you mean {close[0]}? Pass {file}:{close[0]}. " if close else "")
+                         + f"The functions it defines: {', '.join(defined) or '(none)'}.")
     return factory, path
+
+
+def _missing_file_fix(path: Path, name: str) -> str:
+    """Where a relative path was looked for, and the Python file of the closest name in that folder."""
+    folder = path.parent if str(path.parent) else Path(".")
+    fix = "Check the path of the Python file"
+    if not path.is_absolute():
+        fix += f" (relative paths start from the current folder, {Path.cwd()})"
+    try:
+        present = sorted(p.name for p in folder.iterdir() if p.suffix == ".py") if folder.is_dir() else []
+    except OSError:
+        present = []
+    close = difflib.get_close_matches(path.name, present, n=1)
+    if close:
+        fix += f". Did you mean {folder / close[0]}? Pass {folder / close[0]}:{name}"
+    return fix + "."
 
 
 def _definition_line(factory: Any) -> str:

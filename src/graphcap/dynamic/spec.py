@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
@@ -50,6 +50,34 @@ def _children(value: Any) -> Optional[tuple[list[Any], list[str], Any]]:
     else:
         suffixes = [f"[{i}]" for i in range(len(children))]
     return list(children), suffixes, context
+
+
+def _resized_list_fix(spec: Sequence[Any], rank: int, path: str) -> str:
+    """The fix for a per-dim list of another length than the tensor's rank: the list cut or padded
+    with None (static) at the end, written as code."""
+    entries = [as_dim(e) for e in list(spec)[:rank]] + [None] * max(0, rank - len(spec))  # graphcap's reprs
+    told = ("the entries given taken as the leading dims, the rest static" if len(spec) < rank
+            else "the entries past the last dim dropped")
+    return (f"List one entry per dimension (None for static ones), or use a dict {{dim: Dim}}: in place "
+            f"of dynamic_shapes{path} write {tuple(entries)!r} ({told}).")
+
+
+def _rekeyed_spec_fix(names: list[str], spec: dict, missing: list[str], extra: list[Any]) -> str:
+    """The fix for a spec dict keyed by other names than forward's: the unknown keys renamed, in
+    order, to the missing argument names, written as code over the user's dict."""
+    general = ("Key dynamic_shapes by the argument names of forward for the inputs you pass "
+               "(None for static ones), or give a tuple with one entry per input.")
+    if not extra or not missing:
+        return general
+    renamed = dict(zip(missing, extra))
+    entries = ", ".join(f"{n!r}: dynamic_shapes[{renamed[n]!r}]" if n in renamed
+                        else (f"{n!r}: dynamic_shapes[{n!r}]" if n in spec else f"{n!r}: None")
+                        for n in names)
+    told = ", ".join(f"{old!r} to {new!r}" for new, old in renamed.items())
+    left = [k for k in extra if k not in renamed.values()]
+    return (f"{general} Renaming {told} (in the order given: check each goes to the input you meant): "
+            f"dynamic_shapes = {{{entries}}}"
+            + (f" ({', '.join(map(repr, left))} left out: forward has no more inputs)" if left else "") + ".")
 
 
 def _torch_words(sentence: str) -> str:
@@ -186,7 +214,7 @@ class _Walker:
                         f"Expected dynamic shape spec {spec} specified at `dynamic_shapes{tpath}` to have the same "
                         f"length as the actual tensor shape {t.shape} (expected {t.dim()}, but got {len(spec)} "
                         f"instead)"), where=f"dynamic_shapes{path}",
-                    fix="List one entry per dimension (None for static ones), or use a dict {dim: Dim}.")
+                    fix=_resized_list_fix(spec, t.dim(), path))
             items = list(enumerate(spec))
         else:
             hint = as_dim(spec)
@@ -199,7 +227,10 @@ class _Walker:
                         f"Unexpected input tensor shape {spec} specified at `dynamic_shapes{tpath}` (expected "
                         f"either a list/tuple of dimensions, or a dict mapping indices to dimensions, where each "
                         f"dimension is an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)"),
-                    where=f"dynamic_shapes{path}", fix=_fix_hint())
+                    where=f"dynamic_shapes{path}",
+                    fix=(f"A Dim stands for one dimension: key it by its index, in place of "
+                         f"dynamic_shapes{path} write {{0: {hint!r}}} for dim 0 (the tensor has {t.dim()} "
+                         f"dims, shape {tuple(t.shape)})." if isinstance(hint, (Dim, DerivedDim)) else _fix_hint()))
         out: dict[int, Any] = {}
         for dim, entry in items:
             if not isinstance(dim, int) or isinstance(dim, bool):
@@ -242,7 +273,10 @@ class _Walker:
                     f"Dim.DYNAMIC, but got {entry!r} instead)")
                 raise DynamicSpecError(
                     f"dynamic_shapes{path}[{dim}] is {entry!r}, which is not a Dim, Dim.AUTO/DYNAMIC/STATIC, "
-                    f"an int or None." + _torch_words(torch_sentence), where=where, fix=_fix_hint())
+                    f"an int or None." + _torch_words(torch_sentence), where=where,
+                    fix=(f"Make it a Dim of that name: in place of dynamic_shapes{path}[{dim}] write "
+                         f"Dim({entry!r}) (from graphcap import Dim; one Dim object wherever that size "
+                         f"appears)." if isinstance(entry, str) and entry.isidentifier() else _fix_hint()))
             if isinstance(d, Dim):
                 self._check_name(d, where)
             out[dim] = d
@@ -341,8 +375,7 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
                 + (f", missing {missing}" if missing else "") + (f", unknown {extra}" if extra else "") + "."
                 + _torch_words(torch_sentence),
                 where="export(..., dynamic_shapes={...})",
-                fix="Key dynamic_shapes by the argument names of forward for the inputs you pass "
-                    "(None for static ones), or give a tuple with one entry per input.")
+                fix=_rekeyed_spec_fix(names, dynamic_shapes, missing, extra))
         specs = [dynamic_shapes[k] for k in combined]
     elif isinstance(dynamic_shapes, (tuple, list)):
         if len(dynamic_shapes) != len(values):

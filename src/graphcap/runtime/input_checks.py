@@ -166,7 +166,17 @@ class InputChecker:
             f"Expected (args, kwargs) shaped like {expected}, but got {got}.",
             where="ep.module()(*args, **kwargs)",
             fix="Pass the same positional and keyword arguments, with the same containers, as "
-                "the example inputs given to export (each * is one tensor or value).")
+                "the example inputs given to export (each * is one tensor or value)"
+                + self._call_template() + ".")
+
+    def _call_template(self) -> str:
+        """``: ep.module()(x, scale=scale)``, the program's call in its argument names ('' when
+        the names do not cover the top-level arguments)."""
+        names, n_args = self.arg_names, self._n_args
+        if n_args is None or len(names) != n_args + len(self._kwarg_names) or not names:
+            return ""
+        parts = list(names[:n_args]) + [f"{k}={k}" for k in names[n_args:]]
+        return ": ep.module()(" + ", ".join(parts) + ")"
 
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The input leaves in placeholder order, after the structure check."""

@@ -154,7 +154,7 @@ class ArchiveReader:
                     f"graphcap.load expects a path or a binary file object, got {type(f).__name__}.",
                     where="graphcap.load(f)", fix="Pass a file name such as 'model.pt2' or open(..., 'rb').")
         except OSError as e:
-            raise SerializationError(f"Cannot read {f!r}: {e}", where="graphcap.load(f)",
+            raise SerializationError(f"Cannot read {f!r}: {e}", where=self._load_call(),
                                      fix="Check the path and its permissions.") from None
         self._size = self._fh.seek(0, io.SEEK_END)
         self._fh.seek(0)
@@ -165,7 +165,8 @@ class ArchiveReader:
             raise
         except Exception as e:  # zipfile raises many kinds on crafted input
             self.release()
-            raise corrupt(f"Not a readable graphcap .pt2 archive (zip layer: {type(e).__name__}: {e}).") from None
+            raise corrupt(f"Not a readable graphcap .pt2 archive (zip layer: {type(e).__name__}: {e}).",
+                          where=self._load_call()) from None
         try:
             if len(infos) > schema.MAX_ENTRIES:
                 raise corrupt(f"The archive has {len(infos)} entries, more than a graphcap file ever holds.")
@@ -185,6 +186,10 @@ class ArchiveReader:
             self.release()
             raise
 
+    def _load_call(self) -> str:
+        """``graphcap.load('<path>')`` for a path, ``graphcap.load(f)`` for a file object."""
+        return f"graphcap.load({self.path!r})" if self.path is not None else "graphcap.load(f)"
+
     def _raw(self, name: str) -> bytes:
         info = self._infos.get(name)
         if info is None:
@@ -196,11 +201,21 @@ class ArchiveReader:
 
     def _read_version(self) -> int:
         if schema.VERSION_ENTRY not in self._infos:
-            hint = ""
+            what = f"Not a graphcap .pt2 file: it has no {schema.VERSION_ENTRY!r} entry."
+            shown = repr(self.path) if self.path is not None else "f"
             if any(n.endswith(("archive_format", ".json")) and "/" in n for n in self._infos):
-                hint = (" It looks like a torch.export file: load it with torch.export's load() in a "
-                        "process you trust and convert it with graphcap.from_torch.")
-            raise corrupt(f"Not a graphcap .pt2 file: it has no {schema.VERSION_ENTRY!r} entry.{hint}")
+                from ..interop import torch_file_conversion  # the one module that names torch's calls
+                raise SerializationError(
+                    f"{what} It looks like a torch.export file.", where=self._load_call(),
+                    fix=f"Load it with torch.export's load() in a process you trust and convert it: "
+                        f"{torch_file_conversion(shown)}.")
+            if any(n.endswith("/data.pkl") for n in self._infos):
+                raise SerializationError(
+                    f"{what} It looks like a torch.save checkpoint (a state_dict or a pickled model), "
+                    f"which holds weights, not a program.", where=self._load_call(),
+                    fix="Read it with torch's own load (weights only) into the model, "
+                        "model.load_state_dict(state), then export the model: ep = graphcap.export(model, args).")
+            raise corrupt(what, where=self._load_call())
         text = self._raw(schema.VERSION_ENTRY)
         if not (0 < len(text) <= 9 and text.isdigit()):
             raise corrupt(f"The format version entry is malformed: {text[:40]!r}.", where=schema.VERSION_ENTRY)
@@ -210,8 +225,9 @@ class ArchiveReader:
             if version > newest:
                 raise SerializationError(
                     f"The file uses graphcap format version {version}; this graphcap reads versions "
-                    f"up to {newest}.", where="graphcap.load(f)",
-                    fix="Upgrade graphcap to a release that writes this format version.")
+                    f"up to {newest}.", where=self._load_call(),
+                    fix="Upgrade graphcap to a release that writes this format version: "
+                        "pip install --upgrade graphcap.")
             raise corrupt(f"Unknown graphcap format version {version}.", where=schema.VERSION_ENTRY)
         return version
 

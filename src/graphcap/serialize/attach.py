@@ -11,7 +11,7 @@ are reported in one error, so one round of fixes suffices.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -178,12 +178,15 @@ def _placed(name: str, t: torch.Tensor, g: _Group, checkpoint: Checkpoint) -> to
     return t
 
 
-def structure_only_error() -> SerializationError:
+def structure_only_error(path: Optional[str] = None) -> SerializationError:
+    """The refusal of a structure-only file loaded without weights; ``path`` names it in the code."""
+    f = repr(path) if path is not None else "f"
     return SerializationError(
         "The file holds the program's structure without its weights (it was saved with weights=False).",
-        where="graphcap.load(f)",
-        fix="Attach the weights as it loads: graphcap.load(f, weights='model.safetensors' or a checkpoint folder "
-            "written by save_pretrained, or a mapping {fqn: tensor}); weights=False loads the structure alone.")
+        where=f"graphcap.load({f})",
+        fix=f"Attach the weights as it loads: graphcap.load({f}, weights='model.safetensors') (or a checkpoint "
+            f"folder written by save_pretrained, or a mapping {{fqn: tensor}}); graphcap.load({f}, weights=False) "
+            f"loads the structure alone.")
 
 
 def move_meta_placements(ep: Any) -> Any:

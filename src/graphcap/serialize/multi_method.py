@@ -170,7 +170,7 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
     elif checkpoint is not None:
         state = _attach_checkpoint(layout, _read_state(reader, layout, mmap), checkpoint)
     elif tensors.without_data(layout["state"]):
-        raise attach.structure_only_error()
+        raise attach.structure_only_error(reader.path)
     else:
         state = _read_state(reader, layout, mmap)
     program_options: dict[str, Any] = {"import_modules": import_modules, "stand_ins": stand_ins,

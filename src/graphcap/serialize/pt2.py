@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .. import auto_flatten
-from ..errors import GraphcapError, SerializationError, VerificationError
+from ..errors import GraphcapError, NotAProgramError, SerializationError, VerificationError
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
 from . import attach, checkpoints, class_lookup, opsets, placement, schema, tensors, upgrade
@@ -57,10 +57,7 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: Optional[dict[str, 
     opsets.check_pickle_protocol(pickle_protocol, call="graphcap.save")
     versions = opsets.versions_to_write(ep, opset_version, call="graphcap.save")
     if not isinstance(ep, ExportedProgram):
-        raise SerializationError(
-            f"graphcap.save expects a graphcap ExportedProgram, got {type(ep).__name__}.",
-            where="graphcap.save(ep, f)",
-            fix="For a torch.export program, convert it first: graphcap.save(graphcap.from_torch(ep), f).")
+        raise NotAProgramError.of(ep, "graphcap.save(ep, f)", "graphcap.save({}, f)")
     if not isinstance(weights, bool):
         raise SerializationError(f"graphcap.save's weights= is True or False, got {type(weights).__name__}.",
                                  where="graphcap.save(ep, f, weights=...)",
@@ -169,7 +166,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         elif key == "weights" and checkpoint is not None:
             loaded[key] = {}  # all from the checkpoint, below
         elif checkpoint is None and tensors.without_data(described):
-            raise attach.structure_only_error()
+            raise attach.structure_only_error(reader.path)
         elif mmap:
             if reader.path is None:
                 raise SerializationError("mmap=True needs a file path, not a file object.",

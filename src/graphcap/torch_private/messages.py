@@ -24,10 +24,11 @@ RELIES_ON = {
 }
 
 __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_cond_container_operands_refusal",
-           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "is_data_dependent_failure",
+           "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "two_devices",
+           "is_data_dependent_failure",
            "is_real_tensor_under_fake_mode", "is_runtime_assert_failure", "blames_control_flow_capture",
            "uncapturable_branch_reason", "dynamo_explanation", "dynamo_user_code_frame",
-           "dynamo_side_effect_sources"]
+           "dynamo_side_effect_sources", "is_data_dependent_branch"]
 
 # "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)). ..."
 _DATA_DEPENDENT_EXPRESSION = re.compile(r"data-dependent expression (.+?) \(unhinted")
@@ -40,6 +41,10 @@ _NO_FAKE_KERNEL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\
 # a fake tensor refusing an operator whose tensors are on two devices (a RuntimeError before torch 2.14)
 _FAKE_DEVICE_MISMATCH = re.compile(r"Unhandled FakeTensor Device Propagation for (\S+), found two different devices "
                                    r"(\S+), (\S+)")
+
+# an operator refusing tensors on two devices: fake tensors' and eager's check ("... but found at
+# least two devices, cpu and meta!"), also in dynamo's explanation of the same refusal
+_TWO_DEVICES = re.compile(r"found at least two devices,? (\S+?),? and (\S+?)!")
 
 # torch.cond's check of its operands (a dict / list / tuple among them, with cond bound before export)
 _COND_CONTAINER_OPERANDS = re.compile(
@@ -63,6 +68,16 @@ def fake_device_mismatch(error: BaseException) -> tuple[str, str, str] | None:
     tensors lie on two devices (``aten.embedding.default``, ``meta``, ``cpu``), else None."""
     found = _FAKE_DEVICE_MISMATCH.search(str(error))
     return (found.group(1), found.group(2).rstrip(","), found.group(3)) if found else None
+
+
+def two_devices(error: BaseException) -> tuple[str, str] | None:
+    """The two devices an operator refused to mix (``("cpu", "meta")``), from ``error``'s text or
+    the text of ``fake_device_mismatch``'s older message, or None."""
+    found = _TWO_DEVICES.search(str(error))
+    if found:
+        return found.group(1), found.group(2)
+    older = fake_device_mismatch(error)
+    return (older[1], older[2]) if older else None
 
 
 def is_cond_container_operands_refusal(error: BaseException) -> bool:
@@ -123,6 +138,15 @@ def dynamo_explanation(error: BaseException) -> str:
     text = re.split(r"\n\s*from user code:", str(error))[0]
     text = re.split(r"\n\s*Set TORCHDYNAMO_VERBOSE", text)[0]
     return "\n  ".join(line.rstrip() for line in text.strip().splitlines() if line.strip())
+
+
+# dynamo's graph break at a Python branch on a tensor's value (`if x.sum() > 0:`); the older wording first
+_DATA_DEPENDENT_BRANCH = re.compile(r"Dynamic control flow is not supported|Data-dependent branching")
+
+
+def is_data_dependent_branch(error: BaseException) -> bool:
+    """Whether ``error`` is dynamo refusing a Python ``if``/``while`` on a tensor's value."""
+    return bool(_DATA_DEPENDENT_BRANCH.search(str(error)))
 
 
 def dynamo_user_code_frame(error: BaseException, skip: str) -> Optional[str]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import frame_stack, module_inputs
+from .. import device_advice, frame_stack, module_inputs
 from ..errors import GraphcapError, InternalError, MissingFakeKernelError, TraceError, UnsupportedError
 from ..pytree import auto_register
 from ..torch_private import fake as fake_private
@@ -38,6 +38,7 @@ from ..torch_private.messages import (
     fake_device_mismatch,
     is_data_dependent_failure,
     is_real_tensor_under_fake_mode,
+    two_devices,
 )
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
@@ -330,7 +331,7 @@ def record(
     except GraphcapError:
         raise
     except Exception as e:  # the user's program (or an operator) failed while tracing
-        raise _explain_trace_failure(e, program_name) from e
+        raise _explain_trace_failure(e, program_name, root) from e
     _drop_failed_calls(gm)
     module_paths.normalize_module_stacks(gm)
     assert results.out_spec is not None  # make_fx returned: the traced function ran to its end
@@ -399,7 +400,8 @@ def _meta_weights_refused_by_older_torch(e: Exception, program_name: str, where:
             f"real device for the export.")
 
 
-def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
+def _explain_trace_failure(e: Exception, program_name: str,
+                           root: Optional[torch.nn.Module] = None) -> GraphcapError:
     frame = user_frame(e.__traceback__)
     where = describe_frame(frame)
     name = type(e).__name__
@@ -446,6 +448,14 @@ def _explain_trace_failure(e: Exception, program_name: str) -> GraphcapError:
            "should work). If it does run eagerly, the line above does something that needs real "
            "data — reading values with .item()/.tolist(), numpy, or printing tensors — move that "
            "out of forward or guard it with `if not torch.compiler.is_compiling():`.")
+    devices = two_devices(e)
+    if devices is not None:
+        fix = device_advice.device_mismatch_fix(devices, root)
+    elif frame is not None and ".numpy()" in (frame.line or ""):
+        fix = ("NumPy needs the tensor's data, which export's fake tensors do not have. Write the line "
+               "with torch operators (most NumPy functions have one of the same name: torch.sin for "
+               "np.sin), or export with strict=True, whose front end turns NumPy calls into torch "
+               "operators: export(mod, args, strict=True).")
     if "type(" in (where or ""):
         fix += (" While exporting, tensors are fake tensors, a subclass of torch.Tensor: "
                 "`type(x) is torch.Tensor` is False for them; test `isinstance(x, torch.Tensor)` instead.")
