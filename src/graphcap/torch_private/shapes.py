@@ -102,7 +102,8 @@ __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary"
            "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
-           "count_deferred_assert", "guards", "axioms", "keep_only_facts", "fake_cache", "set_fake_cache", "tracked_fakes",
+           "count_deferred_assert", "guards", "axioms", "keep_only_facts", "fake_cache", "set_fake_cache",
+           "tracked_fakes",
            "real_unbacked_values", "copy_shape_env", "claim_input_bindings",
            "undecided_size_equalities_taken_as_equal"]
 
