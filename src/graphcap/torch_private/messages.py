@@ -40,7 +40,7 @@ _NO_FAKE_KERNEL = re.compile(r"no fake impl registered for <CustomOpDef\((\w+::\
 
 # a fake tensor refusing an operator whose tensors are on two devices (a RuntimeError before torch 2.14)
 _FAKE_DEVICE_MISMATCH = re.compile(r"Unhandled FakeTensor Device Propagation for (\S+), found two different devices "
-                                   r"(\S+), (\S+)")
+                                   r"([\w:]+), ([\w:]+)")  # (in dynamo's text the quote of the repr follows)
 
 # an operator refusing tensors on two devices: fake tensors' and eager's check ("... but found at
 # least two devices, cpu and meta!"), also in dynamo's explanation of the same refusal
