@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import importlib.util
 import io
+import operator
 
 import pytest
 import torch
@@ -253,3 +254,64 @@ def test_a_program_with_subclass_state_and_an_input_named_input_decomposes():
     assert [s.arg.name for s in decomposed.graph_signature.input_specs][-1] == "input"
     assert ir_checks.violations(decomposed) == []
     torch.testing.assert_close(decomposed.module()(x), model(x))
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4))
+
+    def forward(self, x):
+        return x + self.conv(x)
+
+
+class ResidualStack(torch.nn.Module):
+    """mobilenet_v2's shape: residual blocks (a user's class) held by an ``nn.Sequential``."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.features = torch.nn.Sequential(Residual(), Residual(), torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.features(self.stem(x)).mean((2, 3))
+
+
+def test_an_operator_a_users_block_runs_inside_a_sequential_is_its_own_source():
+    """The residual ``+`` was attributed to the enclosing ``nn.Sequential`` (the innermost torch.nn
+    module on the stack, skipping the user's block): both adds became one Sequential partition
+    and no ``operator.add`` partition existed, so the X86 quantizer's conv+add pattern found
+    nothing in mobilenet_v2 (89 annotated nodes against torch's 99)."""
+    from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
+    model, x = ResidualStack().eval(), torch.randn(1, 3, 6, 6)
+    ours = graphcap.export(model, (x,))
+    theirs = torch.export.export(model, (x,), strict=True)
+    for program in (ours, ours.run_decompositions(), _round_trip(ours)):
+        adds = [n for n in program.graph.nodes if n.target in (torch.ops.aten.add.Tensor,)]
+        assert [n.meta["source_fn_stack"][-1][1] for n in adds] == [operator.add] * 2
+    wanted = [operator.add, torch.nn.Sequential, torch.nn.Conv2d, torch.nn.ReLU]
+
+    def partitions(graph):  # operator nodes only: strict programs also tag the weights a call reads
+        return {k: sorted(sum(n.op == "call_function" for n in p.nodes) for p in v)
+                for k, v in get_source_partitions(graph, wanted).items()}
+    assert partitions(ours.graph) == partitions(theirs.graph)
+    assert torch.nn.Sequential not in partitions(ours.graph)
+
+
+@NEEDS_TORCHAO
+def test_x86_quantizer_annotates_residual_adds_as_on_torchs_program():
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+    torch.manual_seed(0)
+    model, x = ResidualStack().eval(), torch.randn(2, 3, 6, 6)
+
+    def quantizer():
+        return X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    calibration = [torch.randn(2, 3, 6, 6) for _ in range(2)]
+    ours, ours_annotated = _pt2e(graphcap.export, copy.deepcopy(model), (x,), None, quantizer(), calibration)
+    theirs, their_annotated = _pt2e(torch.export.export, copy.deepcopy(model), (x,), None, quantizer(), calibration)
+    assert ours_annotated == their_annotated and "add" in ours_annotated
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)
