@@ -125,8 +125,13 @@ def meta_summary(gm):
 
 
 def quant_nodes(gm):
-    return sorted(str(n.target) for n in gm.graph.nodes
-                  if n.op == "call_function" and "quantized_decomposed" in str(n.target))
+    """How many of each quantize / dequantize operator the converted module holds."""
+    found = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and "quantized_decomposed" in str(n.target):
+            key = str(n.target).split(".")[1]
+            found[key] = found.get(key, 0) + 1
+    return found
 
 
 def run_pte(ep, inputs):
