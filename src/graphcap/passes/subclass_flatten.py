@@ -36,6 +36,7 @@ from ..errors import SubclassDecompositionError
 from ..pytree import sanitize_name
 from ..signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument, call_graph_of
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
+from ..trace.naming.node_names import set_node_name
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -127,6 +128,10 @@ def flatten_subclass_state(ep: ExportedProgram) -> ExportedProgram:
     out_value = graph.graph_copy(gm.graph, copies)
     old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     graph.output(out_value).meta = dict(old_output.meta)
+    for old in placeholders:  # fx's copy suffixes an input named like a builtin (``input``)
+        if copies[old].name != old.name:
+            set_node_name(copies[old], old.name)
+            copies[old].target = old.target
 
     taken = {n.name for n in gm.graph.nodes}
     state_dict = dict(ep.state_dict)

@@ -36,7 +36,7 @@ from . import schema
 from .binding_paths import encode_bindings
 from .exprs import expr_to_str
 from .pytree_specs import spec_to_json
-from .tensors import subclass_name
+from .tensors import encode_subclass_context, subclass_name
 from .values import Unencodable, encode_value
 
 
@@ -107,11 +107,12 @@ class _Writer:
                 where="node metadata", fix=f"Define {cls.__name__} at the top level of a module.")
         attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
         try:
-            context = encode_value(ctx)
+            context = encode_subclass_context(ctx)
         except Unencodable as e:
             raise SerializationError(
                 f"A value of the graph is a {cls.__qualname__} whose __tensor_flatten__ context is {e}; the "
-                f".pt2 format stores plain values only.", where="node metadata",
+                f".pt2 format stores plain values, enum members and dataclasses of these only.",
+                where="node metadata",
                 fix=f"Make {cls.__name__}.__tensor_flatten__ return a context of plain values.") from None
         return {"class": subclass_name(cls), "context": context,
                 "inner": {attr: self.tensor_meta(getattr(t, attr), depth + 1) for attr in attrs}}

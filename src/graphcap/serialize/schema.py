@@ -52,7 +52,7 @@ from .typed_json import (
     fingerprint,
 )
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """The .pt2 format version ``graphcap.save`` writes (``load`` reads it and every older one).
 
 Args:
@@ -66,7 +66,7 @@ Raises:
 
 Example:
     >>> graphcap.FORMAT_VERSION
-    5
+    6
 """
 
 # version -> (date, fingerprint of PROGRAM, what changed). Append; never rewrite a released line.
@@ -116,6 +116,12 @@ CHANGELOG: dict[int, tuple[str, str, str]] = {
         "other namespaces are the user's (save(ep, f, opset_version={...})) or carried from the file the "
         "program was loaded from; load(f, expected_opset_version={...}) refuses a file recording a newer "
         "version than expected. Version-4 files upgrade with an empty map: they make no claim."),
+    6: ("2026-11-27", "241bd7fbf52021e2",
+        "A tensor subclass's flatten context (of a weight or constant, and of a node's meta['val']) may "
+        "hold enum members ({\"enum\": [class, member]}) and dataclass instances ({\"dataclass\": [class, "
+        "[[field, value], ...]]}) besides plain values: torchao's int8 dynamic-activation weights keep "
+        "their activation options there; the class is found only below imported packages, a dataclass "
+        "rebuilt by its fields. Version-5 files are version-6 files as they are (no rewrite)."),
 }
 
 # Upgrades on load, the format unchanged (dated; the code is serialize/upgrade.py):
@@ -174,12 +180,17 @@ def _tagged_values(name: str, extra: dict[str, Any]) -> Union:
 
 
 PLAIN_VALUE = _tagged_values("PlainValue", {})
+# A tensor subclass's flatten context: plain values, enum members and dataclasses (serialize/tensors.py).
+_subclass_context = Ref("SubclassContext")
+SUBCLASS_CONTEXT = _tagged_values("SubclassContext", {"enum": Tuple(Str, Str),
+                                                      "dataclass": Tuple(Str, ListOf(Tuple(Str, _subclass_context)))})
+_subclass_context.bind(SUBCLASS_CONTEXT)
 _tensor_meta = Ref("TensorMeta")
 # A tensor subclass that flattens into inner tensors: its class, flatten context and inner tensors' metadata.
 TENSOR_META = _tensor_meta.bind(Record(
     "TensorMeta", {"shape": ListOf(EXPR), "stride": ListOf(EXPR), "offset": EXPR, "dtype": Str, "device": Str,
                    "requires_grad": Bool},
-    {"subclass": Record("SubclassMeta", {"class": Str, "context": PLAIN_VALUE, "inner": MapOf(_tensor_meta)})}))
+    {"subclass": Record("SubclassMeta", {"class": Str, "context": SUBCLASS_CONTEXT, "inner": MapOf(_tensor_meta)})}))
 # meta['val'] of a node: tensors as their metadata, symbolic scalars as expressions.
 META_VALUE = _tagged_values("MetaValue", {"tensor": TENSOR_META, "symint": EXPR, "symfloat": EXPR,
                                           "symbool": EXPR})
@@ -231,7 +242,7 @@ TENSOR_VIEW = Record("TensorView", {
 # A tensor subclass (``__tensor_flatten__``): its class, context, outer layout and inner tensors.
 _stored_inner = Ref("InnerTensor")
 TENSOR_SUBCLASS = Record("TensorSubclass", {
-    "subclass": Str, "context": PLAIN_VALUE, "inner": MapOf(_stored_inner), "dtype": Str, "shape": ListOf(Int),
+    "subclass": Str, "context": SUBCLASS_CONTEXT, "inner": MapOf(_stored_inner), "dtype": Str, "shape": ListOf(Int),
     "stride": ListOf(Int), "device": Str, "requires_grad": Bool, "parameter": Bool})
 _stored_inner.bind(Union("InnerTensor", TENSOR_VIEW, TENSOR_SUBCLASS))
 TENSOR_TABLE = MapOf(Union("StoredTensor", Record("TensorAlias", {"alias_of": Str}), TENSOR_VIEW, TENSOR_SUBCLASS))

@@ -25,7 +25,7 @@ from ..torch_private.shapes import (
 from ..torch_private.symbolic import ValueRanges, int_oo
 from .checked_fields import field, ident
 from .exprs import str_to_expr
-from .tensors import find_subclass, unflatten_subclass
+from .tensors import decode_subclass_context, find_subclass, unflatten_subclass
 from .values import DTYPES, bad, decode_device, decode_value
 
 _ASSUMPTIONS = {"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
@@ -164,7 +164,8 @@ class SymbolTable:
                  for attr, meta in field(sub, "inner", dict, where).items()}
         shape = [self.symint(x) for x in field(d, "shape", list, where)]
         stride = [self.symint(x) for x in field(d, "stride", list, where)]
-        value = unflatten_subclass(cls, inner, decode_value(sub.get("context")), shape, stride, where)
+        value = unflatten_subclass(cls, inner, decode_subclass_context(sub.get("context"), where), shape, stride,
+                                   where)
         if d.get("requires_grad") is True and value.is_floating_point():
             with self.fake_mode:
                 value.requires_grad_(True)

@@ -26,6 +26,8 @@ attaches them from a checkpoint (``graphcap.serialize.checkpoints``).
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import json
 import mmap
@@ -156,6 +158,59 @@ def subclass_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def encode_subclass_context(ctx: Any) -> Any:
+    """A subclass's ``__tensor_flatten__`` context as tagged JSON: plain values, plus the options
+    objects quantized weights keep there (torchao: a dataclass holding a dataclass and an enum
+    member), written as ``{"dataclass": [class, [[field, value], ...]]}`` and
+    ``{"enum": [class, member]}``. Raises ``Unencodable`` for anything else."""
+    def extra(v: Any) -> Any:
+        if isinstance(v, enum.Enum):
+            return {"enum": [subclass_name(type(v)), v.name]}
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {"dataclass": [subclass_name(type(v)),
+                                  [[f.name, encode_value(getattr(v, f.name), extra)] for f in dataclasses.fields(v)]]}
+        return NotImplemented
+    return encode_value(ctx, extra)
+
+
+def decode_subclass_context(j: Any, where: str) -> Any:
+    """Inverse of :func:`encode_subclass_context`. A class is found only where
+    :mod:`.class_lookup` may look; a dataclass is rebuilt by setting its fields (its ``__init__``
+    does not run, as for the other objects a file rebuilds by attributes)."""
+    def found(name: Any, kind: str) -> type:
+        cls = class_lookup.find_class(name) if isinstance(name, str) else None
+        if cls is None:
+            module = name.rsplit(".", 1)[0] if isinstance(name, str) else "its module"
+            raise SerializationError(
+                f"{where}: the subclass's flatten context holds a {name!r:.200}, a {kind} this process has not "
+                f"imported.", where=where,
+                fix=f"Import the module that defines it before loading (import {module}), or name it: "
+                    f"graphcap.load(f, import_modules=[{module!r}]).")
+        return cls
+
+    def extra(tag: str, payload: Any) -> Any:
+        if tag == "enum" and isinstance(payload, list) and len(payload) == 2:
+            cls = found(payload[0], "enum")
+            if not (issubclass(cls, enum.Enum) and isinstance(payload[1], str) and payload[1] in cls.__members__):
+                raise bad(f"{where}: {payload[0]!r:.200} has no enum member {payload[1]!r:.80}.")
+            return cls[payload[1]]
+        if tag == "dataclass" and isinstance(payload, list) and len(payload) == 2 and isinstance(payload[1], list):
+            cls = found(payload[0], "dataclass")
+            names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+            items = payload[1]
+            if not (names and class_lookup.may_rebuild_by_attributes(cls)
+                    and all(isinstance(i, list) and len(i) == 2 and i[0] in names for i in items)
+                    and {i[0] for i in items} == names):
+                raise bad(f"{where}: the fields written for {payload[0]!r:.200} are not the fields of that "
+                          f"dataclass.")
+            obj = object.__new__(cls)
+            for name, value in items:
+                object.__setattr__(obj, name, decode_value(value, extra))
+            return obj
+        raise bad(f"{where}: an unknown value {tag!r:.80} in a subclass's flatten context.")
+    return decode_value(j, extra)
+
+
 def _describe_subclass(name: str, t: torch.Tensor, depth: int, describe_inner: Any) -> dict[str, Any]:
     """A traceable wrapper subclass: its class, flatten context, outer layout, and inner tensors."""
     cls = type(t)
@@ -172,11 +227,12 @@ def _describe_subclass(name: str, t: torch.Tensor, depth: int, describe_inner: A
                                  fix="Flatten the subclass before export.")
     attrs, ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
     try:
-        context = encode_value(ctx)
+        context = encode_subclass_context(ctx)
     except Unencodable as e:
         raise SerializationError(
             f"{name!r} is a {qualname} whose __tensor_flatten__ context is {e}; the .pt2 format stores "
-            f"plain values only (numbers, strings, dtypes, devices, tuples, lists, dicts).", where=where,
+            f"plain values only (numbers, strings, dtypes, devices, tuples, lists, dicts, enum members "
+            f"and dataclasses of these).", where=where,
             fix=f"Make {cls.__name__}.__tensor_flatten__ return a context of plain values.") from None
     inner = {}
     for attr in attrs:
@@ -331,7 +387,8 @@ def _rebuild_subclass(name: str, d: dict[str, Any], blobs: dict[str, torch.Tenso
             raise bad(f"The inner tensor {attr!r:.80} of {name!r} is malformed.")
         inner[attr] = (_rebuild_subclass(f"{name}.{attr}", sub, blobs, depth + 1) if "subclass" in sub
                        else _rebuild(f"{name}.{attr}", sub, blobs))
-    value = unflatten_subclass(cls, inner, decode_value(d.get("context")), shape, stride, f"tensor {name!r}")
+    value = unflatten_subclass(cls, inner, decode_subclass_context(d.get("context"), f"tensor {name!r}"), shape,
+                               stride, f"tensor {name!r}")
     if d.get("parameter"):
         return torch.nn.Parameter(value, requires_grad=bool(d.get("requires_grad")))
     if d.get("requires_grad") and value.is_floating_point():

@@ -9,7 +9,8 @@ what program.json holds adds its step here, so every version in
 Version 1 → 2 is the identity (version 2 only allows weights without data),
 2 → 3 adds optional fields and clears the root call-graph entry's value lists,
 3 → 4 is the identity (version 4 only allows tensor-subclass state and annotations),
-and 4 → 5 adds an empty 'opset_version' (the file recorded no operator-set versions).
+4 → 5 adds an empty 'opset_version' (the file recorded no operator-set versions), and
+5 → 6 is the identity (version 6 only allows enum members and dataclasses in a subclass's context).
 
 **The program's form** (``writes_into_graph``), for files whose format did not
 change but whose program an older graphcap built differently. Until 2026-11-23
@@ -74,8 +75,15 @@ def _v4_to_v5(program: dict[str, Any]) -> dict[str, Any]:
     return program
 
 
+def _v5_to_v6(program: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 only allows more (enum members and dataclasses in a tensor subclass's flatten
+    context): a version-5 program.json is one."""
+    return program
+
+
 FORMAT_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3,
-                                                                           3: _v3_to_v4, 4: _v4_to_v5}
+                                                                           3: _v3_to_v4, 4: _v4_to_v5,
+                                                                           5: _v5_to_v6}
 
 
 def to_current_format(program: dict[str, Any], version: int) -> dict[str, Any]:

@@ -4,9 +4,11 @@ Source-partition tools (``torch.fx.passes.utils.source_matcher_utils.get_source_
 which pt2e quantizers and ExecuTorch backend passes call) group nodes by the last entry of a
 node's ``source_fn_stack`` and compare its second item with the classes and functions they
 want (``torch.nn.Conv2d``, ``torch.nn.functional.gelu``, ``operator.add``). So each entry holds
-the object itself, as torch's strict capture records it: the innermost ``torch.nn`` module
-whose call made the node (keyed by that call, so the nodes of one call are one partition), else
-the function the user called; a tensor method is named by a string, as torch names it.
+the object itself, as torch's strict capture records it: the innermost module call that made the
+node when that module is one of ``torch.nn``'s (keyed by that call, so the nodes of one call are
+one partition), else the function called (a user's module running ``x + y`` itself gives
+``operator.add``, not the ``nn.Sequential`` holding that module); a tensor method is named by a
+string, as torch names it.
 
 The recorder keeps only names (``torch_fn``: ``('gelu_1', 'builtin_function_or_method.gelu')``,
 ``nn_module_stack``: class paths), so the objects are found again by name among modules already
@@ -37,7 +39,11 @@ _OPERATOR_METHODS = {"add": operator.add, "sub": operator.sub, "mul": operator.m
 
 def source_fn_stack(node: torch.fx.Node) -> list[tuple[str, Any]]:
     """The one-entry ``source_fn_stack`` of an operator node (see the module docstring)."""
-    for key, entry in reversed(list((node.meta.get("nn_module_stack") or {}).items())):
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        # the innermost call only: an operator a user's module runs itself (``x + self.conv(x)`` in a
+        # block held by an ``nn.Sequential``) is the user's call, not the outer container's
+        key, entry = next(reversed(stack.items()))
         module_class = _torch_nn_class(entry[1])
         if module_class is not None:
             return [(key, module_class)]

@@ -52,8 +52,12 @@ def _record_read(owner: torch.Tensor, attr: str, inner: torch.Tensor) -> None:
     if tracer is None or not proxy_tensor.has_proxy_slot(owner, tracer):
         return
     owner_proxy = proxy_tensor.get_proxy_slot(owner, tracer).proxy
-    node = tracer.create_proxy("call_function", _access_op(), (owner_proxy, attr), {})
-    proxy_tensor.track_tensor_tree(inner, node, constant=None, tracer=tracer)
+    proxy = tracer.create_proxy("call_function", _access_op(), (owner_proxy, attr), {})
+    # A read made while the tracer wraps the inputs (torch's fake-tensor check flattens the
+    # subclass before the user's forward runs, and that node is the one the program then uses)
+    # comes before the recorder gives nodes their user line: it is recorded as having none.
+    proxy.node.meta.setdefault("stack_trace", None)
+    proxy_tensor.track_tensor_tree(inner, proxy, constant=None, tracer=tracer)
 
 
 def _hooked_getattribute(self: torch.Tensor, attr: str, *, original: Any, inner_names: frozenset) -> Any:
