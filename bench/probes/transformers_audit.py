@@ -392,10 +392,62 @@ def cache_probes() -> list[Probe]:
                   {"b": 2, "s": 3, "p": 49})]
 
 
+def static_cache_probe(strict: bool) -> str:
+    """Qwen2 in transformers' own export wrapper with a StaticCache (max 32 positions, batch 1), the
+    new-token count dynamic: a prefill of 5, two single-token steps and a step of 3, each program
+    from a fresh state, after export, decomposition and save/load; then 17 tokens (out of range)."""
+    import transformers
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+    lm = _dec("Qwen2Config", "Qwen2ForCausalLM", use_cache=True)()
+    lm.eval()
+    lm.generation_config.cache_implementation = "static"
+    torch.manual_seed(1)
+    steps = [(torch.randint(3, VOCAB, (1, 5)), torch.arange(5)), (torch.tensor([[7]]), torch.tensor([5])),
+             (torch.tensor([[8]]), torch.tensor([6])), (torch.randint(3, VOCAB, (1, 3)), torch.arange(7, 10))]
+
+    def run(f: Any) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [f(input_ids=i, cache_position=c) for i, c in steps]
+
+    want = run(TorchExportableModuleWithStaticCache(lm, batch_size=1, max_cache_len=32))
+    verdicts = []
+    for gc in (True, False):
+        Dim = graphcap.Dim if gc else te.Dim
+        n = Dim("n", min=1, max=16)
+        try:
+            ep = (graphcap.export if gc else te.export)(
+                TorchExportableModuleWithStaticCache(lm, batch_size=1, max_cache_len=32), (),
+                {"input_ids": steps[0][0], "cache_position": steps[0][1]},
+                dynamic_shapes={"input_ids": {1: n}, "cache_position": {0: n}}, strict=strict)
+        except Exception as e:
+            verdicts.append(f"export fails: {_first(e)}")
+            continue
+        notes = []
+        for stage, make in (("ep", lambda ep=ep: ep), ("decomp", ep.run_decompositions),
+                            ("saved", lambda ep=ep, gc=gc: _roundtrip(gc, ep))):
+            try:
+                got = run(make().module())
+                bad = [i for i, (a, b) in enumerate(zip(want, got)) if not torch.allclose(a, b, atol=1e-4)]
+                if bad:
+                    notes.append(f"{stage}: WRONG at steps {bad}")
+            except Exception as e:
+                notes.append(f"{stage}: fails: {_first(e)}")
+        try:
+            ep.module()(input_ids=torch.randint(3, VOCAB, (1, 17)), cache_position=torch.arange(17))
+            notes.append("17 tokens RAN")
+        except Exception:
+            pass
+        verdicts.append("=" if not notes else "; ".join(notes))
+    del transformers
+    return f"graphcap: {verdicts[0]} | torch: {verdicts[1]}"
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     strict = "--strict" in sys.argv
     torch.set_num_threads(1)
+    if not args or any(a in "qwen2-static-cache" for a in args):
+        print(f"qwen2-static-cache{' strict' if strict else ''} | {static_cache_probe(strict)}", flush=True)
     for p in probes():
         if args and not any(a in p.name for a in args):
             continue

@@ -165,3 +165,59 @@ def test_decoder_with_a_dynamic_cache_and_an_automatic_mask_length_exports_and_r
                 torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     with pytest.raises(AssertionError, match="past"):
         ep.module()(*_step_inputs(2, 3, 33))
+
+
+# ---------------------------------------------------------------- a cache written in place, saved and loaded
+
+
+class WrittenCache(nn.Module):
+    """transformers' static cache in small: a buffer the forward writes in place with values computed
+    from the weights. After an eager call with grad on, the buffer requires grad and is no leaf."""
+
+    def __init__(self, persistent: bool) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(2, 8, 4), persistent=persistent)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(1, pos, self.proj(x))
+        return self.cache.sum(1)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_cache_buffer_with_history_loads_as_a_buffer_the_program_can_write(persistent):
+    torch.manual_seed(0)
+    model = WrittenCache(persistent)
+    model(torch.randn(2, 3, 4), torch.arange(3))  # eager, grad on: the cache now has history
+    assert model.cache.requires_grad and not model.cache.is_leaf
+    s = Dim("s", min=1, max=8)
+    ep = graphcap.export(model, (torch.randn(2, 3, 4), torch.arange(3, 6)), dynamic_shapes=({1: s}, {0: s}))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    loaded = graphcap.load(io.BytesIO(buf.getvalue()))
+    x, pos = torch.randn(2, 2, 4), torch.tensor([6, 7])
+    want = ep.module()(x, pos)
+    got = loaded.module()(x, pos)  # refused before: a leaf that requires grad written in place
+    torch.testing.assert_close(got, want)
+
+
+def test_a_leaf_buffer_that_requires_grad_loads_as_a_leaf_not_a_view_of_the_file():
+    class NoGradWrite(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("acc", torch.zeros(3, requires_grad=True))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                self.acc.add_(x.sum(0))
+            return x * 2
+
+    ep = graphcap.export(NoGradWrite(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("b", min=1, max=8)},))
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    loaded = graphcap.load(io.BytesIO(buf.getvalue()))
+    acc = loaded.state_dict["acc"]
+    assert acc.requires_grad and acc.is_leaf
+    mod = loaded.module()
+    mod(torch.ones(2, 3))
+    torch.testing.assert_close(dict(mod.named_buffers())["acc"].detach(), torch.full((3,), 2.0))
