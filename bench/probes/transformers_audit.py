@@ -11,6 +11,9 @@ sequences, the maxima); an out-of-range size must be refused before computing; t
 
 "=" means every stage matched eager at every size and the out-of-range input was refused.  Run:
     PYTHONPATH=src python bench/probes/transformers_audit.py [name-substring ...] [-v] [--strict] [--no-torch]
+        [--auto] [--batch1]
+
+``--auto`` makes every dim ``Dim.AUTO`` (no out-of-range check then); ``--batch1`` puts the example at batch 1.
 """
 from __future__ import annotations
 
@@ -92,7 +95,7 @@ def _first(e: BaseException) -> str:
     return f"{type(e).__name__}: {(lines[0] if lines else '')[:160]}"
 
 
-def _check(p: Probe, eager: nn.Module, program: Any, stage: str) -> list[str]:
+def _check(p: Probe, eager: nn.Module, program: Any, stage: str, auto: bool = False) -> list[str]:
     try:
         mod = program.module()
     except Exception as e:
@@ -113,6 +116,8 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str) -> list[str]:
         bad = _same(want, got, p.tol)
         if bad:
             notes.append(f"{stage}: WRONG at {s} ({bad})")
+    if auto:
+        return notes
     kw = _inputs(p, p.out_of_range)
     try:
         with torch.no_grad():
@@ -137,6 +142,9 @@ def run_side(gc: bool, p: Probe, strict: bool) -> str:
     Dim = graphcap.Dim if gc else te.Dim
     dims: dict[str, Any] = {k: Dim(k, min=lo, max=hi) for k, (lo, hi) in p.dims.items()}
     dims["AUTO"] = Dim.AUTO
+    auto = "--auto" in sys.argv  # every dim Dim.AUTO: no declared range, so nothing is out of range
+    if auto:
+        dims = {k: Dim.AUTO for k in dims}
     torch.manual_seed(0)
     model = p.make().eval()
     eager = copy.deepcopy(model)
@@ -153,21 +161,21 @@ def run_side(gc: bool, p: Probe, strict: bool) -> str:
     t_export = time.perf_counter() - t0
     rc = sorted((str(r.lower), str(r.upper)) for r in ep.range_constraints.values())
     want_rc = sorted((str(lo), str(hi)) for lo, hi in p.dims.values())
-    notes = [] if set(want_rc) <= set(rc) else [f"ranges {rc}"]
-    notes += _check(p, eager, ep, "ep")
+    notes = [] if auto or set(want_rc) <= set(rc) else [f"ranges {rc}"]
+    notes += _check(p, eager, ep, "ep", auto)
     dec = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dec = ep.run_decompositions()
-        notes += _check(p, eager, dec, "decomp")
+        notes += _check(p, eager, dec, "decomp", auto)
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
         notes.append(f"decomp fails: {_first(e)}")
     try:
         loaded = _roundtrip(gc, ep)
-        notes += _check(p, eager, loaded, "saved")
+        notes += _check(p, eager, loaded, "saved", auto)
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
@@ -451,12 +459,15 @@ def main() -> None:
     for p in probes():
         if args and not any(a in p.name for a in args):
             continue
+        if "--batch1" in sys.argv:  # the example at batch 1 (the dim's min)
+            p.example = {**p.example, "b": 1}
         try:
             gc = run_side(True, p, strict)
             tc = "-" if "--no-torch" in sys.argv else run_side(False, p, strict)
         except Exception as e:  # the model itself cannot be built
             gc = tc = f"build fails: {_first(e)}"
-        print(f"{p.name}{' strict' if strict else ''} | graphcap: {gc} | torch: {tc}", flush=True)
+        mode = "".join(f" {m}" for m in ("strict", "auto", "batch1") if f"--{m}" in sys.argv)
+        print(f"{p.name}{mode} | graphcap: {gc} | torch: {tc}", flush=True)
 
 
 if __name__ == "__main__":
