@@ -24,7 +24,7 @@ import sympy
 
 from ..torch_private.naming_and_shapes import raised_by_copy_overlap_check
 from ..torch_private.shapes import example_values, guards, replacement_locations, symbol_range_locations, symbol_ranges
-from ..torch_private.symbolic import ValueRanges
+from ..torch_private.symbolic import ValueRanges, int_oo
 from . import hints as dyn_hints
 from .guard_words import (
     DimNamer,
@@ -89,6 +89,7 @@ class _Findings:
     new_roots: dict[Any, Any] = field(default_factory=dict)  # dim symbol -> step*_d - c (a residue class)
     covered: set[Any] = field(default_factory=set)  # symbols a problem already names
     reported: set[Any] = field(default_factory=set)  # guards already turned into a problem or an assert
+    unfixed: set[str] = field(default_factory=set)  # the dims of relation problems without a fix
     by_sym: dict[Any, Any] = field(init=False)  # symbol -> its root dim
     declared: list[Any] = field(init=False)  # the root dims the spec declares (not hints)
 
@@ -372,14 +373,99 @@ def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
         found.fixes[by_sym[target].name] = f"{by_sym[target].name} = {namer(expr)}"
         found.related[by_sym[target].name] = expr
         return
+    if _check_min_max_bounds(found, g, sloc):
+        return
     framework_relation = in_framework(sloc) and not isinstance(dyn_hints.without_min_max(g), sympy.Eq)
-    if prefer_deferred_asserts or framework_relation:
-        # prefer_deferred_runtime_asserts_over_guards=True, or a relation an operator needs of
-        # its input sizes (a slice assigned from another input): asserted and checked before
-        # computing, as torch.export accepts it
+    if prefer_deferred_asserts or framework_relation or _hint_follows(found, g):
+        # prefer_deferred_runtime_asserts_over_guards=True, a relation an operator needs of its
+        # input sizes (a slice assigned from another input), or a Dim.AUTO / DYNAMIC size that
+        # follows declared ones (``mask.shape[1] <= past + new``, an equality at the example;
+        # no Dim can say a sum of two dims): asserted and checked before computing
         defer_assert(found.env, g, f"the program needs {namer(g)}{where_text(sloc)}")
         return
+    found.unfixed.update(by_sym[s].name for s in g.free_symbols if s in by_sym)
     found.problems.append(f"The program needs {namer(g)}{where_text(sloc)}, which the spec does not guarantee.")
+
+
+def _hint_follows(found: _Findings, g: Any) -> bool:
+    """Whether inequality ``g`` ties a Dim.AUTO / Dim.DYNAMIC size to declared dims: it holds with
+    equality at the example (an automatic mask length equal to ``past + new``), so the automatic
+    size follows the declared ones rather than bounding them; no declared Dim loses a size."""
+    by_sym = found.by_sym
+    if not isinstance(g, (sympy.Le, sympy.Ge)) or not any(
+            s in by_sym and by_sym[s].hint is not None for s in g.free_symbols):
+        return False
+    at = {s: sympy.Integer(v) for s, v in found.example.items() if s in g.free_symbols}
+    if set(at) != g.free_symbols:
+        return False
+    return bool(sympy.expand((g.lhs - g.rhs).xreplace(at)) == 0)
+
+
+def _linear_bound(cond: Any, sym: Any) -> ValueRanges | None:
+    """The range of ``sym`` that ``cond`` allows when it is linear in ``sym`` alone (``4*h > 4``:
+    ``h >= 2``), else None."""
+    rel = type(cond)
+    if rel not in (sympy.Gt, sympy.Ge, sympy.Lt, sympy.Le) or cond.free_symbols != {sym}:
+        return None
+    expr = sympy.expand(cond.lhs - cond.rhs)  # expr REL 0
+    a, b = expr.coeff(sym, 1), expr.coeff(sym, 0)
+    if not (a.is_Rational and b.is_Rational) or a == 0 or sympy.expand(a * sym + b - expr) != 0:
+        return None
+    x0 = -b / a
+    if a < 0:  # a*sym + b > 0 with a < 0 is sym < x0
+        rel = {sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le, sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge}[rel]
+    lo = {sympy.Gt: sympy.floor(x0) + 1, sympy.Ge: sympy.ceiling(x0)}.get(rel)
+    hi = {sympy.Lt: sympy.ceiling(x0) - 1, sympy.Le: sympy.floor(x0)}.get(rel)
+    return ValueRanges(-int_oo if lo is None else int(lo), int_oo if hi is None else int(hi))
+
+
+def _min_max_parts(g: Any) -> list[Any] | None:
+    """``Min(a, b) > c`` as ``[a > c, b > c]`` (and ``Max(a, b) < c`` likewise): a guard on the
+    smaller (larger) of several sizes that holds exactly when it holds for each, as a shape branch
+    on ``min(h, w)`` records; None when ``g`` is not one."""
+    if not isinstance(g, (sympy.Gt, sympy.Ge, sympy.Lt, sympy.Le)):
+        return None
+    rel, lhs, rhs = type(g), g.lhs, g.rhs
+    if not lhs.args or type(lhs).__name__ not in ("Min", "Max"):
+        lhs, rhs = rhs, lhs
+        rel = {sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le, sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge}[rel]
+    kind = type(lhs).__name__
+    if not rhs.is_Integer or (kind, rel) not in (("Min", sympy.Gt), ("Min", sympy.Ge),
+                                                   ("Max", sympy.Lt), ("Max", sympy.Le)):
+        return None
+    return [rel(arg, rhs) for arg in lhs.args]
+
+
+def _check_min_max_bounds(found: _Findings, g: Any, sloc: Any) -> bool:
+    """``Min(4*h, 4*w) > 4`` (Swin's ``if min(input_resolution) <= window_size``) bounds each declared
+    dim in it: a range problem per dim it narrows, each fixed by the narrower ``Dim(...)``, as a
+    bound on one dim is. Whether ``g`` was one."""
+    parts = _min_max_parts(g)
+    if parts is None:
+        return False
+    bounds = []
+    for part in parts:
+        if part.free_symbols and len(part.free_symbols) != 1:
+            return False
+        if not part.free_symbols:
+            continue
+        (sym,) = part.free_symbols
+        r = found.by_sym.get(sym)
+        bound = _linear_bound(part, sym)
+        if r is None or r.hint is not None or bound is None or r.symbol != sym:
+            return False
+        bounds.append((r, bound))
+    found.reported.add(g)
+    for r, bound in bounds:
+        if r.declared.lower >= bound.lower and r.declared.upper <= bound.upper:
+            continue
+        found.covered.add(r.symbol)
+        need = r.declared & bound if ranges_meet(r.declared, bound) else bound
+        found.problems.append(f"Not all values of {r.name} ({_where_dim(r)}) in the specified range "
+                              f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}: "
+                              f"the program needs {range_words(r.name, need)}{where_text(sloc)}.")
+        found.fixes[r.name] = dim_fix(r.name, finite_int(need.lower), finite_int(need.upper))
+    return True
 
 
 def _add_pending_size_checks(found: _Findings) -> None:
@@ -403,7 +489,8 @@ def _raise_violations(found: _Findings) -> None:
         fixes = rebase_on_new_roots(fixes, found.related, found.new_roots, root_names, found.namer)
     if not found.problems:
         return
-    names = sorted({*fixes} - root_names or {r.name for r in found.declared} or {r.name for r in found.inputs.roots})
+    names = sorted(({*fixes} | found.unfixed) - root_names or {r.name for r in found.declared}
+                   or {r.name for r in found.inputs.roots})
     raise constraint_violation(names, found.problems, fixes.values(),
                                ", or change the code at the line shown, or use Dim.AUTO to let graphcap "
                                "find the ranges.")

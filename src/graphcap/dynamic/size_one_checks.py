@@ -75,6 +75,7 @@ def _sizes_at(inputs: SymbolicInputs, check: PendingSizeCheck) -> Optional[dict[
     if not isinstance(canon, sympy.Symbol):
         return None
     values[canon] = values[check.root.symbol] = check.value
+    _fit_hints(inputs, canon, values)
     sizes = {}
     for r in inputs.roots:
         for u in r.uses:
@@ -84,6 +85,39 @@ def _sizes_at(inputs: SymbolicInputs, check: PendingSizeCheck) -> Optional[dict[
                 return None
             sizes[(u.leaf, u.dim)] = int(size)
     return sizes
+
+
+def _fit_hints(inputs: SymbolicInputs, checked: Any, values: dict[Any, int]) -> None:
+    """Move each Dim.AUTO / Dim.DYNAMIC size the program relates to the checked Dim so the program's
+    guards and asserts over them still hold at the checked size: an attention mask whose automatic
+    length is ``past + new`` (``mask <= past + new`` asserted) shrinks with ``new``. A size no
+    relation ties keeps its example value; the largest value below it that satisfies them is taken
+    (a cut input only shrinks)."""
+    from ..torch_private.shapes import deferred_asserts, guards
+    env = inputs.shape_env
+    conds = [g.expr for g in guards(env)] + [a.expr for lst in deferred_asserts(env).values() for a in lst]
+    for r in inputs.roots:
+        sym = env.replace(r.symbol)
+        if r.hint is None or not isinstance(sym, sympy.Symbol) or sym == checked:
+            continue
+        mine = [c for c in conds if sym in c.free_symbols and checked in c.free_symbols
+                and c.free_symbols <= set(values)]
+        if not mine:
+            continue
+
+        def holds(v: int, sym: Any = sym, mine: list[Any] = mine) -> bool:
+            at = {s: sympy.Integer(values[s]) for s in values}
+            at[sym] = sympy.Integer(v)
+            try:
+                return all(bool(c.xreplace(at)) for c in mine)
+            except TypeError:  # a condition that does not evaluate to a truth value
+                return False
+
+        if holds(values[sym]):
+            continue
+        fit = next((v for v in range(values[sym] - 1, -1, -1) if holds(v)), None)
+        if fit is not None:
+            values[sym] = values[r.symbol] = fit
 
 
 def _cut(leaves: list[Any], sizes: dict[tuple[int, Optional[int]], int]) -> Optional[list[Any]]:

@@ -174,7 +174,7 @@ def _placed(name: str, t: torch.Tensor, g: _Group, checkpoint: Checkpoint) -> to
     if g.description.get("parameter"):
         return torch.nn.Parameter(t, requires_grad=bool(g.description.get("requires_grad")))
     if g.description.get("requires_grad") and t.is_floating_point():
-        t.requires_grad_(True)
+        t = t.detach().requires_grad_(True)  # a leaf, not a view of the checkpoint (as tensors.py)
     return t
 
 

@@ -118,7 +118,15 @@ def _describe_without_data(name: str, t: Any) -> dict[str, Any]:
             fix="Convert it to a plain dense tensor before export.")
     return {"storage": None, "dtype": str(t.dtype), "shape": [int(s) for s in t.shape],
             "stride": [int(s) for s in t.stride()], "offset": 0, "device": str(t.device),
-            "requires_grad": bool(t.requires_grad), "parameter": isinstance(t, torch.nn.Parameter)}
+            "requires_grad": _trainable(t), "parameter": isinstance(t, torch.nn.Parameter)}
+
+
+def _trainable(t: torch.Tensor) -> bool:
+    """Whether a loaded copy of ``t`` should require grad: a leaf that does. A tensor that requires
+    grad only because it was computed from parameters (a cache buffer written in place by an eager
+    forward with grad on: transformers' static cache) carries history, not a setting; loaded as a
+    leaf that requires grad, the program's in-place write to it would be refused."""
+    return bool(t.requires_grad and t.is_leaf)
 
 
 def pack_structure(tensors: dict[str, torch.Tensor], *, keep_data: bool) -> tuple[bytes, dict[str, Any]]:
@@ -262,7 +270,7 @@ def pack(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, Any]]:
         sname = by_storage.setdefault(key, name)
         storage_tensors.setdefault(sname, []).append(t)
         return {"storage": sname, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-                "offset": t.storage_offset(), "device": str(t.device), "requires_grad": bool(t.requires_grad),
+                "offset": t.storage_offset(), "device": str(t.device), "requires_grad": _trainable(t),
                 "parameter": parameter}
 
     def describe(name: str, t: Any, depth: int = 0) -> dict[str, Any]:
@@ -337,7 +345,10 @@ def _rebuild(name: str, d: dict[str, Any], blobs: dict[str, torch.Tensor]) -> to
     if d.get("parameter"):
         return torch.nn.Parameter(t, requires_grad=bool(d.get("requires_grad")))
     if d.get("requires_grad") and t.is_floating_point():
-        t.requires_grad_(True)
+        # a leaf of its own, not a view of the file's storage: a program writing it in place under
+        # no_grad (a cache that requires grad, as transformers' static cache leaves it) is refused
+        # for a view of a tensor that requires grad
+        t = t.detach().requires_grad_(True)
     return t
 
 
