@@ -211,7 +211,7 @@ def decode_subclass_context(j: Any, where: str) -> Any:
                     and {i[0] for i in items} == names):
                 raise bad(f"{where}: the fields written for {payload[0]!r:.200} are not the fields of that "
                           f"dataclass.")
-            obj = object.__new__(cls)
+            obj: Any = object.__new__(cls)
             for name, value in items:
                 object.__setattr__(obj, name, decode_value(value, extra))
             return obj
