@@ -62,6 +62,17 @@ def _timm(name: str, **kw: Any) -> Callable[[], nn.Module]:
     return make
 
 
+class _Flow(nn.Module):
+    """RAFT with two refinement steps (``num_flow_updates`` is a forward argument)."""
+
+    def __init__(self, raft: nn.Module) -> None:
+        super().__init__()
+        self.raft = raft
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Any:
+        return self.raft(a, b, num_flow_updates=2)
+
+
 PROBES = [
     # torchvision classification
     Probe("tv_swin_t", _tv("swin_t"), (64, 64), (32, 2, 4)),
@@ -86,10 +97,10 @@ PROBES = [
                                    min_size=128, max_size=128), (128, 128), batch=(1, 4)),
     Probe("tv_maskrcnn_r50", _tv("maskrcnn_resnet50_fpn", "detection", weights_backbone=None,
                                   min_size=128, max_size=128), (128, 128), batch=(1, 4)),
-    Probe("tv_raft_small", _tv("raft_small", "optical_flow", num_flow_updates=2), (64, 64), (8, 16, 16),
+    Probe("tv_raft_small", lambda: _Flow(_tv("raft_small", "optical_flow")()), (64, 64), None,
           two_images=True),
-    Probe("tv_s3d", _tv("s3d"), (64, 64), frames=8, batch_sizes=(1,)),
-    Probe("tv_mvit_v2_s", _tv("mvit_v2_s"), (224, 224), frames=16, batch=(1, 2), example_batch=2,
+    Probe("tv_s3d", _tv("s3d", "video"), (64, 64), frames=8, batch_sizes=(1,)),
+    Probe("tv_mvit_v2_s", _tv("mvit_v2_s", "video"), (224, 224), frames=16, batch=(1, 2), example_batch=2,
           batch_sizes=(1,)),
     # timm
     Probe("timm_resnet18d", _timm("resnet18d"), (64, 64), (32, 1, 4)),
@@ -106,7 +117,7 @@ PROBES = [
     Probe("timm_swin_tiny", _timm("swin_tiny_patch4_window7_224", img_size=112, window_size=7,
                                    dynamic_img_size=False), (112, 112)),
     Probe("timm_swin_dyn", _timm("swin_tiny_patch4_window7_224", img_size=112, window_size=7,
-                                  strict_img_size=False, dynamic_img_pad=True), (112, 112), (28, 3, 5)),
+                                  strict_img_size=False, dynamic_img_size=True), (112, 112), (28, 3, 5)),
 ]
 
 
