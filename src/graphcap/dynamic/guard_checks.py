@@ -88,8 +88,8 @@ class _Findings:
     related: dict[str, Any] = field(default_factory=dict)  # fix name -> the expression over other dims' symbols
     new_roots: dict[Any, Any] = field(default_factory=dict)  # dim symbol -> step*_d - c (a residue class)
     covered: set[Any] = field(default_factory=set)  # symbols a problem already names
+    named: set[str] = field(default_factory=set)  # the Dim names the problems are about (the headline's)
     reported: set[Any] = field(default_factory=set)  # guards already turned into a problem or an assert
-    unfixed: set[str] = field(default_factory=set)  # the dims of relation problems without a fix
     by_sym: dict[Any, Any] = field(init=False)  # symbol -> its root dim
     declared: list[Any] = field(init=False)  # the root dims the spec declares (not hints)
 
@@ -121,6 +121,7 @@ def _check_specialized(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
     found.covered.add(r.symbol)
     if dyn_hints.is_dynamic_hint(r):
         found.problems.append(dyn_hints.dynamic_specialization_problem(r, expr, where_text(sloc)))
+        found.named.add(r.name)
         return
     if r.hint is not None:
         log.info("graphcap: dimension %s (%s) was specialized to %s%s", r.name, r.hint, expr, where_text(sloc))
@@ -154,6 +155,7 @@ def _check_replaced(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
         problem = dyn_hints.equate_with_hints(found.env, r, expr, found.namer, sloc)
         if problem is not None:
             found.problems.append(problem)
+            found.named.update([r.name, *(o.name for o in others)])
         return
     other = others[0]
     same = (f"The values of {r.name} and {other.name} must always be equal: "
@@ -161,6 +163,7 @@ def _check_replaced(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
     found.problems.append(
         f"{same}The program needs {r.name} = {found.namer(expr)}{where_text(sloc)}, but the spec declares them as "
         f"independent dims.")
+    found.named.update([r.name, *(o.name for o in others)])
     if expr == other.symbol and other.hint is None:
         found.fixes[r.name] = f"{r.name} = {other.name}"
         found.related[r.name] = expr
@@ -279,6 +282,7 @@ def _check_divisibility(found: _Findings, g: Any, sloc: Any, prefer_deferred_ass
     found.problems.append(f"Not all values of {r.name}{_where_dim(r, torch_source=True)} in the specified range "
                           f"{range_words(r.name, r.declared)} satisfy the generated guard {found.namer(g)}"
                           f"{where_text(sloc)}.")
+    found.named.add(r.name)
     found.covered.add(r.symbol)
     example = found.example.get(sym)
     step = new_root_step(a, b, m, finite_int(example) if example is not None else None)
@@ -383,8 +387,8 @@ def _check_relation(found: _Findings, g: Any, ranges: dict[Any, Any], sloc: Any,
         # no Dim can say a sum of two dims): asserted and checked before computing
         defer_assert(found.env, g, f"the program needs {namer(g)}{where_text(sloc)}")
         return
-    found.unfixed.update(by_sym[s].name for s in g.free_symbols if s in by_sym)
     found.problems.append(f"The program needs {namer(g)}{where_text(sloc)}, which the spec does not guarantee.")
+    found.named.update(by_sym[s].name for s in g.free_symbols if s in by_sym)
 
 
 def _hint_follows(found: _Findings, g: Any) -> bool:
@@ -476,6 +480,7 @@ def _add_pending_size_checks(found: _Findings) -> None:
         return
     for check in pending:
         found.problems.append(check.problem)
+        found.named.add(check.root.name)
         found.fixes.setdefault(check.root.name, check.fix)
     found.inputs.pending_size_checks[:] = [c for c in found.inputs.pending_size_checks if c.soft]
 
@@ -489,7 +494,9 @@ def _raise_violations(found: _Findings) -> None:
         fixes = rebase_on_new_roots(fixes, found.related, found.new_roots, root_names, found.namer)
     if not found.problems:
         return
-    names = sorted(({*fixes} | found.unfixed) - root_names or {r.name for r in found.declared}
+    # the dims the problems are about (a problem without a fix names its dims too), not every
+    # declared dim: a dynamic batch beside a specialized height is no part of the violation
+    names = sorted(({*fixes} | found.named) - root_names or {r.name for r in found.declared}
                    or {r.name for r in found.inputs.roots})
     raise constraint_violation(names, found.problems, fixes.values(),
                                ", or change the code at the line shown, or use Dim.AUTO to let graphcap "
