@@ -114,3 +114,20 @@ def test_the_same_entry_decomposes_where_the_range_starts_above_the_special_size
     for n in (2, 5, 16):
         x = torch.randn(n, 3)
         torch.testing.assert_close(decomposed.module()(x), _Spread()(x))
+
+
+def _entry_for_short_rows(x):
+    if x.shape[0] < 100:
+        return torch.ops.aten.var.correction(x[:99], [0], correction=1)  # all rows, below 100 only
+    return torch.ops.aten.var.correction(x, [0], correction=1)
+
+
+def test_a_path_left_out_at_the_top_of_the_range_is_checked_too():
+    """The guard ``rows < 100`` leaves out the range's top (100 to 200), far from the example."""
+    rows = graphcap.Dim("rows", min=2, max=200)
+    ep = graphcap.export(_Spread(), (torch.randn(4, 3),), dynamic_shapes=({0: rows},))
+    with pytest.raises(UnsupportedError, match=r"rows = 1\d\d.*other values"):
+        ep.run_decompositions({torch.ops.graphcap_test_paths.spread.default: _entry_for_short_rows})
+    unbounded = graphcap.export(_Spread(), (torch.randn(4, 3),), dynamic_shapes=({0: graphcap.Dim("rows", min=2)},))
+    with pytest.raises(UnsupportedError, match=r"rows = \d{3}.*other values"):
+        unbounded.run_decompositions({torch.ops.graphcap_test_paths.spread.default: _entry_for_short_rows})

@@ -70,13 +70,23 @@ def _size_left_out(guard: Any, ranges: dict, base: dict, conditions: list) -> Op
         vr = ranges[sym]
         if not vr.lower.is_Integer:
             continue
-        lower = int(vr.lower)
-        upper = int(vr.upper) if vr.upper.is_Integer else lower + _SIZES_TRIED
-        for value in range(lower, min(upper, lower + _SIZES_TRIED) + 1):
+        for value in _sizes_to_try(vr):
             sizes = {**base, sym: sympy.Integer(value)}
             if truth_at(guard, sizes) is False and all(truth_at(c, sizes) is True for c in conditions):
                 return {sym: sympy.Integer(value)}
     return None
+
+
+def _sizes_to_try(vr: Any) -> list[int]:
+    """Sizes of a range where a guard's exceptions usually are: its lower end, its upper end (or,
+    unbounded, powers of two and their neighbours up to about a million)."""
+    lower = int(vr.lower)
+    upper = int(vr.upper) if vr.upper.is_Integer else None
+    tried = set(range(lower, lower + _SIZES_TRIED + 1))
+    if upper is not None:
+        tried |= set(range(upper - _SIZES_TRIED, upper + 1))
+    tried |= {2 ** k + d for k in range(7, 21) for d in (-1, 0, 1)}
+    return sorted(v for v in tried if v >= lower and (upper is None or v <= upper))
 
 
 def _wrong_at(node: torch.fx.Node, sizes: dict, trace_one: TraceOne) -> Optional[str]:
