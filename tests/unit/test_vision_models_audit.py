@@ -57,6 +57,21 @@ def test_headline_names_one_dim_a_window_pad_fixes():
     assert "4*h + " in msg and "if 7 >= pad_h" in msg
 
 
+def test_headline_names_the_dim_to_change_when_the_fix_equates_two():
+    """``K2 = K1`` fixes the problem by changing K2's spec alone: K1 stays out of the headline."""
+    class MatMul(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.matmul(x, y)
+
+    batch, m, k1, k2, n = graphcap.dims("batch", "M", "K1", "K2", "N")
+    with pytest.raises(graphcap.errors.ConstraintViolationError) as info:
+        graphcap.export(MatMul(), (torch.randn(10, 2, 3), torch.randn(10, 3, 4)),
+                        dynamic_shapes={"x": (batch, m, k1), "y": (batch, k2, n)})
+    msg = str(info.value)
+    assert msg.startswith("Constraints violated (K2)!"), msg
+    assert "K2 = K1" in msg
+
+
 def test_batch_only_spec_of_the_same_models_exports_and_runs():
     for model in (_AreaBranch(), _WindowPad()):
         x = torch.randn(2, 3, 4, 4)

@@ -163,13 +163,14 @@ def _check_replaced(found: _Findings, r: Any, expr: Any, sloc: Any) -> None:
     found.problems.append(
         f"{same}The program needs {r.name} = {found.namer(expr)}{where_text(sloc)}, but the spec declares them as "
         f"independent dims.")
-    found.named.update([r.name, *(o.name for o in others)])
     if expr == other.symbol and other.hint is None:
         found.fixes[r.name] = f"{r.name} = {other.name}"
         found.related[r.name] = expr
     elif len(others) == 1 and other.hint is None:
         found.fixes[r.name] = f"{r.name} = {found.namer(expr)}"
         found.related[r.name] = expr
+    else:  # no fix to suggest: the headline names every dim of the relation
+        found.named.update([r.name, *(o.name for o in others)])
 
 
 def _needed_range(found: _Findings, r: Any) -> tuple[Any, Any, Any]:
