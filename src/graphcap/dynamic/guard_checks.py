@@ -406,6 +406,10 @@ def _hint_follows(found: _Findings, g: Any) -> bool:
     return bool(sympy.expand((g.lhs - g.rhs).xreplace(at)) == 0)
 
 
+# a relation read the other way round: ``a < b`` is ``b > a``; ``-x < c`` is ``x > -c``
+_MIRRORED = {sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le, sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge}
+
+
 def _linear_bound(cond: Any, sym: Any) -> ValueRanges | None:
     """The range of ``sym`` that ``cond`` allows when it is linear in ``sym`` alone (``4*h > 4``:
     ``h >= 2``), else None."""
@@ -418,7 +422,7 @@ def _linear_bound(cond: Any, sym: Any) -> ValueRanges | None:
         return None
     x0 = -b / a
     if a < 0:  # a*sym + b > 0 with a < 0 is sym < x0
-        rel = {sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le, sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge}[rel]
+        rel = _MIRRORED[rel]
     lo = {sympy.Gt: sympy.floor(x0) + 1, sympy.Ge: sympy.ceiling(x0)}.get(rel)
     hi = {sympy.Lt: sympy.ceiling(x0) - 1, sympy.Le: sympy.floor(x0)}.get(rel)
     return ValueRanges(-int_oo if lo is None else int(lo), int_oo if hi is None else int(hi))
@@ -433,7 +437,7 @@ def _min_max_parts(g: Any) -> list[Any] | None:
     rel, lhs, rhs = type(g), g.lhs, g.rhs
     if not lhs.args or type(lhs).__name__ not in ("Min", "Max"):
         lhs, rhs = rhs, lhs
-        rel = {sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le, sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge}[rel]
+        rel = _MIRRORED[rel]
     kind = type(lhs).__name__
     if not rhs.is_Integer or (kind, rel) not in (("Min", sympy.Gt), ("Min", sympy.Ge),
                                                    ("Max", sympy.Lt), ("Max", sympy.Le)):

@@ -67,7 +67,7 @@ def fake_device_mismatch(error: BaseException) -> tuple[str, str, str] | None:
     """``(operator, device, device)`` when ``error`` is a fake tensor refusing an operator whose
     tensors lie on two devices (``aten.embedding.default``, ``meta``, ``cpu``), else None."""
     found = _FAKE_DEVICE_MISMATCH.search(str(error))
-    return (found.group(1), found.group(2).rstrip(","), found.group(3)) if found else None
+    return (found.group(1), found.group(2), found.group(3)) if found else None
 
 
 def two_devices(error: BaseException) -> tuple[str, str] | None:
