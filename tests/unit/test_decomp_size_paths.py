@@ -195,3 +195,37 @@ def test_a_layout_question_in_a_cond_branch_still_decomposes():
         for flag in (torch.ones(1), -torch.ones(1)):
             x = torch.randn(b, 2, 3).transpose(1, 2)
             torch.testing.assert_close(decomposed.module()(x, flag), _ReshapeInABranch()(x, flag))
+
+
+class _AsksFirst(torch.nn.Module):
+    """The user's own code asks the size question first, with the same result either way; the
+    export finds the program the same at 1 row and keeps 1 in the range."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            x = x + 0
+        return self.body(x)
+
+
+def test_a_question_the_users_code_asked_first_is_still_checked_in_the_decomposition():
+    """The export's ShapeEnv kept the user's ``rows > 1`` as a narrower range ([2, 16] where the
+    program holds [1, 16]); the retrace took it as known, recorded no guard, and the decomposed
+    program gave NaN at 1 row, silently."""
+    rows = graphcap.Dim("rows", min=1, max=16)
+    ep = graphcap.export(_AsksFirst(_Spread()), (torch.randn(4, 3),), dynamic_shapes=({0: rows},))
+    assert ep.module()(torch.ones(1, 3)).tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(UnsupportedError, match=r"graphcap_test_paths\.spread\.default.*rows = 1.*other values"):
+        ep.run_decompositions({torch.ops.graphcap_test_paths.spread.default: _entry})
+
+
+def test_a_layout_question_the_users_code_asked_first_still_decomposes():
+    b = graphcap.Dim("b", min=1, max=8)
+    ep = graphcap.export(_AsksFirst(_FoldBatchIntoRows()), (torch.randn(3, 4, 5),), dynamic_shapes=({0: b},))
+    decomposed = ep.run_decompositions()
+    for n in (1, 2, 8):
+        x = torch.randn(n, 4, 5)
+        torch.testing.assert_close(decomposed.module()(x), _AsksFirst(_FoldBatchIntoRows())(x))
