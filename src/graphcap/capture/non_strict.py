@@ -29,7 +29,7 @@ from ..stage_clock import StageClock
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import constant_writes, fakify, graph_module_replay, leaks, lifting, metadata, recorder
+from ..trace import constant_writes, default_dtype, fakify, graph_module_replay, leaks, lifting, metadata, recorder
 from ..trace.control_flow import before_lifting, branch_checks
 from ..trace.conversion_asserts import insert_conversion_asserts
 from ..trace.naming import subgraph_names
@@ -177,6 +177,16 @@ def _root_state(root: Optional[torch.nn.Module]) -> RootState:
     return RootState(params, buffers, non_persistent, constant_attrs, constant_tensors)
 
 
+def _generator_attrs(root: Optional[torch.nn.Module]) -> dict[str, torch.Generator]:
+    """Every ``torch.Generator`` a module of ``root`` holds as an attribute, by FQN."""
+    found: dict[str, torch.Generator] = {}
+    for fqn, module in call_signatures.module_tree(root) if root is not None else ():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Generator):
+                found.setdefault(f"{fqn}.{attr}" if fqn else attr, value)
+    return found
+
+
 @dataclass
 class _Traced:
     """What one non-strict trace leaves behind: the program, and the probe that finds fake tensors
@@ -234,6 +244,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        prefer_deferred_asserts: bool,
                        front: Optional[Callable[..., Any]] = None, strict: bool = False) -> _Traced:
     clock = StageClock()  # seconds per stage, kept on the program for the report
+    entry_default_dtype = torch.get_default_dtype()  # what a forward switching it switches from
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")  # classes flattened by attributes, for this trace
@@ -286,12 +297,14 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
         name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
         raise
     gm = recording.graph_module
+    # tensors made while forward had switched the default dtype keep their traced dtype
+    default_dtype.pin_default_dtypes(gm, entry_default_dtype, target.name)
     # dead artifacts dropped, subgraph constants hoisted, grad/autocast regions wrapped, metadata cleaned
     gm = before_lifting.prepare_for_lifting(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, root_state.constant_attrs,
-                                 tensors={**params, **buffers})
+                                 tensors={**params, **buffers}, generator_attrs=_generator_attrs(target.root))
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)

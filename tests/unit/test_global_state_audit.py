@@ -1,0 +1,163 @@
+"""Global state and randomness: what a program keeps of torch's process-wide switches.
+
+The global state and randomness audit (docs/torch-suite.md): a forward that switches torch's
+default dtype for a stretch (``torch.set_default_dtype``) made a program whose factory calls
+(``torch.ones(3)``, ``torch.arange(0., n)``, ``torch.rand(...)``) followed the caller's default
+when run, so it returned float32 where eager returns float64 (torch.export does the same); the
+program now writes the traced dtype into those calls, and tells the operators it cannot pin.
+A ``torch.Generator`` that is an input or a module attribute is refused naming it (the message
+said forward made it).
+"""
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import graphcap
+from conftest import TORCH_LINE
+from graphcap.errors import UnsupportedError
+
+
+def _programs(ep):
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    return {"module": ep, "decomposed": ep.run_decompositions(), "loaded": graphcap.load(buf)}
+
+
+def _export(model, args, *, strict):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ep = graphcap.export(model, args, strict=strict)
+    return ep, [str(w.message) for w in caught if "default dtype" in str(w.message)]
+
+
+class SwitchesDefault(nn.Module):
+    """Makes tensors of every factory kind while the default dtype is float64, then switches back."""
+
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        made = (torch.ones(3), torch.zeros(3), torch.full((3,), 2.5), torch.arange(0.0, 3.0),
+                torch.linspace(0, 1, 3), torch.empty(3).fill_(1.0), torch.eye(3)[0],
+                torch.scalar_tensor(0.5), torch.rand(3) * 0, torch.randn(3) * 0,
+                torch.full((3,), 1 + 2j))
+        torch.set_default_dtype(torch.float32)
+        after = torch.ones(3)  # made under the caller's default again
+        return tuple(x + t for t in made) + (x + after, after)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_tensors_made_while_forward_switched_the_default_dtype_keep_it(strict):
+    x = torch.randn(3)
+    want = SwitchesDefault()(x)
+    assert torch.get_default_dtype() == torch.float32
+    ep, told = _export(SwitchesDefault(), (x,), strict=strict)
+    assert told == []  # every call could be pinned: nothing to tell
+    for stage, program in _programs(ep).items():
+        got = program.module()(x)
+        assert [t.dtype for t in got] == [t.dtype for t in want], stage
+        for a, b in zip(want, got):
+            torch.testing.assert_close(a, b, msg=stage)
+    # the calls made after the switch back keep following the caller's default, as torch's do
+    unpinned = [n for n in ep.graph.nodes if n.op == "call_function" and "dtype" not in n.kwargs
+                and n.target in (torch.ops.aten.ones.default,)]
+    assert len(unpinned) == 1
+
+
+class MakesOnes(nn.Module):
+    def forward(self, x):
+        return x + torch.ones(x.shape[0]) + torch.arange(x.shape[0]) * 0.5
+
+
+def test_a_program_exported_under_another_default_is_left_as_recorded():
+    """No switch in forward: the program reads as torch's (no dtype written), and nothing is told."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ep, told = _export(MakesOnes(), (torch.randn(3, dtype=torch.float64),), strict=False)
+    finally:
+        torch.set_default_dtype(old)
+    assert told == []
+    calls = [n for n in ep.graph.nodes if n.op == "call_function"
+             and n.target in (torch.ops.aten.ones.default, torch.ops.aten.arange.default)]
+    assert calls and all("dtype" not in n.kwargs for n in calls)
+
+
+class Promotes(nn.Module):
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        try:
+            half = torch.arange(3) * 0.5  # float64 from an int64 tensor and a float
+            exact = torch.arange(3).to(torch.float64) * 0.5  # cast explicitly: not told
+        finally:
+            torch.set_default_dtype(torch.float32)
+        return x + half, x + exact
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_result_promoted_by_the_switched_default_is_told_with_the_line(strict):
+    _ep, told = _export(Promotes(), (torch.randn(3),), strict=strict)
+    assert len(told) == 1
+    assert "half = torch.arange(3) * 0.5" in told[0] and "aten.mul" in told[0]
+    assert "exact" not in told[0]
+    assert "torch.float64" in told[0] and ".to(torch.float64)" in told[0]
+
+
+class SwitchAroundCond(nn.Module):
+    def forward(self, x):
+        def grow(x):
+            return x + torch.ones(3)
+
+        def shrink(x):
+            return x - torch.full((3,), 0.5)
+        torch.set_default_dtype(torch.float64)
+        try:
+            with torch.no_grad():
+                y = x + torch.zeros(3)
+            return torch.cond(x.sum() > 0, grow, shrink, (y,))
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+
+def test_calls_in_cond_branches_and_grad_regions_are_pinned_too():
+    x = torch.randn(3, dtype=torch.float16)
+    ep, _ = _export(SwitchAroundCond(), (x,), strict=False)
+    for arg in (x, -x.abs() - 1, x.abs() + 1):
+        want = SwitchAroundCond()(arg)
+        got = ep.module()(arg)
+        assert got.dtype == want.dtype == torch.float64
+        torch.testing.assert_close(got, want)
+
+
+class NoiseFrom(nn.Module):
+    def forward(self, x, gen):
+        return x + torch.rand(x.shape, generator=gen)
+
+
+class HoldsGenerator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.noise = nn.Module()
+        self.noise.gen = torch.Generator().manual_seed(4)
+
+    def forward(self, x):
+        return x + torch.rand(x.shape, generator=self.noise.gen)
+
+
+@pytest.mark.skipif(TORCH_LINE < (2, 13), reason="torch 2.10 to 2.12: the random operator's fake kernel "
+                    "refuses the Generator argument itself, before graphcap sees where it came from")
+@pytest.mark.parametrize("model, args, named", [
+    (NoiseFrom(), (torch.randn(2), torch.Generator().manual_seed(1)), "the input gen"),
+    (HoldsGenerator(), (torch.randn(2),), "the attribute self.noise.gen"),
+])
+def test_a_generator_passed_in_or_held_is_refused_by_its_name(model, args, named):
+    with pytest.raises(UnsupportedError) as info:
+        graphcap.export(model, args, strict=False)
+    text = str(info.value)
+    assert named in text and "it made" not in text
+    assert "torch.rand(x.shape, generator=" in text  # the user's line
+    assert "torch.manual_seed" in info.value.fix
