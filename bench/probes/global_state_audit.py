@@ -213,6 +213,79 @@ _random_probe("dropout2d_alpha",
 _random_probe("rrelu_train", lambda m, x: F.rrelu(x, training=True))
 _random_probe("native_dropout_eval_is_identity", lambda m, x: F.dropout(m.lin(x), 0.5, m.training), train=False)
 
+_random_probe("normal_tensor_mean_poisson", lambda m, x: torch.normal(x, 1.0) + torch.poisson(x.abs()))
+_random_probe("distributions_sample", lambda m, x: torch.distributions.Normal(x, x.abs() + 1).rsample())
+_random_probe("random_cauchy_lognormal", lambda m, x: torch.empty_like(x).random_(0, 5)
+              + torch.empty_like(x).cauchy_() * 0 + torch.empty_like(x).log_normal_())
+
+
+class BufferNoise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("noise", torch.zeros(3, 4))
+
+    def forward(self, x):
+        self.noise.normal_()  # a buffer re-drawn in place on each call
+        return x + self.noise
+
+
+@probe
+def buffer_redrawn_in_place(lib: str, strict: bool) -> str:
+    return _run(lib, strict, lambda: (BufferNoise(), (torch.randn(3, 4),)), random_check)
+
+
+class ForkRng(nn.Module):
+    def forward(self, x):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            fixed = torch.rand(3, 4)  # the same values on every call; the caller's stream untouched
+        return x + fixed + torch.rand(3, 4)
+
+
+@probe
+def fork_rng_in_forward(lib: str, strict: bool) -> str:
+    return _run(lib, strict, lambda: (ForkRng(), (torch.randn(3, 4),)), random_check)
+
+
+class RngStateReplay(nn.Module):
+    def forward(self, x):
+        state = torch.get_rng_state()
+        a = torch.rand(3, 4)
+        torch.set_rng_state(state)
+        b = torch.rand(3, 4)  # eager: the same values as a
+        return x + a - b
+
+
+@probe
+def get_set_rng_state_in_forward(lib: str, strict: bool) -> str:
+    return _run(lib, strict, lambda: (RngStateReplay(), (torch.randn(3, 4),)), random_check)
+
+
+class DynamicNoise(nn.Module):
+    def forward(self, x):
+        return x + torch.randn(x.shape) + torch.rand_like(x)
+
+
+@probe
+def random_with_dynamic_batch(lib: str, strict: bool) -> str:
+    def make():
+        return DynamicNoise(), (torch.randn(3, 4),)
+
+    def run_dynamic(lib: str, strict: bool) -> Any:
+        fn = graphcap.export if lib == "graphcap" else te.export
+        return fn(DynamicNoise(), (torch.randn(3, 4),), dynamic_shapes=({0: te.Dim("b", min=2)},), strict=strict)
+    try:
+        ep = run_dynamic(lib, strict)
+    except Exception as e:
+        return f"FAILS {type(e).__name__}: {_first(e)}"
+    parts = []
+    for stage, prog in _stages(lib, ep):
+        if isinstance(prog, str):
+            parts.append(f"{stage} {prog}")
+            continue
+        parts.append(f"{stage} {random_check(prog, make, (torch.randn(6, 4),))}")
+    return "; ".join(parts)
+
 
 class GenInput(nn.Module):
     def forward(self, x, g):

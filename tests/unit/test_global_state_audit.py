@@ -161,3 +161,69 @@ def test_a_generator_passed_in_or_held_is_refused_by_its_name(model, args, named
     assert named in text and "it made" not in text
     assert "torch.rand(x.shape, generator=" in text  # the user's line
     assert "torch.manual_seed" in info.value.fix
+
+
+class ForkedNoise(nn.Module):
+    def forward(self, x):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            fixed = torch.rand(x.shape)  # eager: the same values each call, the caller's stream untouched
+        return x + fixed
+
+
+class ReplaysDraw(nn.Module):
+    def forward(self, x):
+        state = torch.get_rng_state()
+        a = torch.rand(x.shape)
+        torch.set_rng_state(state)
+        return x + a - torch.rand(x.shape)  # eager: exactly x
+
+
+class SameSeed(nn.Module):
+    def forward(self, x):
+        torch.manual_seed(torch.initial_seed())  # the seed the generator already had
+        return x + torch.rand(x.shape)
+
+
+class ReadsState(nn.Module):
+    def forward(self, x):
+        self.saved = torch.get_rng_state()  # only read: nothing the program misses
+        return x + torch.rand(x.shape)
+
+
+def _rng_told(model):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphcap.export(model, (torch.randn(2, 3),), strict=False)
+    return [str(w.message) for w in caught if "random number generator" in str(w.message)]
+
+
+@pytest.mark.parametrize("model, said", [
+    (ForkedNoise(), "torch.set_rng_state (torch.random.fork_rng"),
+    (ReplaysDraw(), "torch.set_rng_state"),
+    (SameSeed(), "torch.manual_seed"),
+])
+def test_forward_setting_the_generator_state_is_told(model, said):
+    told = _rng_told(model)
+    assert len(told) == 1 and said in told[0] and "aten.rand" in told[0]
+    assert "Seed before calling the program" in told[0]
+
+
+def test_forward_reading_the_generator_state_is_not_told():
+    assert _rng_told(ReadsState()) == []
+
+
+def test_the_watched_rng_functions_are_torchs_own_after_export_and_after_a_failure():
+    before = (torch.manual_seed, torch.set_rng_state, torch.random.manual_seed, torch.random.set_rng_state)
+    _rng_told(ForkedNoise())
+
+    class Fails(nn.Module):
+        def forward(self, x):
+            torch.manual_seed(3)
+            raise ValueError("stop")
+    with pytest.raises(ValueError):
+        graphcap.export(Fails(), (torch.randn(2),), strict=False)
+    after = (torch.manual_seed, torch.set_rng_state, torch.random.manual_seed, torch.random.set_rng_state)
+    assert all(a is b for a, b in zip(before, after))
+    torch.manual_seed(5)  # still torch's: seeds as before
+    assert torch.initial_seed() == 5
