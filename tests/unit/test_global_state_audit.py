@@ -227,3 +227,28 @@ def test_the_watched_rng_functions_are_torchs_own_after_export_and_after_a_failu
     assert all(a is b for a, b in zip(before, after))
     torch.manual_seed(5)  # still torch's: seeds as before
     assert torch.initial_seed() == 5
+
+
+class DrawsBetween(nn.Module):
+    def forward(self, x):
+        ints = torch.empty(2, 3, dtype=torch.int8).t().random_(-100, 100)  # a range wider than int8's 127
+        floats = torch.empty_like(x).random_(-5, 5)
+        flags = torch.empty(4, dtype=torch.bool).random_(0, 2)
+        wide = torch.empty(3, dtype=torch.int64).random_(3, 2 ** 40)  # 64-bit draws
+        return x + floats, ints, flags, wide
+
+
+def test_random_between_two_bounds_exports_and_draws_eagers_values():
+    """``t.random_(low, high)`` recorded ``aten.random_.from``, which no generated code can name
+    (a SyntaxError at export; torch.export fails the same way)."""
+    x = torch.randn(3, 2)
+    ep = graphcap.export(DrawsBetween(), (x,), strict=False)
+    for stage, program in _programs(ep).items():
+        torch.manual_seed(7)
+        want = DrawsBetween()(x)
+        torch.manual_seed(7)
+        got = program.module()(x)
+        assert [t.dtype for t in got] == [t.dtype for t in want], stage
+        for a, b in zip(want, got):
+            assert torch.equal(a, b), stage
+        assert not torch.equal(program.module()(x)[0], program.module()(x)[0])  # still random per call

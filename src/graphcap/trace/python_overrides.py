@@ -18,6 +18,12 @@ data (an unbacked ``SymInt`` such as ``u0 = y.item()``):
   implementation, which records the value instead of reading it.
 * the legacy in-place collectives of ``torch.distributed`` are redirected to
   their functional (traceable) forms.
+* ``t.random_(low, high)`` records ``aten.random_.from``, an overload whose name is
+  a Python keyword: no graph holding it can be written as code (torch.export
+  fails the same way). It is spelled ``random_(high - low)`` then ``add_(low)``, which
+  draws the same numbers from the generator (``low + r % (high - low)``), on an int64
+  tensor of ``t``'s layout copied into ``t`` when ``t`` is narrower (``high - low`` may not
+  fit an int8).
 
 Everything is active only inside :func:`installed`, on the thread that runs the
 export: the replaced builtins delegate to the originals on other threads and
@@ -230,6 +236,8 @@ class _TraceableCalls(TorchFunctionMode):
             remapped = remap(func, args, kwargs)
             if remapped is not None:
                 func, args, kwargs = remapped
+        if func is _RANDOM_ and len(args) == 3 and args[2] is not None and isinstance(args[0], torch.Tensor):
+            return _random_from_to(*args, **kwargs)
         if func is torch.tensor and args and any(
                 isinstance(v, _SYMBOLIC) for v in pytree.tree_leaves(args[0])):
             return tensor_from_symbolic_data(*args, **kwargs)
@@ -242,6 +250,21 @@ class _TraceableCalls(TorchFunctionMode):
             if run is not None:
                 return run()
         return func(*args, **kwargs)
+
+
+_RANDOM_ = torch.Tensor.random_
+
+
+def _random_from_to(t: torch.Tensor, low: Any, high: Any, **kwargs: Any) -> torch.Tensor:
+    """``t.random_(low, high)`` as ``random_(high - low)`` then ``add_(low)``: the same draw, the
+    elements in the same order (an int64 stand-in keeps ``t``'s strides)."""
+    target = t if t.dtype == torch.int64 else torch.empty_like(t, dtype=torch.int64)
+    _RANDOM_(target, high - low, **kwargs)
+    if not (isinstance(low, int) and low == 0):
+        target.add_(low)
+    if target is not t:
+        t.copy_(target)
+    return t
 
 
 def _is_basic_index(index: Any) -> bool:
