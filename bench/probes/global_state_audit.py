@@ -442,6 +442,59 @@ def branch_on_is_grad_enabled(lib: str, strict: bool) -> str:
                 lambda p, m, a: value_check(p, m, a, torch.no_grad))
 
 
+@probe
+def inference_tensor_inputs(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            x = torch.randn(2, 4)
+        return Lin(), (x,)
+    return _run(lib, strict, make, value_check)
+
+
+@probe
+def model_built_under_inference_mode(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval()
+        return m, (torch.randn(3, 4),)
+    return _run(lib, strict, make, value_check)
+
+
+@probe
+def batchnorm_train_exported_under_inference_mode(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.BatchNorm1d(4)).train(), (torch.randn(5, 4),)
+    return _run(lib, strict, make, _bn_check, export_ctx=torch.inference_mode)
+
+
+class LeavesSwitches(nn.Module):
+    def forward(self, x):
+        torch.set_grad_enabled(False)  # never switched back: eager leaves grad off
+        torch.use_deterministic_algorithms(True)
+        return x * 2
+
+
+@probe
+def forward_leaves_switches_set(lib: str, strict: bool) -> str:
+    before = _switches()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _export(lib, strict, LeavesSwitches(), (torch.randn(2),))
+        outcome = "exported"
+    except Exception as e:
+        outcome = f"fails {type(e).__name__}"
+    after = _switches()
+    changed = [f"{k} {before[k]}->{after[k]}" for k in before if before[k] != after[k]]
+    torch.set_grad_enabled(before["grad"])
+    torch.use_deterministic_algorithms(before["deterministic"])
+    return f"{outcome}; " + ("process as before (eager would leave them set)" if not changed
+                             else "left as forward set them: " + ", ".join(changed))
+
+
 # ------------------------------------------------------------------------ autocast
 
 class AutocastRegion(nn.Module):

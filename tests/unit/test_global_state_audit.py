@@ -252,3 +252,27 @@ def test_random_between_two_bounds_exports_and_draws_eagers_values():
         for a, b in zip(want, got):
             assert torch.equal(a, b), stage
         assert not torch.equal(program.module()(x)[0], program.module()(x)[0])  # still random per call
+
+
+class SwitchesGradOff(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        torch.set_grad_enabled(False)  # never switched back
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_grad_switch_forward_leaves_behind_stays_out_of_the_process(strict):
+    """strict=True left the process with grad off (dynamo runs what it captured); non-strict and
+    torch.export keep the caller's grad mode. The program keeps the switch: no grad when it runs."""
+    assert torch.is_grad_enabled()
+    try:
+        ep = graphcap.export(SwitchesGradOff(), (torch.randn(3, 2),), strict=strict)
+        assert torch.is_grad_enabled()
+        out = ep.module()(torch.randn(3, 2))
+    finally:
+        torch.set_grad_enabled(True)
+    assert not out.requires_grad  # as eager's output

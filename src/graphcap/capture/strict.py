@@ -147,7 +147,10 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     decided = DRAFT_DECISIONS.get()
 
     def capture(sizes_0_1_symbolic: bool) -> tuple:
-        with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
+        # dynamo runs what it captured, grad-mode switches forward leaves behind included
+        # (torch.set_grad_enabled(False) never switched back): the process keeps its own grad mode,
+        # as non-strict's recording keeps it
+        with _grad_mode_kept(), dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
                 shapes_private.backed_size_oblivious(sizes_0_1_symbolic), \
                 copies_broadcast_by_copy(), _real_values_in_dynamo(decided), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
@@ -180,6 +183,15 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     return DynamoGraphReplay(gm, target.root, marker, owners)
 
 
+
+
+@contextlib.contextmanager
+def _grad_mode_kept() -> Iterator[None]:
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(enabled)
 
 
 def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> tuple[tuple, dict, list]:
