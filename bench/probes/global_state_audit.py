@@ -573,7 +573,8 @@ def default_dtype(dtype: torch.dtype):
 
 class MakesTensors(nn.Module):
     def forward(self, x):
-        return x + torch.ones(x.shape[1]) + torch.arange(x.shape[1]) * 0.5 + torch.tensor(1.5)
+        made = torch.ones(x.shape[1]) + torch.arange(x.shape[1]) * 0.5 + torch.tensor(1.5)
+        return x + made, made  # made alone: its dtype is the default dtype's
 
 
 @probe
