@@ -4,7 +4,8 @@ The global state and randomness audit (docs/torch-suite.md): a forward that swit
 default dtype for a stretch (``torch.set_default_dtype``) made a program whose factory calls
 (``torch.ones(3)``, ``torch.arange(0., n)``, ``torch.rand(...)``) followed the caller's default
 when run, so it returned float32 where eager returns float64 (torch.export does the same); the
-program now writes the traced dtype into those calls, and tells the operators it cannot pin.
+program now writes the traced dtype into those calls, casts the integer operands of an operator
+whose float result the default decided (``arange(3) * 0.5``), and tells what it cannot cast.
 A ``torch.Generator`` that is an input or a module attribute is refused naming it (the message
 said forward made it).
 """
@@ -91,19 +92,42 @@ class Promotes(nn.Module):
     def forward(self, x):
         torch.set_default_dtype(torch.float64)
         try:
-            half = torch.arange(3) * 0.5  # float64 from an int64 tensor and a float
-            exact = torch.arange(3).to(torch.float64) * 0.5  # cast explicitly: not told
+            ints, flags = torch.arange(3), x > 0
+            made = (ints * 0.1, ints.sqrt(), ints / 3, flags * 0.5, torch.where(flags, ints, 0.5),
+                    torch.arange(3).to(torch.float64) * 0.1)  # float64 from int64 or bool tensors
         finally:
             torch.set_default_dtype(torch.float32)
-        return x + half, x + exact
+        return tuple(x + t for t in made)
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_a_result_promoted_by_the_switched_default_is_told_with_the_line(strict):
-    _ep, told = _export(Promotes(), (torch.randn(3),), strict=strict)
+def test_a_result_promoted_by_the_switched_default_keeps_its_dtype(strict):
+    x = torch.randn(3)
+    want = Promotes()(x)
+    ep, told = _export(Promotes(), (x,), strict=strict)
+    assert told == []
+    for stage, program in _programs(ep).items():
+        got = program.module()(x)
+        assert [t.dtype for t in got] == [torch.float64] * 6, stage
+        for a, b in zip(want, got):
+            assert torch.equal(a, b), stage
+
+
+class SelectsOnly(nn.Module):
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        try:
+            picked = torch.where(x > 0, 1, 0.5)  # float64 from a condition and two numbers
+        finally:
+            torch.set_default_dtype(torch.float32)
+        return picked
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_promoted_result_that_cannot_be_cast_is_told_with_the_line(strict):
+    _ep, told = _export(SelectsOnly(), (torch.randn(3),), strict=strict)
     assert len(told) == 1
-    assert "half = torch.arange(3) * 0.5" in told[0] and "aten.mul" in told[0]
-    assert "exact" not in told[0]
+    assert "picked = torch.where(x > 0, 1, 0.5)" in told[0] and "aten.where" in told[0]
     assert "torch.float64" in told[0] and ".to(torch.float64)" in told[0]
 
 

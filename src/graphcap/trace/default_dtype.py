@@ -14,8 +14,11 @@ program exported under a default it never changed is left as recorded (the calls
 caller's default, as torch.export's do), so ordinary programs read as before.
 
 An operator whose floating result comes from integer or bool tensors alone (``arange(3) * 0.5``,
-``int_tensor.sqrt()``) also takes its dtype from the default when it runs; it has no ``dtype=``
-to write, so such a node is told in a warning naming the line, with the fix (an explicit cast).
+``int_tensor.sqrt()``) also takes its dtype from the default when it runs, and has no ``dtype=``
+to write: its operands are cast to the traced dtype first (``_to_copy``), so it computes in that
+dtype as eager did. Where that cannot be done (the only such operand selects, as ``where``'s
+condition: ``torch.where(mask, 1, 0.5)``), the node is told in a warning naming the line, with
+the fix (an explicit cast).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import torch.fx
 from ..torch_private.ops import OpOverload, schema_of
 from ..user_frames import user_stacklevel
 
+aten_to_copy = torch.ops.aten._to_copy.default
 _COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
@@ -54,6 +58,58 @@ def _explicit_dtype(node: torch.fx.Node) -> bool:
 
 def _tensor_inputs(node: torch.fx.Node) -> list[torch.Tensor]:
     return [inp.meta["val"] for inp in node.all_input_nodes if isinstance(inp.meta.get("val"), torch.Tensor)]
+
+
+# arguments that select rather than compute: a cast would change what they mean
+_SELECTORS = {"condition", "mask", "index", "indices"}
+
+
+def _cast_operands(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype,
+                   entry_default: torch.dtype) -> bool:
+    """Cast the integer and bool operands of ``node`` (``arange(3) * 0.5``, ``int_t.sqrt()``) to the
+    ``dtype`` its traced result has, so that the operator computes in it as eager did, whatever the
+    caller's default dtype. Kept only when the operator, run on the cast operands under the
+    export's starting default, gives that dtype and shape; otherwise nothing changes (False)."""
+    schema = schema_of(node.target)
+    if schema is None:
+        return False
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    operands = [(i, positional[i] if i < len(positional) else "", a) for i, a in enumerate(node.args)] + \
+        [(k, k, a) for k, a in node.kwargs.items()]
+    to_cast = [(key, a) for key, arg_name, a in operands
+               if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+               and arg_name not in _SELECTORS]
+    if not to_cast:
+        return False
+    cast_vals = {key: a.meta["val"].to(dtype) for key, a in to_cast}
+    args = [cast_vals.get(i, a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
+            for i, a in enumerate(node.args)]
+    kwargs = {k: cast_vals.get(k, a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
+              for k, a in node.kwargs.items()}
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(entry_default)
+    try:
+        result = node.target(*args, **kwargs)
+    except Exception:  # the operator refuses the cast operands: tell, do not rewrite
+        return False
+    finally:
+        torch.set_default_dtype(old)
+    val = node.meta["val"]
+    if not isinstance(result, torch.Tensor) or result.dtype != val.dtype or result.shape != val.shape:
+        return False
+    new_args, new_kwargs = list(node.args), dict(node.kwargs)
+    for key, operand in to_cast:
+        with graph.inserting_before(node):
+            cast = graph.call_function(aten_to_copy, (operand,), {"dtype": dtype})
+        cast.meta.update({k: node.meta[k] for k in ("stack_trace", "nn_module_stack", "source_fn_stack",
+                                                     "torch_fn") if k in node.meta})
+        cast.meta["val"] = cast_vals[key]
+        if isinstance(key, int):
+            new_args[key] = cast
+        else:
+            new_kwargs[key] = cast
+    node.args, node.kwargs = tuple(new_args), new_kwargs
+    return True
 
 
 def _line_of(node: torch.fx.Node) -> str:
@@ -87,7 +143,10 @@ def pin_default_dtypes(gm: torch.fx.GraphModule, entry_default: torch.dtype, nam
             elif dtype.is_floating_point:
                 inputs = _tensor_inputs(node)
                 if inputs and not any(t.dtype.is_floating_point or t.dtype.is_complex for t in inputs):
-                    promoted.append(node)
+                    if _cast_operands(sub.graph, node, dtype, entry_default):
+                        changed = True
+                    else:
+                        promoted.append(node)
         if changed:
             sub.recompile()
     if promoted:
