@@ -29,7 +29,17 @@ from ..stage_clock import StageClock
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import constant_writes, default_dtype, fakify, graph_module_replay, leaks, lifting, metadata, recorder
+from ..trace import (
+    constant_writes,
+    default_dtype,
+    fakify,
+    graph_module_replay,
+    leaks,
+    lifting,
+    metadata,
+    python_overrides,
+    recorder,
+)
 from ..trace.control_flow import before_lifting, branch_checks
 from ..trace.conversion_asserts import insert_conversion_asserts
 from ..trace.naming import subgraph_names
@@ -290,7 +300,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
                                                  replays_graph=replay is not None)
     try:
-        with call_recorder, dyn_symbols.tracing(dyn_inputs):
+        with call_recorder, dyn_symbols.tracing(dyn_inputs), python_overrides.default_dtypes_seen() as dtypes:
             recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                         fake_mode, target.name, buffer_names=list(buffers))
     except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
@@ -298,7 +308,8 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
         raise
     gm = recording.graph_module
     # tensors made while forward had switched the default dtype keep their traced dtype
-    default_dtype.pin_default_dtypes(gm, entry_default_dtype, target.name)
+    if dtypes != {entry_default_dtype}:
+        default_dtype.pin_default_dtypes(gm, entry_default_dtype, target.name)
     # dead artifacts dropped, subgraph constants hoisted, grad/autocast regions wrapped, metadata cleaned
     gm = before_lifting.prepare_for_lifting(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")

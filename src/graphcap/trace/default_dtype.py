@@ -19,6 +19,9 @@ to write: its operands are cast to the traced dtype first (``_to_copy``), so it 
 dtype as eager did. Where that cannot be done (the only such operand selects, as ``where``'s
 condition: ``torch.where(mask, 1, 0.5)``), the node is told in a warning naming the line, with
 the fix (an explicit cast).
+
+The capture runs this only when a torch call of the trace ran under another default dtype than the
+export's starting one (``python_overrides.default_dtypes_seen``): other exports never reach it.
 """
 from __future__ import annotations
 

@@ -228,6 +228,9 @@ class _TraceableCalls(TorchFunctionMode):
             # reading a tensor property (``t.shape``, ``t.dtype``): none of the redirects applies, and
             # torch's tracer reads a dozen of them for every placeholder it tracks
             return func(*args, **kwargs) if kwargs else func(*args)
+        seen = getattr(_state, "dtypes_seen", None)
+        if seen is not None:  # the default dtype each torch call ran under (default_dtypes_seen)
+            seen.add(torch.get_default_dtype())
         kwargs = kwargs or {}
         if torch.compiler.is_dynamo_compiling():  # a control-flow body dynamo captures: it knows these
             return func(*args, **kwargs)
@@ -305,6 +308,22 @@ def _setitem_broadcast_by_copy(setitem: Callable, t: torch.Tensor, index: Any, v
         value = value.view(value.shape[extra:])
     view.copy_(value)
     return None
+
+
+@contextlib.contextmanager
+def default_dtypes_seen() -> Iterator[set]:
+    """The default dtypes (``torch.get_default_dtype()``) the torch calls of the trace run inside
+    were made under, on this thread: more than the starting one when forward switched it
+    (:mod:`graphcap.trace.default_dtype`)."""
+    outer = getattr(_state, "dtypes_seen", None)
+    seen: set = {torch.get_default_dtype()}
+    _state.dtypes_seen = seen
+    try:
+        yield seen
+    finally:
+        _state.dtypes_seen = outer
+        if outer is not None:
+            outer |= seen
 
 
 def reentered() -> contextlib.AbstractContextManager:
