@@ -495,6 +495,97 @@ def forward_leaves_switches_set(lib: str, strict: bool) -> str:
                              else "left as forward set them: " + ", ".join(changed))
 
 
+class NoGradForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    @torch.no_grad()
+    def forward(self, x):
+        return self.lin(x)
+
+
+class InferenceForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    @torch.inference_mode()
+    def forward(self, x):
+        return self.lin(x)
+
+
+class AutocastForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def forward(self, x):
+        return self.lin(x)
+
+
+@probe
+def forward_decorated_no_grad(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        return NoGradForward(), (torch.randn(2, 4),)
+    return _run(lib, strict, make, value_check)
+
+
+@probe
+def forward_decorated_inference_mode(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        return InferenceForward(), (torch.randn(2, 4),)
+    return _run(lib, strict, make, value_check)
+
+
+@probe
+def forward_decorated_autocast(lib: str, strict: bool) -> str:
+    def make():
+        torch.manual_seed(0)
+        return AutocastForward(), (torch.randn(2, 4),)
+    return _run(lib, strict, make, value_check)
+
+
+@probe
+def export_under_detect_anomaly(lib: str, strict: bool) -> str:
+    return _run(lib, strict, _lin, value_check, export_ctx=lambda: torch.autograd.detect_anomaly(check_nan=True))
+
+
+class MakesOnDefaultDevice(nn.Module):
+    def forward(self, x):
+        return x + torch.ones(x.shape[-1]), torch.zeros(2)
+
+
+@probe
+def export_under_device_context_cpu(lib: str, strict: bool) -> str:
+    return _run(lib, strict, lambda: (MakesOnDefaultDevice(), (torch.randn(2, 3),)), value_check,
+                export_ctx=lambda: torch.device("cpu"))
+
+
+@probe
+def call_under_device_context_meta(lib: str, strict: bool) -> str:
+    # eager under torch.device("meta") makes its own tensors on meta (and fails adding them to x)
+    def check(prog, make, args):
+        eager, _ = make()
+        with torch.device("meta"):
+            try:
+                want = eager(*args)
+            except Exception as e:
+                want = f"eager fails {type(e).__name__}"
+            try:
+                got = prog(*args)
+            except Exception as e:
+                got = f"program fails {type(e).__name__}"
+        if isinstance(want, str) or isinstance(got, str):
+            said = (want if isinstance(want, str) else "eager runs", got if isinstance(got, str) else "program runs")
+            return "; ".join(said)
+        return _describe(want, got) or "="
+    return _run(lib, strict, lambda: (MakesOnDefaultDevice(), (torch.randn(2, 3),)), check)
+
+
 # ------------------------------------------------------------------------ autocast
 
 class AutocastRegion(nn.Module):

@@ -300,3 +300,56 @@ def test_a_grad_switch_forward_leaves_behind_stays_out_of_the_process(strict):
     finally:
         torch.set_grad_enabled(True)
     assert not out.requires_grad  # as eager's output
+
+
+class InferenceDecorated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    @torch.inference_mode()
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class NoGradInsideInference(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            with torch.no_grad():  # restores "off" on its way out: inference mode's grad state
+                inside = self.lin(x)
+            also_inside = self.lin(x) * 2
+        return inside, also_inside, self.lin(x)  # the last one outside: needs grad, as in eager
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("model", [InferenceDecorated(), NoGradInsideInference()],
+                         ids=["decorated", "no_grad_inside"])
+def test_inference_mode_in_forward_is_a_grad_region_of_the_program(model, strict):
+    """torch.export's program ignores inference mode: its outputs require grad where eager's do not
+    (and non-strict puts the code after a no_grad block nested in it in the no_grad region)."""
+    x = torch.randn(2, 4)
+    want = model(x)
+    want = want if isinstance(want, tuple) else (want,)
+    ep = graphcap.export(model, (x,), strict=strict)
+    buf = io.BytesIO()
+    graphcap.save(ep, buf)
+    buf.seek(0)
+    for program in (ep, graphcap.load(buf)):
+        got = program.module()(x)
+        got = got if isinstance(got, tuple) else (got,)
+        assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
+        for a, b in zip(want, got):
+            torch.testing.assert_close(a, b.detach())
+
+
+def test_inference_mode_is_torchs_own_after_export():
+    entry = (torch.inference_mode.__enter__, torch.inference_mode.__exit__)
+    graphcap.export(InferenceDecorated(), (torch.randn(2, 4),), strict=False)
+    assert (torch.inference_mode.__enter__, torch.inference_mode.__exit__) == entry
+    with torch.inference_mode():
+        assert torch.is_inference_mode_enabled() and not torch.is_grad_enabled()
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()

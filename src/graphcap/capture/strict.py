@@ -457,6 +457,7 @@ class _Replayer(torch.fx.Interpreter):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
         self.enter_autocast, self.exit_autocast = fx_private.autocast_markers()
+        self.enter_inference, self.exit_inference = fx_private.inference_mode_markers()
         self.checkpoint = higher_order_private.activation_checkpoint_operator()
         self.function_apply = higher_order_private.autograd_function_operator()
 
@@ -477,6 +478,15 @@ class _Replayer(torch.fx.Interpreter):
             block.__enter__()
             return block
         if target is self.exit_autocast:
+            args[0].__exit__(None, None, None)
+            return None
+        if target is self.enter_inference:
+            # dynamo's marker of a `with torch.inference_mode():` block: entered as the user's `with`
+            # is in non-strict, so the block's grad switch is recorded (graphcap.trace.python_overrides)
+            block = torch.inference_mode(*args, **kwargs)
+            block.__enter__()
+            return block
+        if target is self.exit_inference and isinstance(args[0], torch.inference_mode):
             args[0].__exit__(None, None, None)
             return None
         if target is self.checkpoint and isinstance(args[0], torch.fx.GraphModule):

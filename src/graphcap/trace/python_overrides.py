@@ -18,6 +18,12 @@ data (an unbacked ``SymInt`` such as ``u0 = y.item()``):
   implementation, which records the value instead of reading it.
 * the legacy in-place collectives of ``torch.distributed`` are redirected to
   their functional (traceable) forms.
+* ``with torch.inference_mode():`` (or ``@torch.inference_mode()`` on forward) switches grad off
+  in a way the recorder does not see, so the program's outputs required grad where eager's do
+  not, and a ``no_grad`` block inside it, restoring "off" on its way out, took the rest of forward
+  into its region. While an export traces, entering inference mode also records a switch of grad
+  off, and leaving it a switch back to the mode before it: a grad region, as ``no_grad``'s
+  (eager is unchanged: grad is off in inference mode anyway).
 * ``t.random_(low, high)`` records ``aten.random_.from``, an overload whose name is
   a Python keyword: no graph holding it can be written as code (torch.export
   fails the same way). It is spelled ``random_(high - low)`` then ``add_(low)``, which
@@ -120,12 +126,33 @@ def _traceable_pow(x: Any, y: Any) -> Any:
 _traceable_max.__name__, _traceable_min.__name__, _traceable_pow.__name__ = "max", "min", "pow"
 
 
+_INFERENCE_ENTER, _INFERENCE_EXIT = torch.inference_mode.__enter__, torch.inference_mode.__exit__
+
+
+def _inference_mode_enter(self: Any) -> None:
+    self._graphcap_grad_before = torch.is_grad_enabled()
+    _INFERENCE_ENTER(self)
+    if self.mode:
+        torch.set_grad_enabled(False)  # recorded: the region's start
+
+
+def _inference_mode_exit(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+    _INFERENCE_EXIT(self, exc_type, exc_value, traceback)
+    if self.mode:
+        torch.set_grad_enabled(self._graphcap_grad_before)  # recorded: the region's end
+
+
 def _apply_builtins() -> None:
-    """Builtins replaced while some export traces (caller holds the lock)."""
+    """Builtins (and inference mode's entry and exit) replaced while some export traces (caller
+    holds the lock)."""
     if _install_count > 0:
         builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
+        torch.inference_mode.__enter__ = _inference_mode_enter  # type: ignore[method-assign]
+        torch.inference_mode.__exit__ = _inference_mode_exit  # type: ignore[method-assign]
     else:
         builtins.max, builtins.min, math.pow = _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW
+        torch.inference_mode.__enter__ = _INFERENCE_ENTER  # type: ignore[method-assign]
+        torch.inference_mode.__exit__ = _INFERENCE_EXIT  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
