@@ -325,9 +325,26 @@ class NoGradInsideInference(nn.Module):
         return inside, also_inside, self.lin(x)  # the last one outside: needs grad, as in eager
 
 
+class InferenceNested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            with torch.inference_mode():  # grad already off
+                a = self.lin(x)
+            b = self.lin(x)
+        with torch.inference_mode():
+            with torch.inference_mode(False):  # switches grad back on inside
+                c = self.lin(x)
+            d = self.lin(x)
+        return a, b, c, d, self.lin(x)
+
+
 @pytest.mark.parametrize("strict", [False, True])
-@pytest.mark.parametrize("model", [InferenceDecorated(), NoGradInsideInference()],
-                         ids=["decorated", "no_grad_inside"])
+@pytest.mark.parametrize("model", [InferenceDecorated(), NoGradInsideInference(), InferenceNested()],
+                         ids=["decorated", "no_grad_inside", "nested"])
 def test_inference_mode_in_forward_is_a_grad_region_of_the_program(model, strict):
     """torch.export's program ignores inference mode: its outputs require grad where eager's do not
     (and non-strict puts the code after a no_grad block nested in it in the no_grad region)."""

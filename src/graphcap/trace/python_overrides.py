@@ -130,15 +130,17 @@ _INFERENCE_ENTER, _INFERENCE_EXIT = torch.inference_mode.__enter__, torch.infere
 
 
 def _inference_mode_enter(self: Any) -> None:
-    self._graphcap_grad_before = torch.is_grad_enabled()
+    self._graphcap_grad_before = before = torch.is_grad_enabled()
     _INFERENCE_ENTER(self)
-    if self.mode:
-        torch.set_grad_enabled(False)  # recorded: the region's start
+    after = torch.is_grad_enabled()
+    if self.mode or after != before:  # inference_mode(False) may switch grad on
+        torch.set_grad_enabled(after)  # recorded: the region's start
 
 
 def _inference_mode_exit(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+    inside = torch.is_grad_enabled()
     _INFERENCE_EXIT(self, exc_type, exc_value, traceback)
-    if self.mode:
+    if self.mode or inside != self._graphcap_grad_before:
         torch.set_grad_enabled(self._graphcap_grad_before)  # recorded: the region's end
 
 
