@@ -34,7 +34,7 @@ import torch.fx.traceback as fx_traceback
 
 from .. import auto_flatten
 from ..dynamic.assert_messages import AssertExplainer, explain_failure, explanations
-from ..errors import UnsupportedError
+from ..errors import NotPicklableError, UnsupportedError
 from ..graph_arguments import InputKind, OutputKind
 from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
@@ -137,6 +137,12 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         except RuntimeError as e:  # a runtime assert failed: say input, line and range (same exception)
             explain_failure(e, getattr(self, "graphcap_assert_messages", None))
             raise
+
+    def __reduce__(self) -> Any:
+        # fx pickles a graph module as its code, re-traced on load by the tracer class its graph
+        # was recorded with (torch's module-stack tracer, which that cannot build): the file would
+        # be written and fail to load, and the input checks and state updates would not come back
+        raise NotPicklableError.of(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "ExportedModule":
         # a GraphModule copy: constants come back as buffers, hooks go
