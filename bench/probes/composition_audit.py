@@ -548,6 +548,195 @@ def unflattened_submodule_exported(lib):
     return _close(ep2.module()(x), Pure()(x))
 
 
+class KwModel(torch.nn.Module):
+    """Keyword-only input, a dict output, a lifted constant and a non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("scratch", torch.ones(4), persistent=False)
+        self.c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    def forward(self, x: torch.Tensor, *, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"a": self.lin(x) + self.c, "b": y * self.scratch}
+
+
+@probe
+def reexport_keyword_input_dict_output_constants(lib):
+    b = lib.Dim("b", max=64)
+    ep = lib.export(KwModel(), (_x(),), {"y": _x()}, dynamic_shapes={"x": {0: b}, "y": {0: b}}, strict=STRICT)
+    ep2 = lib.export(ep.module(), (_x(),), {"y": _x()}, dynamic_shapes={"x": {0: b}, "y": {0: b}}, strict=STRICT)
+    x, y = _x(5), _x(5)
+    out, ref = ep2.module()(x, y=y), KwModel()(x, y=y)
+    return (_close(out["a"], ref["a"]), _close(out["b"], ref["b"]),
+            sorted((s.kind.name, s.target) for s in ep2.graph_signature.input_specs if s.target),
+            sorted(ep2.state_dict), sorted(ep2.constants))
+
+
+@probe
+def reexport_module_without_guards_in_graph(lib):
+    ep = _pure_ep(lib)
+    ep2 = _export(lib, ep.module(check_guards=False) if lib is graphcap else ep.module(), dyn=True)
+    x = _x(5)
+    return _close(ep2.module()(x), Pure()(x))
+
+
+@probe
+def wrapper_calls_inner_twice(lib):
+    inner = _pure_ep(lib).module()
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(self.inner(x) - 0.5)
+
+    w = Twice()
+    ep = _export(lib, w, dyn=True)
+    x = _x(5)
+    return (_close(ep.module()(x), w(x)), _close(_roundtrip(lib, ep).module()(x), w(x)),
+            _close(lib.unflatten(ep)(x), w(x)))
+
+
+@probe
+def wrapper_of_program_with_two_inputs_spec_by_name(lib):
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return x * y + 1
+
+    b = lib.Dim("b", max=64)
+    inner = lib.export(Two(), (_x(), _x()), dynamic_shapes={"x": {0: b}, "y": {0: b}}, strict=STRICT).module()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, p, q):
+            return self.inner(p, q).sum(0)
+
+    ep = lib.export(W(), (_x(), _x()), dynamic_shapes={"p": {0: b}, "q": {0: b}}, strict=STRICT)
+    x, y = _x(6), _x(6)
+    return _close(ep.module()(x, y), (x * y + 1).sum(0))
+
+
+@probe
+def compiled_child_submodule(lib):
+    class Parent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.compile(Pure(), backend="eager")
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.block(x))
+
+    m = Parent()
+    m(_x())
+    ep = _export(lib, m, dyn=True)
+    x = _x(5)
+    return _close(ep.module()(x), m(x)), sorted(ep.state_dict)
+
+
+@probe
+def original_exported_after_compiled_wrapper_ran(lib):
+    m = Pure()
+    c = torch.compile(m, backend="eager")
+    c(_x())
+    ep = _export(lib, m, dyn=True)
+    x = _x(5)
+    return _close(ep.module()(x), m(x)), _close(c(x), m(x)), sorted(ep.state_dict)
+
+
+@probe
+def strict_and_non_strict_same_graph(lib):
+    m = Model()
+    a = lib.export(m, (_x(),), strict=False)
+    b = lib.export(m, (_x(),), strict=True)
+    names = [n.name for n in a.graph.nodes] == [n.name for n in b.graph.nodes]
+    return a.graph_module.code == b.graph_module.code, names
+
+
+@probe
+def module_under_torch_compile_out_of_range(lib):
+    ep = _pure_ep(lib)
+    c = torch.compile(ep.module(), backend="eager")
+    c(_x(5))
+    try:
+        out = c(_x(100))  # max=64
+        return "runs" + (" =" if torch.allclose(out, Pure()(_x(100)), atol=1e-5) else " WRONG")
+    except Exception as e:
+        return f"refuses {type(e).__name__}"
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.shape[0] > 4 else x + 1
+
+
+def _compiled_calls(c: Any, sizes: tuple[int, ...]) -> list[str]:
+    out = []
+    for n in sizes:
+        try:
+            out.append(_close(c(_x(n)), Branchy()(_x(n))))
+        except Exception as e:
+            out.append(f"refuses {type(e).__name__}")
+    return out
+
+
+@probe
+def module_under_torch_compile_specialized_branch(lib):
+    ep = _export(lib, Branchy(), (_x(3),))  # static: the program is x + 1
+    return _compiled_calls(torch.compile(ep.module(), backend="eager"), (3, 6, 3))
+
+
+@probe
+def module_under_torch_compile_fullgraph_specialized_branch(lib):
+    ep = _export(lib, Branchy(), (_x(3),))
+    return _compiled_calls(torch.compile(ep.module(), backend="eager", fullgraph=True), (3, 6, 3))
+
+
+@probe
+def unflattened_under_torch_compile_specialized_branch(lib):
+    ep = _export(lib, Branchy(), (_x(3),))
+    return _compiled_calls(torch.compile(lib.unflatten(ep), backend="eager"), (3, 6, 3))
+
+
+@probe
+def module_under_torch_compile_wrong_dtype(lib):
+    ep = _pure_ep(lib)
+    c = torch.compile(ep.module(), backend="eager")
+    c(_x(5))
+    try:
+        return str(c(_x(5).double()).dtype)
+    except Exception as e:
+        return f"refuses {type(e).__name__}: {str(e).splitlines()[0][:80]}"
+
+
+@probe
+def unflattened_deepcopied(lib):
+    ep = _export(lib, Model(), dyn=True)
+    u = lib.unflatten(ep)
+    c = copy.deepcopy(u)
+    x = _x(5)
+    c(x)
+    c(x)
+    return _close(u(x), Model()(x)), c.count.tolist(), u.count.tolist()
+
+
+@probe
+def program_module_runs_while_another_exports(lib):
+    ep = _pure_ep(lib)
+    m = ep.module()
+    x = _x(5)
+    res = _in_threads([lambda: [_close(m(x), Pure()(x)) for _ in range(20)][-1],
+                       lambda: _close(_export(lib, Nested(), dyn=True).module()(x), Nested()(x))])
+    return res
+
+
 # -- compile, copy and pickle after export -----------------------------------------------------
 @probe
 def module_under_torch_compile(lib):

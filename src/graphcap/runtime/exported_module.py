@@ -81,6 +81,13 @@ class InputGuards(torch.nn.Module):
 
     def forward(self, *flat_inputs: Any) -> None:
         if torch.compiler.is_dynamo_compiling():
+            # torch.compile of the module: the checks dynamo can follow become guards of the compiled
+            # code, and an input failing them is traced again into the full check, which raises (a
+            # graph break runs it eagerly; fullgraph=True stops there). Without this a compiled
+            # module ran a program specialized to other sizes and returned wrong numbers. (A strict
+            # export of the module records the program's ranges from its own spec instead.)
+            if not torch.compiler.is_exporting() and not self.checker.fits_compiled(flat_inputs):
+                self.checker.check_leaves(list(flat_inputs))
             return
         self.checker.check_leaves(list(flat_inputs))
 
