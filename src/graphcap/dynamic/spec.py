@@ -372,7 +372,9 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
     try:
         return _walk_spec(_Walker(from_shapes_spec), args, kwargs, spread, dynamic_shapes)
     except DynamicSpecError:
-        raise first from None
+        if len(dynamic_shapes) == len(named):  # both readings fit the count: torch's error
+            raise first from None
+        raise  # only this reading fits the count: its error names the entry that is wrong
 
 
 def _varargs_spread(m: Any, combined: dict[str, Any]) -> Optional[list[tuple[str, str, Any]]]:
