@@ -737,6 +737,52 @@ def program_module_runs_while_another_exports(lib):
     return res
 
 
+@probe
+def export_the_program_object_itself(lib):
+    ep = _pure_ep(lib)
+    ep2 = _export(lib, ep, dyn=True)
+    return _close(ep2.module()(_x(5)), Pure()(_x(5)))
+
+
+@probe
+def wrapper_eval_called(lib):
+    w = Wrapper(_pure_ep(lib).module())
+    w.eval()
+    return w.training, w.inner.training
+
+
+@probe
+def reexport_module_with_forward_hook(lib):
+    m = _pure_ep(lib).module()
+    m.register_forward_hook(lambda mod, args, out: out + 100)
+    ep2 = _export(lib, m, dyn=True)
+    x = _x(5)
+    return _close(ep2.module()(x), Pure()(x) + 100)
+
+
+@probe
+def reexport_module_inputs_by_keyword(lib):
+    m = _pure_ep(lib).module()
+    ep2 = lib.export(m, (), {"x": _x()}, dynamic_shapes={"x": {0: lib.Dim("b", max=64)}}, strict=STRICT)
+    x = _x(5)
+    try:
+        positional = _close(ep2.module()(x), Pure()(x))
+    except Exception as e:  # exported by keyword: a positional call is refused, as torch's module refuses it
+        positional = f"positional refused ({type(e).__name__})"
+    return _close(ep2.module()(x=x), Pure()(x)), positional
+
+
+@probe
+def model_cast_between_exports(lib):
+    m = Pure()
+    a = _export(lib, m)
+    m.double()
+    b = _export(lib, m, (_x().double(),))
+    x = _x()
+    return (_close(a.module()(x), Pure()(x)), str(a.state_dict["lin.weight"].dtype),
+            str(b.module()(x.double()).dtype))
+
+
 # -- compile, copy and pickle after export -----------------------------------------------------
 @probe
 def module_under_torch_compile(lib):

@@ -121,6 +121,15 @@ def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, boo
     return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs), torchs
 
 
+def module_of_program(value: Any) -> Any:
+    """``value.module()`` when ``value`` is an exported program (graphcap's or torch.export's),
+    else ``value``: ``export(ep, args)`` exports the program's module, the one callable a program
+    stands for (calling the program itself only raises)."""
+    if isinstance(value, _torch_exported_program.ExportedProgram):
+        return value.module()
+    return value
+
+
 class ExportedProgram(_torch_exported_program.ExportedProgram):
     """A captured program: a flat ATen graph, its signature, its state and its ranges.
 

@@ -302,3 +302,35 @@ def test_programs_of_one_model_share_its_tensors_as_torchs_do():
     assert first.state_dict["lin.weight"] is second.state_dict["lin.weight"]
     first.module()(_x(3))
     assert second.state_dict["count"].tolist() == [1.0] * 4 and model.count.tolist() == [1.0] * 4
+
+
+# -- re-exporting a module the user hooked; exporting a program object -----------------------------
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_hook_on_a_programs_module_is_part_of_its_re_export(strict):
+    module = graphcap.export(Pure(), (_x(3),), dynamic_shapes=({0: Dim("b", max=64)},)).module()
+    module.register_forward_hook(lambda mod, args, out: out + 100)
+    module.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    again = graphcap.export(module, (_x(3),), dynamic_shapes=({0: Dim("b", max=64)},), strict=strict)
+    for n in (3, 10):
+        torch.testing.assert_close(again.module()(_x(n)), Pure()(_x(n) * 2) + 100)
+        torch.testing.assert_close(again.module()(_x(n)), module(_x(n)))
+
+
+def test_a_programs_module_without_hooks_keeps_its_nodes_metadata_when_re_exported():
+    ep = graphcap.export(Nested(), (_x(3),))
+    again = graphcap.export(ep.module(), (_x(3),))
+    stacks = [n.meta.get("nn_module_stack") for n in again.graph.nodes if n.op == "call_function"]
+    assert any(any(path == "block.lin" for path, _ in s.values()) for s in stacks if s)
+
+
+@pytest.mark.parametrize("source", ["graphcap", "torch"])
+def test_a_program_given_to_export_is_exported_as_its_module(source):
+    lib = graphcap if source == "graphcap" else torch.export
+    ep = lib.export(Counting(), (_x(3),), dynamic_shapes=({0: lib.Dim("b", max=64)},))
+    again = graphcap.export(ep, (_x(3),), dynamic_shapes=({0: Dim("b", max=64)},))
+    assert [s.kind.name for s in again.graph_signature.input_specs] == ["PARAMETER", "PARAMETER", "BUFFER",
+                                                                       "USER_INPUT"]
+    torch.testing.assert_close(again.module()(_x(9)), Counting()(_x(9)))
+    pure = lib.export(Pure(), (_x(3),))
+    drafted = graphcap.draft_export(pure, (_x(3),))
+    torch.testing.assert_close(drafted.module()(_x(3)), Pure()(_x(3)))

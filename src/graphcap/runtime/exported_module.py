@@ -102,6 +102,9 @@ def _check_structure(module: "ExportedModule", args: tuple[Any, ...], kwargs: di
         module._checker.check_structure(args, kwargs)
 
 
+_check_structure.graphcap_input_check = True  # type: ignore[attr-defined]  # not a user's hook (graph_module_replay)
+
+
 class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
     """What ``ep.module()`` returns; see the module docstring."""
 

@@ -26,6 +26,7 @@ import torch.fx.traceback as fx_traceback
 from .. import auto_flatten
 from ..pytree import qualified_name
 from ..torch_private.fx import pytree_specs_of
+from ..torch_private.modules import forward_hook_functions
 
 _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
 
@@ -40,10 +41,18 @@ def _carries_metadata(gm: torch.fx.GraphModule) -> bool:
                and any(node.meta.get(k) for k in _SOURCE_KEYS) for node in gm.graph.nodes)
 
 
+def _has_users_hooks(root: torch.fx.GraphModule) -> bool:
+    """Forward hooks or pre-hooks on the graph module itself (``module()``'s own input check,
+    marked ``graphcap_input_check``, aside). The replay runs the graph, not the module's call, so
+    it would leave them out of the program (as torch.export does): such a module is called as any
+    module is, its hooks recorded, and its nodes' metadata not carried."""
+    return any(not getattr(hook, "graphcap_input_check", False) for hook in forward_hook_functions(root))
+
+
 def replaying_call(root: Any) -> Optional[Callable[..., Any]]:
     """A call that runs ``root``'s graph with its node metadata current, or None when ``root`` is
     not a graph module whose nodes carry any (see the module docstring)."""
-    if not isinstance(root, torch.fx.GraphModule) or not _carries_metadata(root):
+    if not isinstance(root, torch.fx.GraphModule) or not _carries_metadata(root) or _has_users_hooks(root):
         return None
     in_spec, out_spec = pytree_specs_of(root)
 
