@@ -146,16 +146,18 @@ def twice_model_buffer_untouched_by_export(lib):
 
 
 @probe
-def twice_running_one_leaves_the_other(lib):
+def twice_programs_share_the_models_buffer(lib):
+    # both programs hold the model's own buffer (no copy): running one's module advances the other's
     m = Model()
     a, b = _export(lib, m), _export(lib, m)
     x = _x()
     ma = a.module()
     ma(x)
     ma(x)
-    mb = b.module()
-    return (b.state_dict["count"].tolist(), a.state_dict["count"].tolist(), m.count.tolist(),
-            _close(mb(x), Model()(x)))
+    eager = Model()
+    eager(x)
+    eager(x)  # the state b's module starts from
+    return b.state_dict["count"].tolist(), m.count.tolist(), _close(b.module()(x), eager(x))
 
 
 @probe
@@ -888,14 +890,19 @@ def program_shallow_copied(lib):
 
 
 @probe
-def decomposed_twice_independent(lib):
+def decomposed_twice_share_the_buffer(lib):
+    # graphs and tables of their own, the program's tensors shared (as torch's run_decompositions)
     ep = _export(lib, Model(), dyn=True)
     a, b = ep.run_decompositions(), ep.run_decompositions()
     x = _x(5)
     ma = a.module()
     ma(x)
     ma(x)
-    return _close(b.module()(x), Model()(x)), a.graph_module.code == b.graph_module.code
+    eager = Model()
+    eager(x)
+    eager(x)
+    return (_close(b.module()(x), eager(x)), a.graph_module.code == b.graph_module.code,
+            a.graph_module is not b.graph_module)
 
 
 # -- threads (last: torch.export's failures in threads can leave its mode stack broken) --
