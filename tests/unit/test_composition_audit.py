@@ -193,6 +193,24 @@ def test_fullgraph_compile_runs_the_valid_sizes_and_stops_at_the_others():
         compiled(_x(9))
 
 
+def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range():
+    torch.compiler.reset()
+
+    class Flagged(torch.nn.Module):
+        def forward(self, x, flag: bool, n: int):
+            return (x * 2 if flag else x - 1) + n
+
+    ep = graphcap.export(Flagged(), (torch.ones(3), True, 4),
+                         dynamic_shapes=({0: Dim("b", max=8)}, None, Dim("n", min=1, max=10)))
+    compiled = torch.compile(ep.module(), backend="eager")
+    for args in ((torch.ones(3), True, 4), (torch.ones(5), True, 7)):
+        torch.testing.assert_close(compiled(*args), Flagged()(*args))
+    with pytest.raises(InputGuardError, match="to be equal to True, but got False"):
+        compiled(torch.ones(3), False, 4)
+    with pytest.raises(InputGuardError, match="to be <= 10, but got 11"):
+        compiled(torch.ones(3), True, 11)
+
+
 def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
     torch.compiler.reset()
     ep = graphcap.export(Counting(), (_x(3),), dynamic_shapes=({0: Dim("b", max=8)},))
