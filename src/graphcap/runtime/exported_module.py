@@ -18,7 +18,8 @@ module can be printed, transformed, recompiled and exported again.
 Inputs are checked before anything is computed: the structure (containers,
 counts, keys) by a forward pre-hook, every leaf (dtype, device, sizes, baked-in
 values, relations between sizes) by a ``_guards_fn`` submodule that the graph
-calls right after its placeholders. Parameters and read-only buffers are
+calls right after its placeholders (under ``torch.compile`` the checks dynamo can follow,
+``InputChecker.fits_compiled``, become guards of the compiled code). Parameters and read-only buffers are
 shared with the program; buffers the program updates are copied, so that
 running the module leaves the ExportedProgram (and other modules made from
 it) as they were.
