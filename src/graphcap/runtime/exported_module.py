@@ -19,10 +19,12 @@ Inputs are checked before anything is computed: the structure (containers,
 counts, keys) by a forward pre-hook, every leaf (dtype, device, sizes, baked-in
 values, relations between sizes) by a ``_guards_fn`` submodule that the graph
 calls right after its placeholders (under ``torch.compile`` the checks dynamo can follow,
-``InputChecker.fits_compiled``, become guards of the compiled code). Parameters and read-only buffers are
-shared with the program; buffers the program updates are copied, so that
-running the module leaves the ExportedProgram (and other modules made from
-it) as they were.
+``InputChecker.fits_compiled``, become guards of the compiled code). The module
+holds the program's own parameters, buffers and constants, not copies, as
+torch.export's ``module()`` does (``_install_state``): a run's buffer updates
+show in ``ep.state_dict`` and in every module made from the program;
+``copy.deepcopy(module)`` gives state of its own. Pickling is refused
+(``errors.NotPicklableError``): ``graphcap.save`` is the program's file.
 """
 from __future__ import annotations
 
