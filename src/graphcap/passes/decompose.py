@@ -63,7 +63,13 @@ from ..torch_private.fake import (
 from ..torch_private.functional import FunctionalTensor, FunctionalTensorMode
 from ..torch_private.fx import code_generated_on_first_use, interpreting_node, plain_graph_module
 from ..torch_private.ops import OpOverload, schema_of
-from ..torch_private.shapes import backed_size_oblivious, keep_only_facts, shape_guards, symbol_ranges
+from ..torch_private.shapes import (
+    backed_size_oblivious,
+    example_values,
+    keep_only_facts,
+    shape_guards,
+    symbol_ranges,
+)
 from ..torch_private.symbolic import ValueRanges
 from ..trace import metadata
 from ..trace.lifting import argument_for
@@ -559,7 +565,7 @@ def _forget_unheld_guards(env: Any, ranges: dict, asserted: list) -> None:
         return
     sizes = {sym for sym in ranges if getattr(sym, "is_Symbol", False)}
     known = symbol_ranges(env)
-    for sym in sizes:
+    for sym in sizes & example_values(env).keys():  # input sizes (a value read from data keeps its range)
         known[sym] = ranges[sym]
     held = set(asserted)
     keep_only_facts(env, lambda expr: expr in held or not expr.free_symbols <= sizes)
