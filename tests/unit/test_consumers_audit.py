@@ -164,3 +164,9 @@ def test_executorch_writes_back_every_input_the_program_writes(model_class, part
         assert len(got) == len(expected), name
         for want, have in zip(expected, got):
             torch.testing.assert_close(have, want, msg=name)
+
+
+def test_the_file_format_names_every_kind_torch_has():
+    from graphcap.serialize import schema
+    assert set(tsig.InputKind.__members__) <= set(schema.INPUT_KINDS)
+    assert set(tsig.OutputKind.__members__) <= set(schema.OUTPUT_KINDS)
