@@ -11,7 +11,7 @@ A dynamic program's second input is at the top of its range (ExecuTorch plans me
 Each cell is ``ok <largest difference>`` or the consumer's error, first line. A dynamic program
 runs at its example and at a second size. The runners are bench/consumers.py's.
 
-    PYTHONPATH=src python bench/probes/consumers_audit.py [--only NAME,...] [--consumers et_xnnpack,onnx]
+    PYTHONPATH=src python bench/probes/consumers_audit.py [--only NAME,...] [--consumers et_xnnpack,onnx] [--strict]
 """
 from __future__ import annotations
 
@@ -283,9 +283,11 @@ def cases() -> dict[str, tuple[consumers.Case, dict]]:
 
 # -- exporting, as a user does with each library ---------------------------------------------
 
+STRICT = False  # --strict: both libraries' strict mode
+
 def export(exporter: str, case: consumers.Case, options: dict):
     model = copy.deepcopy(case.model)
-    kw = dict(dynamic_shapes=case.dynamic_shapes, strict=False)
+    kw = dict(dynamic_shapes=case.dynamic_shapes, strict=STRICT)
     if options.get("preserve"):
         kw["preserve_module_call_signature"] = options["preserve"]
     lib: Any = graphcap if exporter == "graphcap" else torch.export
@@ -413,7 +415,10 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--consumers", default="module,et_xnnpack,et_portable,onnx,aoti,torchao")
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--strict", action="store_true")
     a = parser.parse_args(argv)
+    global STRICT
+    STRICT = a.strict
     every = cases()
     names = [s for s in a.only.split(",") if s] or list(every)
     wanted = a.consumers.split(",")
