@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, cast
 
-from .program import ExportedProgram
+from .program import ExportedProgram, module_of_program
 from .serialize import context_text as _context_text  # noqa: F401 (torch's pytree writes handed-over contexts)
 from .tracing_lock import TRACING_LOCK as TRACING_LOCK  # public here too (docs/threads.md)
 from .young_heap import young_objects_only
@@ -28,7 +28,8 @@ def export(
     is recorded at the training-IR level.
 
     Args:
-        mod: the ``nn.Module`` (or function, or bound method) to capture.
+        mod: the ``nn.Module`` (or function, or bound method) to capture; an exported program
+            (graphcap's or torch.export's) is captured as its ``module()``.
         args: the positional example inputs, a tuple.
         kwargs: the keyword example inputs, or None.
         dynamic_shapes: which input dimensions may vary: a spec in the shape of the
@@ -67,6 +68,7 @@ def export(
         torch.Size([5, 2])
     """
     from .dynamic.shape_var_specs import with_attached_spec
+    mod = module_of_program(mod)  # a program is exported as its module()
     dynamic_shapes = with_attached_spec(mod, dynamic_shapes)  # torch's @dynamic_spec(...) on forward
     if samples is not None or (isinstance(dynamic_shapes, str) and dynamic_shapes == "infer"):
         from .capture.inferred_shapes import export_with_inferred_shapes
@@ -131,7 +133,8 @@ def draft_export(
     the fix. See :mod:`graphcap.capture.draft`.
 
     Args:
-        mod: the ``nn.Module`` (or function, or bound method) to capture; it must
+        mod: the ``nn.Module`` (or function, or bound method, or exported program: its
+            ``module()``) to capture; it must
             run eagerly on the example.
         args: the positional example inputs, a tuple.
         kwargs: the keyword example inputs, or None.
@@ -162,7 +165,7 @@ def draft_export(
         >>> fixes = [p.fix for p in ep.report.problems]
     """
     from .capture.draft import draft_export as _draft_export
-    return _draft_export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
+    return _draft_export(module_of_program(mod), args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict,
                          preserve_module_call_signature=tuple(preserve_module_call_signature),
                          prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
 

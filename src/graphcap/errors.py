@@ -406,6 +406,29 @@ class NotAProgramError(SerializationError, TypeError):
                        "is taken too).")
 
 
+class NotPicklableError(SerializationError, TypeError):
+    """``pickle`` / ``torch.save`` given an exported program or ``ep.module()``.
+
+    Their graphs carry fake values and their modules input checks that pickle cannot keep (fx's
+    pickling writes a file whose load fails far from the save); the message names graphcap's own
+    format instead. Also a ``TypeError``, the type pickle raises for an object it cannot pickle.
+    """
+
+    @classmethod
+    def of(cls, value: Any) -> "NotPicklableError":
+        """The refusal to pickle ``value`` (a program or its module)."""
+        program = hasattr(value, "graph_signature")
+        kind = "an exported program" if program else "ep.module()"
+        lost = ("its graph's fake values and symbolic sizes" if program
+                else "its input checks, and the graph's own code and metadata")
+        return cls(f"{type(value).__name__} ({kind}) cannot be pickled (pickle, torch.save, "
+                   f"multiprocessing): {lost} would not come back from the file.", where=f"pickling {kind}",
+                   fix="Save the program in graphcap's format and take its module after loading: "
+                       "graphcap.save(ep, 'model.pt2'); module = graphcap.load('model.pt2').module(). "
+                       "For the weights alone: torch.save(module.state_dict(), 'weights.pt'). In one "
+                       "process, copy.deepcopy(module) copies it.")
+
+
 def _make_also_torch_user_errors() -> dict[str, type]:
     """Make the errors that are also torch's ``UserError`` (see ``_ALSO_TORCH_USER_ERRORS``).
 

@@ -31,6 +31,7 @@ import torch
 import torch.export.exported_program as _torch_exported_program  # the base class (see ExportedProgram)
 
 from .edited_graphs import fill_source_metadata, normalize_edited_graph
+from .errors import NotPicklableError
 from .ir_checks import is_inference_ir, verify
 from .signature import ExportGraphSignature, InputKind, ModuleCallEntry, call_spec_of
 from .torch_logs import quiet_torch_logs
@@ -118,6 +119,15 @@ def _constructor_fields(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, boo
     ``fx.Graph`` second); and whether it was torch's."""
     torchs = "root" in kwargs or "graph" in kwargs or (len(args) > 1 and isinstance(args[1], torch.fx.Graph))
     return (_torch_layout if torchs else _graphcap_layout)(*args, **kwargs), torchs
+
+
+def module_of_program(value: Any) -> Any:
+    """``value.module()`` when ``value`` is an exported program (graphcap's or torch.export's),
+    else ``value``: ``export(ep, args)`` exports the program's module, the one callable a program
+    stands for (calling the program itself only raises)."""
+    if isinstance(value, _torch_exported_program.ExportedProgram):
+        return value.module()
+    return value
 
 
 class ExportedProgram(_torch_exported_program.ExportedProgram):
@@ -396,6 +406,18 @@ class ExportedProgram(_torch_exported_program.ExportedProgram):
         # while the signature copied with it says ``input``: the copy keeps the program's names
         copy_placeholder_names(new._graph_module, self._graph_module)
         return new
+
+    def __copy__(self) -> "ExportedProgram":
+        """A shallow copy: the same graph module, tensors and tables (as ``copy.copy`` gives by
+        default; written out since pickling, which that default goes through, is refused)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __reduce__(self) -> Any:
+        # the graph's fake values and the module-stack tracer fx would re-trace it with on load do not
+        # pickle: the file would be written and fail to load. graphcap.save is the program's format
+        raise NotPicklableError.of(self)
 
     # -- behaviour (delegated) ---------------------------------------------
     def module(self, check_guards: bool = True) -> torch.fx.GraphModule:

@@ -131,3 +131,101 @@ def test_a_path_left_out_at_the_top_of_the_range_is_checked_too():
     unbounded = graphcap.export(_Spread(), (torch.randn(4, 3),), dynamic_shapes=({0: graphcap.Dim("rows", min=2)},))
     with pytest.raises(UnsupportedError, match=r"rows = \d{3}.*other values"):
         unbounded.run_decompositions({torch.ops.graphcap_test_paths.spread.default: _entry_for_short_rows})
+
+
+class _BicubicInABranch(torch.nn.Module):
+    """The size-dependent operator sits in a torch.cond branch (nested one level deeper when
+    ``nested``); the retrace decomposes it while replaying the cond node."""
+
+    def __init__(self, nested=False):
+        super().__init__()
+        self.nested = nested
+
+    def forward(self, x, flag):
+        def smooth(x):
+            return F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=True)
+
+        def sharp(x):
+            if self.nested:
+                return torch.cond(x.sum() > 0, _Bicubic(), smooth, (x,))
+            return _Bicubic()(x)
+
+        return torch.cond(flag.sum() > 0, sharp, smooth, (x,))
+
+
+def _branch_program(nested, h_min=2):
+    h = graphcap.Dim("h", min=h_min, max=9)
+    return graphcap.export(_BicubicInABranch(nested), (torch.randn(1, 2, 6, 6), torch.ones(1)),
+                           dynamic_shapes={"x": {2: h}, "flag": None})
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["branch", "nested-branch"])
+def test_an_operator_in_a_cond_branch_is_checked_and_named(nested):
+    with pytest.raises(UnsupportedError) as caught:
+        _branch_program(nested).run_decompositions()
+    text = str(caught.value)
+    assert "torch.ops.aten.upsample_bicubic2d.vec" in text and "h = 2" in text
+    assert "del table[torch.ops.aten.upsample_bicubic2d.vec]" in text and "Dim('h', min=4, max=9)" in text
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["branch", "nested-branch"])
+def test_the_fixes_pasted_give_a_branchy_program_right_at_every_size(nested):
+    table = graphcap.default_decompositions()
+    del table[torch.ops.aten.upsample_bicubic2d.vec]
+    kept_whole = _branch_program(nested).run_decompositions(table)
+    narrower = _branch_program(nested, h_min=4).run_decompositions()
+    for decomposed, sizes in ((kept_whole, (2, 3, 9)), (narrower, (4, 9))):
+        for h in sizes:
+            for flag in (torch.ones(1), -torch.ones(1)):
+                x = torch.randn(1, 2, h, 6)
+                torch.testing.assert_close(decomposed.module()(x, flag), _BicubicInABranch(nested)(x, flag))
+
+
+class _ReshapeInABranch(torch.nn.Module):
+    def forward(self, x, flag):
+        return torch.cond(flag.sum() > 0, lambda x: x.reshape(-1, 3) * 2, lambda x: x.reshape(-1, 3) + 1, (x,))
+
+
+def test_a_layout_question_in_a_cond_branch_still_decomposes():
+    batch = graphcap.Dim("batch", min=1, max=8)
+    ep = graphcap.export(_ReshapeInABranch(), (torch.randn(4, 2, 3).transpose(1, 2), torch.ones(1)),
+                         dynamic_shapes={"x": {0: batch}, "flag": None})
+    decomposed = ep.run_decompositions()
+    for b in (1, 3, 8):
+        for flag in (torch.ones(1), -torch.ones(1)):
+            x = torch.randn(b, 2, 3).transpose(1, 2)
+            torch.testing.assert_close(decomposed.module()(x, flag), _ReshapeInABranch()(x, flag))
+
+
+class _AsksFirst(torch.nn.Module):
+    """The user's own code asks the size question first, with the same result either way; the
+    export finds the program the same at 1 row and keeps 1 in the range."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            x = x + 0
+        return self.body(x)
+
+
+def test_a_question_the_users_code_asked_first_is_still_checked_in_the_decomposition():
+    """The export's ShapeEnv kept the user's ``rows > 1`` as a narrower range ([2, 16] where the
+    program holds [1, 16]); the retrace took it as known, recorded no guard, and the decomposed
+    program gave NaN at 1 row, silently."""
+    rows = graphcap.Dim("rows", min=1, max=16)
+    ep = graphcap.export(_AsksFirst(_Spread()), (torch.randn(4, 3),), dynamic_shapes=({0: rows},))
+    assert ep.module()(torch.ones(1, 3)).tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(UnsupportedError, match=r"graphcap_test_paths\.spread\.default.*rows = 1.*other values"):
+        ep.run_decompositions({torch.ops.graphcap_test_paths.spread.default: _entry})
+
+
+def test_a_layout_question_the_users_code_asked_first_still_decomposes():
+    b = graphcap.Dim("b", min=1, max=8)
+    ep = graphcap.export(_AsksFirst(_FoldBatchIntoRows()), (torch.randn(3, 4, 5),), dynamic_shapes=({0: b},))
+    decomposed = ep.run_decompositions()
+    for n in (1, 2, 8):
+        x = torch.randn(n, 4, 5)
+        torch.testing.assert_close(decomposed.module()(x), _AsksFirst(_FoldBatchIntoRows())(x))

@@ -98,3 +98,44 @@ def test_parameter_read_through_data_is_refused_not_baked_in():
         graphcap.export(Cache(), (torch.randn(1, 3, 5),))
     assert isinstance(info.value, graphcap.UnsupportedError)
     assert "self.cache.data" in str(info.value)  # the line that reads or assigns `.data`
+
+
+class _Counter:
+    """A plain object holding the model's own buffer, as transformers' cache layers hold theirs."""
+
+    def __init__(self, t):
+        self.length = t
+
+
+class _CountsTokens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("length", torch.tensor(0))
+        self.state = _Counter(self.length)
+
+    def forward(self, x):
+        self.state.length.add_(x.shape[0])  # in place, through the alias: returns the real buffer
+        return x * self.state.length
+
+
+def test_a_real_buffer_updated_in_place_through_an_alias_is_no_leak():
+    """The tracker saw the model's real buffer come back from ``add_``; it has data, so the model
+    keeping it is fine (transformers' static cache warned "6 fake tensors still alive")."""
+    model = _CountsTokens()
+    ep, messages = _export_quietly(model, (torch.randn(3, 2),))
+    assert messages == []
+    assert type(model.state.length) is torch.Tensor and model.length.item() == 0  # the export wrote nothing
+    program, eager, x = ep.module(), _CountsTokens(), torch.ones(3, 2)
+    for _ in range(3):
+        torch.testing.assert_close(program(x), eager(x))
+
+
+def test_a_fake_tensor_stored_next_to_a_real_one_is_still_reported():
+    class Stores(_CountsTokens):
+        def forward(self, x):
+            self.state.last = x * 2  # a fake tensor kept on a plain object
+            return super().forward(x)
+
+    model = Stores()
+    _, messages = _export_quietly(model, (torch.randn(3, 2),))
+    assert len(messages) == 1 and messages[0].startswith("Detected 1 fake tensors") and "x * 2" in messages[0]

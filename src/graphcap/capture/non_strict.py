@@ -29,7 +29,17 @@ from ..stage_clock import StageClock
 from ..torch_private import fx as fx_private
 from ..torch_private import pytree
 from ..torch_private.modules import non_persistent_buffer_names
-from ..trace import constant_writes, fakify, graph_module_replay, leaks, lifting, metadata, recorder
+from ..trace import (
+    constant_writes,
+    default_dtype,
+    fakify,
+    graph_module_replay,
+    leaks,
+    lifting,
+    metadata,
+    python_overrides,
+    recorder,
+)
 from ..trace.control_flow import before_lifting, branch_checks
 from ..trace.conversion_asserts import insert_conversion_asserts
 from ..trace.naming import subgraph_names
@@ -177,6 +187,16 @@ def _root_state(root: Optional[torch.nn.Module]) -> RootState:
     return RootState(params, buffers, non_persistent, constant_attrs, constant_tensors)
 
 
+def _generator_attrs(root: Optional[torch.nn.Module]) -> dict[str, torch.Generator]:
+    """Every ``torch.Generator`` a module of ``root`` holds as an attribute, by FQN."""
+    found: dict[str, torch.Generator] = {}
+    for fqn, module in call_signatures.module_tree(root) if root is not None else ():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Generator):
+                found.setdefault(f"{fqn}.{attr}" if fqn else attr, value)
+    return found
+
+
 @dataclass
 class _Traced:
     """What one non-strict trace leaves behind: the program, and the probe that finds fake tensors
@@ -234,6 +254,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
                        prefer_deferred_asserts: bool,
                        front: Optional[Callable[..., Any]] = None, strict: bool = False) -> _Traced:
     clock = StageClock()  # seconds per stage, kept on the program for the report
+    entry_default_dtype = torch.get_default_dtype()  # what a forward switching it switches from
     target = resolve_target(mod)
     args, kwargs = normalize_example_inputs(args, kwargs)
     gp_pytree.auto_register((args, kwargs), "inputs")  # classes flattened by attributes, for this trace
@@ -279,19 +300,22 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
                                                  replays_graph=replay is not None)
     try:
-        with call_recorder, dyn_symbols.tracing(dyn_inputs):
+        with call_recorder, dyn_symbols.tracing(dyn_inputs), python_overrides.default_dtypes_seen() as dtypes:
             recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
                                         fake_mode, target.name, buffer_names=list(buffers))
     except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
         name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
         raise
     gm = recording.graph_module
+    # tensors made while forward had switched the default dtype keep their traced dtype
+    if dtypes != {entry_default_dtype}:
+        default_dtype.pin_default_dtypes(gm, entry_default_dtype, target.name)
     # dead artifacts dropped, subgraph constants hoisted, grad/autocast regions wrapped, metadata cleaned
     gm = before_lifting.prepare_for_lifting(gm, fake_mode, torch.is_grad_enabled())
     clock.lap("capture")
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, root_state.constant_attrs,
-                                 tensors={**params, **buffers})
+                                 tensors={**params, **buffers}, generator_attrs=_generator_attrs(target.root))
     names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)

@@ -147,7 +147,10 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     decided = DRAFT_DECISIONS.get()
 
     def capture(sizes_0_1_symbolic: bool) -> tuple:
-        with dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
+        # dynamo runs what it captured, grad-mode switches forward leaves behind included
+        # (torch.set_grad_enabled(False) never switched back): the process keeps its own grad mode,
+        # as non-strict's recording keeps it
+        with _grad_mode_kept(), dynamo_private.dims_marked_dynamic(marks), recorder.backend_neutral(), \
                 shapes_private.backed_size_oblivious(sizes_0_1_symbolic), \
                 copies_broadcast_by_copy(), _real_values_in_dynamo(decided), \
                 strict_call_boundaries.marked_calls(preserved) as marker:
@@ -180,6 +183,15 @@ def _front(target: Any, args: tuple, kwargs: dict, user_leaves: list, fake_user:
     return DynamoGraphReplay(gm, target.root, marker, owners)
 
 
+
+
+@contextlib.contextmanager
+def _grad_mode_kept() -> Iterator[None]:
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(enabled)
 
 
 def _repeated_tensors_aliased(args: tuple, kwargs: dict, user_leaves: list) -> tuple[tuple, dict, list]:
@@ -445,6 +457,7 @@ class _Replayer(torch.fx.Interpreter):
         super().__init__(replay.gm, garbage_collect_values=True)
         self.replay = replay
         self.enter_autocast, self.exit_autocast = fx_private.autocast_markers()
+        self.enter_inference, self.exit_inference = fx_private.inference_mode_markers()
         self.checkpoint = higher_order_private.activation_checkpoint_operator()
         self.function_apply = higher_order_private.autograd_function_operator()
 
@@ -465,6 +478,15 @@ class _Replayer(torch.fx.Interpreter):
             block.__enter__()
             return block
         if target is self.exit_autocast:
+            args[0].__exit__(None, None, None)
+            return None
+        if target is self.enter_inference:
+            # dynamo's marker of a `with torch.inference_mode():` block: entered as the user's `with`
+            # is in non-strict, so the block's grad switch is recorded (graphcap.trace.python_overrides)
+            block = torch.inference_mode(*args, **kwargs)
+            block.__enter__()
+            return block
+        if target is self.exit_inference and isinstance(args[0], torch.inference_mode):
             args[0].__exit__(None, None, None)
             return None
         if target is self.checkpoint and isinstance(args[0], torch.fx.GraphModule):

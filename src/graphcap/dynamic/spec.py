@@ -360,7 +360,54 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
     from_shapes_spec = is_shape_var_spec(dynamic_shapes)
     if from_shapes_spec:  # torch's ShapesSpec / ParamsSpec: unbacked sizes
         dynamic_shapes = translate(m, args, kwargs, dynamic_shapes)
-    walker = _Walker(from_shapes_spec)
+    named = [(name, f"['{name}']", value) for name, value in combined.items()]
+    try:
+        return _walk_spec(_Walker(from_shapes_spec), args, kwargs, named, dynamic_shapes)
+    except DynamicSpecError as e:
+        spread = _varargs_spread(m, combined)
+        if not isinstance(dynamic_shapes, (tuple, list)) or spread is None or len(spread) != len(dynamic_shapes):
+            raise
+        first = e
+    # forward takes ``*args`` and the tuple lists the inputs one by one, as they are passed
+    try:
+        return _walk_spec(_Walker(from_shapes_spec), args, kwargs, spread, dynamic_shapes)
+    except DynamicSpecError:
+        if len(dynamic_shapes) == len(named):  # both readings fit the count: torch's error
+            raise first from None
+        raise  # only this reading fits the count: its error names the entry that is wrong
+
+
+def _varargs_spread(m: Any, combined: dict[str, Any]) -> Optional[list[tuple[str, str, Any]]]:
+    """The inputs with forward's ``*args`` spread out, one entry per value passed there (None when
+    forward takes no ``*args`` or none were passed).
+
+    A tuple spec for ``forward(self, *args)`` is read first as torch.export reads it, one entry per
+    parameter (the whole ``*args`` tuple one entry); when that does not fit, a tuple with one entry
+    per value passed is what the user meant: a wrapper forwarding ``*args`` (an unflattened module,
+    ``torch.compile``'s module in strict mode) then takes the spec its inner module takes.
+    """
+    fn = m.forward if isinstance(m, torch.nn.Module) else m
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    var = next((name for name, p in params.items() if p.kind is p.VAR_POSITIONAL), None)
+    if var is None or not combined.get(var):
+        return None
+    spread: list[tuple[str, str, Any]] = []
+    for name, value in combined.items():
+        if name == var:
+            spread += [(f"{name}[{i}]", f"['{name}'][{i}]", v) for i, v in enumerate(value)]
+        else:
+            spread.append((name, f"['{name}']", value))
+    return spread
+
+
+def _walk_spec(walker: _Walker, args: tuple, kwargs: dict, inputs: list[tuple[str, str, Any]],
+               dynamic_shapes: Any) -> tuple[list[LeafSpec], list[str]]:
+    """The spec walked along ``inputs`` (each input's name, its path by argument name, its value):
+    each leaf's spec entry and path."""
+    combined = {name: value for name, _, value in inputs}
     values = list(combined.values())
     if isinstance(dynamic_shapes, dict):
         if set(dynamic_shapes) != set(combined):
@@ -392,8 +439,8 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
             f"dynamic_shapes must be a dict, tuple or list, got {type(dynamic_shapes).__name__}.",
             where="export(..., dynamic_shapes=...)", fix=_fix_hint())
     by_position = not isinstance(dynamic_shapes, dict)
-    for i, ((name, value), spec) in enumerate(zip(combined.items(), specs)):
-        walker.walk(value, spec, f"['{name}']", f"[{i}]" if by_position else f"['{name}']")
+    for i, ((_, path, value), spec) in enumerate(zip(inputs, specs)):
+        walker.walk(value, spec, path, f"[{i}]" if by_position else path)
     n_leaves = len(pytree.tree_leaves((args, kwargs)))
     if len(walker.leaf_specs) != n_leaves:
         raise DynamicSpecError(

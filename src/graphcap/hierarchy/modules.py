@@ -231,11 +231,15 @@ class UnflattenedModule(SubmoduleGraph):
             if adapted is not None:
                 return adapted
         try:
-            return checker(args, kwargs) if checking else checker.flat_inputs(args, kwargs)
+            leaves = checker(args, kwargs) if checking else checker.flat_inputs(args, kwargs)
         except InputStructureError:
             if self._adapter_state.adapter is None and other_structure(args, kwargs, checker.in_spec) is not None:
                 raise flat_args.no_adapter_error(checker, args, kwargs) from None
             raise
+        if torch.compiler.is_dynamo_compiling() and self.check_input_constraints \
+                and not torch.compiler.is_exporting() and not checker.fits_compiled(tuple(leaves)):
+            checker.check_leaves(leaves)  # torch.compile: as ep.module()'s checks (runtime/exported_module.py)
+        return leaves
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         leaves = self._flat_inputs(tuple(args), dict(kwargs))

@@ -68,11 +68,13 @@ def _split_call(name: str) -> tuple[str, int]:
     return (base, int(tail)) if at and tail.isdigit() else (name, 0)
 
 
-def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optional[str] = None) -> UnflattenedModule:
-    """The module tree of ``ep``'s model, rebuilt; see the module docstring.
+def unflatten(module: Any, flat_args_adapter: Optional[Any] = None, *,
+              method: Optional[str] = None) -> UnflattenedModule:
+    """The module tree of the program ``module``'s model, rebuilt; see the module docstring.
 
     Args:
-        ep: an :class:`ExportedProgram`.
+        module: an :class:`ExportedProgram` (the parameter has torch.export's name, so
+            ``unflatten(module=ep)`` written for torch works).
         flat_args_adapter: a :class:`graphcap.FlatArgsAdapter` (torch.export's are accepted
             too): consulted on a call whose inputs are shaped otherwise than the program's, it
             maps the call's flat inputs onto the program's; the program's input checks then
@@ -95,7 +97,7 @@ def unflatten(ep: Any, flat_args_adapter: Optional[Any] = None, *, method: Optio
     """
     check_adapter(flat_args_adapter)
     from ..multi_method import method_program
-    ep = _as_graphcap_program(method_program(ep, method, "graphcap.unflatten"))
+    ep = _as_graphcap_program(method_program(module, method, "graphcap.unflatten"))
     graph = copy_graph(ep)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     state = state_entries(ep, placeholders)

@@ -552,10 +552,15 @@ def _forget_unheld_guards(env: Any, ranges: dict, asserted: list) -> None:
     """The retrace knows of the input sizes only what the program holds: their ranges, relations
     and runtime asserts. A guard the export recorded inside the fake kernel of an operator it kept
     whole (bicubic's ``out_size > 1``) holds for no input of the program; left in the ShapeEnv, it
-    would answer that operator's decomposition's question for every size, silently."""
+    would answer that operator's decomposition's question for every size, silently. A user's own
+    size question the program was found not to depend on (``if x.shape[0] > 1: ...`` with the same
+    result at 1) narrowed the ShapeEnv's range below the program's: each range is the program's."""
     if env is None:
         return
     sizes = {sym for sym in ranges if getattr(sym, "is_Symbol", False)}
+    known = symbol_ranges(env)
+    for sym in sizes:
+        known[sym] = ranges[sym]
     held = set(asserted)
     keep_only_facts(env, lambda expr: expr in held or not expr.free_symbols <= sizes)
 

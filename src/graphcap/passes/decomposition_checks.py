@@ -43,16 +43,33 @@ def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tu
     conditions = [c for c in asserted if isinstance(c, sympy.Basic) and c.free_symbols <= ranges.keys()]
     checked: set[tuple[Any, torch.fx.Node]] = set()
     for guard, node in guarded_by:
-        if (guard, node) in checked or not _checkable(node) \
-                or not guard.free_symbols or not guard.free_symbols <= ranges.keys():
+        if (guard, node) in checked or not guard.free_symbols or not guard.free_symbols <= ranges.keys():
             continue
         checked.add((guard, node))
-        witness = _size_left_out(guard, ranges, base, conditions)
+        operators = [op for op in _operators_of(node) if _checkable(op)]
+        witness = _size_left_out(guard, ranges, base, conditions) if operators else None
         if witness is None:
             continue
-        wrong = _wrong_at(node, {**base, **witness}, trace_one)
-        if wrong is not None:
-            _refuse(ep, node, guard, witness, ranges, wrong)
+        for op in operators:
+            wrong = _wrong_at(op, {**base, **witness}, trace_one)
+            if wrong is not None:
+                _refuse(ep, op, guard, witness, ranges, wrong)
+
+
+def _operators_of(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The operator nodes a guard raised while replaying ``node`` may come from: ``node`` itself,
+    or, for a ``torch.cond``, every operator of both branches (nested conds included), since the
+    retrace decomposes the branches inside the one cond node it replays."""
+    if node.target is not torch.ops.higher_order.cond:
+        return [node]
+    owner = node.graph.owning_module
+    inner: list[torch.fx.Node] = []
+    for branch in node.args[1:3]:
+        graph = getattr(owner, branch.target).graph if isinstance(branch, torch.fx.Node) else None
+        for n in graph.nodes if graph is not None else ():
+            if n.op == "call_function":
+                inner += _operators_of(n)
+    return inner
 
 
 def _checkable(node: torch.fx.Node) -> bool:

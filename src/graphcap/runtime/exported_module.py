@@ -18,10 +18,13 @@ module can be printed, transformed, recompiled and exported again.
 Inputs are checked before anything is computed: the structure (containers,
 counts, keys) by a forward pre-hook, every leaf (dtype, device, sizes, baked-in
 values, relations between sizes) by a ``_guards_fn`` submodule that the graph
-calls right after its placeholders. Parameters and read-only buffers are
-shared with the program; buffers the program updates are copied, so that
-running the module leaves the ExportedProgram (and other modules made from
-it) as they were.
+calls right after its placeholders (under ``torch.compile`` the checks dynamo can follow,
+``InputChecker.fits_compiled``, become guards of the compiled code). The module
+holds the program's own parameters, buffers and constants, not copies, as
+torch.export's ``module()`` does (``_install_state``): a run's buffer updates
+show in ``ep.state_dict`` and in every module made from the program;
+``copy.deepcopy(module)`` gives state of its own. Pickling is refused
+(``errors.NotPicklableError``): ``graphcap.save`` is the program's file.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ import torch.fx.traceback as fx_traceback
 
 from .. import auto_flatten
 from ..dynamic.assert_messages import AssertExplainer, explain_failure, explanations
-from ..errors import UnsupportedError
+from ..errors import NotPicklableError, UnsupportedError
 from ..graph_arguments import InputKind, OutputKind
 from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
@@ -81,6 +84,13 @@ class InputGuards(torch.nn.Module):
 
     def forward(self, *flat_inputs: Any) -> None:
         if torch.compiler.is_dynamo_compiling():
+            # torch.compile of the module: the checks dynamo can follow become guards of the compiled
+            # code, and an input failing them is traced again into the full check, which raises (a
+            # graph break runs it eagerly; fullgraph=True stops there). Without this a compiled
+            # module ran a program specialized to other sizes and returned wrong numbers. (A strict
+            # export of the module records the program's ranges from its own spec instead.)
+            if not torch.compiler.is_exporting() and not self.checker.fits_compiled(flat_inputs):
+                self.checker.check_leaves(list(flat_inputs))
             return
         self.checker.check_leaves(list(flat_inputs))
 
@@ -93,6 +103,9 @@ def _check_structure(module: "ExportedModule", args: tuple[Any, ...], kwargs: di
         module._checker(args, kwargs)
     else:
         module._checker.check_structure(args, kwargs)
+
+
+_check_structure.graphcap_input_check = True  # type: ignore[attr-defined]  # not a user's hook (graph_module_replay)
 
 
 class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
@@ -137,6 +150,12 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         except RuntimeError as e:  # a runtime assert failed: say input, line and range (same exception)
             explain_failure(e, getattr(self, "graphcap_assert_messages", None))
             raise
+
+    def __reduce__(self) -> Any:
+        # fx pickles a graph module as its code, re-traced on load by the tracer class its graph
+        # was recorded with (torch's module-stack tracer, which that cannot build): the file would
+        # be written and fail to load, and the input checks and state updates would not come back
+        raise NotPicklableError.of(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "ExportedModule":
         # a GraphModule copy: constants come back as buffers, hooks go

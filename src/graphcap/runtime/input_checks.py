@@ -136,6 +136,7 @@ class InputChecker:
         self._relations = _input_relations(ep.graph, self._leaves)
         self._named_dtypes = _dtypes_named_in(ep.graph_module)
         self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
+        self._plan = self._compiled_plan()  # made here: dynamo cannot follow sympy (fits_compiled)
 
     @property
     def in_spec(self) -> Any:
@@ -213,6 +214,62 @@ class InputChecker:
         leaves = self.flat_inputs(args, kwargs)
         self.check_leaves(leaves)
         return leaves
+
+    def fits_compiled(self, leaves: tuple[Any, ...]) -> bool:
+        """Whether the leaves pass the checks torch.compile can follow: plain Python over ints, dtypes
+        and sizes (no sympy, no messages), which dynamo traces into guards on the compiled code. A
+        size out of range then fails a guard, the module is traced again, this answers False and
+        :meth:`check_leaves` raises the user's error. Derived sizes and relations between sizes are
+        left to the graph's own runtime asserts."""
+        bound: dict[Any, Any] = {}
+        for entry, value in zip(self._plan, leaves):
+            kind = entry[0]
+            if kind == "tensor":
+                _, dtype, device_type, dims = entry
+                if not isinstance(value, torch.Tensor) or value.dim() != len(dims) \
+                        or value.device.type != device_type or (dtype is not None and value.dtype != dtype):
+                    return False
+                for size, (symbol, exact, lower, upper) in zip(value.shape, dims):
+                    if (exact is not None and size != exact) or (lower is not None and size < lower) \
+                            or (upper is not None and size > upper):
+                        return False
+                    if symbol is not None:
+                        if symbol in bound and bound[symbol] != size:
+                            return False
+                        bound[symbol] = size
+            elif kind == "int":
+                _, lower, upper = entry
+                if not isinstance(value, (int, torch.SymInt)) or isinstance(value, bool) \
+                        or (lower is not None and value < lower) or (upper is not None and value > upper):
+                    return False
+            elif kind == "value" and (type(value) is not type(entry[1]) or value != entry[1]):
+                return False
+        return True
+
+    def _compiled_plan(self) -> tuple[Any, ...]:
+        """:meth:`fits_compiled`'s checks, made once: per leaf a tuple of ints, dtypes and names."""
+        def bounds(expr: Any) -> tuple[Optional[int], Optional[int]]:
+            rng = self._range_of(expr)
+            if rng is None:
+                return None, None
+            return (int(rng.lower) if _finite(rng.lower) else None, int(rng.upper) if _finite(rng.upper) else None)
+
+        entries: list[tuple[Any, ...]] = []
+        for leaf in self._leaves:
+            if isinstance(leaf, _TensorLeaf):
+                integral = not (leaf.dtype.is_floating_point or leaf.dtype.is_complex or leaf.dtype is torch.bool)
+                dtype = None if integral and leaf.dtype not in self._named_dtypes else leaf.dtype  # wider ints pass
+                dims = tuple((None, d, None, None) if isinstance(d, int)
+                             else (str(d) if isinstance(d, sympy.Symbol) else None, None, *bounds(d))
+                             for d in leaf.dims)
+                entries.append(("tensor", dtype, leaf.device.type, dims))
+            elif isinstance(leaf, _SymIntLeaf):
+                entries.append(("int", *bounds(leaf.expr)))
+            elif type(leaf.value) in (int, bool, str) or leaf.value is None:
+                entries.append(("value", leaf.value))
+            else:
+                entries.append(("other",))  # floats (NaN) and objects: the eager check's alone
+        return tuple(entries)
 
     def check_leaves(self, leaves: list[Any], paths: Optional[list[str]] = None) -> None:
         """Every leaf against its exported dtype, device, sizes or value, then the relations

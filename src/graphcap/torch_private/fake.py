@@ -39,6 +39,9 @@ RELIES_ON = {
     # the fake kernels by operator (read at each call) and the slice kernel's bound clamp
     "torch._subclasses.fake_impls.op_implementations_dict": None,
     "torch._subclasses.fake_impls._compute_slice_index": ("size", "index"),
+    # the overlap question of copy_'s and the scatters' meta kernels, asked without a guard
+    "torch._debug_has_internal_overlap": None,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.suppress_guards": ("self",),
     # what __torch_dispatch__ calls, wrapped per instance by tracing_fake_mode
     "torch._subclasses.fake_tensor.FakeTensorMode.dispatch": ("self", "func", "types", "args", "kwargs"),
     "torch._subclasses.fake_tensor.FakeTensorConverter.from_real_tensor": None,
@@ -473,8 +476,9 @@ def _has_symbolic_size(*tensors: Any) -> bool:
 def _copy_checking_broadcast(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     """``aten.copy_`` / ``aten.copy`` on fake tensors, on the exporting thread: the source must
     broadcast to the destination (each size 1 or equal, checked as eager checks it), and nothing
-    more; the rest (the written tensor's own overlap, the dtype and device conversion) is torch's
-    kernel's, run on a stand-in source of the destination's sizes.
+    more; the rest (the written tensor's own overlap, asked without a guard where it cannot
+    overlap at any size, and the dtype and device conversion) is torch's kernel's, run on a
+    stand-in source of the destination's sizes.
 
     torch's kernel checks the broadcast by expanding the source, and the expansion's stride rule
     adds, for a size that may be 1 but is not known to be, the assumption that it is not
@@ -502,20 +506,57 @@ def _copy_checking_broadcast(fake_mode: Any, func: Any, *args: Any, **kwargs: An
     with fake_mode:
         stand_in = torch.empty_strided(target, self.stride(), dtype=src.dtype, device=src.device)
     bound["src"] = stand_in
-    return original(fake_mode, func, *(bound[n] for n in names if n in bound))
+    # what is left to ask is the destination's own overlap (``aten.copy``'s C++ kernel asks it too)
+    with _layout_questions_unguarded(self):
+        return original(fake_mode, func, *(bound[n] for n in names if n in bound))
+
+
+def _install_overlap_rule() -> Any:
+    saved = torch._debug_has_internal_overlap
+    torch._debug_has_internal_overlap = _overlap_asked_without_guards
+    return saved
+
+
+def _restore_overlap_rule(saved: Any) -> None:
+    torch._debug_has_internal_overlap = saved
+
+
+_OVERLAP_RULE = ThreadScopedPatch(_install_overlap_rule, _restore_overlap_rule)
+
+
+def _overlap_asked_without_guards(t: Any) -> Any:
+    """Whether ``t`` writes one element twice (torch's answer), asked by a copy's or a scatter's
+    fake kernel. Its answer is "yes" only along a dim of stride 0; a symbolically sized tensor with
+    none cannot overlap at any size, so the sizes the check reads (is one 1, ``batch >= 2``) are
+    read at their examples without recording a guard, which would otherwise narrow a range such as
+    [1, 2] to one value and pin the size."""
+    with _layout_questions_unguarded(t) if _OVERLAP_RULE.in_scope() else contextlib.nullcontext():
+        return _OVERLAP_RULE.saved(t)
+
+
+def _layout_questions_unguarded(t: Any) -> Any:
+    """A context in which the size questions of an overlap check of ``t`` record no guard, when
+    ``t`` is symbolically sized and has no dim of stride 0 (so cannot overlap at any size)."""
+    if not isinstance(t, torch.Tensor) or not _has_symbolic_size(t) \
+            or any(not isinstance(st, torch.SymInt) and st == 0 for st in t.stride()):
+        return contextlib.nullcontext()
+    return next(d.node.shape_env for d in (*t.shape, *t.stride()) if isinstance(d, torch.SymInt)).suppress_guards()
 
 
 @contextlib.contextmanager
 def copies_check_broadcast_only() -> Iterator[None]:
     """While tracing on this thread, a copy between symbolically sized tensors
     (``dst.copy_(src)``, ``t[..., :n] = v``) records only the condition eager checks: every size
-    of the source is 1 or the destination's (:func:`_copy_checking_broadcast`). Every other
-    thread keeps torch's fake kernel.
+    of the source is 1 or the destination's (:func:`_copy_checking_broadcast`); and a copy's or a
+    scatter's question whether the destination overlaps itself records no guard where it cannot
+    at any size (:func:`_overlap_asked_without_guards`). Every other thread keeps torch's.
 
     Relies on ``torch._subclasses.fake_impls.op_implementations_dict`` (fake kernels by
-    operator, read at each call; ``aten.copy_`` and ``aten.copy`` have an entry there).
+    operator, read at each call; ``aten.copy_`` and ``aten.copy`` have an entry there) and on
+    ``torch._debug_has_internal_overlap`` (looked up at each call by the meta kernels of
+    ``copy_`` and of the scatters).
     """
-    with _COPY_RULES.active():
+    with _COPY_RULES.active(), _OVERLAP_RULE.active():
         yield
 
 

@@ -62,6 +62,8 @@ RELIES_ON = {
     "torch._functorch.predispatch._vmap_increment_nesting": (),
     "torch.amp.autocast_mode._enter_autocast": (),
     "torch.amp.autocast_mode._exit_autocast": (),
+    "torch.autograd.grad_mode._enter_inference_mode": ("mode",),
+    "torch.autograd.grad_mode._exit_inference_mode": ("mode",),
     "torch.fx._lazy_graph_module._use_lazy_graph_module": ("should_use",),
     "torch.fx._lazy_graph_module._LazyGraphModule": None,
     "torch.fx.experimental.proxy_tensor.PythonKeyTracer.create_node": ("self", "kind", "target", "args", "kwargs"),
@@ -94,7 +96,7 @@ __all__ = ["set_pytree_codegen", "own_pytree_info_reads",
            "stack_trace_anchor", "current_make_fx_tracer", "current_recording", "recorded_node",
            "set_module_stack_root",
            "current_fx_tracer", "tracked_as_constant", "operator_node_name", "interpreting_node",
-           "extract_tensor_metadata", "autocast_markers",
+           "extract_tensor_metadata", "autocast_markers", "inference_mode_markers",
            "predispatch_functions", "code_generated_on_first_use", "dropped_stack_traces_skipped",
            "generate_code_of_submodules",
            "plain_graph_module"]
@@ -336,6 +338,14 @@ def autocast_markers() -> tuple[Callable, Callable]:
     (``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``)."""
     from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
     return _enter_autocast, _exit_autocast
+
+
+def inference_mode_markers() -> tuple[Callable, Callable]:
+    """The functions dynamo's graph calls where a ``with torch.inference_mode():`` block starts and
+    ends (``torch.autograd.grad_mode._enter_inference_mode(mode)`` returning the entered context,
+    ``_exit_inference_mode(context)``)."""
+    from torch.autograd.grad_mode import _enter_inference_mode, _exit_inference_mode
+    return _enter_inference_mode, _exit_inference_mode
 
 
 def predispatch_functions() -> set[Any]:

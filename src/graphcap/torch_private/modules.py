@@ -45,7 +45,7 @@ __all__ = ["REGISTRY_FIELDS", "PARAMETER_REGISTRY", "BUFFER_REGISTRY", "MODULE_R
            "parameters_of", "buffers_of", "children_of", "hook_functions", "registry_view",
            "non_persistent_buffer_names",
            "reparametrized",
-           "MovesExtraTensors", "has_hooks", "plain_attributes"]
+           "MovesExtraTensors", "has_hooks", "plain_attributes", "forward_hook_functions"]
 
 
 def parameters_of(module: torch.nn.Module) -> MutableMapping[str, Any]:
@@ -152,6 +152,11 @@ def hook_functions(module: Any, table: str) -> list[Any]:
         return []
     hooks = getattr(module, "__dict__", {}).get(table)
     return list(hooks.values()) if isinstance(hooks, dict) else []
+
+
+def forward_hook_functions(module: Any) -> list[Any]:
+    """The forward pre-hooks, then the forward hooks, registered on ``module`` itself."""
+    return hook_functions(module, "_forward_pre_hooks") + hook_functions(module, "_forward_hooks")
 
 
 def plain_attributes(module: torch.nn.Module) -> Any:

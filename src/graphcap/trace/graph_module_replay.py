@@ -12,7 +12,8 @@ Instead its graph is run node by node with each node the "current node" of
 for it inherit its metadata, as they do in ``run_decompositions``; the
 graph module's own ``meta["custom"]`` is carried to the program's graph module
 (:func:`carry_graph_meta`). A graph module whose nodes carry none of it runs
-its ``forward`` as any module does.
+its ``forward`` as any module does. Hooks on the graph module itself run around the replay, in the
+module's own call.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch.fx.traceback as fx_traceback
 from .. import auto_flatten
 from ..pytree import qualified_name
 from ..torch_private.fx import pytree_specs_of
+from ..torch_private.modules import forward_hook_functions
 
 _SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
 
@@ -40,6 +42,14 @@ def _carries_metadata(gm: torch.fx.GraphModule) -> bool:
                and any(node.meta.get(k) for k in _SOURCE_KEYS) for node in gm.graph.nodes)
 
 
+def _has_hooks(root: torch.fx.GraphModule) -> bool:
+    """Forward hooks or pre-hooks on the graph module itself (``module()``'s own input check,
+    marked ``graphcap_input_check``, aside: the graph checks the inputs too). The replay runs the
+    graph, not the module's call, so it would leave a user's hook out of the program (as
+    torch.export does); with hooks, the replay runs inside the module's own call."""
+    return any(not getattr(hook, "graphcap_input_check", False) for hook in forward_hook_functions(root))
+
+
 def replaying_call(root: Any) -> Optional[Callable[..., Any]]:
     """A call that runs ``root``'s graph with its node metadata current, or None when ``root`` is
     not a graph module whose nodes carry any (see the module docstring)."""
@@ -47,12 +57,13 @@ def replaying_call(root: Any) -> Optional[Callable[..., Any]]:
         return None
     in_spec, out_spec = pytree_specs_of(root)
 
-    names = list(inspect.signature(root.forward).parameters)
+    signature = inspect.signature(root.forward)  # the generated forward's (the replay may stand in for it)
+    names = list(signature.parameters)
 
     def replay(*args: Any, **kwargs: Any) -> Any:
         if in_spec is not None and in_spec.num_children == 2:
             # as the generated forward does: its arguments by name, the first ones positional
-            bound = inspect.signature(root.forward).bind(*args, **kwargs).arguments
+            bound = signature.bind(*args, **kwargs).arguments
             values = [bound.get(n) for n in names]
             n_positional = in_spec.child(0).num_children
             keys = in_spec.child(1).context
@@ -67,7 +78,25 @@ def replaying_call(root: Any) -> Optional[Callable[..., Any]]:
         return out
 
     replay.__name__ = "forward"  # its operators are the module's forward's
-    return replay
+    if not _has_hooks(root):
+        return replay
+
+    def replay_with_hooks(*args: Any, **kwargs: Any) -> Any:
+        # the module's own call runs its hooks around the replay, standing in for its forward
+        # for this one call (the instance attribute is taken back after)
+        had = "forward" in root.__dict__
+        previous = root.__dict__.get("forward")
+        root.__dict__["forward"] = replay
+        try:
+            return root(*args, **kwargs)
+        finally:
+            if had:
+                root.__dict__["forward"] = previous
+            else:
+                del root.__dict__["forward"]
+
+    replay_with_hooks.__name__ = "forward"
+    return replay_with_hooks
 
 
 def carry_graph_meta(source: Any, gm: torch.fx.GraphModule, input_specs: list) -> None:

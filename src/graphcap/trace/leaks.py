@@ -52,11 +52,20 @@ def _alive(probe: LeakProbe) -> list[torch.Tensor]:
     input's fake tensor; they live as long as the program. They are left out
     of the check (a user keeping one of them is not reported), so that the
     check stays free.
+
+    The tracker also holds real tensors an operator returned as they were: an in-place update of a
+    model's own tensor that the trace reads as a constant (transformers' static cache adds to its
+    ``cumulative_length`` buffer in place, ``t.add_(n)`` returning ``t``). Those have data, so
+    the model keeping them is no leak.
     """
     shape_env = getattr(probe.fake_mode, "shape_env", None)
     recorded = {id(getattr(r, "fake", None)) for r in tracked_fakes(shape_env)}
     recorded |= probe.kept_inputs
-    return [t for t in list(probe.tracked.keys()) if isinstance(t, torch.Tensor) and id(t) not in recorded]
+    return [t for t in list(probe.tracked.keys()) if isinstance(t, torch.Tensor) and id(t) not in recorded
+            and type(t) not in _REAL_TENSOR_TYPES]
+
+
+_REAL_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)  # a FakeTensor is a subclass of its own
 
 
 def _program_holders(probe: LeakProbe) -> set[int]:

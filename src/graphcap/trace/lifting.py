@@ -64,6 +64,8 @@ class StateLayout:
     constant_attrs: dict[int, list[str]]
     # FQN → real tensor, for the requires_grad of the placeholders
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # FQN → torch.Generator attribute of a module, to name it when an operator reads it
+    generator_attrs: dict[str, torch.Generator] = field(default_factory=dict)
 
 
 @dataclass
@@ -139,18 +141,22 @@ def _refuse_fake_constant(node: torch.fx.Node, name: str) -> None:
             "write `with torch.no_grad(): self.p.copy_(new_value)`.")
 
 
-def _refuse_opaque_constant(node: torch.fx.Node, value: Any) -> None:
+def _refuse_opaque_constant(node: torch.fx.Node, value: Any, origin: Optional[str] = None) -> None:
     """An object that is neither a tensor nor a subgraph reached an operator (a ``torch.Generator``
-    made in forward, a script object): graphcap's programs carry tensors only, so it would be
-    left behind as an attribute no runtime, save or lowering can read."""
+    made in forward, held by the module or passed in; a script object): graphcap's programs carry
+    tensors only, so it would be left behind as an attribute no runtime, save or lowering can
+    read. ``origin`` says where the object came from (``the input g``, ``the attribute self.g``)
+    when graphcap found it among the inputs or the module's attributes."""
     where = next((u.meta["stack_trace"] for u in node.users if u.meta.get("stack_trace")), None)
     kind = type(value).__name__
     if isinstance(value, torch.Generator):
-        what = (f"forward passes a torch.Generator it made ({node.name}) to a random operator; an "
-                f"exported program cannot hold a generator object. Its random operators draw from "
-                f"torch's default generator when the program runs.")
+        source = origin or "a torch.Generator it made"
+        what = (f"forward passes {source} ({node.name}) to a random operator; an exported program "
+                f"cannot hold a generator object or take one as an input, and its random operators "
+                f"draw from torch's default generator when the program runs.")
         fix = ("Drop `generator=` to draw fresh random values on each call (as the program's other "
-               "random operators do); for the same values on every call, make the tensor once "
+               "random operators do; `torch.manual_seed(s)` before calling the program makes them "
+               "repeatable); for the same values on every call, make the tensor once "
                "outside forward and register it as a buffer "
                "(`self.register_buffer('noise', torch.rand(shape, generator=g))`) or pass it in.")
     else:
@@ -162,9 +168,28 @@ def _refuse_opaque_constant(node: torch.fx.Node, value: Any) -> None:
         else f"graph node {node.name}", fix=fix)
 
 
+def _generator_origin(value: Any, inputs: dict[str, Any], layout: StateLayout) -> Optional[str]:
+    """Which input or module attribute the generator an operator read is: the recorder holds a copy
+    of the user's generator, found again by its device and state."""
+    if not isinstance(value, torch.Generator):
+        return None
+
+    def same(other: torch.Generator) -> bool:
+        return other is value or (other.device == value.device
+                                  and torch.equal(other.get_state(), value.get_state()))
+    for name, gen in inputs.items():
+        if same(gen):
+            return f"the input {name}"
+    for fqn, gen in layout.generator_attrs.items():
+        if same(gen):
+            return f"the attribute self.{fqn}"
+    return None
+
+
 def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.fx.Node],
                     layout: StateLayout, fake_mode: FakeTensorMode,
-                    taken_targets: set[str], state_inputs: dict[int, torch.fx.Node]) -> list[_Constant]:
+                    taken_targets: set[str], state_inputs: dict[int, torch.fx.Node],
+                    input_objects: Optional[dict[str, Any]] = None) -> list[_Constant]:
     """Replace tensor ``get_attr`` nodes by placeholders, one per distinct tensor.
 
     A "constant" that is a parameter or buffer of the module itself (the same tensor object,
@@ -182,7 +207,7 @@ def _lift_constants(gm: torch.fx.GraphModule, first_user_input: Optional[torch.f
         if not isinstance(value, torch.Tensor):
             # a TreeSpec is structure (flat_apply's specs), a module a subgraph: both stay
             if not isinstance(value, (torch.nn.Module, pytree.TreeSpec)) and node.users:
-                _refuse_opaque_constant(node, value)
+                _refuse_opaque_constant(node, value, _generator_origin(value, input_objects or {}, layout))
             continue  # submodules of control-flow operators stay as they are
         read_targets.add(node.target)
         unused = _unused_chain(node)
@@ -298,8 +323,9 @@ def lift(gm: torch.fx.GraphModule, layout: StateLayout, user_input_names: list[s
     for node, fqn in zip(placeholders[:n_state], [*layout.parameters, *layout.buffers]):
         if fqn in layout.tensors:
             state_inputs.setdefault(id(layout.tensors[fqn]), node)
+    input_objects = {n: v for n, v in zip(user_input_names, user_input_values) if isinstance(v, torch.Generator)}
     constants = _lift_constants(gm, user_nodes[0] if user_nodes else None, layout, fake_mode, taken_targets,
-                                state_inputs)
+                                state_inputs, input_objects)
 
     input_specs: list[InputSpec] = []
     wanted_names: list[str] = []

@@ -20,6 +20,8 @@ eager call), and what it means must not be lost:
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import warnings
 from typing import Any, Iterator, Optional, Sequence
 
@@ -114,26 +116,89 @@ def _random_operators(gm: torch.fx.GraphModule) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# torch's public calls that set the default generator's state, watched while a forward is traced:
+# module -> attribute names (torch.manual_seed is torch.random.manual_seed; torch.random.fork_rng
+# restores the state it saved through torch.set_rng_state)
+_RNG_SETTERS = {torch: ("manual_seed", "set_rng_state"), torch.random: ("manual_seed", "set_rng_state")}
+_rng_watch = threading.local()
+_rng_install_lock = threading.Lock()
+_rng_install_count = 0
+_rng_originals: dict[tuple[Any, str], Any] = {}
+
+
+def _watching(name: str, original: Any) -> Any:
+    @functools.wraps(original)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        calls = getattr(_rng_watch, "calls", None)
+        if calls is not None:  # only the thread whose forward is traced
+            calls.append(name)
+        return original(*args, **kwargs)
+    watched.__graphcap_watched__ = original  # type: ignore[attr-defined]
+    return watched
+
+
+@contextlib.contextmanager
+def _rng_setters_watched() -> Iterator[list[str]]:
+    """The names of torch's RNG-setting functions forward calls (``manual_seed``, ``set_rng_state``,
+    the latter also on leaving ``torch.random.fork_rng``), on this thread, while the block runs.
+    The functions are torch's own again when the last export leaves."""
+    global _rng_install_count
+    with _rng_install_lock:
+        if _rng_install_count == 0:
+            for module, names in _RNG_SETTERS.items():
+                for name in names:
+                    original = getattr(module, name)
+                    _rng_originals[(module, name)] = original
+                    setattr(module, name, _watching(name, original))
+        _rng_install_count += 1
+    outer = getattr(_rng_watch, "calls", None)
+    calls: list[str] = []
+    _rng_watch.calls = calls
+    try:
+        yield calls
+    finally:
+        _rng_watch.calls = outer
+        if outer is not None:
+            outer.extend(calls)
+        with _rng_install_lock:
+            _rng_install_count -= 1
+            if _rng_install_count == 0:
+                for (module, name), original in _rng_originals.items():
+                    setattr(module, name, original)
+                _rng_originals.clear()
+
+
 @contextlib.contextmanager
 def seeding_told(name: str) -> Iterator[list]:
-    """Warn when the traced forward seeds torch's default generator (``torch.manual_seed`` with a
-    new seed) and the program calls random operators: the program does not seed when it runs, so
-    its random values are not eager's seeded ones. The caller appends the recorded graph module
-    to the yielded list. The seed is left as forward set it, as running forward would."""
+    """Warn when the traced forward sets the state of torch's default generator (``torch.manual_seed``,
+    ``torch.set_rng_state``, ``torch.random.fork_rng``) and the program calls random operators:
+    the program does not set it when it runs, so its random values are not eager's (a seeded draw
+    is not seeded; a draw replayed from a saved state is drawn afresh). The caller appends the
+    recorded graph module to the yielded list. The generator is left as forward set it, as
+    running forward would."""
     seed = torch.initial_seed()
     recorded: list = []
-    yield recorded
-    if torch.initial_seed() == seed or not recorded:
+    with _rng_setters_watched() as calls:
+        yield recorded
+    if not recorded or (torch.initial_seed() == seed and not calls):
         return
     random_ops = _random_operators(recorded[0])
-    if random_ops:
-        warnings.warn(
-            f"{name}'s forward seeded torch's random number generator while it was traced "
-            f"(torch.manual_seed({torch.initial_seed()})), but the exported program does not seed: "
-            f"its random operators ({', '.join(random_ops)}) draw from the default generator each "
-            f"time it runs, so they do not give the seeded values eager computes. Seed before "
-            f"calling the program (torch.manual_seed(...); ep.module()(...)), or make the random "
-            f"tensor outside forward and pass it in.", UserWarning, stacklevel=user_stacklevel())
+    if not random_ops:
+        return
+    did = []
+    if "manual_seed" in calls or torch.initial_seed() != seed:
+        did.append(f"torch.manual_seed({torch.initial_seed()})" if torch.initial_seed() != seed
+                   else "torch.manual_seed")
+    if "set_rng_state" in calls:
+        did.append("torch.set_rng_state (torch.random.fork_rng calls it too)")
+    warnings.warn(
+        f"{name}'s forward set the state of torch's random number generator while it was traced "
+        f"({', '.join(did)}), but the exported program does not: its random operators "
+        f"({', '.join(random_ops)}) draw from the default generator as it is each time the program "
+        f"runs, so they do not give the values eager computes (seeded or replayed draws are drawn "
+        f"afresh). Seed before calling the program (torch.manual_seed(...); ep.module()(...)), or "
+        f"make the random tensor outside forward and pass it in or register it as a buffer.",
+        UserWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager

@@ -18,6 +18,18 @@ data (an unbacked ``SymInt`` such as ``u0 = y.item()``):
   implementation, which records the value instead of reading it.
 * the legacy in-place collectives of ``torch.distributed`` are redirected to
   their functional (traceable) forms.
+* ``with torch.inference_mode():`` (or ``@torch.inference_mode()`` on forward) switches grad off
+  in a way the recorder does not see, so the program's outputs required grad where eager's do
+  not, and a ``no_grad`` block inside it, restoring "off" on its way out, took the rest of forward
+  into its region. While an export traces, entering inference mode also records a switch of grad
+  off, and leaving it a switch back to the mode before it: a grad region, as ``no_grad``'s
+  (eager is unchanged: grad is off in inference mode anyway).
+* ``t.random_(low, high)`` records ``aten.random_.from``, an overload whose name is
+  a Python keyword: no graph holding it can be written as code (torch.export
+  fails the same way). It is spelled ``random_(high - low)`` then ``add_(low)``, which
+  draws the same numbers from the generator (``low + r % (high - low)``), on an int64
+  tensor of ``t``'s layout copied into ``t`` when ``t`` is narrower (``high - low`` may not
+  fit an int8).
 
 Everything is active only inside :func:`installed`, on the thread that runs the
 export: the replaced builtins delegate to the originals on other threads and
@@ -114,12 +126,35 @@ def _traceable_pow(x: Any, y: Any) -> Any:
 _traceable_max.__name__, _traceable_min.__name__, _traceable_pow.__name__ = "max", "min", "pow"
 
 
+_INFERENCE_ENTER, _INFERENCE_EXIT = torch.inference_mode.__enter__, torch.inference_mode.__exit__
+
+
+def _inference_mode_enter(self: Any) -> None:
+    self._graphcap_grad_before = before = torch.is_grad_enabled()
+    _INFERENCE_ENTER(self)
+    after = torch.is_grad_enabled()
+    if self.mode or after != before:  # inference_mode(False) may switch grad on
+        torch.set_grad_enabled(after)  # recorded: the region's start
+
+
+def _inference_mode_exit(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+    inside = torch.is_grad_enabled()
+    _INFERENCE_EXIT(self, exc_type, exc_value, traceback)
+    if self.mode or inside != self._graphcap_grad_before:
+        torch.set_grad_enabled(self._graphcap_grad_before)  # recorded: the region's end
+
+
 def _apply_builtins() -> None:
-    """Builtins replaced while some export traces (caller holds the lock)."""
+    """Builtins (and inference mode's entry and exit) replaced while some export traces (caller
+    holds the lock)."""
     if _install_count > 0:
         builtins.max, builtins.min, math.pow = _traceable_max, _traceable_min, _traceable_pow
+        torch.inference_mode.__enter__ = _inference_mode_enter  # type: ignore[method-assign]
+        torch.inference_mode.__exit__ = _inference_mode_exit  # type: ignore[method-assign]
     else:
         builtins.max, builtins.min, math.pow = _BUILTIN_MAX, _BUILTIN_MIN, _MATH_POW
+        torch.inference_mode.__enter__ = _INFERENCE_ENTER  # type: ignore[method-assign]
+        torch.inference_mode.__exit__ = _INFERENCE_EXIT  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -222,6 +257,9 @@ class _TraceableCalls(TorchFunctionMode):
             # reading a tensor property (``t.shape``, ``t.dtype``): none of the redirects applies, and
             # torch's tracer reads a dozen of them for every placeholder it tracks
             return func(*args, **kwargs) if kwargs else func(*args)
+        seen = getattr(_state, "dtypes_seen", None)
+        if seen is not None:  # the default dtype each torch call ran under (default_dtypes_seen)
+            seen.add(torch.get_default_dtype())
         kwargs = kwargs or {}
         if torch.compiler.is_dynamo_compiling():  # a control-flow body dynamo captures: it knows these
             return func(*args, **kwargs)
@@ -230,6 +268,8 @@ class _TraceableCalls(TorchFunctionMode):
             remapped = remap(func, args, kwargs)
             if remapped is not None:
                 func, args, kwargs = remapped
+        if func is _RANDOM_ and len(args) == 3 and args[2] is not None and isinstance(args[0], torch.Tensor):
+            return _random_from_to(*args, **kwargs)
         if func is torch.tensor and args and any(
                 isinstance(v, _SYMBOLIC) for v in pytree.tree_leaves(args[0])):
             return tensor_from_symbolic_data(*args, **kwargs)
@@ -242,6 +282,21 @@ class _TraceableCalls(TorchFunctionMode):
             if run is not None:
                 return run()
         return func(*args, **kwargs)
+
+
+_RANDOM_ = torch.Tensor.random_
+
+
+def _random_from_to(t: torch.Tensor, low: Any, high: Any, **kwargs: Any) -> torch.Tensor:
+    """``t.random_(low, high)`` as ``random_(high - low)`` then ``add_(low)``: the same draw, the
+    elements in the same order (an int64 stand-in keeps ``t``'s strides)."""
+    target = t if t.dtype == torch.int64 else torch.empty_like(t, dtype=torch.int64)
+    _RANDOM_(target, high - low, **kwargs)
+    if not (isinstance(low, int) and low == 0):
+        target.add_(low)
+    if target is not t:
+        t.copy_(target)
+    return t
 
 
 def _is_basic_index(index: Any) -> bool:
@@ -282,6 +337,22 @@ def _setitem_broadcast_by_copy(setitem: Callable, t: torch.Tensor, index: Any, v
         value = value.view(value.shape[extra:])
     view.copy_(value)
     return None
+
+
+@contextlib.contextmanager
+def default_dtypes_seen() -> Iterator[set]:
+    """The default dtypes (``torch.get_default_dtype()``) the torch calls of the trace run inside
+    were made under, on this thread: more than the starting one when forward switched it
+    (:mod:`graphcap.trace.default_dtype`)."""
+    outer = getattr(_state, "dtypes_seen", None)
+    seen: set = {torch.get_default_dtype()}
+    _state.dtypes_seen = seen
+    try:
+        yield seen
+    finally:
+        _state.dtypes_seen = outer
+        if outer is not None:
+            outer |= seen
 
 
 def reentered() -> contextlib.AbstractContextManager:
