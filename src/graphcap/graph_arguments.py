@@ -12,86 +12,112 @@ such as torch's ``unflatten`` read graphcap's programs too):
   dataclasses (imported as data types only), so ``isinstance(arg,
   ConstantArgument)`` with torch's class holds, and they compare equal to
   torch's argument of the same kind and fields;
-- ``InputKind`` / ``OutputKind`` are graphcap's own enums whose members
-  compare equal to (and hash like) torch's members of the same name, and
-  ``InputKind(torch_member)`` converts;
+- ``InputKind`` / ``OutputKind`` are graphcap's documented names whose
+  members are torch's enum members themselves, so ``spec.kind is
+  torch.export.graph_signature.InputKind.USER_INPUT`` holds (ExecuTorch's
+  passes compare so), and ``InputKind(member)`` converts;
 - :func:`as_argument` turns torch's argument into graphcap's.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Union
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Union
 
 import torch.export.graph_signature as _torch_sig  # plain dataclasses and enums, used as data types
 
 
-class _KindInterop(enum.Enum):
-    """Members equal to torch's member of the same name; ``Kind(torch_member)`` converts."""
+class _KindNames(type):
+    """The class of graphcap's ``InputKind`` / ``OutputKind``: a documented name for torch's enum
+    whose members are torch's members themselves, so that code written either way (``spec.kind is
+    InputKind.USER_INPUT`` with graphcap's name or with torch's, ``isinstance``, ``==``, dict keys)
+    reads a graphcap program's kinds; ExecuTorch's write-back pass asks ``kind is
+    torch...InputKind.USER_INPUT``."""
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, type(self)):
-            return self is other
-        if isinstance(other, enum.Enum) and type(other).__name__ == type(self).__name__:
-            return self._name_ == other._name_
-        return NotImplemented
+    _torch_enum: Any
 
-    def __hash__(self) -> int:
-        return hash(self._name_)  # what Enum hashes by, so torch's member finds ours in a dict
+    def __call__(cls, value: Any) -> Any:
+        """The member for a member of any enum of the same class name, or for torch's value."""
+        members = cls._torch_enum.__members__
+        if isinstance(value, enum.Enum) and type(value).__name__ == cls.__name__ and value.name in members:
+            return members[value.name]
+        return cls._torch_enum(value)  # ValueError when no member has that value
 
-    @classmethod
-    def _missing_(cls, value: object):
-        if isinstance(value, enum.Enum) and type(value).__name__ == cls.__name__:
-            return cls.__members__.get(value.name)
-        return None
+    def __getitem__(cls, name: str) -> Any:
+        return cls._torch_enum[name]
 
+    def __iter__(cls) -> Iterator[Any]:
+        return iter(cls._torch_enum)
 
-class InputKind(_KindInterop):
-    """What a placeholder of the graph is: a user input, a parameter, a buffer, a lifted constant, ...
+    def __len__(cls) -> int:
+        return len(cls._torch_enum)
 
-    Members equal torch.export's ``InputKind`` members of the same name.
+    def __contains__(cls, value: object) -> bool:
+        return isinstance(value, cls._torch_enum)
 
-    Args:
-        value: a member's value, or torch's member of the same name (converted).
+    def __instancecheck__(cls, value: object) -> bool:
+        return isinstance(value, cls._torch_enum)
 
-    Raises:
-        ValueError: no member has that value or name.
-
-    Example:
-        >>> [s.target for s in ep.graph_signature.input_specs if s.kind is graphcap.InputKind.PARAMETER]
-    """
-
-    USER_INPUT = 1
-    PARAMETER = 2
-    BUFFER = 3
-    CONSTANT_TENSOR = 4
-    CUSTOM_OBJ = 5
-    TOKEN = 6
+    @property
+    def __members__(cls) -> Mapping[str, Any]:
+        return cls._torch_enum.__members__
 
 
-class OutputKind(_KindInterop):
-    """What an output of the graph is: a user output, a buffer or input mutation, a loss, ...
+if TYPE_CHECKING:  # to a type checker, torch's enums: the members are theirs
+    InputKind = _torch_sig.InputKind
+    OutputKind = _torch_sig.OutputKind
+else:
+    class InputKind(metaclass=_KindNames):
+        """What a placeholder of the graph is: a user input, a parameter, a buffer, a lifted constant, ...
 
-    Members equal torch.export's ``OutputKind`` members of the same name.
+        Its members are torch.export's ``InputKind`` members themselves (``is`` holds with either name);
+        ``InputKind(member)`` converts a member of any enum named ``InputKind``, or torch's value.
 
-    Args:
-        value: a member's value, or torch's member of the same name (converted).
+        Args:
+            value: a member's value, or a member of the same name (converted).
 
-    Raises:
-        ValueError: no member has that value or name.
+        Raises:
+            ValueError: no member has that value or name.
 
-    Example:
-        >>> [s.arg.name for s in ep.graph_signature.output_specs if s.kind is graphcap.OutputKind.USER_OUTPUT]
-    """
+        Example:
+            >>> [s.target for s in ep.graph_signature.input_specs if s.kind is graphcap.InputKind.PARAMETER]
+        """
 
-    USER_OUTPUT = 1
-    LOSS_OUTPUT = 2
-    BUFFER_MUTATION = 3
-    GRADIENT_TO_PARAMETER = 4
-    GRADIENT_TO_USER_INPUT = 5
-    USER_INPUT_MUTATION = 6
-    TOKEN = 7
-    PARAMETER_MUTATION = 8  # an in-place write to a parameter (inference IR; torch has the same kind)
+        _torch_enum = _torch_sig.InputKind
+        USER_INPUT = _torch_sig.InputKind.USER_INPUT
+        PARAMETER = _torch_sig.InputKind.PARAMETER
+        BUFFER = _torch_sig.InputKind.BUFFER
+        CONSTANT_TENSOR = _torch_sig.InputKind.CONSTANT_TENSOR
+        CUSTOM_OBJ = _torch_sig.InputKind.CUSTOM_OBJ
+        TOKEN = _torch_sig.InputKind.TOKEN
+
+
+    class OutputKind(metaclass=_KindNames):
+        """What an output of the graph is: a user output, a buffer or input mutation, a loss, ...
+
+        Its members are torch.export's ``OutputKind`` members themselves (``is`` holds with either name);
+        ``OutputKind(member)`` converts a member of any enum named ``OutputKind``, or torch's value.
+
+        Args:
+            value: a member's value, or a member of the same name (converted).
+
+        Raises:
+            ValueError: no member has that value or name.
+
+        Example:
+            >>> [s.arg.name for s in ep.graph_signature.output_specs if s.kind is graphcap.OutputKind.USER_OUTPUT]
+        """
+
+        _torch_enum = _torch_sig.OutputKind
+        USER_OUTPUT = _torch_sig.OutputKind.USER_OUTPUT
+        LOSS_OUTPUT = _torch_sig.OutputKind.LOSS_OUTPUT
+        BUFFER_MUTATION = _torch_sig.OutputKind.BUFFER_MUTATION
+        GRADIENT_TO_PARAMETER = _torch_sig.OutputKind.GRADIENT_TO_PARAMETER
+        GRADIENT_TO_USER_INPUT = _torch_sig.OutputKind.GRADIENT_TO_USER_INPUT
+        USER_INPUT_MUTATION = _torch_sig.OutputKind.USER_INPUT_MUTATION
+        TOKEN = _torch_sig.OutputKind.TOKEN
+        PARAMETER_MUTATION = _torch_sig.OutputKind.PARAMETER_MUTATION  # an in-place write to a parameter
 
 
 class _ArgumentInterop:

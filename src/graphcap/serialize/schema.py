@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..graph_arguments import InputKind, OutputKind
 from .typed_json import (
     Bool,
     Int,
@@ -218,10 +217,15 @@ SYMBOL = Record("Symbol", {"name": IDENT, "assumptions": MapOf(Bool), "min": Uni
 SIGNATURE_ARGUMENT = Tagged("SignatureArgument", {"tensor": Str, "symint": Str, "symfloat": Str, "symbool": Str,
                                                   "constant": Tuple(Str, PLAIN_VALUE)})
 MAYBE_STR = Union("MaybeString", Str, Null)
+# The kind names the format knows, in the order it declared them (the kinds are torch's enums,
+# whose order and members are torch's to change; the file's are not).
+INPUT_KINDS = ("USER_INPUT", "PARAMETER", "BUFFER", "CONSTANT_TENSOR", "CUSTOM_OBJ", "TOKEN")
+OUTPUT_KINDS = ("USER_OUTPUT", "LOSS_OUTPUT", "BUFFER_MUTATION", "GRADIENT_TO_PARAMETER", "GRADIENT_TO_USER_INPUT",
+                "USER_INPUT_MUTATION", "TOKEN", "PARAMETER_MUTATION")
 SIGNATURE = Record("Signature", {
-    "inputs": ListOf(Record("InputSpec", {"kind": OneOf(*InputKind.__members__), "arg": SIGNATURE_ARGUMENT,
+    "inputs": ListOf(Record("InputSpec", {"kind": OneOf(*INPUT_KINDS), "arg": SIGNATURE_ARGUMENT,
                                           "target": MAYBE_STR, "persistent": Union("MaybeBool", Bool, Null)})),
-    "outputs": ListOf(Record("OutputSpec", {"kind": OneOf(*OutputKind.__members__), "arg": SIGNATURE_ARGUMENT,
+    "outputs": ListOf(Record("OutputSpec", {"kind": OneOf(*OUTPUT_KINDS), "arg": SIGNATURE_ARGUMENT,
                                             "target": MAYBE_STR}))})
 
 # A TreeSpec: null for a leaf, else its type's serialized name, context and children.
