@@ -257,6 +257,38 @@ class Annotated(nn.Module):
         return x.sum(-1)
 
 
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).relu()
+
+
+class CondBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.other = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda y: self.inner(y) + 1, lambda y: self.other(y) - 1, (x,))
+
+
+class CondModel(nn.Module):
+    """A submodule holding a ``torch.cond`` whose branches call submodules (the zoo has none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([CondBlock(), CondBlock()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return x * 2
+
+
 def _zoo(name: str) -> Callable[[], tuple[nn.Module, tuple, dict, Any]]:
     def build() -> tuple[nn.Module, tuple, dict, Any]:
         import zoo
@@ -269,6 +301,7 @@ def _zoo(name: str) -> Callable[[], tuple[nn.Module, tuple, dict, Any]]:
 
 PROBES: dict[str, Callable[[], tuple[nn.Module, tuple, dict, Any]]] = {
     "annotated": lambda: (Annotated().eval(), (torch.randn(3, 8),), {}, None),
+    "cond_blocks": lambda: (CondModel().eval(), (torch.randn(3, 8),), {}, None),
     "tv_resnet18": _zoo("tv_resnet18"),
     "tv_mobilenet_v3_small": _zoo("tv_mobilenet_v3_small"),
     "tv_vit_small": _zoo("tv_vit_small"),
@@ -312,6 +345,11 @@ def run_probe(name: str, strict: bool) -> None:
         print(f"{tag} | module() failed: {type(e).__name__}: {e}"[:300])
     for stage, gg, gt in stages:
         c = compare(tag, stage, gg.graph, gt.graph)
+        subs_t = dict(gt.named_modules())
+        for sub_name, sub in gg.named_modules():  # control-flow subgraphs, by their (shared) names
+            other = subs_t.get(sub_name)
+            if sub_name and isinstance(sub, torch.fx.GraphModule) and isinstance(other, torch.fx.GraphModule):
+                c.update(compare(tag, stage, sub.graph, other.graph))
         compare_gm_meta(tag, stage, gg, gt)
         print(f"{tag} | {stage} | {sum(c.values())} differences | {dict(c) if c else '='}", flush=True)
     try:
