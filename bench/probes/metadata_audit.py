@@ -16,6 +16,7 @@ difference once with an example.  Run:
 from __future__ import annotations
 
 import collections
+import contextlib
 import difflib
 import io
 import re
@@ -118,8 +119,11 @@ def norm(node: torch.fx.Node) -> dict[str, Any]:
         d["stack_trace"] = _innermost(m["stack_trace"])
     if "torch_fn" in m:
         d["torch_fn"] = tuple(m["torch_fn"]) if m["torch_fn"] else None
-    if "custom" in m:
-        d["custom"] = dict(m["custom"]) if m["custom"] else m["custom"]
+    # torch leaves its own markers (``_torchdynamo_disable*``) in "custom" beside the user's keys;
+    # only the user's are compared, and an empty dict counts as none
+    user_custom = {k: v for k, v in (m.get("custom") or {}).items() if not str(k).startswith("_torchdynamo")}
+    if user_custom:
+        d["custom"] = user_custom
     if "val" in m:
         d["val"] = _val(m["val"])
     if "tensor_meta" in m:
@@ -318,8 +322,10 @@ def run_probe(name: str, strict: bool) -> None:
     t0 = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep_g = graphcap.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict)
-        ep_t = te.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict)
+        # non-strict records torch.fx.traceback.annotate's "custom" only under preserve_node_meta
+        with fx_traceback.preserve_node_meta() if name == "annotated" else contextlib.nullcontext():
+            ep_g = graphcap.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict)
+            ep_t = te.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict)
     stages: list[tuple[str, Any, Any]] = [("export", ep_g.graph_module, ep_t.graph_module)]
     decomposed = []
     for lib, ep in (("graphcap", ep_g), ("torch", ep_t)):
