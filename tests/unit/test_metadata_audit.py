@@ -235,3 +235,28 @@ def test_unflattened_placeholders_and_state_reads_carry_tensor_meta():
                 checked += 1
     assert checked >= 4
     torch.testing.assert_close(unflat(torch.ones(3, 4)), ep.module()(torch.ones(3, 4)))
+
+
+def test_subgraph_placeholders_carry_tensor_meta_in_branches_and_regions():
+    class Regions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                y = self.lin(x)
+            return torch.cond(y.sum() > 0, lambda t: t.sin(), lambda t: self.lin(t), (y,))
+
+    for strict in (False, True):
+        ep = graphcap.export(Regions(), (torch.randn(2, 4),), strict=strict)
+        seen = 0
+        for name, sub in ep.graph_module.named_modules():
+            if not name or not isinstance(sub, torch.fx.GraphModule):
+                continue
+            for node in sub.graph.nodes:
+                if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor):
+                    assert tuple(node.meta["tensor_meta"].shape) == tuple(node.meta["val"].shape), (strict, name)
+                    assert node.meta["tensor_meta"].dtype == node.meta["val"].dtype
+                    seen += 1
+        assert seen >= 3, strict
