@@ -1,4 +1,5 @@
-"""Node metadata on real models (audit 2026-11-27 late morning, bench/probes/metadata_audit.py).
+"""Node metadata on real models (docs/torch-suite.md, "Node metadata on real models audit
+(2026-11-27 late morning)"; probe: bench/probes/metadata_audit.py).
 
 What consumers read from ``node.meta`` around control flow and in unflattened modules:
 
@@ -10,7 +11,8 @@ What consumers read from ``node.meta`` around control flow and in unflattened mo
   does: the call holding the ``torch.cond`` (``blk``), then what the branch called
   (``blk.inner``, ``blk.inner.l``), in both capture modes; non-strict dropped the outer modules,
   strict the inner ones (so pt2e's source partitions missed an ``nn.Linear`` in a branch);
-- the placeholders and state reads of an unflattened module carry ``tensor_meta`` beside ``val``.
+- the placeholders of control-flow subgraphs and grad/autocast regions, and the placeholders and
+  state reads of an unflattened module, carry ``tensor_meta`` beside ``val``.
 """
 from __future__ import annotations
 
