@@ -11,6 +11,8 @@ What consumers read from ``node.meta`` around control flow and in unflattened mo
   does: the call holding the ``torch.cond`` (``blk``), then what the branch called
   (``blk.inner``, ``blk.inner.l``), in both capture modes; non-strict dropped the outer modules,
   strict the inner ones (so pt2e's source partitions missed an ``nn.Linear`` in a branch);
+- the copy run_decompositions makes of an output aliasing an input carries the value's ``custom``
+  and ``torch_fn`` and its own ``tensor_meta``;
 - the placeholders of control-flow subgraphs and grad/autocast regions, and the placeholders and
   state reads of an unflattened module, carry ``tensor_meta`` beside ``val``.
 """
@@ -262,3 +264,36 @@ def test_subgraph_placeholders_carry_tensor_meta_in_branches_and_regions():
                     assert node.meta["tensor_meta"].dtype == node.meta["val"].dtype
                     seen += 1
         assert seen >= 3, strict
+
+
+def test_the_copy_of_an_aliased_output_carries_the_metadata_of_the_value_it_copies():
+    import torch.fx.traceback as fx_traceback
+
+    class Views(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            with fx_traceback.annotate({"stage": 2}):
+                flat = x.view(-1)
+            return flat, self.lin(x).t()
+
+    with fx_traceback.preserve_node_meta():
+        ep = graphcap.export(Views(), (torch.randn(2, 3),))
+    decomposed = ep.run_decompositions()
+    out = decomposed.graph.output_node().args[0]
+    copy_node = out[0]
+    assert copy_node.target is torch.ops.aten.clone.default
+    viewed = copy_node.args[0]
+    assert copy_node.meta["custom"] == {"stage": 2} == viewed.meta["custom"]
+    assert copy_node.meta["torch_fn"] == viewed.meta["torch_fn"]
+    assert tuple(copy_node.meta["tensor_meta"].shape) == (6,)
+    for node in decomposed.graph.nodes:
+        if node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor):
+            assert "tensor_meta" in node.meta, node.name
+    buf = io.BytesIO()
+    graphcap.save(decomposed, buf)
+    buf.seek(0)
+    loaded = graphcap.load(buf)
+    assert loaded.graph.output_node().args[0][0].meta["custom"] == {"stage": 2}
