@@ -174,6 +174,25 @@ def test_a_cond_in_a_branch_nests_its_modules_under_the_outer_call():
         assert _paths(neg) == [""], strict
 
 
+def test_a_module_called_twice_in_a_branch_has_one_key_per_call_in_both_modes():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda y: self.inner(self.inner(y)), lambda y: y.cos(), (x,))
+
+    keys = {}
+    for strict in (False, True):
+        ep = graphcap.export(Twice(), (torch.randn(2, 4),), strict=strict)
+        linears = _ops(ep.graph_module.true_graph_0, "linear")
+        keys[strict] = [list(n.meta["nn_module_stack"]) for n in linears]
+        assert [_paths(n) for n in linears] == [["", "inner", "inner.lin"]] * 2, strict
+    assert keys[False] == keys[True] == [["L__self__", "L__self__inner", "L__self__inner.lin"],
+                                         ["L__self__", "L__self__inner@1", "L__self__inner.lin@1"]]
+
+
 def test_source_partitions_find_a_linear_inside_a_branch_in_both_modes():
     for strict in (False, True):
         ep = graphcap.export(Model(), (torch.randn(2, 4),), strict=strict)

@@ -50,11 +50,15 @@ def _branch_stack(stack: Any, outer: dict) -> dict:
         if text.startswith(("L[", "G[")):
             if source_root(text) not in roots or len(roots) != 1:
                 return dict(outer)
-            text, key = fqn_of_source(text), None
+            # dynamo keys a module's calls by object id, ``<id>@1`` for the second: the call's
+            # number goes with the FQN, as in a recorded key
+            _, at, call = str(key).partition("@")
+            text = fqn_of_source(text)
+            key = call_key(f"{text}@{call}" if at else text)
         if not text or text in paths:
             continue
         paths.add(text)
-        out[key if key is not None else call_key(text)] = (text, cls)
+        out[key] = (text, cls)
     return out
 
 
