@@ -46,7 +46,7 @@ from ..torch_private import pytree, real_values
 from ..torch_private import shapes as shapes_private
 from ..torch_private import user_specs as user_specs_private
 from ..trace import fakify, module_state, recorder
-from ..trace.module_paths import call_key, call_name_of_key
+from ..trace.module_paths import call_key, call_name_of_key, fqn_of_source
 from . import call_signatures, non_strict, strict_call_boundaries, strict_refusals, strict_shapes
 
 
@@ -288,24 +288,6 @@ def _without_entry_frame(stack_trace: Optional[str]) -> Optional[str]:
 
 # --- metadata ----------------------------------------------------------------------------------
 
-_SOURCE_ROOT = re.compile(r"^L\[['\"][^'\"]+['\"]\]")
-
-
-def _fqn_of_source(path: str) -> str:
-    """dynamo's name of a submodule (``L['self'].layers[0]``, ``getattr(L['self'].a, '0')``,
-    ``L['self']._modules['conv']``) as an FQN (``layers.0``)."""
-    text = path
-    while True:  # getattr(X, 'name') -> X.name
-        new = re.sub(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)", r"\1.\2", text)
-        if new == text:
-            break
-        text = new
-    text = _SOURCE_ROOT.sub("", text)
-    text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
-    text = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", text)
-    return text.strip(".")
-
-
 class _ModuleStacks:
     """Turns dynamo's ``nn_module_stack`` entries into graphcap's (``L__self__<fqn>[@n]`` → (fqn, class))."""
 
@@ -319,7 +301,7 @@ class _ModuleStacks:
         self.last_key: dict[str, str] = {}  # dynamo's key of the latest call of each module
 
     def _fqn(self, key: str, path: str) -> str:
-        fqn = _fqn_of_source(path)
+        fqn = fqn_of_source(path)
         if self.root is not None:
             try:
                 self.root.get_submodule(fqn)

@@ -41,6 +41,14 @@ class UnflattenError(GraphcapError, ValueError):
     """The program's module calls cannot be rebuilt as nested calls."""
 
 
+def _carry_value(new: torch.fx.Node, old: torch.fx.Node) -> None:
+    """``new`` stands for ``old`` in a call's graph: it carries ``old``'s value and, where ``old``
+    has one, its ``tensor_meta`` (what shape-reading passes look up, as in the flat program)."""
+    new.meta["val"] = old.meta.get("val")
+    if "tensor_meta" in old.meta:
+        new.meta["tensor_meta"] = old.meta["tensor_meta"]
+
+
 def _relative(parent_fqn: str, fqn: str) -> Optional[str]:
     if parent_fqn == "":
         return fqn
@@ -138,7 +146,7 @@ class GraphCutter:
             taken.add(name)
             ph = g.placeholder(name)
             if node is not None:
-                ph.meta["val"] = node.meta.get("val")
+                _carry_value(ph, node)
                 env.setdefault(node, ph)
 
         def value(a: torch.fx.Node) -> torch.fx.Node:
@@ -151,7 +159,7 @@ class GraphCutter:
                     raise UnflattenError(f"Module call '{scope.call_name}' reads '{self.state[a].target}', "
                                          f"which is neither its own state nor passed to it.")
                 env[a] = g.get_attr(name)
-                env[a].meta["val"] = a.meta.get("val")
+                _carry_value(env[a], a)
             elif a.op == "get_attr":
                 attr = "_graph_" + a.target.replace(".", "_")
                 obj.__dict__[attr] = _walk(self.ep.graph_module, a.target)
@@ -159,7 +167,7 @@ class GraphCutter:
             elif a in cloned and cloned[a] is not None:
                 source, dim = cloned[a]
                 env[a] = g.call_function(torch.ops.aten.sym_size.int, (value(source), dim))
-                env[a].meta["val"] = a.meta.get("val")
+                _carry_value(env[a], a)
             elif a in cloned:
                 env[a] = g.node_copy(a, value)
             else:
@@ -258,7 +266,7 @@ class GraphCutter:
         else:
             for i, r in enumerate(returns):
                 env[r] = g.call_function(operator.getitem, (call, i))
-                env[r].meta["val"] = r.meta.get("val")
+                _carry_value(env[r], r)
 
     @staticmethod
     def _forget(obj: torch.nn.Module, access: str) -> None:
@@ -354,7 +362,7 @@ class GraphCutter:
         for i, out in enumerate(outputs):
             if isinstance(out, torch.fx.Node) and out in members:
                 env[out] = g.call_function(operator.getitem, (call, i))
-                env[out].meta["val"] = out.meta.get("val")
+                _carry_value(env[out], out)
         # the module at the FQN may be a replacement that reassigns its state (``self.n = ...``):
         # code after the call reads that state anew, as eager code reads ``self.sub.n`` after it
         for node in [a for a in env if a in self.state and reachable_name(self.state[a], child.fqn) is not None]:

@@ -9,6 +9,7 @@ are replaced by an ``aten.clone`` of themselves.
 """
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +17,7 @@ import torch.fx
 
 from ..node_facts import aliased_input
 from ..signature import call_graph_of
+from ..torch_private.fx import extract_tensor_metadata
 
 if TYPE_CHECKING:
     from ..program import ExportedProgram
@@ -38,9 +40,13 @@ def unalias_outputs_pass(ep: ExportedProgram) -> ExportedProgram:
         with graph.inserting_before(output_node):
             clone = graph.call_function(torch.ops.aten.clone.default, (value,))
         clone.meta["val"] = value.meta["val"].clone()
+        clone.meta["tensor_meta"] = extract_tensor_metadata(clone.meta["val"])
         for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
             clone.meta[key] = value.meta.get(key, None if key == "stack_trace" else {} if key == "nn_module_stack"
                                              else [(clone.name, str(clone.target))])
+        for key in ("torch_fn", "custom"):  # the copy belongs to the user's call that made the value
+            if value.meta.get(key):
+                clone.meta[key] = copy.copy(value.meta[key])
         values[i] = clones[value] = clone
         names[value.name] = clone.name
     if not names:

@@ -35,6 +35,7 @@ import torch
 import torch.fx
 
 from ..torch_private.dynamo import DYNAMO_META_KEY_PREFIX
+from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import OpOverload, is_higher_order_operator, schema_of
 from . import source_fns
 
@@ -279,6 +280,11 @@ def _finalize_graph(gm: torch.fx.GraphModule) -> None:
             node.meta.pop("stack_trace", None)
             node.meta.pop("nn_module_stack", None)
             node.meta.pop("torch_fn", None)
+            if node.op == "placeholder" and "tensor_meta" not in node.meta \
+                    and isinstance(node.meta.get("val"), torch.Tensor):
+                # a subgraph's input (a branch's operand, a region's) is described as the
+                # top level's inputs are, for passes that read shapes from tensor_meta
+                node.meta["tensor_meta"] = extract_tensor_metadata(node.meta["val"])
             continue
         if node.op == "call_function":
             if "source_fn_stack" not in node.meta or _recorded_by_branch_capture(node.meta["source_fn_stack"]):

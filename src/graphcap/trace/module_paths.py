@@ -21,6 +21,7 @@ Two things make the path right:
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional
 
 import torch
@@ -86,6 +87,31 @@ def split_call_name(call_name: str) -> tuple[str, int]:
     if at and index.isdigit():
         return base, int(index)
     return call_name, 0
+
+
+_SOURCE_ROOT = re.compile(r"^L\[['\"][^'\"]+['\"]\]")
+
+
+def source_root(path: str) -> Optional[str]:
+    """The root of dynamo's name of a module (``L['self']`` of ``L['self'].layers[0]``), or None
+    for a path of another form."""
+    found = _SOURCE_ROOT.match(path)
+    return found.group(0) if found else None
+
+
+def fqn_of_source(path: str) -> str:
+    """dynamo's name of a submodule (``L['self'].layers[0]``, ``getattr(L['self'].a, '0')``,
+    ``L['self']._modules['conv']``) as an FQN (``layers.0``)."""
+    text = path
+    while True:  # getattr(X, 'name') -> X.name
+        new = re.sub(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)", r"\1.\2", text)
+        if new == text:
+            break
+        text = new
+    text = _SOURCE_ROOT.sub("", text)
+    text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
+    text = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", text)
+    return text.strip(".")
 
 
 def normalize_module_stacks(gm: torch.fx.GraphModule) -> None:

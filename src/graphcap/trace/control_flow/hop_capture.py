@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
+import operator
 import traceback
 from typing import Any, Callable, Iterator, Optional
 
@@ -46,9 +48,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ...errors import GraphcapError, UnsupportedError
-from ...torch_private import pytree
+from ...torch_private import block_replay, pytree
 from ...torch_private.dispatch import dispatch_mode_base
 from ...torch_private.dynamo import forget_control_flow_wrapper_skips, skipped_fullgraph_compiles_run_eagerly
+from ...torch_private.fx import current_fx_tracer
 from ...torch_private.higher_order import (
     MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE,
     map_keeps_symbolic_leading_dim,
@@ -313,6 +316,8 @@ class _ControlFlowCalls(TorchFunctionMode):
         # they call; the dispatch mode is still on (it is off only inside its own handler)
         args = _with_branches(name, args, self.root, reenter_function_mode=True, reenter_dispatch_mode=False,
                               extra=extra, outputs=outputs)
+        tracer = current_fx_tracer()
+        recorded_before = len(tracer.graph.nodes) if tracer is not None else 0
         try:
             result = func(*args, **kwargs)
         except GraphcapError:
@@ -321,7 +326,36 @@ class _ControlFlowCalls(TorchFunctionMode):
             if name == "cond" and outputs.symbolic_scalar is not None:
                 raise _symbolic_scalar_refused(_USER_NAMES[name], outputs.symbolic_scalar) from e
             raise
+        if tracer is not None:
+            _name_the_call(tracer, func, len(tracer.graph.nodes) - recorded_before)
         return outputs.rebuild(result) if outputs is not None else result
+
+
+def _name_the_call(tracer: Any, func: Any, recorded: int) -> None:
+    """Give the nodes a control-flow call just recorded (the operator's node and the ``getitem``s
+    of its results) the ``torch_fn`` of that call, ``('cond_1', 'CondOp.cond')``, counted with the
+    trace's other calls of ``func``.
+
+    The recorder notes the torch function called last for the nodes it makes next; this mode
+    handles the call before that note is taken, so without this the nodes would name whatever
+    the branches' capture called last (``numel``, ``clone``), and so would their
+    ``source_fn_stack``."""
+    if recorded <= 0:
+        return
+    nodes = [n for n in reversed(list(itertools.islice(reversed(tracer.graph.nodes), recorded)))
+             if n.op == "call_function"]
+    calls = [n for n in nodes if n.target is func]
+    called = f"{type(func).__name__}.{func.__name__}"
+    if not calls or all((n.meta.get("torch_fn") or ("", ""))[1] == called for n in calls):
+        return  # (strict capture: the recorder saw the call itself)
+    counts = block_replay.torch_fn_counts(tracer)
+    counts[func] = counts.get(func, 0) + 1
+    named = (f"{func.__name__}_{counts[func]}", called)
+    results = set(calls)
+    for node in nodes:
+        if node in results or (node.target is operator.getitem and node.args and node.args[0] in results):
+            results.add(node)
+            node.meta["torch_fn"] = named
 
 
 def _symbolic_scalar_refused(operator: str, where_in_branch: str) -> UnsupportedError:

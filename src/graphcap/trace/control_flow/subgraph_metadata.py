@@ -1,9 +1,10 @@
 """Make node metadata of a recorded graph and its control-flow subgraphs read as the user's program.
 
 Stack traces lose the frames of code torch generated for a branch, subgraph
-nodes take the module stack and source line of the control-flow call that
-holds them, and torch's own annotations leave the subgraphs
-(:func:`clean_metadata`).
+nodes take the module stack of the control-flow call that holds them followed
+by the modules the branch called to make them (:func:`_branch_stack`) and, where
+they have no user line, that call's source line; torch's own annotations leave
+the subgraphs (:func:`clean_metadata`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
+from ..module_paths import call_key, fqn_of_source, source_root
 from .hops import subgraphs
 
 _FRAME = re.compile(r'^\s*File "', re.M)
@@ -28,9 +30,36 @@ def _user_frames(stack_trace: Optional[str]) -> Optional[str]:
     return "\n".join(kept) if kept else None
 
 
-def _torch_internal_stack(stack: Any) -> bool:
-    """An nn_module_stack written by torch's branch capture (paths like ``L['args'][1]...``)."""
-    return not stack or any(str(path).startswith(("L[", "G[")) for path, _ in stack.values())
+def _branch_stack(stack: Any, outer: dict) -> dict:
+    """The module stack of a node a branch made: the stack of the control-flow call holding the
+    branch (``outer``), then the modules the branch called beyond it, as a top-level node's stack
+    lists them (root first, user FQNs).
+
+    A branch's recording keeps only what it saw (graphcap's capture: the modules entered inside
+    the branch, ``blk.inner``, without the root or ``blk``; dynamo's: its own paths,
+    ``L['self'].blk.inner``, keyed by object ids); both are made FQNs here. A path of another
+    origin (a module reached through an operand, ``L['args'][1]``) tells no FQN: the node keeps the
+    call's stack."""
+    out = dict(outer)
+    if not stack:
+        return out
+    paths = {str(path) for path, _ in out.values()}
+    roots = {source_root(str(path)) for path, _ in stack.values() if fqn_of_source(str(path)) == ""}
+    for key, (path, cls) in stack.items():
+        text = str(path)
+        if text.startswith(("L[", "G[")):
+            if source_root(text) not in roots or len(roots) != 1:
+                return dict(outer)
+            # dynamo keys a module's calls by object id, ``<id>@1`` for the second: the call's
+            # number goes with the FQN, as in a recorded key
+            _, at, call = str(key).partition("@")
+            text = fqn_of_source(text)
+            key = call_key(f"{text}@{call}" if at else text)
+        if not text or text in paths:
+            continue
+        paths.add(text)
+        out[key] = (text, cls)
+    return out
 
 
 def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] = None) -> None:
@@ -39,7 +68,7 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
     Stack traces lose frames of generated code; a subgraph node left with no
     user frame gets the trace of the control-flow call that contains it (the
     user's ``torch.cond(...)`` line). Subgraph nodes take the module stack of
-    that call (torch's capture names modules by its own access paths).
+    that call, followed by the modules the branch called (:func:`_branch_stack`).
     Annotations torch's own decorators leave in subgraphs (``_torchdynamo_disable``) go
     (at the top level the recorder keeps those of the user's own disabled functions).
     """
@@ -56,8 +85,8 @@ def clean_metadata(gm: torch.fx.GraphModule, enclosing: Optional[torch.fx.Node] 
                 del custom[key]
             if not custom:
                 del node.meta["custom"]
-        if enclosing is not None and node.op not in ("placeholder", "output") \
-                and _torch_internal_stack(node.meta.get("nn_module_stack")):
-            node.meta["nn_module_stack"] = dict(enclosing.meta.get("nn_module_stack") or {})
+        if enclosing is not None and node.op not in ("placeholder", "output"):
+            node.meta["nn_module_stack"] = _branch_stack(node.meta.get("nn_module_stack"),
+                                                         enclosing.meta.get("nn_module_stack") or {})
     for node, sub, _ in list(subgraphs(gm)):
         clean_metadata(sub, node)
