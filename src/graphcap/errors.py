@@ -411,7 +411,7 @@ class NotPicklableError(SerializationError, TypeError):
 
     Their graphs carry fake values and their modules input checks that pickle cannot keep (fx's
     pickling writes a file whose load fails far from the save); the message names graphcap's own
-    format instead. Also a ``TypeError``, the type pickle raises for an object it cannot pickle.
+    format instead. Also a ``TypeError``, the type raised for an object that cannot be serialized that way.
     """
 
     @classmethod

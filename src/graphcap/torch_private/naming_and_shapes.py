@@ -12,7 +12,6 @@ from typing import Any
 RELIES_ON = {
     "torch.fx.graph._custom_builtins": None,
     "torch._meta_registrations.meta_copy_": ("self", "src"),
-    "torch._debug_has_internal_overlap": None,
 }
 
 
@@ -36,7 +35,8 @@ def raised_by_copy_overlap_check(frame: Any) -> bool:
     operator and its output are the same either way, and the real ``copy_``
     makes the same check when the program runs. Its size questions (is this
     size 1, are these strides contiguous) are therefore no requirement of the
-    program. Matched by the kernel's name and the source line of the call, so
+    program. Matched by the kernel's name and the source line of the call (the overlap function
+    itself is declared where graphcap asks it without a guard, ``fake._overlap_asked_without_guards``), so
     a torch release that rewrites it makes this answer ``False`` (the guards
     are then kept: stricter, never unsound)."""
     return (getattr(frame, "name", None) == "meta_copy_"
