@@ -1,0 +1,112 @@
+"""Damaged, foreign and hostile files (audit 2026-11-27 late morning, bench/probes/damaged_files_audit.py).
+
+A crafted file has matching hashes (the archive is rewritten around the edit), so
+these reach the decoder: it must refuse with a graphcap error naming where, never
+run code, never load a program different from what the file's parts agree on.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import json
+import sys
+
+import pytest
+import torch
+
+import graphcap
+from graphcap.errors import SerializationError
+from graphcap.serialize import class_lookup, schema
+from graphcap.serialize.archive import read_entries, write_archive
+
+
+class _Dict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return {"a": self.lin(x).relu()}
+
+
+@functools.lru_cache(maxsize=1)
+def _saved() -> bytes:
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    graphcap.save(graphcap.export(_Dict(), (torch.randn(2, 3),)), buf)
+    return buf.getvalue()
+
+
+def _crafted(edit) -> io.BytesIO:
+    entries = read_entries(io.BytesIO(_saved()))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    edit(program)
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    out.seek(0)
+    return out
+
+
+def _set_out_type(name):
+    def edit(program):
+        program["module_call_graph"][0]["signature"]["out_spec"]["type"] = name
+    return edit
+
+
+@pytest.mark.parametrize("name", ["unittest.__main__.X", "json.__main__.X", "torch.__main__.X",
+                                  "torch.utils.bottleneck.__main__.X"])
+def test_a_class_named_below_a_main_module_never_imports_that_script(name):
+    # unittest/__main__.py runs a test discovery and exits when imported: before the audit a
+    # crafted structure class name made graphcap.load raise SystemExit from inside unittest
+    module = name.rsplit(".", 1)[0]
+    assert module not in sys.modules
+    with pytest.raises(SerializationError, match="not registered") as info:
+        graphcap.load(_crafted(_set_out_type(name)))
+    assert "pytree specs" in str(info.value)
+    assert module not in sys.modules
+
+
+def test_dunder_modules_are_not_imported_even_below_a_module_the_user_named():
+    with class_lookup.options(import_modules=["unittest"]):
+        assert class_lookup.find_class("unittest.__main__.TestProgram") is None
+    assert "unittest.__main__" not in sys.modules
+    with class_lookup.options(import_modules=["unittest"]):  # the named package's own classes still are
+        assert class_lookup.find_class("unittest.case.TestCase") is not None
+
+
+def test_a_standard_library_module_not_yet_imported_is_not_imported_for_a_file():
+    # the standard library is not the user's library: a file naming one of its unloaded modules
+    # does not load it (some act on import); one the user names for the load is imported
+    for module in ("json.tool", "http.server", "xml.dom.minidom", "email.mime.audio"):
+        if module in sys.modules:
+            continue
+        assert class_lookup.find_class(f"{module}.Anything") is None
+        assert module not in sys.modules
+    assert class_lookup.find_class("collections.OrderedDict") is collections_ordered_dict()
+
+
+def collections_ordered_dict():
+    import collections
+    return collections.OrderedDict
+
+
+def test_a_class_in_an_imported_library_submodule_is_still_found():
+    # the rule the audit keeps: below a (non standard library) package the process imported
+    assert class_lookup.find_class("torch.nn.modules.linear.Linear") is torch.nn.Linear
+
+
+@pytest.mark.parametrize("field, value", [("stride", [2**63, 1]), ("shape", [2, -2**63 - 1]),
+                                          ("offset", 2**64), ("shape", [2**100, 3])])
+def test_integers_beyond_64_bits_are_refused_at_their_json_path(field, value):
+    def edit(program):
+        program["graph_module"]["nodes"][0]["meta"]["val"]["tensor"][field] = value
+    with pytest.raises(SerializationError, match="fits 64 bits") as info:
+        graphcap.load(_crafted(edit))
+    assert f"graph_module.nodes[0].meta.val.tensor.{field}" in str(info.value).replace("'", "")
+
+
+def test_in_range_integers_still_load_and_run():
+    ep = graphcap.load(io.BytesIO(_saved()))
+    x = torch.randn(2, 3)
+    assert torch.equal(ep.module()(x)["a"], graphcap.load(io.BytesIO(_saved())).module()(x)["a"])
