@@ -110,3 +110,62 @@ def test_in_range_integers_still_load_and_run():
     ep = graphcap.load(io.BytesIO(_saved()))
     x = torch.randn(2, 3)
     assert torch.equal(ep.module()(x)["a"], graphcap.load(io.BytesIO(_saved())).module()(x)["a"])
+
+
+def _call_node(program, op):
+    return next(n for n in program["graph_module"]["nodes"]
+                if n["op"] == "call_function" and n["target"] == {"op": op})
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda n: n.__setitem__("args", []), "required argument 'input'"),
+    (lambda n: n.__setitem__("args", n["args"][:1]), "required argument 'weight'"),
+    (lambda n: n.__setitem__("args", n["args"] + [None, 3]), "passes 5 positional arguments"),
+    (lambda n: n.__setitem__("kwargs", {"alpha": 2}), "keyword 'alpha'"),
+    (lambda n: n.__setitem__("kwargs", {"input": n["args"][0]}), "'input' twice"),
+])
+def test_a_call_whose_arguments_do_not_fit_the_schema_is_refused_at_load(change, match):
+    # before the audit such a graph loaded and failed only when run, with torch's RuntimeError
+    def edit(program):
+        change(_call_node(program, "aten::linear.default"))
+    with pytest.raises(SerializationError, match=match) as info:
+        graphcap.load(_crafted(edit))
+    assert "Where: program.json graph_module.nodes[3]" in str(info.value)
+
+
+def test_arguments_given_by_keyword_or_left_to_their_default_still_load():
+    def edit(program):
+        node = _call_node(program, "aten::linear.default")
+        x, w, b = node["args"]
+        node["args"], node["kwargs"] = [x], {"weight": w, "bias": b}
+    x = torch.randn(2, 3)
+    ep = graphcap.load(_crafted(edit))
+    assert torch.equal(ep.module()(x)["a"], graphcap.load(io.BytesIO(_saved())).module()(x)["a"])
+
+
+class _Two(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(3))
+        self.b = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return x * self.a + self.b
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_weights_entry_holding_storages_no_tensor_uses_is_refused(tmp_path, mmap):
+    # program.json of one save with the weights of another (hashes made to agree) loaded before
+    # the audit, silently ignoring the storages no tensor of the program described
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+    entries = read_entries(io.BytesIO(_saved()))
+    blobs = st_load(entries[schema.WEIGHTS_ENTRY])
+    entries[schema.WEIGHTS_ENTRY] = st_save({**blobs, "other.weight": torch.randn(5)})
+    path = tmp_path / "mixed.pt2"
+    write_archive(str(path), entries)
+    with pytest.raises(SerializationError) as info:
+        graphcap.load(str(path), mmap=mmap)
+    assert "weights.safetensors" in str(info.value)
+    if not mmap:  # (memory-mapped, the per-storage checksums already differ)
+        assert "'other.weight', which no tensor program.json describes uses" in str(info.value)

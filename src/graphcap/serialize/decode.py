@@ -29,6 +29,7 @@ from ..graph_arguments import (
 )
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
+from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.shapes import backed_size_oblivious
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
@@ -122,6 +123,8 @@ class _GraphReader:
                     raise bad(f"Malformed output node at {where}.")
             elif op == "call_function":
                 target = self.target(nj.get("target"), where)
+                if isinstance(target, OpOverload):
+                    _check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
             elif op == "get_attr":
                 target = ident(nj.get("target"), "subgraph name")
                 if target not in subgraphs:
@@ -303,3 +306,23 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),
             "state": field(program, "state", dict, "state"),
             "opset_version": dict(field(program, "opset_version", dict, "opset_version"))}
+
+
+def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, where: str) -> None:
+    """Refuse a call whose arguments do not fit the operator's schema (too many, a keyword it does
+    not take, a required one missing): such a graph loads and then fails only when it runs."""
+    params = schema_of(op).arguments
+    positional = [p for p in params if not p.kwarg_only]
+    if len(args) > len(positional):
+        raise bad(f"Node {name} passes {len(args)} positional arguments to {op}, which takes at most "
+                  f"{len(positional)}.", where=where)
+    known = {p.name for p in params}
+    for key in kwargs:
+        if key not in known:
+            raise bad(f"Node {name} passes the keyword {key!r} to {op}, which has no such argument.", where=where)
+    given = {p.name for p in positional[:len(args)]}
+    for p in params:
+        if p.name in given and p.name in kwargs:
+            raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
+        if p.name not in given and p.name not in kwargs and not p.has_default_value():
+            raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
