@@ -169,3 +169,50 @@ def test_a_weights_entry_holding_storages_no_tensor_uses_is_refused(tmp_path, mm
     assert "weights.safetensors" in str(info.value)
     if not mmap:  # (memory-mapped, the per-storage checksums already differ)
         assert "'other.weight', which no tensor program.json describes uses" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["../evil.txt", "/tmp/evil.txt", "extra/../../evil", "extra/..", "",
+                                  "C:\\evil", "weights2.safetensors", "program.json/x", "extra/a/b",
+                                  "methods/0.pt2", "state.safetensors"])
+def test_an_entry_no_save_writes_is_refused_even_when_the_manifest_lists_it(name):
+    # the hashes agree (the manifest is rewritten): before the audit such files loaded as if whole
+    entries = read_entries(io.BytesIO(_saved()))
+    entries[name] = b"x"
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError, match="which no graphcap.save writes in a program's file") as info:
+        graphcap.load(io.BytesIO(out.getvalue()), extra_files={"notes.txt": None})
+    assert "Where:" in str(info.value)
+
+
+def test_extra_files_with_allowed_names_still_load():
+    buf = io.BytesIO()
+    graphcap.save(graphcap.load(io.BytesIO(_saved())), buf, extra_files={"notes.txt": "v3", "a-b_c.0": b"\xff"})
+    extra = {"notes.txt": None, "a-b_c.0": None}
+    graphcap.load(io.BytesIO(buf.getvalue()), extra_files=extra)
+    assert extra == {"notes.txt": "v3", "a-b_c.0": b"\xff"}
+
+
+def test_a_multi_method_file_with_an_entry_no_save_writes_is_refused():
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return x * self.w
+
+        def other(self, x):
+            return x + self.w
+
+    programs = graphcap.export_methods(Two(), {"forward": (torch.randn(3),), "other": (torch.randn(3),)})
+    buf = io.BytesIO()
+    graphcap.save(programs, buf)
+    entries = read_entries(io.BytesIO(buf.getvalue()))
+    assert "multi_method.json" in entries
+    graphcap.load(io.BytesIO(buf.getvalue()))  # as saved: loads
+    entries["methods/2.pt2"] = entries["methods/0.pt2"]
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError, match="in a multi-method file"):
+        graphcap.load(io.BytesIO(out.getvalue()))

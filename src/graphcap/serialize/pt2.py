@@ -86,6 +86,23 @@ def extra_file_entries(extra_files: Optional[dict[str, Any]]) -> dict[str, bytes
     return entries
 
 
+def check_members(reader: ArchiveReader, layout: frozenset[str] | set[str], kind: str) -> None:
+    """Refuse an entry the format does not place in a file of this ``kind``: no save writes one, so
+    it was added after (a name like ``../x`` or ``/etc/x`` aimed at a tool that extracts the zip)."""
+    for name in reader.names():
+        if name in layout:
+            continue
+        rest = name[len(schema.EXTRA_PREFIX):] if name.startswith(schema.EXTRA_PREFIX) else None
+        if rest is not None and _EXTRA_NAME.match(rest) and rest not in (".", ".."):
+            continue
+        raise corrupt(f"The archive holds the entry {name[:120]!r}, which no graphcap.save writes in {kind}.",
+                      where=name[:120] or "(an entry with an empty name)")
+
+
+_PROGRAM_LAYOUT = frozenset({schema.PROGRAM_ENTRY, schema.WEIGHTS_ENTRY, schema.CONSTANTS_ENTRY,
+                             schema.EXAMPLE_INPUTS_ENTRY})
+
+
 def read_extra_files(reader: Any, extra_files: dict[str, Any]) -> None:
     """Fill ``extra_files`` in place from the archive: text where the bytes are UTF-8, else bytes."""
     for name in list(extra_files):
@@ -140,6 +157,7 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool,
           checkpoint: Optional[checkpoints.Checkpoint], expected_opsets: dict[str, int],
           given_opsets: Optional[dict[str, int]]) -> ExportedProgram:
+    check_members(reader, _PROGRAM_LAYOUT, "a program's file")
     text = reader.read(schema.PROGRAM_ENTRY)
     if len(text) > schema.MAX_JSON_BYTES:
         raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
