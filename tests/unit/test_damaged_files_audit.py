@@ -216,3 +216,16 @@ def test_a_multi_method_file_with_an_entry_no_save_writes_is_refused():
     write_archive(out, entries)
     with pytest.raises(SerializationError, match="in a multi-method file"):
         graphcap.load(io.BytesIO(out.getvalue()))
+
+
+@pytest.mark.parametrize("name", ["../evil.txt", "", "extra/notes.txt"])
+def test_a_member_the_manifest_does_not_list_is_named_in_where(name):
+    import zipfile
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(_saved())) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info))
+        dst.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), b"x")
+    with pytest.raises(SerializationError, match="which its manifest does not list") as info:
+        graphcap.load(io.BytesIO(out.getvalue()))
+    assert f"Where: {name or '(an entry with an empty name)'}" in str(info.value)
