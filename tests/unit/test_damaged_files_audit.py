@@ -229,3 +229,37 @@ def test_a_member_the_manifest_does_not_list_is_named_in_where(name):
     with pytest.raises(SerializationError, match="which its manifest does not list") as info:
         graphcap.load(io.BytesIO(out.getvalue()))
     assert f"Where: {name or '(an entry with an empty name)'}" in str(info.value)
+
+
+class _Cond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda v: v.sin(), lambda v: v.cos(), (x,))
+
+
+@functools.lru_cache(maxsize=1)
+def _saved_cond() -> bytes:
+    buf = io.BytesIO()
+    graphcap.save(graphcap.export(_Cond(), (torch.randn(3),)), buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("operands", [None, 3, "x", [], "delete"])
+def test_a_control_flow_call_of_the_wrong_form_is_refused_naming_the_node(operands):
+    # before the audit: "The file could not be decoded (TypeError: 'NoneType' object is not
+    # iterable)" from inside the IR verifier, no Where; an empty list still reached the verifier
+    entries = read_entries(io.BytesIO(_saved_cond()))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    node = next(n for n in program["graph_module"]["nodes"] if n["op"] == "call_function" and "hop" in n["target"])
+    if operands == "delete":
+        node["args"].pop()
+    else:
+        node["args"][3] = operands
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError) as info:
+        graphcap.load(io.BytesIO(out.getvalue()))
+    text = str(info.value)
+    assert "graph_module.nodes[" in text
+    x = torch.randn(3)
+    assert torch.equal(graphcap.load(io.BytesIO(_saved_cond())).module()(x), _Cond()(x))

@@ -27,6 +27,7 @@ from ..graph_arguments import (
     SymIntArgument,
     TensorArgument,
 )
+from ..node_facts import hop_name, subgraph_operands
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import OpOverload, schema_of
@@ -132,6 +133,7 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
+            _check_control_flow_call(node, f"program.json {path or 'graph_module.'}nodes[{i}]")
             if node.name != name and op == "placeholder" and name not in env and builtin_name_allowed(name):
                 set_node_name(node, name)  # an input named like a builtin (``input``) keeps it
                 node.target = name
@@ -326,3 +328,20 @@ def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], n
             raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
         if p.name not in given and p.name not in kwargs and not p.has_default_value():
             raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
+
+
+def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:
+    """Refuse a control-flow call whose arguments do not have its operator's form (``cond``'s
+    operands a tuple, ...): read as the verifier reads them, so a crafted file is refused here,
+    naming the node, not by a ``TypeError`` inside the verifier."""
+    name = hop_name(node)
+    if name is None:
+        return
+    try:
+        operands = [value for _, values in subgraph_operands(node) for value in values]
+        if any(isinstance(v, str) for v in operands):  # a string read as a sequence of operands
+            raise TypeError
+    except (TypeError, IndexError, AttributeError):
+        raise bad(f"Node {node.name} calls {name} with arguments not of its form "
+                  f"({len(node.args)} arguments: {', '.join(type(a).__name__ for a in node.args)[:200]}).",
+                  where=where) from None
