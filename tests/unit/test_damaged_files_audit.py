@@ -263,3 +263,12 @@ def test_a_control_flow_call_of_the_wrong_form_is_refused_naming_the_node(operan
     assert "graph_module.nodes[" in text
     x = torch.randn(3)
     assert torch.equal(graphcap.load(io.BytesIO(_saved_cond())).module()(x), _Cond()(x))
+
+
+def test_a_program_breaking_the_ir_invariants_is_refused_with_where():
+    def edit(program):
+        output = program["graph_module"]["nodes"][-1]
+        output["args"] = [{"tuple": [None]}]
+    with pytest.raises(SerializationError, match="IR invariants") as info:
+        graphcap.load(_crafted(edit))
+    assert "Where: program.json" in str(info.value)

@@ -209,7 +209,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         ep = cls(parts["graph_module"], parts["signature"], loaded["weights"], parts["range_constraints"],
                  parts["module_call_graph"], example_inputs=example_inputs, constants=loaded["constants"])
     except VerificationError as e:
-        raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
+        raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}", where=schema.PROGRAM_ENTRY) from None
     if from_meta:  # exported on the meta device: what ran there now runs where the weights are
         ep = attach.move_meta_placements(ep)
     if "assumptions" in program:
