@@ -272,3 +272,14 @@ def test_a_program_breaking_the_ir_invariants_is_refused_with_where():
     with pytest.raises(SerializationError, match="IR invariants") as info:
         graphcap.load(_crafted(edit))
     assert "Where: program.json" in str(info.value)
+
+
+@pytest.mark.parametrize("spec", [None, {"type": "builtins.list", "context": None, "children": [None]},
+                                  {"type": "builtins.tuple", "context": None, "children": [None, None]}])
+def test_an_input_structure_that_is_not_args_and_kwargs_is_refused_at_load(spec):
+    # before the audit it loaded, and every call then failed with InputStructureError
+    def edit(program):
+        program["module_call_graph"][0]["signature"]["in_spec"] = spec
+    with pytest.raises(SerializationError, match=r"not \(args, kwargs\)") as info:
+        graphcap.load(_crafted(edit))
+    assert "Where: program.json module_call_graph[0].signature.in_spec" in str(info.value)

@@ -260,6 +260,11 @@ def decode_call_graph(j: Any) -> list[ModuleCallEntry]:
                 outputs=[_argument(a, where) for a in field(sj, "outputs", list, where)],
                 in_spec=json_to_spec(sj.get("in_spec"), types), out_spec=json_to_spec(sj.get("out_spec"), types),
                 forward_arg_names=names)
+            spec = sig.in_spec
+            if not (spec.type is tuple and spec.num_children == 2 and spec.child(0).type is tuple
+                    and spec.child(1).type is dict):
+                raise bad(f"The input structure at {where} is not (args, kwargs), as every export's is.",
+                          where=f"program.json {where}.signature.in_spec")
         entries.append(ModuleCallEntry(fqn, sig))
     if entries[0].signature is None:
         raise bad("The module call graph has no signature for the program itself.")
