@@ -283,3 +283,15 @@ def test_an_input_structure_that_is_not_args_and_kwargs_is_refused_at_load(spec)
     with pytest.raises(SerializationError, match=r"not \(args, kwargs\)") as info:
         graphcap.load(_crafted(edit))
     assert "Where: program.json module_call_graph[0].signature.in_spec" in str(info.value)
+
+
+@pytest.mark.parametrize("val", [None, True, -1, 1.5, "os.system"])
+def test_a_tensor_input_whose_graph_value_is_a_constant_is_refused(val):
+    # before the audit it loaded; every call then failed: "Expected input at *args[0] to be equal to ..."
+    def edit(program):
+        node = next(n for n in program["graph_module"]["nodes"] if n["name"] == "x")
+        node["meta"]["val"] = val
+        node["meta"].pop("tensor_meta", None)
+    with pytest.raises(SerializationError, match="Input x is a tensor in the signature") as info:
+        graphcap.load(_crafted(edit))
+    assert "Where: program.json signature.inputs[2]" in str(info.value)

@@ -17,6 +17,7 @@ import torch
 
 from .. import auto_flatten
 from ..errors import GraphcapError, NotAProgramError, SerializationError, VerificationError
+from ..graph_arguments import TensorArgument
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
 from . import attach, checkpoints, class_lookup, opsets, placement, schema, tensors, upgrade
@@ -173,6 +174,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     opsets.check_expected(recorded if isinstance(recorded, dict) else None, expected_opsets,
                           entry=schema.PROGRAM_ENTRY, given=given_opsets)
     parts = decode_program(program, reader.version)
+    _check_tensor_inputs(parts["graph_module"], parts["signature"])
     placement.place_graph(parts["graph_module"])
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
     state = parts["state"]
@@ -217,6 +219,18 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     ep.export_dim_names = dict(program.get("dim_names", {}))
     ep.opset_version = parts["opset_version"]
     return ep
+
+
+def _check_tensor_inputs(gm: torch.fx.GraphModule, signature: Any) -> None:
+    """Refuse a placeholder the signature takes as a tensor whose value in the graph is not one (a
+    crafted ``val``): loaded, the program would check its callers' tensors against a constant."""
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    for i, spec in enumerate(signature.input_specs):
+        node = placeholders.get(getattr(spec.arg, "name", None))
+        if isinstance(spec.arg, TensorArgument) and node is not None and "val" in node.meta \
+                and not isinstance(node.meta["val"], torch.Tensor):
+            raise bad(f"Input {node.name} is a tensor in the signature, but its value in the graph is "
+                      f"{type(node.meta['val']).__name__}.", where=f"program.json signature.inputs[{i}]")
 
 
 def _assumptions(items: list[dict[str, Any]]) -> list[Any]:
