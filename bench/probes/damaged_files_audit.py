@@ -111,13 +111,17 @@ RESULTS: Counter = Counter()
 BAD: list = []
 
 
-def classify(case, data_or_path, expected, args, extra_names=()):
+def classify(case, data_or_path, expected, args, extra_names=(), mmap=False):
     if os.path.exists(MARK):
         os.unlink(MARK)
     extra = {n: None for n in extra_names}
     try:
         src = data_or_path if isinstance(data_or_path, str) else io.BytesIO(data_or_path)
-        ep = graphcap.load(src, extra_files=extra)
+        if mmap:
+            src = os.path.join(MARK_DIR, "mmap.pt2")
+            with open(src, "wb") as fh:
+                fh.write(data_or_path)
+        ep = graphcap.load(src, extra_files=extra, mmap=mmap)
         text = ""
         try:
             got = outputs(ep, args)
@@ -189,6 +193,9 @@ def byte_damage(name, data, expected, args):
                 buf = bytearray(data)
                 buf[pos] ^= 1 << bit
                 classify(f"{name}: bit {bit} of byte {pos} ({member})", bytes(buf), expected, args)
+                if bit == 7:
+                    classify(f"{name}: bit {bit} of byte {pos} ({member}), mmap=True", bytes(buf), expected, args,
+                             mmap=True)
     # central directory
     for pos in range(n - 22 - 46, n, 3 if QUICK else 1):
         buf = bytearray(data)
