@@ -295,3 +295,27 @@ def test_a_tensor_input_whose_graph_value_is_a_constant_is_refused(val):
     with pytest.raises(SerializationError, match="Input x is a tensor in the signature") as info:
         graphcap.load(_crafted(edit))
     assert "Where: program.json signature.inputs[2]" in str(info.value)
+
+
+def test_a_save_failing_midway_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypatch):
+    # held before the audit; kept as the audit's check of atomic saves
+    import graphcap.serialize.archive as archive
+    ep = graphcap.load(io.BytesIO(_saved()))
+    good = tmp_path / "m.pt2"
+    graphcap.save(ep, str(good))
+    before = good.read_bytes()
+    broken = graphcap.load(io.BytesIO(_saved()))
+    broken.state_dict["lin.weight"] = torch.randn(2, 3).to_sparse()
+    with pytest.raises(SerializationError, match="sparse"):
+        graphcap.save(broken, str(good))
+
+    def full_disk(fileobj, entries):
+        fileobj.write(b"PK\x03\x04 half an archive")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(archive, "_write_zip", full_disk)
+    with pytest.raises(OSError):
+        graphcap.save(ep, str(good))
+    with pytest.raises(OSError):
+        graphcap.save(ep, str(tmp_path / "new.pt2"))
+    assert good.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt2"]
