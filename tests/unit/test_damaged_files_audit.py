@@ -292,9 +292,32 @@ def test_a_tensor_input_whose_graph_value_is_a_constant_is_refused(val):
         node = next(n for n in program["graph_module"]["nodes"] if n["name"] == "x")
         node["meta"]["val"] = val
         node["meta"].pop("tensor_meta", None)
-    with pytest.raises(SerializationError, match="Input x is a tensor in the signature") as info:
+    # refused where the graph first reads it (linear's 'input'), else by the signature check
+    with pytest.raises(SerializationError, match=r"Input x is a tensor in the signature|"
+                                                 r"as aten.linear.default's argument 'input', which is a Tensor"):
         graphcap.load(_crafted(edit))
-    assert "Where: program.json signature.inputs[2]" in str(info.value)
+
+
+class _Identity(torch.nn.Module):
+    def forward(self, x, y):
+        return x, y + 1
+
+
+def test_a_tensor_input_no_operator_reads_is_checked_against_the_signature():
+    buf = io.BytesIO()
+    graphcap.save(graphcap.export(_Identity(), (torch.randn(2), torch.randn(2))), buf)
+    entries = read_entries(io.BytesIO(buf.getvalue()))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    node = next(n for n in program["graph_module"]["nodes"] if n["name"] == "x")
+    node["meta"]["val"] = "os.system"
+    node["meta"].pop("tensor_meta", None)
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError, match="Input x is a tensor in the signature, but its value in the "
+                                                 "graph is str") as info:
+        graphcap.load(io.BytesIO(out.getvalue()))
+    assert "Where: program.json signature.inputs[0]" in str(info.value)
 
 
 def test_a_save_failing_midway_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypatch):
@@ -319,3 +342,35 @@ def test_a_save_failing_midway_keeps_the_old_file_and_leaves_nothing(tmp_path, m
         graphcap.save(ep, str(tmp_path / "new.pt2"))
     assert good.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt2"]
+
+
+@pytest.mark.parametrize("version", ["", "10", 1.5, [10], True])
+def test_an_operator_set_version_that_is_no_integer_is_refused_naming_it(version):
+    # before the audit: "The file could not be decoded (TypeError: '<=' not supported ...)", no Where
+    def edit(program):
+        program["opset_version"]["aten"] = version
+    with pytest.raises(SerializationError, match="not an integer") as info:
+        graphcap.load(_crafted(edit))
+    assert "Where: program.json: opset_version['aten']" in str(info.value)
+
+
+@pytest.mark.parametrize("position, value, match", [(0, None, "NoneType as aten.linear.default's argument 'input'"),
+                                                    (1, {"dtype": "torch.float32"},
+                                                     "dtype as aten.linear.default's argument 'weight'"),
+                                                    (2, "x", "str as aten.linear.default's argument 'bias'")])
+def test_a_non_tensor_where_the_schema_takes_a_tensor_is_refused(position, value, match):
+    # before the audit it loaded; the call then failed with torch's "Expected a proper Tensor but got None"
+    def edit(program):
+        _call_node(program, "aten::linear.default")["args"][position] = value
+    with pytest.raises(SerializationError, match=match):
+        graphcap.load(_crafted(edit))
+
+
+def test_an_optional_tensor_left_out_still_loads_as_the_file_says():
+    # bias None is a consistent program (linear without bias): it loads, and computes that
+    def edit(program):
+        _call_node(program, "aten::linear.default")["args"][2] = None
+    ep = graphcap.load(_crafted(edit))
+    x = torch.randn(2, 3)
+    weight = graphcap.load(io.BytesIO(_saved())).state_dict["lin.weight"]
+    assert torch.equal(ep.module()(x)["a"], torch.nn.functional.linear(x, weight).relu())

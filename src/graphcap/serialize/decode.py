@@ -333,6 +333,22 @@ def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], n
             raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
         if p.name not in given and p.name not in kwargs and not p.has_default_value():
             raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
+    values = {**dict(zip((p.name for p in positional), args)), **kwargs}
+    for p in params:
+        kind = str(p.type)
+        if p.name not in values or kind not in ("Tensor", "Optional[Tensor]"):
+            continue
+        value = values[p.name]
+        if value is None and kind == "Optional[Tensor]":
+            continue
+        # a number (or a symbolic one) stands for a tensor where torch wraps it (``aten.add.Tensor(x, 1)``)
+        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+        if isinstance(value, torch.fx.Node) and "val" not in value.meta:
+            continue
+        if not isinstance(val, (torch.Tensor, bool, int, float, complex, torch.SymInt, torch.SymFloat,
+                                torch.SymBool)):
+            raise bad(f"Node {name} passes {type(val).__name__} as {op}'s argument {p.name!r}, which is a "
+                      f"{kind}.", where=where)
 
 
 def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:
