@@ -374,3 +374,19 @@ def test_an_optional_tensor_left_out_still_loads_as_the_file_says():
     x = torch.randn(2, 3)
     weight = graphcap.load(io.BytesIO(_saved())).state_dict["lin.weight"]
     assert torch.equal(ep.module()(x)["a"], torch.nn.functional.linear(x, weight).relu())
+
+
+@pytest.mark.parametrize("args", [[], [None, 0], [{"node": "cond"}, None], [{"node": "cond"}, True],
+                                  [{"node": "cond"}, ""]])
+def test_an_item_read_of_the_wrong_form_is_refused_naming_the_node(args):
+    # before the audit these loaded and the call failed with TypeError / IndexError, or failed in codegen
+    entries = read_entries(io.BytesIO(_saved_cond()))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    node = next(n for n in program["graph_module"]["nodes"] if n["target"] == {"python": "_operator.getitem"})
+    node["args"] = args
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError, match="not of the form \\(node, index\\)") as info:
+        graphcap.load(io.BytesIO(out.getvalue()))
+    assert "Where: program.json graph_module.nodes[" in str(info.value)

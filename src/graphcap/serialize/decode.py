@@ -13,6 +13,7 @@ this module reads the graphs, the signature and the module call graph.
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any, Callable, Optional
 
 import torch
@@ -126,6 +127,11 @@ class _GraphReader:
                 target = self.target(nj.get("target"), where)
                 if isinstance(target, OpOverload):
                     _check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
+                elif target is operator.getitem and not (
+                        len(args) == 2 and not kwargs and isinstance(args[0], torch.fx.Node)
+                        and type(args[1]) is int):
+                    raise bad(f"Node {name} reads an item with arguments not of the form (node, index).",
+                              where=f"program.json {path or 'graph_module.'}nodes[{i}]")
             elif op == "get_attr":
                 target = ident(nj.get("target"), "subgraph name")
                 if target not in subgraphs:
