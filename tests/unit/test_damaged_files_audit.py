@@ -390,3 +390,18 @@ def test_an_item_read_of_the_wrong_form_is_refused_naming_the_node(args):
     with pytest.raises(SerializationError, match="not of the form \\(node, index\\)") as info:
         graphcap.load(io.BytesIO(out.getvalue()))
     assert "Where: program.json graph_module.nodes[" in str(info.value)
+
+
+@pytest.mark.parametrize("pred", [None, 0, "x"])
+def test_a_cond_predicate_that_is_no_node_or_bool_is_refused(pred):
+    # before the audit None loaded, and cond took the false branch: different numbers, silently
+    entries = read_entries(io.BytesIO(_saved_cond()))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    node = next(n for n in program["graph_module"]["nodes"] if n["op"] == "call_function" and "hop" in n["target"])
+    node["args"][0] = pred
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    with pytest.raises(SerializationError, match="calls cond with arguments not of its form"):
+        graphcap.load(io.BytesIO(out.getvalue()))
+

@@ -368,6 +368,8 @@ def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:
         operands = [value for _, values in subgraph_operands(node) for value in values]
         if any(isinstance(v, str) for v in operands):  # a string read as a sequence of operands
             raise TypeError
+        if name == "cond" and not isinstance(node.args[0], (torch.fx.Node, bool)):
+            raise TypeError  # the predicate: None would pick a branch as False does
     except (TypeError, IndexError, AttributeError):
         raise bad(f"Node {node.name} calls {name} with arguments not of its form "
                   f"({len(node.args)} arguments: {', '.join(type(a).__name__ for a in node.args)[:200]}).",
