@@ -405,3 +405,12 @@ def test_a_cond_predicate_that_is_no_node_or_bool_is_refused(pred):
     with pytest.raises(SerializationError, match="calls cond with arguments not of its form"):
         graphcap.load(io.BytesIO(out.getvalue()))
 
+
+
+def test_a_number_in_place_of_self_is_refused_while_numbers_elsewhere_load():
+    # `add(x, 1)` made `add(-1, 1)` loaded before the audit and computed a 0-d tensor
+    def edit(program):
+        node = _call_node(program, "aten::relu.default")
+        node["args"][0] = -1
+    with pytest.raises(SerializationError, match="int as aten.relu.default's argument 'self'"):
+        graphcap.load(_crafted(edit))

@@ -347,12 +347,13 @@ def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], n
         value = values[p.name]
         if value is None and kind == "Optional[Tensor]":
             continue
-        # a number (or a symbolic one) stands for a tensor where torch wraps it (``aten.add.Tensor(x, 1)``)
+        # a number (or a symbolic one) stands for a tensor where torch wraps it (``aten.add.Tensor(x, 1)``),
+        # never for ``self``, which every traced call reads a tensor from (``1 + x`` is ``add(x, 1)``)
         val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
         if isinstance(value, torch.fx.Node) and "val" not in value.meta:
             continue
-        if not isinstance(val, (torch.Tensor, bool, int, float, complex, torch.SymInt, torch.SymFloat,
-                                torch.SymBool)):
+        numbers = (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)
+        if not isinstance(val, torch.Tensor) and (p.name == "self" or not isinstance(val, numbers)):
             raise bad(f"Node {name} passes {type(val).__name__} as {op}'s argument {p.name!r}, which is a "
                       f"{kind}.", where=where)
 
