@@ -173,12 +173,13 @@ class ArchiveReader:
             self._infos: dict[str, zipfile.ZipInfo] = {}
             for info in infos:
                 if info.filename in self._infos:
-                    raise corrupt(f"The archive holds the entry {info.filename!r} twice.")
+                    raise corrupt(f"The archive holds the entry {info.filename!r} twice.", where=info.filename[:120])
                 if info.compress_type != zipfile.ZIP_STORED:
                     raise corrupt(f"Entry {info.filename!r} is compressed; graphcap stores every entry "
-                                  f"uncompressed.")
+                                  f"uncompressed.", where=info.filename[:120])
                 if info.file_size > self._size or info.compress_size > self._size:
-                    raise corrupt(f"Entry {info.filename!r} claims {info.file_size} bytes, more than the file.")
+                    raise corrupt(f"Entry {info.filename!r} claims {info.file_size} bytes, more than the file.",
+                                  where=info.filename[:120])
                 self._infos[info.filename] = info
             self.version = self._read_version()
             self._manifest = self._read_manifest()
@@ -247,10 +248,12 @@ class ArchiveReader:
                     and isinstance(meta.get("size"), int)):
                 raise corrupt(f"The manifest entry for {name!r} is malformed.", where=schema.MANIFEST_ENTRY)
             if name not in self._infos:
-                raise corrupt(f"The manifest lists {name!r} but the archive does not hold it.")
+                raise corrupt(f"The manifest lists {name!r} but the archive does not hold it.",
+                              where=schema.MANIFEST_ENTRY)
         for name in self._infos:
             if name not in entries and name not in (schema.VERSION_ENTRY, schema.MANIFEST_ENTRY):
-                raise corrupt(f"The archive holds {name!r}, which its manifest does not list.")
+                raise corrupt(f"The archive holds {name!r}, which its manifest does not list.",
+                              where=name[:120] or "(an entry with an empty name)")
         return entries
 
     def names(self) -> list[str]:

@@ -9,7 +9,11 @@ below modules the user names (``graphcap.load(..., import_modules=[...])``,
 ``graphcap --import MODULE``): a file never makes the loader import a package
 by itself. Importing a submodule of an imported library (transformers defines
 its output classes in modules it imports lazily) runs that library's code, which
-the user already chose to run.
+the user already chose to run; but never a module named ``__main__`` (or any
+dunder), which is a script that acts when imported (``unittest.__main__`` runs a
+test discovery and exits), and never a standard-library module not yet imported
+(the standard library is not the user's library, and some of its modules act
+when imported).
 
 A class found this way is used as the file says it was flattened: a class the
 library registers with torch's pytree on import (transformers' ``ModelOutput``
@@ -73,11 +77,14 @@ def _importable(module_name: str) -> bool:
     (or is one), or below a module the user named for this load."""
     named, _ = _OPTIONS.get()
     parts = module_name.split(".")
+    if any(part.startswith("__") for part in parts):
+        return False  # a package's ``__main__`` is a script: importing it runs it (``unittest.__main__``)
+    standard_library = parts[0] in sys.stdlib_module_names  # not the user's library; some modules act on import
     for i in range(len(parts), 0, -1):
         prefix = ".".join(parts[:i])
         if prefix in named:
             return True
-        if i < len(parts) and hasattr(sys.modules.get(prefix), "__path__"):
+        if i < len(parts) and not standard_library and hasattr(sys.modules.get(prefix), "__path__"):
             return True  # a submodule of a package already imported: that library's own code
     return False
 

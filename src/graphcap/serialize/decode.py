@@ -13,6 +13,7 @@ this module reads the graphs, the signature and the module call graph.
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any, Callable, Optional
 
 import torch
@@ -27,8 +28,10 @@ from ..graph_arguments import (
     SymIntArgument,
     TensorArgument,
 )
+from ..node_facts import hop_name, subgraph_operands
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
+from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.shapes import backed_size_oblivious
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
@@ -122,6 +125,13 @@ class _GraphReader:
                     raise bad(f"Malformed output node at {where}.")
             elif op == "call_function":
                 target = self.target(nj.get("target"), where)
+                if isinstance(target, OpOverload):
+                    _check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
+                elif target is operator.getitem and not (
+                        len(args) == 2 and not kwargs and isinstance(args[0], torch.fx.Node)
+                        and type(args[1]) is int):
+                    raise bad(f"Node {name} reads an item with arguments not of the form (node, index).",
+                              where=f"program.json {path or 'graph_module.'}nodes[{i}]")
             elif op == "get_attr":
                 target = ident(nj.get("target"), "subgraph name")
                 if target not in subgraphs:
@@ -129,6 +139,7 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
+            _check_control_flow_call(node, f"program.json {path or 'graph_module.'}nodes[{i}]")
             if node.name != name and op == "placeholder" and name not in env and builtin_name_allowed(name):
                 set_node_name(node, name)  # an input named like a builtin (``input``) keeps it
                 node.target = name
@@ -255,6 +266,11 @@ def decode_call_graph(j: Any) -> list[ModuleCallEntry]:
                 outputs=[_argument(a, where) for a in field(sj, "outputs", list, where)],
                 in_spec=json_to_spec(sj.get("in_spec"), types), out_spec=json_to_spec(sj.get("out_spec"), types),
                 forward_arg_names=names)
+            spec = sig.in_spec
+            if not (spec.type is tuple and spec.num_children == 2 and spec.child(0).type is tuple
+                    and spec.child(1).type is dict):
+                raise bad(f"The input structure at {where} is not (args, kwargs), as every export's is.",
+                          where=f"program.json {where}.signature.in_spec")
         entries.append(ModuleCallEntry(fqn, sig))
     if entries[0].signature is None:
         raise bad("The module call graph has no signature for the program itself.")
@@ -303,3 +319,59 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),
             "state": field(program, "state", dict, "state"),
             "opset_version": dict(field(program, "opset_version", dict, "opset_version"))}
+
+
+def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, where: str) -> None:
+    """Refuse a call whose arguments do not fit the operator's schema (too many, a keyword it does
+    not take, a required one missing): such a graph loads and then fails only when it runs."""
+    params = schema_of(op).arguments
+    positional = [p for p in params if not p.kwarg_only]
+    if len(args) > len(positional):
+        raise bad(f"Node {name} passes {len(args)} positional arguments to {op}, which takes at most "
+                  f"{len(positional)}.", where=where)
+    known = {p.name for p in params}
+    for key in kwargs:
+        if key not in known:
+            raise bad(f"Node {name} passes the keyword {key!r} to {op}, which has no such argument.", where=where)
+    given = {p.name for p in positional[:len(args)]}
+    for p in params:
+        if p.name in given and p.name in kwargs:
+            raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
+        if p.name not in given and p.name not in kwargs and not p.has_default_value():
+            raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
+    values = {**dict(zip((p.name for p in positional), args)), **kwargs}
+    for p in params:
+        kind = str(p.type)
+        if p.name not in values or kind not in ("Tensor", "Optional[Tensor]"):
+            continue
+        value = values[p.name]
+        if value is None and kind == "Optional[Tensor]":
+            continue
+        # a number (or a symbolic one) stands for a tensor where torch wraps it (``aten.add.Tensor(x, 1)``),
+        # never for ``self``, which every traced call reads a tensor from (``1 + x`` is ``add(x, 1)``)
+        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+        if isinstance(value, torch.fx.Node) and "val" not in value.meta:
+            continue
+        numbers = (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)
+        if not isinstance(val, torch.Tensor) and (p.name == "self" or not isinstance(val, numbers)):
+            raise bad(f"Node {name} passes {type(val).__name__} as {op}'s argument {p.name!r}, which is a "
+                      f"{kind}.", where=where)
+
+
+def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:
+    """Refuse a control-flow call whose arguments do not have its operator's form (``cond``'s
+    operands a tuple, ...): read as the verifier reads them, so a crafted file is refused here,
+    naming the node, not by a ``TypeError`` inside the verifier."""
+    name = hop_name(node)
+    if name is None:
+        return
+    try:
+        operands = [value for _, values in subgraph_operands(node) for value in values]
+        if any(isinstance(v, str) for v in operands):  # a string read as a sequence of operands
+            raise TypeError
+        if name == "cond" and not isinstance(node.args[0], (torch.fx.Node, bool)):
+            raise TypeError  # the predicate: None would pick a branch as False does
+    except (TypeError, IndexError, AttributeError):
+        raise bad(f"Node {node.name} calls {name} with arguments not of its form "
+                  f"({len(node.args)} arguments: {', '.join(type(a).__name__ for a in node.args)[:200]}).",
+                  where=where) from None

@@ -34,7 +34,7 @@ from ..program import ExportedProgram
 from ..signature import call_graph_of
 from . import attach, checkpoints, tensors
 from .archive import ArchiveReader, PathOrFile, corrupt, write_archive
-from .pt2 import extra_file_entries, read_extra_files
+from .pt2 import check_members, extra_file_entries, read_extra_files
 from .pt2 import load as load_program
 from .pt2 import save as save_program
 
@@ -160,6 +160,8 @@ def load(reader: ArchiveReader, *, extra_files: Optional[dict[str, Any]] = None,
             and all(isinstance(m, str) for m in layout["methods"]) and isinstance(layout.get("state"), dict)
             and isinstance(layout.get("layout"), int)):
         raise corrupt(f"{LAYOUT_ENTRY} is malformed.", where=LAYOUT_ENTRY)
+    methods = {f"{METHOD_PREFIX}{i}.pt2" for i in range(len(layout["methods"]))}
+    check_members(reader, {LAYOUT_ENTRY, STATE_ENTRY, *methods}, "a multi-method file")
     if layout["layout"] > LAYOUT_VERSION:
         raise SerializationError(
             f"This multi-method file has layout {layout['layout']}; this graphcap reads up to {LAYOUT_VERSION}.",

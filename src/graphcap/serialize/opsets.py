@@ -93,7 +93,14 @@ def check_expected(recorded: Optional[Mapping[str, int]], expected: Mapping[str,
         return
     for namespace, wanted in expected.items():
         found = recorded.get(namespace)
-        if found is None or found <= wanted:
+        if type(found) is not int:
+            if found is None:
+                continue
+            raise SerializationError(  # checked before the schema is: say what it holds here
+                f"The file records the {namespace!r} operator-set version as {found!r:.40}, not an integer.",
+                where=f"{entry}: opset_version[{namespace!r}]",
+                fix="The file is damaged or was crafted; save the program again with graphcap.save.")
+        if found <= wanted:
             continue
         if namespace == "aten" and "aten" not in (given or {}):
             raise SerializationError(

@@ -17,6 +17,7 @@ import torch
 
 from .. import auto_flatten
 from ..errors import GraphcapError, NotAProgramError, SerializationError, VerificationError
+from ..graph_arguments import TensorArgument
 from ..program import ExportedProgram
 from ..torch_private.dispatch import disable_current_modes
 from . import attach, checkpoints, class_lookup, opsets, placement, schema, tensors, upgrade
@@ -86,6 +87,23 @@ def extra_file_entries(extra_files: Optional[dict[str, Any]]) -> dict[str, bytes
     return entries
 
 
+def check_members(reader: ArchiveReader, layout: frozenset[str] | set[str], kind: str) -> None:
+    """Refuse an entry the format does not place in a file of this ``kind``: no save writes one, so
+    it was added after (a name like ``../x`` or ``/etc/x`` aimed at a tool that extracts the zip)."""
+    for name in reader.names():
+        if name in layout:
+            continue
+        rest = name[len(schema.EXTRA_PREFIX):] if name.startswith(schema.EXTRA_PREFIX) else None
+        if rest is not None and _EXTRA_NAME.match(rest) and rest not in (".", ".."):
+            continue
+        raise corrupt(f"The archive holds the entry {name[:120]!r}, which no graphcap.save writes in {kind}.",
+                      where=name[:120] or "(an entry with an empty name)")
+
+
+_PROGRAM_LAYOUT = frozenset({schema.PROGRAM_ENTRY, schema.WEIGHTS_ENTRY, schema.CONSTANTS_ENTRY,
+                             schema.EXAMPLE_INPUTS_ENTRY})
+
+
 def read_extra_files(reader: Any, extra_files: dict[str, Any]) -> None:
     """Fill ``extra_files`` in place from the archive: text where the bytes are UTF-8, else bytes."""
     for name in list(extra_files):
@@ -140,6 +158,7 @@ def _example_inputs(reader: ArchiveReader, j: Any, root_entry: Any) -> Any:
 def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bool, weights: bool,
           checkpoint: Optional[checkpoints.Checkpoint], expected_opsets: dict[str, int],
           given_opsets: Optional[dict[str, int]]) -> ExportedProgram:
+    check_members(reader, _PROGRAM_LAYOUT, "a program's file")
     text = reader.read(schema.PROGRAM_ENTRY)
     if len(text) > schema.MAX_JSON_BYTES:
         raise corrupt(f"program.json has {len(text)} bytes, more than a graphcap program ever holds.")
@@ -155,6 +174,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     opsets.check_expected(recorded if isinstance(recorded, dict) else None, expected_opsets,
                           entry=schema.PROGRAM_ENTRY, given=given_opsets)
     parts = decode_program(program, reader.version)
+    _check_tensor_inputs(parts["graph_module"], parts["signature"])
     placement.place_graph(parts["graph_module"])
     upgrade.writes_into_graph(parts["graph_module"], parts["signature"])
     state = parts["state"]
@@ -191,7 +211,7 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
         ep = cls(parts["graph_module"], parts["signature"], loaded["weights"], parts["range_constraints"],
                  parts["module_call_graph"], example_inputs=example_inputs, constants=loaded["constants"])
     except VerificationError as e:
-        raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}") from None
+        raise corrupt(f"The loaded program breaks the IR invariants:\n{e.what}", where=schema.PROGRAM_ENTRY) from None
     if from_meta:  # exported on the meta device: what ran there now runs where the weights are
         ep = attach.move_meta_placements(ep)
     if "assumptions" in program:
@@ -199,6 +219,18 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     ep.export_dim_names = dict(program.get("dim_names", {}))
     ep.opset_version = parts["opset_version"]
     return ep
+
+
+def _check_tensor_inputs(gm: torch.fx.GraphModule, signature: Any) -> None:
+    """Refuse a placeholder the signature takes as a tensor whose value in the graph is not one (a
+    crafted ``val``): loaded, the program would check its callers' tensors against a constant."""
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    for i, spec in enumerate(signature.input_specs):
+        node = placeholders.get(getattr(spec.arg, "name", None))
+        if isinstance(spec.arg, TensorArgument) and node is not None and "val" in node.meta \
+                and not isinstance(node.meta["val"], torch.Tensor):
+            raise bad(f"Input {node.name} is a tensor in the signature, but its value in the graph is "
+                      f"{type(node.meta['val']).__name__}.", where=f"program.json signature.inputs[{i}]")
 
 
 def _assumptions(items: list[dict[str, Any]]) -> list[Any]:

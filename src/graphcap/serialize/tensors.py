@@ -407,7 +407,8 @@ def _rebuild_subclass(name: str, d: dict[str, Any], blobs: dict[str, torch.Tenso
     return value
 
 
-def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _assemble(described: Any, blobs: dict[str, torch.Tensor],
+              entry: str = "the tensor entry") -> dict[str, torch.Tensor]:
     if not isinstance(described, dict):
         raise bad("The tensor table is malformed.")
     out: dict[str, torch.Tensor] = {}
@@ -423,6 +424,11 @@ def _assemble(described: Any, blobs: dict[str, torch.Tensor]) -> dict[str, torch
             if target is None:
                 raise bad(f"Tensor {name!r} is an alias of a tensor the file does not hold.")
             out[name] = target
+    unused = sorted(set(blobs) - set(_storage_users(described)))
+    if unused:  # save writes the storages its tensors use, no others: this entry is another save's
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        raise bad(f"{entry!r} holds the storage {unused[0]!r}{more}, which no tensor program.json describes "
+                  f"uses: the entry and program.json come from different saves.", where=entry)
     return dict((name, out[name]) for name in described if name not in skipped)
 
 
@@ -431,7 +437,7 @@ def unpack(data: bytes, described: Any, entry: str = "the tensor entry") -> dict
         blobs = st_load(data)
     except Exception as e:  # safetensors' own error type, or torch's on a bad header
         raise bad(f"The tensor data is not valid safetensors ({type(e).__name__}: {e}).", where=entry) from None
-    return _assemble(described, blobs)
+    return _assemble(described, blobs, entry)
 
 
 # ---------------------------------------------------------------------------
@@ -564,4 +570,4 @@ def unpack_mmap(path: str, offset: int, size: int, described: Any, *, entry: str
                 names = ", ".join(repr(u) for u in users.get(key, [key])[:4])
                 raise _damaged(f"{entry} (storage of {names})",
                                f"The data of tensor {names} in {entry!r} does not match its checksum")
-    return _assemble(described, blobs)
+    return _assemble(described, blobs, entry)

@@ -110,7 +110,19 @@ class _Kind(Shape):
 
 Null = _Kind("null", "null", lambda x: x is None)
 Bool = _Kind("boolean", "a boolean", lambda x: isinstance(x, bool))
-Int = _Kind("integer", "an integer", lambda x: type(x) is int)
+class _Int64(_Kind):
+    """An integer that fits 64 bits: every integer a program holds (sizes, strides, offsets,
+    counts) is one in torch, so a larger one is damage, refused at its JSON path rather than by
+    torch's overflow deep in the decoder. (The range is checked here, not in ``test``, which
+    ``Union`` reads once per JSON kind.)"""
+
+    def check(self, x: Any, path: Any, depth: int = 0) -> None:
+        super().check(x, path, depth)
+        if not -2**63 <= x < 2**63:
+            raise SchemaMismatch(path, "an integer that fits 64 bits", f"the integer {str(x)[:30]}")
+
+
+Int = _Int64("integer", "an integer", lambda x: type(x) is int)
 Number = _Kind("number", "a number", lambda x: type(x) in (int, float))
 Str = _Kind("string", "a string", lambda x: isinstance(x, str))
 
