@@ -105,3 +105,84 @@ def test_torchao_int8_weight_only_model_with_two_methods_round_trips():
     with torch.no_grad():
         for method in ("project", "encode", "project"):
             torch.testing.assert_close(getattr(m, method)(x), getattr(eager, method)(x))
+
+
+class SetState(torch.nn.Module):
+    """Methods whose arguments are named like the buffers they write: ``set_state(self, h)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("h", torch.zeros(1, 4))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.scale = torch.nn.Parameter(torch.ones(4))
+
+    def set_state(self, h):
+        self.h.copy_(h)
+        return h.sum()
+
+    def advance(self, steps, scale):
+        self.steps.add_(steps)
+        self.h.mul_(scale)
+        return self.h * self.scale
+
+    def peek(self):
+        return self.h + self.steps
+
+
+def _names(ep):
+    return [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_user_input_is_never_named_like_a_state_fqn(strict):
+    """A user input named ``h`` beside a buffer ``h`` (and ``steps``/``scale``) gets another
+    placeholder name: ExecuTorch's write-back pass looks buffers and user inputs up by those names
+    in one table, so the buffer's new value went into the input (a shared cache left unset)."""
+    h = torch.randn(1, 4)
+    progs = graphcap.export_methods(SetState(), {"set_state": (h,), "advance": (torch.tensor(2), torch.tensor(3.0)),
+                                                 "peek": ()}, strict=strict)
+    assert _names(progs["set_state"]) == ["h_1"]
+    assert _names(progs["advance"]) == ["steps_1", "scale_1"]
+    for name, ep in progs.items():
+        targets = {s.target for s in ep.graph_signature.input_specs if s.target is not None}
+        assert not targets & set(_names(ep)), name
+    # the program still binds by the user's argument names, and runs as eager
+    eager, m = SetState(), progs.module()
+    for module in (eager, m):
+        module.set_state(h=h)
+    for call in (lambda mod: mod.advance(torch.tensor(1), scale=torch.tensor(2.0)), lambda mod: mod.peek()):
+        torch.testing.assert_close(call(m), call(eager))
+    decomposed = progs.run_decompositions()
+    assert _names(decomposed["set_state"]) == ["h_1"]
+
+
+def test_input_names_that_do_not_collide_are_kept():
+    """Inputs named like a nested FQN's last part, or like a placeholder of the state, keep the
+    names they had (``b_h`` collides with the buffer's placeholder: torch's suffix rule)."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, weight, lin, x, x_1):
+            return self.lin(x) + weight + lin + x_1
+
+    ep = graphcap.export(M(), tuple(torch.randn(4) for _ in range(4)))
+    assert _names(ep) == ["weight", "lin", "x", "x_1"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                    reason="executorch not installed (the consumers extra, torch 2.14 line)")
+def test_executorch_runtime_sees_a_state_set_through_an_argument_named_like_it():
+    from test_export_methods_executorch import load_methods, lower_to_pte
+    h = torch.randn(1, 4)
+    progs = graphcap.export_methods(SetState(), {"set_state": (h,), "advance": (torch.tensor(2), torch.tensor(3.0)),
+                                                 "peek": ()})
+    pte = lower_to_pte(progs, initialized=["h", "steps"])  # kept: the runtime reads the bytes in place
+    methods = load_methods(pte)
+    eager = SetState()
+    calls = [("set_state", (h,)), ("peek", ()), ("advance", (torch.tensor(1), torch.tensor(2.0))), ("peek", ())]
+    for name, args in calls:
+        want = getattr(eager, name)(*args)
+        torch.testing.assert_close(methods[name].execute(list(args))[0], want.detach())
