@@ -219,8 +219,8 @@ class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
     tensor once; ``.to()``, ``load_state_dict`` work as usual, and every method
     follows them). Each method runs that program's ``ep.module()`` whose
     parameters and buffers are this module's own objects: a buffer one method writes in place is what the next
-    call of any method reads. Buffers a method updates are copied once from
-    the program, so running the module leaves the program's state as it was.
+    call of any method reads. As ``ep.module()``'s, those are the program's own tensors (the
+    exported model's): what a method writes is written in the program's state.
     """
 
     def __init__(self, progs: MultiMethodProgram):

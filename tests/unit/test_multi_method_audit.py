@@ -186,3 +186,18 @@ def test_executorch_runtime_sees_a_state_set_through_an_argument_named_like_it()
     for name, args in calls:
         want = getattr(eager, name)(*args)
         torch.testing.assert_close(methods[name].execute(list(args))[0], want.detach())
+
+
+def test_module_writes_the_programs_state_as_ep_module_does():
+    """docs/multi-method.md said running ``progs.module()`` left ``progs`` and the model as they
+    were; since ``ep.module()`` holds the program's own state (torch's behaviour) the writes reach
+    both, and a save after a run stores them. The page now says so; this holds the behaviour."""
+    model = SetState()
+    progs = graphcap.export_methods(model, {"set_state": (torch.randn(1, 4),), "peek": ()})
+    h = torch.randn(1, 4)
+    m = progs.module()
+    m.set_state(h)
+    torch.testing.assert_close(progs["peek"].state_dict["h"], h)
+    torch.testing.assert_close(model.h, h)
+    torch.testing.assert_close(_round_trip(progs).module().peek(), h)
+    torch.testing.assert_close(progs.module().peek(), h)  # a second module reads the same state
