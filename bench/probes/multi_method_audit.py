@@ -424,6 +424,65 @@ class QuantTwo(torch.nn.Module):
         return self.l1(x) + self.acc.sum()
 
 
+class ParamWrite(torch.nn.Module):
+    """One method updates a parameter under no_grad (an online update); the other reads it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+        self.register_buffer("lr", torch.tensor(0.1))
+
+    def learn(self, x, target):
+        with torch.no_grad():
+            err = x @ self.w - target
+            self.w.sub_(self.lr * x.t() @ err)
+        return err.pow(2).mean()
+
+    def predict(self, x):
+        return x @ self.w
+
+
+class Misc(torch.nn.Module):
+    """Non-tensor outputs, defaults left out, None in outputs, a shape read."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def stats(self, x, scale=2.0, extra=None):
+        self.count.add_(x.shape[0])
+        y = self.lin(x) * scale
+        return y, None, x.shape[0], (y if extra is None else y + extra)
+
+    def total(self):
+        return self.count * 1
+
+
+class Grow(torch.nn.Module):
+    """A method that grows a buffer (refused by the export, as documented)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("hist", torch.zeros(1, 4))
+
+    def push(self, x):
+        self.hist = torch.cat([self.hist, x])
+        return self.hist.sum()
+
+    def peek(self):
+        return self.hist.sum()
+
+
+def make_quant_dyn():
+    m = QuantTwo()
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    quantize_(m, Int8DynamicActivationInt8WeightConfig())
+    return m
+
+
 def make_quant():
     m = QuantTwo()
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
@@ -529,6 +588,25 @@ CASES = [
          executorch=True, et_init=("hist", "mask", "halfs")),
     Case("quant_int8wo", make_quant, {"encode": (rn(2, 16),), "project": (rn(2, 16),)},
          [("encode", (rn(2, 16),), {}), ("project", (rn(2, 16),), {}), ("encode", (rn(2, 16),), {})]),
+    Case("quant_int8dyn", make_quant_dyn, {"encode": (rn(2, 16),), "project": (rn(2, 16),)},
+         [("encode", (rn(2, 16),), {}), ("project", (rn(2, 16),), {}), ("encode", (rn(2, 16),), {})]),
+    Case("param_write", ParamWrite, {"learn": (rn(3, 4), rn(3, 4)), "predict": (rn(2, 4),)},
+         [("predict", (rn(2, 4),), {}), ("learn", (rn(3, 4), rn(3, 4)), {}), ("predict", (rn(2, 4),), {}),
+          ("learn", (rn(3, 4), rn(3, 4)), {}), ("predict", (rn(2, 4),), {})], executorch=True, et_init=("w",)),
+    Case("misc_outputs", Misc, {"stats": ((rn(3, 4),), {"extra": rn(3, 4)}), "total": ()},
+         [("stats", (rn(3, 4),), {"extra": rn(3, 4)}), ("total", (), {}), ("stats", (rn(3, 4),), {"extra": rn(3, 4)}),
+          ("total", (), {})]),
+    Case("misc_outputs_strict", Misc, {"stats": ((rn(3, 4),), {"extra": rn(3, 4)}), "total": ()},
+         [("stats", (rn(3, 4),), {"extra": rn(3, 4)}), ("total", (), {})], strict=True),
+    Case("pytree_strict", Pytree, {"put": ({"x": rn(2, 4), "pair": (rn(2, 4), rn(2, 4))},),
+                                   "get": ([rn(1, 4), rn(3, 4)],)},
+         [("put", ({"x": rn(2, 4), "pair": (rn(2, 4), rn(2, 4))},), {}), ("get", ([rn(1, 4), rn(3, 4)],), {})],
+         strict=True),
+    Case("kwargs_strict", Kwargs, {"step": ((rn(2, 4),), {"mask": rn(2, 4), "alpha": 0.5}),
+                                   "score": ((rn(3, 4),), {"bias": rn(3)})},
+         [("step", (rn(2, 4),), {"mask": rn(2, 4), "alpha": 0.5}), ("score", (rn(3, 4),), {"bias": rn(3)})],
+         strict=True),
+    Case("grow_refused", Grow, {"push": (rn(1, 4),), "peek": ()}, [("push", (rn(1, 4),), {}), ("peek", (), {})]),
     Case("hf_bart", make_hf_seq2seq, {"encode": (T([[3, 4, 5, 6]]),), "decode": (T([[2, 7]]), rn(1, 4, 16))},
          [("encode", (T([[3, 4, 5, 6]]),), {}), ("decode", (T([[2, 7, 9]]), rn(1, 4, 16)), {})],
          dynamic_shapes={"decode": ({1: graphcap.Dim("tgt", max=32)}, None)}),

@@ -201,3 +201,30 @@ def test_module_writes_the_programs_state_as_ep_module_does():
     torch.testing.assert_close(model.h, h)
     torch.testing.assert_close(_round_trip(progs).module().peek(), h)
     torch.testing.assert_close(progs.module().peek(), h)  # a second module reads the same state
+
+
+class Grow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("hist", torch.zeros(1, 4))
+
+    def push(self, x):
+        self.hist = torch.cat([self.hist, x])
+        return self.hist.sum()
+
+    def peek(self):
+        return self.hist.sum()
+
+    def forward(self, x):
+        return self.push(x)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_buffer_resized_by_a_method_is_refused_naming_the_method(strict):
+    """The refusal said "forward gives buffer 'hist' ..." for a method ``push``; it names what was
+    traced: the method, or the module's forward."""
+    with pytest.raises(graphcap.UnsupportedError, match=r"Grow\.push gives buffer 'hist'") as info:
+        graphcap.export_methods(Grow(), {"push": (torch.randn(1, 4),), "peek": ()}, strict=strict)
+    assert "returned from push" in str(info.value)
+    with pytest.raises(graphcap.UnsupportedError, match=r"Grow\.forward gives buffer 'hist'"):
+        graphcap.export(Grow(), (torch.randn(1, 4),), strict=strict)
