@@ -476,6 +476,29 @@ class Grow(torch.nn.Module):
         return self.hist.sum()
 
 
+class BNTrain(torch.nn.Module):
+    """fit runs batch norm in training mode (running stats and the batch counter written); infer
+    normalizes with the running stats; a submodule shared under two names."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.proj = torch.nn.Linear(4, 4)
+        self.proj_alias = self.proj
+
+    def fit(self, x):
+        return self.proj(self.bn(x))
+
+    def infer(self, x):
+        y = torch.nn.functional.batch_norm(x, self.bn.running_mean, self.bn.running_var, self.bn.weight,
+                                           self.bn.bias, training=False)
+        return self.proj_alias(y) + self.bn.num_batches_tracked
+
+    def window(self):
+        return self.bn.running_mean[:2]
+
+
 def make_quant_dyn():
     m = QuantTwo()
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -607,6 +630,10 @@ CASES = [
          [("step", (rn(2, 4),), {"mask": rn(2, 4), "alpha": 0.5}), ("score", (rn(3, 4),), {"bias": rn(3)})],
          strict=True),
     Case("grow_refused", Grow, {"push": (rn(1, 4),), "peek": ()}, [("push", (rn(1, 4),), {}), ("peek", (), {})]),
+    Case("bn_train_shared_submodule", BNTrain, {"fit": (rn(5, 4),), "infer": (rn(2, 4),), "window": ()},
+         [("window", (), {}), ("fit", (rn(5, 4),), {}), ("infer", (rn(2, 4),), {}), ("window", (), {}),
+          ("fit", (rn(5, 4),), {}), ("infer", (rn(2, 4),), {}), ("window", (), {})], executorch=True,
+         et_init=("running", "num_batches")),
     Case("hf_bart", make_hf_seq2seq, {"encode": (T([[3, 4, 5, 6]]),), "decode": (T([[2, 7]]), rn(1, 4, 16))},
          [("encode", (T([[3, 4, 5, 6]]),), {}), ("decode", (T([[2, 7, 9]]), rn(1, 4, 16)), {})],
          dynamic_shapes={"decode": ({1: graphcap.Dim("tgt", max=32)}, None)}),
@@ -773,6 +800,19 @@ def run_case(case: Case) -> dict:
     except Exception as e:
         out["run_decompositions"] = _first_line(e)
     out["save/load"] = save_load_check(case, fresh(), want, want_bufs)
+    try:
+        out["decomposed save/load"] = save_load_check(case, fresh().run_decompositions(), want, want_bufs)
+    except Exception as e:
+        out["decomposed save/load"] = _first_line(e)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            graphcap.save(fresh(), os.path.join(d, "p.pt2"))
+            loaded = graphcap.load(os.path.join(d, "p.pt2"))
+            out["load then run_decompositions"] = seq_check(case, want, want_bufs, loaded.run_decompositions().module())
+            if case.executorch:
+                out["load then executorch"] = executorch_check(case, graphcap.load(os.path.join(d, "p.pt2")), want)
+    except Exception as e:
+        out["load then run_decompositions"] = _first_line(e)
     out["unflatten"] = unflatten_check(case, fresh())
     if case.executorch:
         out["executorch"] = executorch_check(case, fresh(), want)
