@@ -506,6 +506,45 @@ def make_quant_dyn():
     return m
 
 
+_PT2E: dict = {}
+
+
+class PT2ETwo(torch.nn.Module):
+    """Two methods over a pt2e-quantized (XNNPACKQuantizer, per-channel) body, a buffer between them."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+        self.register_buffer("last", torch.zeros(2, 8))
+
+    def encode(self, x):
+        y = self.body(x)
+        self.last.copy_(y)
+        return y
+
+    def refine(self, x):
+        return self.body(x + self.last)
+
+
+def make_pt2e():
+    if "q" not in _PT2E:
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        torch.manual_seed(0)
+        body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).eval()
+        ep = graphcap.export(body, (torch.randn(2, 8),))
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        prepared = prepare_pt2e(ep.module(), quantizer)
+        with torch.no_grad():
+            for _ in range(3):
+                prepared(torch.randn(2, 8, generator=torch.Generator().manual_seed(_)))
+        _PT2E["q"] = convert_pt2e(prepared)
+    return PT2ETwo(_PT2E["q"])
+
+
 def make_quant():
     m = QuantTwo()
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
@@ -634,6 +673,9 @@ CASES = [
          [("window", (), {}), ("fit", (rn(5, 4),), {}), ("infer", (rn(2, 4),), {}), ("window", (), {}),
           ("fit", (rn(5, 4),), {}), ("infer", (rn(2, 4),), {}), ("window", (), {})], executorch=True,
          et_init=("running", "num_batches")),
+    Case("pt2e_xnnpack", make_pt2e, {"encode": (rn(2, 8),), "refine": (rn(2, 8),)},
+         [("encode", (rn(2, 8),), {}), ("refine", (rn(2, 8),), {}), ("encode", (rn(2, 8),), {}),
+          ("refine", (rn(2, 8),), {})]),
     Case("hf_bart", make_hf_seq2seq, {"encode": (T([[3, 4, 5, 6]]),), "decode": (T([[2, 7]]), rn(1, 4, 16))},
          [("encode", (T([[3, 4, 5, 6]]),), {}), ("decode", (T([[2, 7, 9]]), rn(1, 4, 16)), {})],
          dynamic_shapes={"decode": ({1: graphcap.Dim("tgt", max=32)}, None)}),
