@@ -228,3 +228,44 @@ def test_a_buffer_resized_by_a_method_is_refused_naming_the_method(strict):
     assert "returned from push" in str(info.value)
     with pytest.raises(graphcap.UnsupportedError, match=r"Grow\.forward gives buffer 'hist'"):
         graphcap.export(Grow(), (torch.randn(1, 4),), strict=strict)
+
+
+class Hooked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def encode(self, x):
+        return self.lin(x)
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.lin(x) + self.calls
+
+
+def _hooked():
+    model = Hooked()
+    model.register_forward_pre_hook(lambda mod, args: (args[0] * 10,))
+    model.register_forward_hook(lambda mod, args, out: out - 1)
+    model.lin.register_forward_hook(lambda mod, args, out: out * 2)
+    return model
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_forward_exported_by_export_methods_keeps_the_models_hooks(strict):
+    """``forward`` of a multi-method program is the model's call, as ``export(model)`` exports it:
+    the root's pre-hook and hook were lost (the bound method ``model.forward`` was exported), so
+    ``progs.module()(x)`` differed from ``model(x)``. Other methods stay hookless, as in eager."""
+    x = torch.randn(2, 4)
+    progs = graphcap.export_methods(_hooked(), {"encode": (x,), "forward": (x,)}, strict=strict)
+    eager, m = _hooked(), progs.module()
+    for _ in range(2):
+        torch.testing.assert_close(m(x), eager(x))
+        torch.testing.assert_close(m.encode(x), eager.encode(x))
+    single = graphcap.export(_hooked(), (x,), strict=strict)
+    assert str(single.graph) == str(progs["forward"].graph)
+    fresh = graphcap.export_methods(_hooked(), {"encode": (x,), "forward": (x,)}, strict=strict)
+    result = graphcap.verify(fresh, _hooked(), method="forward", samples=2)
+    assert result.passed, result.summary()
