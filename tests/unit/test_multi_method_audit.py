@@ -13,6 +13,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import graphcap
+from graphcap.errors import DynamicSpecError
 
 NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
                                    reason="torchao not installed (the consumers extra, torch 2.14 line)")
@@ -269,3 +270,36 @@ def test_forward_exported_by_export_methods_keeps_the_models_hooks(strict):
     fresh = graphcap.export_methods(_hooked(), {"encode": (x,), "forward": (x,)}, strict=strict)
     result = graphcap.verify(fresh, _hooked(), method="forward", samples=2)
     assert result.passed, result.summary()
+
+
+class KwStep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def step(self, x, mask=None, alpha=1.0):
+        return self.lin(x) * mask * alpha
+
+
+def test_a_spec_dict_missing_an_input_pastes_the_dict_with_it_static():
+    """A spec keyed by names that leaves an input out was refused with advice in words only; the
+    fix now pastes the dict with the missing input as None, and under export_methods the note says
+    the message's dynamic_shapes is that method's entry."""
+    b = graphcap.Dim("b", min=2, max=8)
+    x, mask = torch.randn(3, 4), torch.randn(3, 4)
+    spec = {"x": {0: b}, "mask": {0: b}}
+    with pytest.raises(DynamicSpecError) as info:
+        graphcap.export(KwStep().step, (x,), {"mask": mask, "alpha": 0.5}, dynamic_shapes=spec)
+    fix = str(info.value).split("How to fix:")[1]
+    pasted = fix.split("dynamic_shapes = ")[1].rstrip(".\n ")
+    assert "'alpha': None" in pasted
+    dynamic_shapes = spec  # the pasted code works
+    ep = graphcap.export(KwStep().step, (x,), {"mask": mask, "alpha": 0.5}, dynamic_shapes=eval(pasted))
+    torch.testing.assert_close(ep.module()(torch.randn(6, 4), mask=torch.ones(6, 4), alpha=0.5).shape,
+                               torch.Size([6, 4]))
+    assert dynamic_shapes is spec
+    with pytest.raises(DynamicSpecError) as info:
+        graphcap.export_methods(KwStep(), {"step": ((x,), {"mask": mask, "alpha": 0.5})},
+                                dynamic_shapes={"step": spec})
+    assert any("dynamic_shapes['step']" in n and "method 'step'" in n for n in info.value.__notes__)

@@ -99,6 +99,8 @@ def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any],
         try:
             programs[name] = run_front_end(target, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
         except GraphcapError as e:
-            e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods)")
+            e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods"
+                       + (f"; the dynamic_shapes of this message are dynamic_shapes[{name!r}])"
+                          if specs.get(name) is not None else ")"))
             raise
     return MultiMethodProgram(programs)
