@@ -499,6 +499,28 @@ class BNTrain(torch.nn.Module):
         return self.bn.running_mean[:2]
 
 
+class Hooked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def encode(self, x):
+        return self.lin(x)
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.lin(x) + self.calls
+
+
+def make_hooked():
+    m = Hooked()
+    m.register_forward_pre_hook(lambda mod, args: (args[0] * 10,))
+    m.register_forward_hook(lambda mod, args, out: out - 1)
+    return m
+
+
 def make_quant_dyn():
     m = QuantTwo()
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -676,6 +698,8 @@ CASES = [
     Case("pt2e_xnnpack", make_pt2e, {"encode": (rn(2, 8),), "refine": (rn(2, 8),)},
          [("encode", (rn(2, 8),), {}), ("refine", (rn(2, 8),), {}), ("encode", (rn(2, 8),), {}),
           ("refine", (rn(2, 8),), {})]),
+    Case("forward_with_hooks", make_hooked, {"encode": (rn(2, 4),), "forward": (rn(2, 4),)},
+         [("forward", (rn(2, 4),), {}), ("encode", (rn(2, 4),), {}), ("forward", (rn(2, 4),), {})]),
     Case("hf_bart", make_hf_seq2seq, {"encode": (T([[3, 4, 5, 6]]),), "decode": (T([[2, 7]]), rn(1, 4, 16))},
          [("encode", (T([[3, 4, 5, 6]]),), {}), ("decode", (T([[2, 7, 9]]), rn(1, 4, 16)), {})],
          dynamic_shapes={"decode": ({1: graphcap.Dim("tgt", max=32)}, None)}),
@@ -685,12 +709,17 @@ CASES = [
 # ---------------------------------------------------------------------- forms
 def eager_run(case: Case) -> tuple[list, dict]:
     m = case.make()
-    outs = _run_calls(lambda n, a, k: getattr(m, n)(*copy.deepcopy(a), **copy.deepcopy(k)), case.calls)
+    outs = _run_calls(lambda n, a, k: _method(m, n)(*copy.deepcopy(a), **copy.deepcopy(k)), case.calls)
     return outs, _buffers(m)
 
 
 def module_run(mod) -> Callable:
-    return lambda n, a, k: getattr(mod, n)(*copy.deepcopy(a), **copy.deepcopy(k))
+    return lambda n, a, k: _method(mod, n)(*copy.deepcopy(a), **copy.deepcopy(k))
+
+
+def _method(mod, name):
+    """``forward`` is the module's call (its hooks run); the other methods are called by name."""
+    return mod if name == "forward" else getattr(mod, name)
 
 
 def seq_check(case: Case, want: list, want_bufs: dict, mod) -> str:
@@ -733,7 +762,7 @@ def te_per_method(case: Case) -> str:
                 self.meth = meth
 
             def forward(self, *args, **kwargs):
-                return getattr(self.inner, self.meth)(*args, **kwargs)
+                return _method(self.inner, self.meth)(*args, **kwargs)
         args, kwargs = (example if (isinstance(example, tuple) and len(example) == 2 and isinstance(example[0], tuple)
                                     and isinstance(example[1], dict)) else (example, {}))
         ds = (case.dynamic_shapes or {}).get(name)
@@ -746,7 +775,7 @@ def te_per_method(case: Case) -> str:
                            strict=case.strict)
             first = next(((a, k) for n, a, k in case.calls if n == name), None)
             if first is not None:
-                want = getattr(case.make(), name)(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
+                want = _method(case.make(), name)(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
                 got = ep.module()(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
                 res.append(f"{name}:{'=' if _close(want, got) else 'DIFF'}")
             else:
@@ -767,7 +796,7 @@ def unflatten_check(case: Case, progs) -> str:
             tree = copy.deepcopy(tree)  # one fresh call per method
             got = tree(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
             # eager, fresh, just this call
-            want = getattr(case.make(), name)(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
+            want = _method(case.make(), name)(*copy.deepcopy(first[0]), **copy.deepcopy(first[1]))
             if not _close(want, got):
                 res.append(f"{name}:DIFF")
         except Exception as e:
