@@ -19,6 +19,7 @@ import torch
 from .errors import ExportInputError
 from .program import ExportedProgram
 from .signature import InputKind
+from .torch_private.dispatch import is_traceable_wrapper_subclass
 from .torch_private.modules import MovesExtraTensors
 
 _SHARED_KINDS = (InputKind.PARAMETER, InputKind.BUFFER)
@@ -43,10 +44,29 @@ def _same_value(a: torch.Tensor, b: torch.Tensor) -> bool:
     values; tensors without data (a structure-only load) match by shape and dtype alone."""
     if a.device.type == "meta" or b.device.type == "meta":
         return a.device == b.device
+    if is_traceable_wrapper_subclass(a) or is_traceable_wrapper_subclass(b):
+        return _same_subclass_value(a, b)
     if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == b.stride() \
             and a.storage_offset() == b.storage_offset():
         return True
     return torch.equal(a, b)
+
+
+def _same_subclass_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """A tensor subclass that wraps inner tensors (a torchao ``Int8Tensor``: int8 data and scales) has
+    no storage of its own to compare; it is the same value when it is the same class with the same
+    metadata and its inner tensors are the same values."""
+    if type(a) is not type(b) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    names_a, meta_a = a.__tensor_flatten__()
+    names_b, meta_b = b.__tensor_flatten__()
+    if list(names_a) != list(names_b):
+        return False
+    try:
+        same_meta = bool(meta_a == meta_b)
+    except Exception:  # metadata without a usable ==: compare what it prints
+        same_meta = repr(meta_a) == repr(meta_b)
+    return same_meta and all(_same_value(getattr(a, n), getattr(b, n)) for n in names_a)
 
 
 class MultiMethodProgram(Mapping):
@@ -199,8 +219,8 @@ class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
     tensor once; ``.to()``, ``load_state_dict`` work as usual, and every method
     follows them). Each method runs that program's ``ep.module()`` whose
     parameters and buffers are this module's own objects: a buffer one method writes in place is what the next
-    call of any method reads. Buffers a method updates are copied once from
-    the program, so running the module leaves the program's state as it was.
+    call of any method reads. As ``ep.module()``'s, those are the program's own tensors (the
+    exported model's): what a method writes is written in the program's state.
     """
 
     def __init__(self, progs: MultiMethodProgram):

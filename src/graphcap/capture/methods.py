@@ -93,9 +93,14 @@ def export_methods(model: torch.nn.Module, inputs: Mapping[str, Any],
     programs: dict[str, ExportedProgram] = {}
     for name, method in methods.items():
         args, kwargs = _split_inputs(name, inputs[name])
+        # `forward` is the model's call, as export(model) exports it: its forward hooks and pre-hooks
+        # included (the module's `m(...)` runs it); the other methods run as bound methods, hookless.
+        target = model if name == "forward" and method.__func__ is getattr(type(model), "forward", None) else method
         try:
-            programs[name] = run_front_end(method, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
+            programs[name] = run_front_end(target, args, kwargs, dynamic_shapes=specs.get(name), strict=strict)
         except GraphcapError as e:
-            e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods)")
+            e.add_note(f"(while exporting method {name!r} of {type(model).__name__} in export_methods"
+                       + (f"; the dynamic_shapes of this message are dynamic_shapes[{name!r}])"
+                          if specs.get(name) is not None else ")"))
             raise
     return MultiMethodProgram(programs)

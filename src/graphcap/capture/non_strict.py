@@ -9,7 +9,7 @@ import inspect
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 
@@ -206,13 +206,15 @@ class _Traced:
     leak_probe: Optional[leaks.LeakProbe]
 
 
-def _unique(names: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
+def _unique(names: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
+    """The user inputs' placeholder names, each once, none equal to a name in ``taken``."""
+    seen: dict[str, int] = {n: 0 for n in taken}
     out = []
     for n in names:
-        if n in seen:
-            seen[n] += 1
-            n = f"{n}_{seen[n]}"
+        base = n
+        while n in seen:
+            seen[base] += 1
+            n = f"{base}_{seen[base]}"
         seen.setdefault(n, 0)
         out.append(n)
     return out
@@ -316,7 +318,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
 
     layout = lifting.StateLayout(list(params), list(buffers), non_persistent, root_state.constant_attrs,
                                  tensors={**params, **buffers}, generator_attrs=_generator_attrs(target.root))
-    names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths])
+    # A user input is never named like a parameter or buffer FQN (a method `set_state(self, h)` over a
+    # buffer `h`): ExecuTorch's write-back pass finds buffers and user inputs by those names in one
+    # table, and with the two equal it wrote the buffer's new value into the input instead.
+    names = _unique([gp_pytree.placeholder_name(p, arg_names) for p in paths], taken=[*params, *buffers])
     lifted = lifting.lift(gm, layout, names, user_leaves, fake_mode,
                           reassigned_buffers=recording.reassigned_buffers)
     gm = lifted.graph_module

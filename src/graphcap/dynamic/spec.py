@@ -67,6 +67,10 @@ def _rekeyed_spec_fix(names: list[str], spec: dict, missing: list[str], extra: l
     order, to the missing argument names, written as code over the user's dict."""
     general = ("Key dynamic_shapes by the argument names of forward for the inputs you pass "
                "(None for static ones), or give a tuple with one entry per input.")
+    if missing and not extra:  # inputs left out of the dict: static, written as None
+        entries = ", ".join(f"{n!r}: dynamic_shapes[{n!r}]" if n in spec else f"{n!r}: None" for n in names)
+        return (f"{general} With {', '.join(map(repr, missing))} static: "
+                f"dynamic_shapes = {{{entries}}}.")
     if not extra or not missing:
         return general
     renamed = dict(zip(missing, extra))

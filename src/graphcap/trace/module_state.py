@@ -263,11 +263,13 @@ def preserved_module_attributes(root: Optional[torch.nn.Module]) -> Iterator[Non
 
 
 def reassigned_buffers(root: torch.nn.Module, passed: dict[str, torch.Tensor],
-                       buffer_names: list[str]) -> dict[str, torch.Tensor]:
+                       buffer_names: list[str], program_name: str = "") -> dict[str, torch.Tensor]:
     """Buffers that now hold another tensor than the one passed in for the trace.
 
-    Call it inside the reparametrization, right after forward returned.
+    Call it inside the reparametrization, right after forward returned. ``program_name``: what was
+    traced (``Model`` for a module's forward, ``Model.decode`` for a method), for the error.
     """
+    who = (program_name if "." in program_name else f"{program_name}.forward") if program_name else "forward"
     found: dict[str, torch.Tensor] = {}
     for fqn in buffer_names:
         *path, leaf = fqn.split(".")
@@ -280,12 +282,13 @@ def reassigned_buffers(root: torch.nn.Module, passed: dict[str, torch.Tensor],
             continue
         if current.shape != original.shape or current.dtype != original.dtype:
             raise UnsupportedError(
-                f"forward gives buffer {fqn!r} a new tensor of dtype {current.dtype} and shape "
+                f"{who} gives buffer {fqn!r} a new tensor of dtype {current.dtype} and shape "
                 f"{list(current.shape)}; the buffer is {original.dtype} {list(original.shape)}.",
-                where=f"buffer {fqn}",
+                where=f"{who}, buffer {fqn}",
                 fix="An exported program updates a buffer in place, so the new value needs the "
-                    "buffer's shape and dtype. Register the buffer with the shape it will have, or "
-                    "keep the changing value in a plain variable returned from forward.")
+                    "buffer's shape and dtype. Register the buffer with the shape it will have (a "
+                    "cache of the maximum length, written with self.<buffer>[:, :n] = value), or keep "
+                    f"the changing value in a plain variable returned from {who.rsplit('.', 1)[-1]}.")
         if not isinstance(current, FakeTensor):  # a real tensor from outside: a constant of the graph
             current = current.clone()
         found[fqn] = current

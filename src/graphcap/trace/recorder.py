@@ -304,7 +304,8 @@ def record(
             with ctx:
                 out = frame_stack.with_room(module_paths.traced_call(scope, call, root) if root is not None else call,
                                             *args, **kwargs)
-                reassigned = reassigned_buffers(root, state, buffer_names or []) if root is not None else {}
+                reassigned = (reassigned_buffers(root, state, buffer_names or [], program_name)
+                              if root is not None else {})
         finally:
             end_stack_recording()
             if reuse is not None:

@@ -82,8 +82,8 @@ def verify(ep, model: Callable, *, samples: int = 5, rtol: Optional[float] = Non
     """
     from ..multi_method import method_program
     ep = method_program(ep, method, "graphcap.verify")
-    if method is not None and isinstance(model, torch.nn.Module):
-        model = getattr(model, method)
+    if method is not None and isinstance(model, torch.nn.Module) and method != "forward":
+        model = getattr(model, method)  # `forward` stays the model: its hooks are part of the program
     owner = _state_owner(model)
     inputs = ProgramInputs(ep, example_inputs)
     runnable = ep.module()
