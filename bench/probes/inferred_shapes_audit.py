@@ -330,10 +330,10 @@ def _cases() -> list[Case]:
     # ---- transformers tiny configs (zoo), batch and sequence vary
     for name in ("hf_bert", "hf_gpt2", "hf_llama"):
         c.append(Case(name, _hf(name), [((), _text(2, 7, 1)), ((), _text(3, 12, 2)), ((), _text(4, 9, 3))],
-                      ok=[((), _text(5, 20, 4)), ((), _text(1, 3, 5))],
+                      ok=[((), _text(5, 20, 4)), ((), _text(1, 3, 5)), ((), _text(3, 1, 7))],
                       bad=[((), _text(2, 600, 6))]))
     c.append(Case("hf_gpt2_ids_only", _hf("hf_gpt2"), [((), _text(2, 7, 1, False)), ((), _text(3, 12, 2, False))],
-                  ok=[((), _text(1, 5, 4, False)), ((), _text(6, 30, 5, False))]))
+                  ok=[((), _text(1, 5, 4, False)), ((), _text(6, 30, 5, False)), ((), _text(2, 1, 6, False))]))
     # ---- torchvision, batch and image size vary
     c.append(Case("tv_resnet18_batch_hw", _tv("resnet18"), [_img(2, 64), _img(3, 96, seed=1)],
                   ok=[_img(1, 80, seed=2), _img(4, 128, 112, seed=3)]))

@@ -216,8 +216,11 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     if hi == r.declared.upper and r.declared.lower < lo <= 2:
         # ``if x.size(0) > 1:`` only cuts sizes 0/1 off the range: like ``Ne(batch, 1)``, the
         # general branch the trace took is kept for them when the program matches eager there
+        # each size's fix cuts the range just above it: a failure at 0 alone keeps 1 (the later
+        # size's fix wins when both fail, as ``confirm`` reads them)
         for k in range(max(0, finite_int(r.declared.lower)), finite_int(lo)):
-            found.inputs.pending_size_checks.append(PendingSizeCheck(r, k, problem, fix))
+            found.inputs.pending_size_checks.append(
+                PendingSizeCheck(r, k, problem, dim_fix(r.name, k + 1, finite_int(hi))))
         return
     found.range_problems.append(problem)
     found.fixes[r.name] = fix
