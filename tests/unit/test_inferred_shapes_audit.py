@@ -173,3 +173,23 @@ def test_a_range_cut_failing_at_one_still_cuts_both():
     with pytest.raises(graphcap.ConstraintViolationError) as e:
         graphcap.export(BothFail(), (torch.randn(3, 2),), dynamic_shapes={"x": {0: Dim("b")}})
     assert "b = Dim('b', min=2)" in str(e.value)
+
+
+def _tokens(b, s, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"input_ids": torch.randint(3, 1000, (b, s), generator=g),
+            "attention_mask": torch.ones(b, s, dtype=torch.long)}
+
+
+def test_llama_inferred_program_takes_one_token_and_decomposes():
+    from conftest import build_zoo  # the public zoo, or the repository's own small models without it
+    model = build_zoo("hf_llama").model
+    shapes = graphcap.infer_dynamic_shapes(model, [((), _tokens(2, 7, 1)), ((), _tokens(3, 12, 2))])
+    assert shapes.spec["input_ids"][1].min == 1          # the decode step (one token) is in range
+    # the decomposition's check builds stand-ins at sizes 1 (expanded masks share memory there)
+    decomposed = shapes.program.run_decompositions()
+    one = _tokens(2, 1, 3)
+    with torch.no_grad():
+        want = model(**one).last_hidden_state
+    for program in (shapes.program, decomposed):
+        torch.testing.assert_close(program.module()(**one).last_hidden_state, want, atol=1e-4, rtol=1e-4)
