@@ -193,3 +193,33 @@ def test_llama_inferred_program_takes_one_token_and_decomposes():
         want = model(**one).last_hidden_state
     for program in (shapes.program, decomposed):
         torch.testing.assert_close(program.module()(**one).last_hidden_state, want, atol=1e-4, rtol=1e-4)
+
+
+class PositionsAndCut(torch.nn.Module):
+    """A buffer of 8 positions sliced and expanded to the length (BERT's token types: length <= 8),
+    and a branch ``length > 1`` that cuts 0 and 1 (the general branch is right at 1, not at 0)."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(8.0).unsqueeze(0))
+
+    def forward(self, x):
+        p = self.pos[:, : x.shape[1]].expand(x.shape[0], x.shape[1])
+        if x.shape[1] > 1:
+            return (x + p).mean(1)
+        return (x + p)[:, 0]
+
+
+def test_a_bound_on_a_dim_whose_range_is_cut_is_still_found():
+    spec = {"x": {0: Dim("b"), 1: Dim("s", min=1)}}
+    with pytest.raises(graphcap.ConstraintViolationError) as e:   # was exported over [1, inf]
+        graphcap.export(PositionsAndCut(), (torch.randn(2, 5),), dynamic_shapes=spec)
+    assert "s = Dim('s', min=1, max=8)" in str(e.value)
+    shapes = graphcap.infer_dynamic_shapes(PositionsAndCut(), [(torch.randn(2, 5),), (torch.randn(3, 7),)])
+    seq = shapes.spec["x"][1]
+    assert (seq.min, seq.max) == (1, 8)
+    m = shapes.program.module()
+    for s in (1, 8):
+        x = torch.randn(2, s)
+        torch.testing.assert_close(m(x), PositionsAndCut()(x))
+    with pytest.raises(InputGuardError):
+        m(torch.randn(2, 9))                 # refused before computing, not inside the expand

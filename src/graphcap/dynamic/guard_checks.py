@@ -204,7 +204,6 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     lo, hi, slocs = _needed_range(found, r)
     if (lo, hi) == (r.declared.lower, r.declared.upper):
         return
-    found.covered.add(r.symbol)
     sloc = None
     if slocs is not None:
         sloc = slocs.lower if lo != r.declared.lower else slocs.upper
@@ -221,7 +220,10 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
         for k in range(max(0, finite_int(r.declared.lower)), finite_int(lo)):
             found.inputs.pending_size_checks.append(
                 PendingSizeCheck(r, k, problem, dim_fix(r.name, k + 1, finite_int(hi))))
+        # the dim is not covered: its other guards (a bound ``Min(128, d) == d`` the range does
+        # not show) are still checked
         return
+    found.covered.add(r.symbol)
     found.range_problems.append(problem)
     found.fixes[r.name] = fix
 
