@@ -13,7 +13,8 @@ Three sides:
 - ``ai``: ``torch.export.export`` with ``torch.export.AdditionalInputs`` holding every sample; ranges and
   runs on the samples.
 
-Run: PYTHONPATH=src python bench/probes/inferred_shapes_audit.py [name-substring ...] [-v]
+Run: PYTHONPATH=src python bench/probes/inferred_shapes_audit.py [name-substring ...] [-v] [--strict]
+(``--strict``: graphcap infers with ``strict=True``; torch's side stays non-strict)
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def _gc(case: Case) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            shapes = graphcap.infer_dynamic_shapes(model, copy.deepcopy(case.samples))
+            shapes = graphcap.infer_dynamic_shapes(model, copy.deepcopy(case.samples), strict="--strict" in sys.argv)
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
@@ -305,6 +306,14 @@ class KwargsModel(torch.nn.Module):
         return out
 
 
+class Optional_(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, flag: bool = False) -> torch.Tensor:
+        out = x * 2
+        if mask is not None:
+            out = out * mask
+        return out + 1 if flag else out
+
+
 class ListIn(torch.nn.Module):
     def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
         return sum(x.sum(0) for x in xs)
@@ -389,6 +398,9 @@ def _cases() -> list[Case]:
                   ok=[((), {"x": _r(6, 2, 4), "mask": torch.ones(6, 2)})]))
     c.append(Case("kwargs_float_varies", KwargsModel,
                   [((), {"x": _r(2, 5, 4), "scale": 1.0}), ((), {"x": _r(3, 7, 4), "scale": 2.0})]))
+    c.append(Case("none_vs_tensor", Optional_, [((_r(2, 3),), {"mask": None}), ((_r(4, 3),), {"mask": _r(4, 3)})]))
+    c.append(Case("missing_keyword", Optional_, [((_r(2, 3),), {}), ((_r(4, 3),), {"mask": _r(4, 3)})]))
+    c.append(Case("bool_varies", Optional_, [((_r(2, 3),), {"flag": True}), ((_r(4, 3),), {"flag": False})]))
     c.append(Case("shape_branch_both_sides", ShapeBranch, [((_r(2, 3),), {}), ((_r(6, 3),), {})]))
     c.append(Case("shape_branch_one_side", ShapeBranch, [((_r(5, 3),), {}), ((_r(7, 3),), {})],
                   ok=[((_r(9, 3),), {})], bad=[((_r(3, 3),), {})]))
