@@ -172,12 +172,14 @@ def _real_at(value: Any, sizes: dict) -> Any:
         return None
     # the values are drawn over the storage the strides reach, then viewed: a stride of 0 (an expanded
     # tensor, which a size of 1 makes of a broadcast) lets elements share memory, which copy_ refuses
-    extent = 0 if 0 in shape else 1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride))
+    dims = [int(n) for n in shape if n is not None]
+    steps = [int(st) for st in stride if st is not None]
+    extent = 0 if 0 in dims else 1 + sum((n - 1) * abs(st) for n, st in zip(dims, steps))
     if value.dtype.is_floating_point or value.dtype.is_complex:
         base = torch.randn(extent, dtype=value.dtype, generator=torch.Generator().manual_seed(0))
     else:
         base = torch.zeros(extent, dtype=value.dtype)  # zeros: a valid index along every dim that has one
-    return base.as_strided(shape, stride)
+    return base.as_strided(dims, steps)
 
 
 def _refuse(ep: Any, node: torch.fx.Node, guard: Any, witness: dict, ranges: dict, wrong: str) -> None:

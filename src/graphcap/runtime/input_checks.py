@@ -641,7 +641,7 @@ def _as_names(names: dict[Any, str]) -> dict[Any, Any]:
     return {s: sympy.Symbol(n) for s, n in names.items()}
 
 
-class _SizesPrinter(StrPrinter):
+class _SizesPrinter(StrPrinter):  # type: ignore[misc]
     """Products of input sizes with spaces (``*args[0].shape[0] * *args[0].shape[1]``): input paths start
     with ``*``, so sympy's ``a*b`` would read ``*args[0].shape[0]**args[0].shape[1]``, a power."""
 
@@ -655,7 +655,7 @@ class _SizesPrinter(StrPrinter):
 
 def _relation_text(relation: Any, names: dict[Any, str]) -> str:
     """A relation between input sizes in the inputs' names, products spelled apart."""
-    return _SizesPrinter().doprint(relation.xreplace(_as_names(names)))
+    return str(_SizesPrinter().doprint(relation.xreplace(_as_names(names))))
 
 
 def _finite(bound: Any) -> bool:
