@@ -60,6 +60,8 @@ class InferredShapes:
         verified: the sample indices on which the program matched eager.
         refinements: the constraint-violation messages the spec was refined from.
         assumptions: the program's ``export_assumptions``.
+        checked_when_run: the program needs a relation no spec can say (``batch*seq == 24``); it was
+            exported with ``prefer_deferred_runtime_asserts_over_guards=True`` and checks it when it runs.
 
     Raises:
         Nothing itself; see :func:`infer_dynamic_shapes`.
@@ -79,10 +81,16 @@ class InferredShapes:
     verified: list[int] = field(default_factory=list)
     refinements: list[str] = field(default_factory=list)
     assumptions: list[Any] = field(default_factory=list)
+    checked_when_run: bool = False
 
     @property
     def code(self) -> str:
-        return spec_code(self.spec, self.dims)
+        code = spec_code(self.spec, self.dims)
+        if self.checked_when_run:
+            code += ("\n# export(..., dynamic_shapes=dynamic_shapes, prefer_deferred_runtime_asserts_over_guards=True),"
+                     "\n# and the program checks when it runs what no spec can say:"
+                     + "".join(f"\n#   {n}" for n in _needs(self.refinements)))
+        return code
 
     def __str__(self) -> str:
         return self.code
@@ -97,10 +105,10 @@ class InferredShapes:
                          f" -> {d.__name__} in {rng}")
         lines.append("Static:")
         lines += [f"  {path}.shape[{d}]  {why}" for path, d, why in self.static] or ["  (none)"]
-        needs = [line.strip()[2:] for msg in self.refinements for line in msg.splitlines()
-                 if line.strip().startswith("- ")]
+        needs = _needs(self.refinements)
         if needs:
-            lines.append("What the program needs (the spec was refined to it):")
+            lines.append("What the program checks when it runs (no spec can say it):" if self.checked_when_run
+                         else "What the program needs (the spec was refined to it):")
             lines += [f"  {n}" for n in needs]
         if self.assumptions:
             lines.append("What the program assumed about these dims:")
@@ -111,6 +119,11 @@ class InferredShapes:
     def dynamic_shapes(self, m: Any, args: tuple, kwargs: Optional[dict] = None) -> Any:
         """So the result passes as ``dynamic_shapes`` as it is (like ``AdditionalInputs``)."""
         return self.spec
+
+
+def _needs(refinements: list[str]) -> list[str]:
+    """The ``- ...`` lines of constraint-violation messages: each need of the program, with the user's line."""
+    return [line.strip()[2:] for msg in refinements for line in msg.splitlines() if line.strip().startswith("- ")]
 
 
 # --------------------------------------------------------------------------
@@ -270,7 +283,7 @@ def _group_name(members: list[tuple[str, int, int]], n_tensors: int, taken: set[
     if ranks == {4} and dims == {3}:
         candidates.append("width")
     path, d, _ = members[0]
-    candidates.append(re.sub(r"\W+", "_", f"{path}_dim{d}").strip("_"))
+    candidates.append(re.sub(r"_+", "_", re.sub(r"\W+", "_", f"{path}_dim{d}")).strip("_"))
     for name in candidates:
         if name not in taken:
             return name
@@ -472,16 +485,36 @@ def _same(a: Any, b: Any) -> bool:
     return True
 
 
-def verify_on_samples(program: Any, target: Any, calls: list[tuple[tuple, dict]]) -> list[int]:
-    """Run the program and eager on every sample; a mismatch or refusal is an error naming the sample."""
+def verify_on_samples(program: Any, target: Any, calls: list[tuple[tuple, dict]],
+                      needs: tuple[str, ...] = (), example_index: int = 0) -> list[int]:
+    """Run the program and eager on every sample; a mismatch or refusal is an error naming the sample.
+
+    ``needs`` are the lines of the constraint violations the spec was refined from (what the program
+    needs, with the user's line): a refusal quotes them, since a sample the refined program refuses
+    takes another path of the model (another side of a shape branch, a size the code fixes)."""
     runnable = program.module()
     ok = []
     for i, (args, kwargs) in enumerate(calls):
         with torch.no_grad():
-            want = target(*args, **kwargs)
+            try:
+                want = target(*args, **kwargs)
+            except Exception as e:
+                raise VerificationError(f"The model itself fails on samples[{i}] ({type(e).__name__}: "
+                                        f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); no program "
+                                        f"can match eager there.", where=f"samples[{i}]",
+                                        fix="Drop this sample or fix its sizes so that the model runs on it; "
+                                            "every sample must be an input the model takes.") from e
             try:
                 got = runnable(*args, **kwargs)
             except GraphcapError as e:
+                if needs:
+                    raise VerificationError(
+                        f"The program exported with the inferred spec refuses samples[{i}]: {e.what}. The samples "
+                        f"take different paths of the model; the program exported on samples[{example_index}]'s "
+                        f"path needs: "
+                        + "; ".join(needs), where=f"samples[{i}]",
+                        fix="Export one program per path (pass only the samples on one side of the line named), "
+                            "or write the branch as torch.cond so that one program holds both.") from e
                 raise VerificationError(f"The program exported with the inferred spec refuses samples[{i}]: {e.what}",
                                         where=f"samples[{i}]",
                                         fix="Export with this sample as the example, or report the spec printed by "
@@ -548,13 +581,24 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
     index = {p: j for j, (p, _) in enumerate(flats[0])}
     example = calls[_pick_example({(index[dd.path], dd.dim) for dd in dynamic}, flats)]
     refinements: list[str] = []
-    for attempt in range(_MAX_REFINEMENTS + 1):
+    deferred = False
+    for attempt in range(_MAX_REFINEMENTS + 2):
         try:
-            ep = run_front_end(target, example[0], example[1], dynamic_shapes=spec, strict=strict)
+            ep = run_front_end(target, example[0], example[1], dynamic_shapes=spec, strict=strict,
+                               prefer_deferred_runtime_asserts_over_guards=deferred)
             break
         except errors.ConstraintViolationError as e:  # (made on first use: errors.py)
-            if attempt == _MAX_REFINEMENTS or not has_suggested_fixes(e):
+            if attempt >= _MAX_REFINEMENTS + deferred:
                 raise
+            if not has_suggested_fixes(e):
+                if deferred:
+                    raise
+                # A need no spec can say (``batch*seq == 24`` for a reshape to a fixed size): the samples
+                # vary these dims, so keep them dynamic and have the program check the need when it runs,
+                # as torch.export's AdditionalInputs program does; verification then tries every sample.
+                deferred = True
+                refinements.append(str(e))
+                continue
             refinements.append(str(e))
             spec = refine_dynamic_shapes_from_suggested_fixes(e, spec)
     spec, named = _ranged(ep, spec, example, target)
@@ -568,9 +612,11 @@ def infer_dynamic_shapes(model: Any, samples: list, *, method: str = "forward", 
     result = InferredShapes(spec=spec, dims=named,
                             dynamic=[dd for dd in dynamic if not isinstance(dd.spec, (int, type(None)))],
                             static=static, example=example, program=ep, refinements=refinements,
-                            assumptions=list(getattr(ep, "export_assumptions", None) or []))
+                            assumptions=list(getattr(ep, "export_assumptions", None) or []),
+                            checked_when_run=deferred)
     if verify:
-        result.verified = verify_on_samples(ep, target, calls)
+        result.verified = verify_on_samples(ep, target, calls, needs=tuple(_needs(refinements)),
+                                            example_index=next(i for i, c in enumerate(calls) if c is example))
     return result
 
 
@@ -632,6 +678,7 @@ def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optiona
     if given or preserve_module_call_signature:
         example = given[0] if given else inferred.example
         ep = run_front_end(mod, example[0], example[1], dynamic_shapes=inferred.spec, strict=strict,
+                           prefer_deferred_runtime_asserts_over_guards=inferred.checked_when_run,
                            preserve_module_call_signature=tuple(preserve_module_call_signature))
     else:
         ep = inferred.program
@@ -640,13 +687,14 @@ def export_with_inferred_shapes(mod: Any, args: Optional[tuple], kwargs: Optiona
 
 
 def spec_for_capture(mod: Any, args: Optional[tuple], kwargs: Optional[dict],
-                     samples: Optional[list]) -> tuple[tuple, dict, Any]:
+                     samples: Optional[list]) -> tuple[tuple, dict, Any, bool]:
     """``capture(..., dynamic_shapes="infer", samples=[...])``: the example and the inferred spec every strategy
-    gets."""
+    gets, and whether the program checks a need no spec can say when it runs (export it with
+    ``prefer_deferred_runtime_asserts_over_guards=True``)."""
     if not samples:
         raise ExportInputError("dynamic_shapes=\"infer\" needs samples to infer from.", where="capture(samples=...)",
                                fix="Pass samples=[(x1,), (x2,)]: two or more inputs with the sizes that vary.")
     given = [] if args is None else [(tuple(args), dict(kwargs or {}))]
     inferred = infer_dynamic_shapes(mod, [*given, *samples])
     example = given[0] if given else inferred.example
-    return example[0], example[1], inferred.spec
+    return example[0], example[1], inferred.spec, inferred.checked_when_run

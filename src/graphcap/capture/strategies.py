@@ -201,7 +201,10 @@ def capture(mod: Any, args: Optional[tuple] = None, kwargs: Optional[dict[str, A
     """
     if isinstance(dynamic_shapes, str) and dynamic_shapes == "infer":  # spec from export_options["samples"]
         from .inferred_shapes import spec_for_capture
-        args, kwargs, dynamic_shapes = spec_for_capture(mod, args, kwargs, export_options.pop("samples", None))
+        args, kwargs, dynamic_shapes, checked_when_run = spec_for_capture(mod, args, kwargs,
+                                                                          export_options.pop("samples", None))
+        if checked_when_run:
+            export_options["prefer_deferred_runtime_asserts_over_guards"] = True
     strategies = tuple(strategies)
     unknown = [s for s in strategies if s not in RELAXES]
     if unknown or not strategies:

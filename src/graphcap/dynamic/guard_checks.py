@@ -204,7 +204,6 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     lo, hi, slocs = _needed_range(found, r)
     if (lo, hi) == (r.declared.lower, r.declared.upper):
         return
-    found.covered.add(r.symbol)
     sloc = None
     if slocs is not None:
         sloc = slocs.lower if lo != r.declared.lower else slocs.upper
@@ -216,9 +215,15 @@ def _check_narrowed(found: _Findings, r: Any) -> None:
     if hi == r.declared.upper and r.declared.lower < lo <= 2:
         # ``if x.size(0) > 1:`` only cuts sizes 0/1 off the range: like ``Ne(batch, 1)``, the
         # general branch the trace took is kept for them when the program matches eager there
+        # each size's fix cuts the range just above it: a failure at 0 alone keeps 1 (the later
+        # size's fix wins when both fail, as ``confirm`` reads them)
         for k in range(max(0, finite_int(r.declared.lower)), finite_int(lo)):
-            found.inputs.pending_size_checks.append(PendingSizeCheck(r, k, problem, fix))
+            found.inputs.pending_size_checks.append(
+                PendingSizeCheck(r, k, problem, dim_fix(r.name, k + 1, finite_int(hi))))
+        # the dim is not covered: its other guards (a bound ``Min(128, d) == d`` the range does
+        # not show) are still checked
         return
+    found.covered.add(r.symbol)
     found.range_problems.append(problem)
     found.fixes[r.name] = fix
 

@@ -170,10 +170,16 @@ def _real_at(value: Any, sizes: dict) -> Any:
     stride = [number(s) for s in value.stride()]
     if None in shape or None in stride:
         return None
-    out = torch.empty_strided(shape, stride, dtype=value.dtype, device="cpu")
-    if out.is_floating_point() or out.is_complex():
-        return out.copy_(torch.randn(shape, dtype=value.dtype, generator=torch.Generator().manual_seed(0)))
-    return out.zero_()  # zeros: a valid index along every dim that has one
+    # the values are drawn over the storage the strides reach, then viewed: a stride of 0 (an expanded
+    # tensor, which a size of 1 makes of a broadcast) lets elements share memory, which copy_ refuses
+    dims = [int(n) for n in shape if n is not None]
+    steps = [int(st) for st in stride if st is not None]
+    extent = 0 if 0 in dims else 1 + sum((n - 1) * abs(st) for n, st in zip(dims, steps))
+    if value.dtype.is_floating_point or value.dtype.is_complex:
+        base = torch.randn(extent, dtype=value.dtype, generator=torch.Generator().manual_seed(0))
+    else:
+        base = torch.zeros(extent, dtype=value.dtype)  # zeros: a valid index along every dim that has one
+    return base.as_strided(dims, steps)
 
 
 def _refuse(ep: Any, node: torch.fx.Node, guard: Any, witness: dict, ranges: dict, wrong: str) -> None:

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import sympy
 import torch
+from sympy.printing.precedence import precedence
+from sympy.printing.str import StrPrinter
 
 from .. import auto_flatten, module_inputs
 from ..errors import ExportInputError, InputGuardError, InputStructureError, RuntimeInputError
@@ -313,7 +315,7 @@ class InputChecker:
                                    for s in sorted(relation.free_symbols, key=lambda s: names[s]))
                 raise InputGuardError(
                     guards.with_guard(
-                        f"Expected the inputs to satisfy {relation.xreplace(_as_names(names))}, but got {values}",
+                        f"Expected the inputs to satisfy {_relation_text(relation, names)}, but got {values}",
                         guards.expr_condition(relation, sources)),
                     fix="The program computes only for input sizes that satisfy this relation: either an "
                         "operator needs the sizes to agree (a broadcast, a copy into a slice; eager refuses "
@@ -637,6 +639,23 @@ def _dtypes_named_in(gm: torch.fx.GraphModule) -> set[torch.dtype]:
 
 def _as_names(names: dict[Any, str]) -> dict[Any, Any]:
     return {s: sympy.Symbol(n) for s, n in names.items()}
+
+
+class _SizesPrinter(StrPrinter):  # type: ignore[misc]
+    """Products of input sizes with spaces (``*args[0].shape[0] * *args[0].shape[1]``): input paths start
+    with ``*``, so sympy's ``a*b`` would read ``*args[0].shape[0]**args[0].shape[1]``, a power."""
+
+    def _print_Mul(self, expr: Any) -> str:
+        coeff, factors = expr.as_coeff_mul()
+        parts = [self.parenthesize(f, precedence(expr)) for f in factors]
+        if coeff == -1:
+            return "-" + " * ".join(parts)
+        return " * ".join(([self._print(coeff)] if coeff != 1 else []) + parts)
+
+
+def _relation_text(relation: Any, names: dict[Any, str]) -> str:
+    """A relation between input sizes in the inputs' names, products spelled apart."""
+    return str(_SizesPrinter().doprint(relation.xreplace(_as_names(names))))
 
 
 def _finite(bound: Any) -> bool:
