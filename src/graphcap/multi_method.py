@@ -235,14 +235,6 @@ class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
                     fix=f"Run it as progs[{name!r}].module()(...), or export it under another name "
                         f"(define a method with a different name that calls it).")
         runners = {name: ep.module() for name, ep in progs.items()}
-        # One shared copy of every buffer that some method writes; the rest are the program's own.
-        written: set[str] = set()
-        for runner in runners.values():
-            for fqn, b in runner.named_buffers(remove_duplicate=False):
-                if fqn in progs.state_dict or fqn in progs.constants:
-                    source = progs.state_dict.get(fqn, progs.constants.get(fqn))
-                    if b is not source:
-                        written.add(fqn)
         params = {id(t): None for t in progs.state_dict.values() if isinstance(t, torch.nn.Parameter)}
         installed: dict[int, torch.Tensor] = {}
         for fqn, t in [*progs.state_dict.items(), *progs.constants.items()]:
@@ -252,8 +244,6 @@ class MultiMethodModule(MovesExtraTensors, torch.nn.Module):
                 value = t
                 if is_param and not isinstance(t, torch.nn.Parameter):
                     value = torch.nn.Parameter(t, requires_grad=t.requires_grad)
-                elif not is_param and fqn in written:
-                    value = t.clone()
                 installed[id(t)] = value
             value = installed[id(t)]
             if is_param:
