@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import graphcap
+from conftest import TORCH_LINE
 from graphcap.errors import UnsupportedError
 
 
@@ -159,6 +160,12 @@ def _branch_program(nested, h_min=2):
                            dynamic_shapes={"x": {2: h}, "flag": None})
 
 
+_COND_MAX_STRIDES = pytest.mark.skipif(TORCH_LINE < (2, 14), reason=(
+    "torch 2.10-2.13: torch.cond refuses branch outputs whose strides hold Max(1, h // 2) (its check that "
+    "the outputs are dense), so this model does not export there"))
+
+
+@_COND_MAX_STRIDES
 @pytest.mark.parametrize("nested", [False, True], ids=["branch", "nested-branch"])
 def test_an_operator_in_a_cond_branch_is_checked_and_named(nested):
     with pytest.raises(UnsupportedError) as caught:
@@ -168,6 +175,7 @@ def test_an_operator_in_a_cond_branch_is_checked_and_named(nested):
     assert "del table[torch.ops.aten.upsample_bicubic2d.vec]" in text and "Dim('h', min=4, max=9)" in text
 
 
+@_COND_MAX_STRIDES
 @pytest.mark.parametrize("nested", [False, True], ids=["branch", "nested-branch"])
 def test_the_fixes_pasted_give_a_branchy_program_right_at_every_size(nested):
     table = graphcap.default_decompositions()
