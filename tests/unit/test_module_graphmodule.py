@@ -193,6 +193,25 @@ def test_check_guards_false_checks_in_the_pre_hook_instead():
         m(torch.randn(5, 3), **kwargs)
 
 
+def test_validate_inputs_false_turns_off_the_hook_not_the_graphs_checks():
+    """torch's switch on its module: off, the pre-hook checks nothing; the leaf checks a
+    check_guards=True graph calls still run (a deepcopy keeps the switch)."""
+    args, kwargs = _inputs()
+    in_graph = _export().module()
+    assert in_graph.validate_inputs is True
+    in_graph.validate_inputs = False
+    in_graph = copy.deepcopy(in_graph)
+    assert in_graph.validate_inputs is False
+    with pytest.raises(AssertionError, match="Guard failed"):
+        in_graph(torch.randn(5, 3), **kwargs)
+    in_hook = _export().module(check_guards=False)
+    in_hook.validate_inputs = False
+    in_hook(torch.randn(5, 3), **kwargs)  # no check left: the user asked for none; linear runs at 5
+    in_hook.validate_inputs = True
+    with pytest.raises(AssertionError, match="Guard failed"):
+        in_hook(torch.randn(5, 3), **kwargs)
+
+
 def test_graph_module_flat_inputs_feed_the_program_graph():
     model = Model()
     ep = _export(copy.deepcopy(model))

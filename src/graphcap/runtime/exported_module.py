@@ -96,8 +96,10 @@ class InputGuards(torch.nn.Module):
 
 
 def _check_structure(module: "ExportedModule", args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """The pre-hook: the structure always; the leaves too when the graph does not check them."""
-    if torch.compiler.is_dynamo_compiling():
+    """The pre-hook: the structure always; the leaves too when the graph does not check them.
+    ``module.validate_inputs = False`` turns the hook off, as on torch's module (the leaf checks a
+    ``check_guards=True`` graph calls still run)."""
+    if torch.compiler.is_dynamo_compiling() or not module.validate_inputs:
         return
     if getattr(module, "_leaf_checks_in_hook", False):
         module._checker(args, kwargs)
@@ -117,6 +119,9 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
     range_constraints: dict[Any, Any]  # the program's, as torch's unlifted module carries them
     _constant_fqns: list[str]
     graphcap_assert_messages: Optional[AssertExplainer]
+    # torch's unlifted module has this switch (its swap and users skipping checks in a hot loop
+    # turn it off); graphcap's reads it in the pre-hook
+    validate_inputs: bool = True
 
     def move_extra_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         for fqn in getattr(self, "_constant_fqns", ()):  # plain attributes, which nn.Module does not move
@@ -164,6 +169,7 @@ class ExportedModule(MovesExtraTensors, torch.fx.GraphModule):
         guards = getattr(new, "_guards_fn", None)
         new._checker = guards.checker if isinstance(guards, InputGuards) else copy.deepcopy(self._checker, memo)
         new._leaf_checks_in_hook = self._leaf_checks_in_hook
+        new.validate_inputs = self.validate_inputs
         new.range_constraints = dict(getattr(self, "range_constraints", {}))
         new.graphcap_assert_messages = getattr(self, "graphcap_assert_messages", None)
         new.register_forward_pre_hook(_check_structure, with_kwargs=True)
