@@ -49,6 +49,26 @@ def subgraph_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, list[Any
     return []
 
 
+
+# Control-flow operators that take their subgraphs' operands as sequences. An export traces them
+# as tuples; torch's load gives them back as lists. A file holds the traced tuple (the same file
+# whether the program was exported or loaded), load hands a list over, as torch's does.
+# (flex_attention is not among them: it adds its buffer tuples together.)
+OPERAND_SEQUENCE_CALLS = frozenset({"cond", "while_loop", "scan", "map_impl"})
+
+
+def operand_sequences_as(container: type, node_target: Any, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` of a call of ``node_target`` with each sequence of nodes made a
+    ``container`` (list or tuple) when the target is one of :data:`OPERAND_SEQUENCE_CALLS`."""
+    if not (is_higher_order_operator(node_target) and node_target.name() in OPERAND_SEQUENCE_CALLS):
+        return args, kwargs
+
+    def convert(v: Any) -> Any:
+        is_sequence = isinstance(v, (list, tuple)) and all(isinstance(x, torch.fx.Node) for x in v)
+        return container(v) if is_sequence else v
+    return tuple(convert(a) for a in args), {k: convert(v) for k, v in kwargs.items()}
+
 # -- writes -----------------------------------------------------------------------
 
 # Composite operators whose schema hides an in-place update: op → (flag index,

@@ -8,6 +8,7 @@ the same way. The loaded program still runs, decomposes, re-exports and saves ag
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import graphcap
 from conftest import save_load
+from graphcap.serialize.archive import read_entries
 
 
 class TwoBranches(torch.nn.Module):
@@ -101,3 +103,15 @@ def test_the_in_memory_program_keeps_the_traced_tuple():
     (_, ours), = control_flow_args(graphcap.export(model, args, dynamic_shapes=spec))
     (_, their), = control_flow_args(torch.export.export(model, args, dynamic_shapes=spec))
     assert type(ours[3]) is type(their[3]) is tuple
+
+
+def test_a_loaded_program_saves_the_same_file_as_the_exported_one():
+    """The file holds the traced tuple: saving the loaded program writes the graph saved first."""
+    model, args, spec, _ = CASES["cond"]
+    ep = graphcap.export(model, args, dynamic_shapes=spec)
+
+    def graph_json(program):
+        buf = io.BytesIO()
+        graphcap.save(program, buf)
+        return json.loads(read_entries(io.BytesIO(buf.getvalue()))["program.json"])["graph_module"]
+    assert graph_json(save_load(ep)) == graph_json(ep)

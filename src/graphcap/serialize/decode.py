@@ -28,7 +28,7 @@ from ..graph_arguments import (
     SymIntArgument,
     TensorArgument,
 )
-from ..node_facts import hop_name, subgraph_operands
+from ..node_facts import hop_name, operand_sequences_as, subgraph_operands
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
 from ..torch_private.ops import HigherOrderOperator, OpOverload, schema_of
@@ -127,8 +127,8 @@ class _GraphReader:
                 target = self.target(nj.get("target"), where)
                 if isinstance(target, OpOverload):
                     _check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
-                elif isinstance(target, HigherOrderOperator) and target.name() in _OPERAND_SEQUENCE_CALLS:
-                    args, kwargs = _operand_tuples_as_lists(args, kwargs)
+                elif isinstance(target, HigherOrderOperator):  # operands as lists, as torch's load gives them
+                    args, kwargs = operand_sequences_as(list, target, args, kwargs)
                 elif target is operator.getitem and not (
                         len(args) == 2 and not kwargs and isinstance(args[0], torch.fx.Node)
                         and type(args[1]) is int):
@@ -358,20 +358,6 @@ def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], n
         if not isinstance(val, torch.Tensor) and (p.name == "self" or not isinstance(val, numbers)):
             raise bad(f"Node {name} passes {type(val).__name__} as {op}'s argument {p.name!r}, which is a "
                       f"{kind}.", where=where)
-
-
-# Control-flow operators that take their subgraphs' operands as sequences; torch's load gives those
-# back as lists. (flex_attention's buffer tuples are not among them: it adds them as tuples.)
-_OPERAND_SEQUENCE_CALLS = frozenset({"cond", "while_loop", "scan", "map_impl"})
-
-
-def _operand_tuples_as_lists(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A control-flow call's tensor sequences (``cond``'s operands, ``while_loop``'s carried values)
-    come back as lists, as torch's load gives them: a pass or consumer written against a program
-    torch loaded reads a graphcap-loaded one the same way (the file keeps what was saved)."""
-    def as_list(v: Any) -> Any:
-        return list(v) if type(v) is tuple and all(isinstance(x, torch.fx.Node) for x in v) else v
-    return tuple(as_list(a) for a in args), {k: as_list(v) for k, v in kwargs.items()}
 
 
 def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:

@@ -26,6 +26,7 @@ from ..graph_arguments import (
     SymIntArgument,
     TensorArgument,
 )
+from ..node_facts import operand_sequences_as
 from ..signature import ExportGraphSignature, ModuleCallEntry, call_graph_of, call_spec_of
 from ..torch_private.dispatch import is_traceable_wrapper_subclass
 from ..torch_private.ops import HigherOrderOperator, OpOverload, overload_name, schema_of
@@ -230,8 +231,9 @@ class _Writer:
                     f"Node {node.name} is a {node.op} node, which the IR does not contain.",
                     where=f"{path}node {node.name}", fix="Only call_function, get_attr, placeholder "
                                                          "and output nodes can be saved.")
-            entry["args"] = [self.arg(a, node) for a in node.args]
-            entry["kwargs"] = {k: self.arg(v, node) for k, v in node.kwargs.items()}
+            args, kwargs = operand_sequences_as(tuple, node.target, node.args, dict(node.kwargs))
+            entry["args"] = [self.arg(a, node) for a in args]
+            entry["kwargs"] = {k: self.arg(v, node) for k, v in kwargs.items()}
             entry["meta"] = self.meta(node)
             nodes.append(entry)
         return {"nodes": nodes, "subgraphs": subgraphs}
