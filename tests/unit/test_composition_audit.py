@@ -221,6 +221,27 @@ def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range(
 
 
 @_CHECKED_UNDER_COMPILE
+def test_compiled_module_takes_the_integer_dtypes_the_eager_check_takes():
+    """The compiled checks accepted every integer dtype for an integer input (narrower ones too,
+    running the program unchecked), where ``module()`` called eagerly accepts only wider ones."""
+    torch.compiler.reset()
+
+    class Doubles(torch.nn.Module):
+        def forward(self, i):
+            return i * 2
+
+    ints = torch.tensor([1, 2, 3], dtype=torch.int32)
+    module = graphcap.export(Doubles(), (ints,)).module()
+    compiled = torch.compile(module, backend="eager")
+    for dtype in (torch.int32, torch.int64):
+        assert torch.equal(compiled(ints.to(dtype)), Doubles()(ints.to(dtype)))
+    for dtype in (torch.int16, torch.uint8, torch.float32):
+        for run in (module, compiled):
+            with pytest.raises(RuntimeInputError, match="dtype"):
+                run(ints.to(dtype))
+
+
+@_CHECKED_UNDER_COMPILE
 def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
     torch.compiler.reset()
     ep = graphcap.export(Counting(), (_x(3),), dynamic_shapes=({0: Dim("b", max=8)},))
