@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import itertools
 import sys
 import traceback
@@ -28,23 +27,12 @@ from typing import Any, Callable
 import torch
 import torch.export as te
 import torch.nn.functional as F
+from _compare import roundtrip, same
 from torch import nn
 
 import graphcap
 
 Sizes = dict[str, int]
-
-
-def _same(a: Any, b: Any, tol: float) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point():
-            return torch.allclose(a, b, equal_nan=True, atol=tol, rtol=tol)
-        return torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
-    return a == b
 
 
 @dataclasses.dataclass
@@ -110,7 +98,7 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, sizes: list[Siz
                 traceback.print_exc()
             notes.append(f"{stage}: run fails at {s}: {_first(e)}")
             continue
-        if not _same(want, got, p.tol):
+        if not same(want, got, p.tol):
             notes.append(f"{stage}: WRONG at {s}")
     return notes
 
@@ -118,12 +106,6 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, sizes: list[Siz
 def _first(e: BaseException) -> str:
     lines = [ln for ln in str(e).splitlines() if ln.strip()]
     return f"{type(e).__name__}: {(lines[0] if lines else '')[:150]}"
-
-
-def _roundtrip(gc: bool, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if gc else te.save)(ep, buf)
-    return (graphcap.load if gc else te.load)(io.BytesIO(buf.getvalue()))
 
 
 def run_side(gc: bool, p: Probe, which: str, strict: bool) -> str:
@@ -159,7 +141,7 @@ def run_side(gc: bool, p: Probe, which: str, strict: bool) -> str:
         if prog is None:
             continue
         try:
-            loaded = _roundtrip(gc, prog)
+            loaded = roundtrip(prog)
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import sys
 import time
 import traceback
@@ -28,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import roundtrip
 from torch import nn
 
 import graphcap
@@ -132,12 +132,6 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, auto: bool = Fa
     return notes
 
 
-def _roundtrip(gc: bool, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if gc else te.save)(ep, buf)
-    return (graphcap.load if gc else te.load)(io.BytesIO(buf.getvalue()))
-
-
 def run_side(gc: bool, p: Probe, strict: bool) -> str:
     Dim = graphcap.Dim if gc else te.Dim
     dims: dict[str, Any] = {k: Dim(k, min=lo, max=hi) for k, (lo, hi) in p.dims.items()}
@@ -174,7 +168,7 @@ def run_side(gc: bool, p: Probe, strict: bool) -> str:
             traceback.print_exc()
         notes.append(f"decomp fails: {_first(e)}")
     try:
-        loaded = _roundtrip(gc, ep)
+        loaded = roundtrip(ep)
         notes += _check(p, eager, loaded, "saved", auto)
     except Exception as e:
         if "-v" in sys.argv:
@@ -432,7 +426,7 @@ def static_cache_probe(strict: bool) -> str:
             continue
         notes = []
         for stage, make in (("ep", lambda ep=ep: ep), ("decomp", ep.run_decompositions),
-                            ("saved", lambda ep=ep, gc=gc: _roundtrip(gc, ep))):
+                            ("saved", lambda ep=ep, gc=gc: roundtrip(ep))):
             try:
                 got = run(make().module())
                 bad = [i for i, (a, b) in enumerate(zip(want, got)) if not torch.allclose(a, b, atol=1e-4)]

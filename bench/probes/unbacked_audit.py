@@ -27,23 +27,10 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import same
 from torch.export import Dim
 
 import graphcap
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point():
-            return torch.allclose(a, b, equal_nan=True, atol=1e-5)
-        return torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)
-    return a == b
 
 
 @dataclasses.dataclass
@@ -123,7 +110,7 @@ def run_side(side: str, p: Probe) -> str:
                     traceback.print_exc()
                 notes.append(f"{stage} run fails at {_show(args)}: {_first(e)}")
                 continue
-            if not _same(want, got):
+            if not same(want, got):
                 notes.append(f"{stage} WRONG at {_show(args)}")
         for args in p.bad:
             try:
