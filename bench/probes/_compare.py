@@ -52,3 +52,10 @@ def same(a: Any, b: Any, tol: float = 1e-5) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
         return math.isnan(b)
     return bool(a == b)
+
+
+def error_line(e: BaseException, width: int = 150) -> str:
+    """An error as one line of a probe's table: its class and the first line of its text that is not
+    blank, cut to ``width`` characters."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0][:width] if lines else ''}"

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
-from _compare import same
+from _compare import error_line, same
 from torch.export import Dim
 
 import graphcap
@@ -51,11 +51,6 @@ class Fn(torch.nn.Module):
 
     def forward(self, *a: Any) -> Any:
         return self.f(*a)
-
-
-def _first(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:110] if text else ''}"
 
 
 def _stages(side: str, ep: Any) -> dict[str, Callable[[], Any]]:
@@ -83,7 +78,7 @@ def run_side(side: str, p: Probe) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        return ("refused ok: " if p.refuse else "export fails: ") + _first(e)
+        return ("refused ok: " if p.refuse else "export fails: ") + error_line(e, 110)
     if p.refuse:
         return "EXPORTS (expected a refusal)"
     notes: list[str] = []
@@ -95,20 +90,20 @@ def run_side(side: str, p: Probe) -> str:
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
-            notes.append(f"{stage} fails: {_first(e)}")
+            notes.append(f"{stage} fails: {error_line(e, 110)}")
             continue
         for args in [p.args, *p.ok]:
             try:
                 want = p.f(*copy.deepcopy(args))
             except Exception as e:
-                notes.append(f"eager fails at {_show(args)}: {_first(e)}")
+                notes.append(f"eager fails at {_show(args)}: {error_line(e, 110)}")
                 continue
             try:
                 got = mod(*copy.deepcopy(args))
             except Exception as e:
                 if "-v" in sys.argv:
                     traceback.print_exc()
-                notes.append(f"{stage} run fails at {_show(args)}: {_first(e)}")
+                notes.append(f"{stage} run fails at {_show(args)}: {error_line(e, 110)}")
                 continue
             if not same(want, got):
                 notes.append(f"{stage} WRONG at {_show(args)}")
@@ -118,7 +113,7 @@ def run_side(side: str, p: Probe) -> str:
                 notes.append(f"{stage} accepts bad {_show(args)}")
             except Exception as e:
                 if stage == "ep" and "-v" in sys.argv:
-                    print(f"   [{side}] bad {_show(args)}: {_first(e)}")
+                    print(f"   [{side}] bad {_show(args)}: {error_line(e, 110)}")
     return "=" if not notes else "; ".join(dict.fromkeys(notes))
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
-from _compare import roundtrip, same
+from _compare import error_line, roundtrip, same
 from torch import nn
 
 import graphcap
@@ -142,11 +142,6 @@ def _spec(p: Probe, Dim: Any) -> Any:
     return (d,)
 
 
-def _first(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0][:220] if lines else ''}"
-
-
 def _sizes(p: Probe) -> list[tuple[int, tuple[int, int]]]:
     out = [(p.example_batch, p.hw)]
     for b in p.batch_sizes:
@@ -168,7 +163,7 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, verbose: bool) 
             try:
                 got = mod(*args)
             except Exception as e:  # a probe reports every failure
-                bad.append(f"{stage}@b{b},{hw[0]}x{hw[1]}: {_first(e)}")
+                bad.append(f"{stage}@b{b},{hw[0]}x{hw[1]}: {error_line(e, 220)}")
                 if verbose:
                     traceback.print_exc()
                 continue
@@ -182,7 +177,7 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, verbose: bool) 
         bad.append(f"{stage}: batch {p.batch[1] + 1} ran (not refused)")
     except Exception as e:
         if verbose or stage == "ep":
-            print(f"   [{stage}] out of range: {_first(e)}", file=sys.stderr)
+            print(f"   [{stage}] out of range: {error_line(e, 220)}", file=sys.stderr)
     return bad
 
 
@@ -198,7 +193,7 @@ def run_side(gc: bool, p: Probe, strict: bool, verbose: bool) -> str:
     except Exception as e:
         if verbose:
             traceback.print_exc()
-        return f"export refused ({time.time() - t:.0f}s): {_first(e)}"
+        return f"export refused ({time.time() - t:.0f}s): {error_line(e, 220)}"
     took = time.time() - t
     bad = []
     for stage, get in (("ep", lambda: ep), ("decomp", lambda: ep.run_decompositions()),
@@ -208,7 +203,7 @@ def run_side(gc: bool, p: Probe, strict: bool, verbose: bool) -> str:
         except Exception as e:
             if verbose:
                 traceback.print_exc()
-            bad.append(f"{stage}: {_first(e)}")
+            bad.append(f"{stage}: {error_line(e, 220)}")
             continue
         bad += _check(p, eager, prog, stage, verbose)
     return f"({took:.0f}s) " + ("=" if not bad else "; ".join(bad))
