@@ -242,6 +242,29 @@ def test_compiled_module_takes_the_integer_dtypes_the_eager_check_takes():
 
 
 @_CHECKED_UNDER_COMPILE
+@pytest.mark.parametrize("exported", [0.5, float("nan")])
+def test_compiled_module_refuses_another_float_than_the_exported_one(exported):
+    """A float input is baked into the program; the compiled checks let any float through, so a
+    compiled ``module()`` computed with the exported value where eager uses the one passed (torch's
+    compiled module refuses it, as ``module()`` called eagerly does)."""
+    torch.compiler.reset()
+
+    class Scales(torch.nn.Module):
+        def forward(self, x, s: float):
+            return x * s
+
+    module = graphcap.export(Scales(), (torch.ones(3), exported)).module()
+    compiled = torch.compile(module, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.arange(3.0), exported), Scales()(torch.arange(3.0), exported),
+                                   equal_nan=True)
+    for other in (0.7, 2.0 if exported != exported else float("nan")):
+        for run in (module, compiled):
+            with pytest.raises(InputGuardError, match="to be equal to"):
+                run(torch.ones(3), other)
+
+
+@_CHECKED_UNDER_COMPILE
 def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
     torch.compiler.reset()
     ep = graphcap.export(Counting(), (_x(3),), dynamic_shapes=({0: Dim("b", max=8)},))

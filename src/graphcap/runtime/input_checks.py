@@ -252,6 +252,11 @@ class InputChecker:
                     return False
             elif kind == "value" and (type(value) is not type(entry[1]) or value != entry[1]):
                 return False
+            elif kind == "float":  # the exported float (NaN for NaN), as _check_constant
+                want = entry[1]
+                if not isinstance(value, (float, torch.SymFloat)) \
+                        or not (value == want or (want != want and value != value)):
+                    return False
         return True
 
     def _compiled_plan(self) -> tuple[Any, ...]:
@@ -268,8 +273,10 @@ class InputChecker:
                 entries.append(("int", *self._bounds(leaf.expr)))
             elif type(leaf.value) in (int, bool, str) or leaf.value is None:
                 entries.append(("value", leaf.value))
+            elif type(leaf.value) is float:
+                entries.append(("float", leaf.value))
             else:
-                entries.append(("other",))  # floats (NaN) and objects: the eager check's alone
+                entries.append(("other",))  # objects: the eager check's alone
         return tuple(entries)
 
     def check_leaves(self, leaves: list[Any], paths: Optional[list[str]] = None) -> None:
