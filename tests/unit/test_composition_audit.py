@@ -15,6 +15,7 @@ behaviour:
 from __future__ import annotations
 
 import copy
+import enum
 import functools
 import io
 import pickle
@@ -262,6 +263,40 @@ def test_compiled_module_refuses_another_float_than_the_exported_one(exported):
         for run in (module, compiled):
             with pytest.raises(InputGuardError, match="to be equal to"):
                 run(torch.ones(3), other)
+
+
+class _Mode(enum.Enum):
+    DOUBLE = 2
+    TRIPLE = 3
+
+
+class _TakesConstant(torch.nn.Module):
+    def forward(self, x, how):
+        if isinstance(how, torch.dtype):
+            return x.to(how)
+        if isinstance(how, torch.device):
+            return x.to(how) + 1
+        return x * how.value
+
+
+@_CHECKED_UNDER_COMPILE
+@pytest.mark.parametrize("exported, other", [
+    (torch.float64, torch.float16), (torch.device("cpu"), torch.device("meta")), (_Mode.DOUBLE, _Mode.TRIPLE),
+], ids=["dtype", "device", "enum"])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_module_refuses_another_dtype_device_or_enum_input(exported, other, fullgraph):
+    """A dtype, device or enum input is baked into the program: the compiled checks let any such
+    value through (the program ran with the exported one), where ``module()`` called eagerly refuses
+    it (torch.export does not take these inputs)."""
+    torch.compiler.reset()
+    module = graphcap.export(_TakesConstant(), (torch.ones(3), exported)).module()
+    compiled = torch.compile(module, backend="eager", fullgraph=fullgraph)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.arange(3.0), exported), _TakesConstant()(torch.arange(3.0), exported))
+    with pytest.raises(InputGuardError, match="to be equal to"):
+        module(torch.ones(3), other)
+    with pytest.raises(InputGuardError if not fullgraph else Exception):  # fullgraph: dynamo's own refusal
+        compiled(torch.ones(3), other)
 
 
 @_CHECKED_UNDER_COMPILE

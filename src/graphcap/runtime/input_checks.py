@@ -10,6 +10,7 @@ path, what was expected and what came.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -271,7 +272,8 @@ class InputChecker:
                 entries.append(("tensor", leaf.accepted, leaf.device.type, dims))
             elif isinstance(leaf, _SymIntLeaf):
                 entries.append(("int", *self._bounds(leaf.expr)))
-            elif type(leaf.value) in (int, bool, str) or leaf.value is None:
+            elif type(leaf.value) in (int, bool, str, torch.dtype, torch.device) or leaf.value is None \
+                    or isinstance(leaf.value, enum.Enum):
                 entries.append(("value", leaf.value))
             elif type(leaf.value) is float:
                 entries.append(("float", leaf.value))
