@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import roundtrip
 
 import graphcap
 
@@ -110,13 +111,6 @@ def _close(a: Any, b: Any) -> str:
 
 def _pure_ep(lib: Any, dyn: bool = True, seed: int = 0) -> Any:
     return _export(lib, Pure(seed), dyn=dyn)
-
-
-def _roundtrip(lib: Any, ep: Any) -> Any:
-    buf = io.BytesIO()
-    lib.save(ep, buf)
-    buf.seek(0)
-    return lib.load(buf)
 
 
 PROBES: dict[str, Callable[[Any], Any]] = {}
@@ -413,7 +407,7 @@ def wrapper_decomposed(lib):
 @probe
 def wrapper_saved_loaded(lib):
     w = Wrapper(_pure_ep(lib).module())
-    ep = _roundtrip(lib, _export(lib, w, dyn=True))
+    ep = roundtrip(_export(lib, w, dyn=True))
     x = _x(6)
     return _close(ep.module()(x), w(x)), sorted(ep.state_dict)
 
@@ -440,7 +434,7 @@ def reexport_module(lib):
 
 @probe
 def reexport_loaded_module(lib):
-    ep = _roundtrip(lib, _export(lib, Model(), dyn=True))
+    ep = roundtrip(_export(lib, Model(), dyn=True))
     ep2 = _export(lib, ep.module(), dyn=True)
     x = _x(5)
     return _close(ep2.module()(x), Model()(x)), sorted(ep2.state_dict)
@@ -497,7 +491,7 @@ def composed_two_programs(lib):
 @probe
 def composed_programs_saved_loaded_decomposed(lib):
     a, b = _pure_ep(lib, seed=0).module(), _pure_ep(lib, seed=1).module()
-    ep = _roundtrip(lib, _export(lib, Seq(a, b), dyn=True)).run_decompositions()
+    ep = roundtrip(_export(lib, Seq(a, b), dyn=True)).run_decompositions()
     x = _x(5)
     return _close(ep.module()(x), Pure(1)(Pure(0)(x)))
 
@@ -599,7 +593,7 @@ def wrapper_calls_inner_twice(lib):
     w = Twice()
     ep = _export(lib, w, dyn=True)
     x = _x(5)
-    return (_close(ep.module()(x), w(x)), _close(_roundtrip(lib, ep).module()(x), w(x)),
+    return (_close(ep.module()(x), w(x)), _close(roundtrip(ep).module()(x), w(x)),
             _close(lib.unflatten(ep)(x), w(x)))
 
 

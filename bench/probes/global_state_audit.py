@@ -22,7 +22,6 @@ Run: PYTHONPATH=src python bench/probes/global_state_audit.py [name-substring ..
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import sys
 import warnings
@@ -32,6 +31,7 @@ import torch
 import torch.export as te
 import torch.nn as nn
 import torch.nn.functional as F
+from _compare import roundtrip
 
 import graphcap
 
@@ -50,18 +50,11 @@ def _export(lib: str, strict: bool, model: nn.Module, args: tuple, kwargs: dict 
     return fn(model, args, kwargs, strict=strict)
 
 
-def _roundtrip(lib: str, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if lib == "graphcap" else te.save)(ep, buf)
-    buf.seek(0)
-    return (graphcap.load if lib == "graphcap" else te.load)(buf)
-
-
 def _stages(lib: str, ep: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for stage, make in (("module", lambda: ep.module()),
                         ("decomp", lambda: ep.run_decompositions().module()),
-                        ("saved", lambda: _roundtrip(lib, ep).module())):
+                        ("saved", lambda: roundtrip(ep).module())):
         try:
             out.append((stage, make()))
         except Exception as e:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import error_line
 
 import graphcap
 
@@ -66,11 +67,6 @@ def _same(a: Any, b: Any) -> bool:
     return True
 
 
-def _first(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {(text[0] if text else '')[:150]}"
-
-
 def _shape(c: Call) -> str:
     parts = [("x".join(map(str, v.shape)) if isinstance(v, torch.Tensor) else repr(v)) for v in _leaves(c)]
     return "(" + ",".join(parts) + ")"
@@ -87,12 +83,12 @@ def _run_on(mod: Any, model: Any, calls: list[Call], label: str) -> list[str]:
             try:
                 want = model(*copy.deepcopy(c[0]), **copy.deepcopy(c[1]))
             except Exception as e:
-                notes.append(f"eager fails at {_shape(c)}: {_first(e)}")
+                notes.append(f"eager fails at {_shape(c)}: {error_line(e)}")
                 continue
             try:
                 got = mod(*copy.deepcopy(c[0]), **copy.deepcopy(c[1]))
             except Exception as e:
-                notes.append(f"{label} refuses {_shape(c)}: {_first(e)}")
+                notes.append(f"{label} refuses {_shape(c)}: {error_line(e)}")
                 continue
         if not _same(want, got):
             notes.append(f"{label} WRONG at {_shape(c)}")
@@ -110,7 +106,7 @@ def _gc(case: Case) -> str:
             traceback.print_exc()
         where = getattr(e, "where", "")
         fix = getattr(e, "fix", "")
-        return f"refused: {_first(e)} [where={where!r}] [fix={'yes' if fix else 'NO'}]"
+        return f"refused: {error_line(e)} [where={where!r}] [fix={'yes' if fix else 'NO'}]"
     code = shapes.code.split("\n", 2)[2].replace("\n", "; ")
     out = [f"spec: {code}", f"ranges {_ranges(shapes.program)}", f"verified {shapes.verified}"]
     ep = shapes.program
@@ -131,7 +127,7 @@ def _gc(case: Case) -> str:
         dec = ep.run_decompositions()
         out += _run_on(dec.module(), model, case.samples + case.ok, "decomposed")
     except Exception as e:
-        out.append(f"run_decompositions fails: {_first(e)}")
+        out.append(f"run_decompositions fails: {error_line(e)}")
     try:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "p.pt2")
@@ -139,7 +135,7 @@ def _gc(case: Case) -> str:
             loaded = graphcap.load(path)
             out += _run_on(loaded.module(), model, case.samples + case.ok, "loaded")
     except Exception as e:
-        out.append(f"save/load fails: {_first(e)}")
+        out.append(f"save/load fails: {error_line(e)}")
     return " | ".join(out)
 
 
@@ -173,7 +169,7 @@ def _torch(case: Case, how: str) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        return f"refused: {_first(e)}"
+        return f"refused: {error_line(e)}"
     out = [f"ranges {_ranges(ep)}"]
     out += _run_on(ep.module(), model, case.samples + case.ok, "module()")
     for c in case.bad:

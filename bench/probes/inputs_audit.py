@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import logging
 import sys
 import traceback
@@ -26,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.export as te
 import torch.utils._pytree as pytree
+from _compare import roundtrip
 
 import graphcap
 
@@ -137,13 +137,6 @@ def _export(side: str, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any =
     return te.export(model, args, kwargs, strict=side.endswith("s"), dynamic_shapes=dynamic_shapes)
 
 
-def _roundtrip(side: str, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if side.startswith("g") else te.save)(ep, buf)
-    buf.seek(0)
-    return (graphcap.load if side.startswith("g") else te.load)(buf)
-
-
 def _run_calls(p: Probe, model: Any, m: Any) -> str:
     calls = [(p.args, p.kwargs)] + p.ok
     for i, (a, k) in enumerate(calls):
@@ -194,7 +187,7 @@ def run_probe(p: Probe, sides: tuple[str, ...] = ("g", "gs", "t", "ts")) -> None
         except Exception as e:
             verdicts.append(f"decomp failed {type(e).__name__}: {str(e)[:200]}")
         try:
-            verdicts.append("saved " + _run_calls(p, model, _roundtrip(side, ep).module()))
+            verdicts.append("saved " + _run_calls(p, model, roundtrip(ep).module()))
         except Exception as e:
             verdicts.append(f"save/load failed {type(e).__name__}: {str(e)[:200]}")
         print(f"{p.name} | {side} | " + "; ".join(verdicts))
@@ -624,7 +617,7 @@ def spec_report(p: Probe) -> None:
     for label, gs, ts in (("in_spec", g.call_spec.in_spec, t.call_spec.in_spec),
                           ("out_spec", g.call_spec.out_spec, t.call_spec.out_spec)):
         verdict.append(f"{label} {'=' if gs == ts else 'DIFFERS'}")
-    for label, derived in (("decomp", g.run_decompositions()), ("saved", _roundtrip("g", g))):
+    for label, derived in (("decomp", g.run_decompositions()), ("saved", roundtrip(g))):
         same = derived.call_spec.in_spec == g.call_spec.in_spec and derived.call_spec.out_spec == g.call_spec.out_spec
         verdict.append(f"{label} specs {'=' if same else 'DIFFER'}")
         ex = derived.example_inputs

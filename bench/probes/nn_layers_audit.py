@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import itertools
 import sys
 import traceback
@@ -28,23 +27,12 @@ from typing import Any, Callable
 import torch
 import torch.export as te
 import torch.nn.functional as F
+from _compare import error_line, roundtrip, same
 from torch import nn
 
 import graphcap
 
 Sizes = dict[str, int]
-
-
-def _same(a: Any, b: Any, tol: float) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point():
-            return torch.allclose(a, b, equal_nan=True, atol=tol, rtol=tol)
-        return torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
-    return a == b
 
 
 @dataclasses.dataclass
@@ -96,7 +84,7 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, sizes: list[Siz
     try:
         mod = program.module()
     except Exception as e:
-        return [f"{stage}: module() fails: {_first(e)}"]
+        return [f"{stage}: module() fails: {error_line(e)}"]
     notes = []
     for s in sizes:
         args = _inputs(p, s)
@@ -108,22 +96,11 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, sizes: list[Siz
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
-            notes.append(f"{stage}: run fails at {s}: {_first(e)}")
+            notes.append(f"{stage}: run fails at {s}: {error_line(e)}")
             continue
-        if not _same(want, got, p.tol):
+        if not same(want, got, p.tol):
             notes.append(f"{stage}: WRONG at {s}")
     return notes
-
-
-def _first(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {(lines[0] if lines else '')[:150]}"
-
-
-def _roundtrip(gc: bool, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if gc else te.save)(ep, buf)
-    return (graphcap.load if gc else te.load)(io.BytesIO(buf.getvalue()))
 
 
 def run_side(gc: bool, p: Probe, which: str, strict: bool) -> str:
@@ -142,7 +119,7 @@ def run_side(gc: bool, p: Probe, which: str, strict: bool) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        return f"export fails: {_first(e)}"
+        return f"export fails: {error_line(e)}"
     rc = sorted((str(r.lower), str(r.upper)) for r in ep.range_constraints.values())
     want_rc = sorted((str(lo), str(hi)) for lo, hi in p.dims.values())
     notes = [] if rc == want_rc else [f"ranges {rc}"]
@@ -153,17 +130,17 @@ def run_side(gc: bool, p: Probe, which: str, strict: bool) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        notes.append(f"decomp fails: {_first(e)}")
+        notes.append(f"decomp fails: {error_line(e)}")
         dec = None
     for stage, prog in (("saved", ep), ("decomp+saved", dec)):
         if prog is None:
             continue
         try:
-            loaded = _roundtrip(gc, prog)
+            loaded = roundtrip(prog)
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
-            notes.append(f"{stage}: save/load fails: {_first(e)}")
+            notes.append(f"{stage}: save/load fails: {error_line(e)}")
             continue
         notes += _check(p, eager, loaded, stage, sizes)
     return "=" if not notes else "; ".join(dict.fromkeys(notes))

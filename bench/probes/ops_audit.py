@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import sys
 import traceback
 import warnings
@@ -24,24 +23,13 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.export as te
+from _compare import roundtrip, same
 from torch import Tensor
 from torch.export import Dim
 
 import graphcap
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        return torch.allclose(a, b, equal_nan=True, atol=1e-5) if a.is_floating_point() else torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
 
 
 Inputs = tuple[Any, ...]
@@ -88,13 +76,13 @@ def _check_runs(p: Probe, eager_make: Callable[[], torch.nn.Module], program: An
                 traceback.print_exc()
             notes.append(f"{stage}: run fails at {_sizes(args)}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
             continue
-        if not _same(want, got):
+        if not same(want, got):
             notes.append(f"{stage}: WRONG output at {_sizes(args)}")
-        if not _same(list(a_eager), list(a_prog)):
+        if not same(list(a_eager), list(a_prog)):
             notes.append(f"{stage}: WRONG written input at {_sizes(args)}")
         eb = dict(eager.named_buffers())
         pb = dict(mod.named_buffers())
-        if any(k in pb and not _same(v, pb[k]) for k, v in eb.items()):
+        if any(k in pb and not same(v, pb[k]) for k, v in eb.items()):
             notes.append(f"{stage}: WRONG buffer at {_sizes(args)}")
     for args in p.bad_inputs:
         try:
@@ -103,14 +91,6 @@ def _check_runs(p: Probe, eager_make: Callable[[], torch.nn.Module], program: An
         except Exception:
             pass
     return notes
-
-
-def _roundtrip(side: str, ep: Any) -> Any:
-    save = graphcap.save if side == "g" else te.save
-    load = graphcap.load if side == "g" else te.load
-    buf = io.BytesIO()
-    save(ep, buf)
-    return load(io.BytesIO(buf.getvalue()))
 
 
 def _first_line(e: BaseException) -> str:
@@ -154,7 +134,7 @@ def _run_side(side: str, p: Probe, strict: bool) -> str:
         if prog is None:
             continue
         try:
-            loaded = _roundtrip(side, prog)
+            loaded = roundtrip(prog)
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()

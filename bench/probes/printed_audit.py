@@ -28,6 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.export as te
 import torch.nn.functional as F
+from _compare import error_line
 from torch.export import Dim
 
 import graphcap
@@ -759,11 +760,6 @@ def _export(side: str, p: Probe, strict: bool) -> Any:
                       strict=strict)
 
 
-def _first(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:90] if text else ''}"
-
-
 def compare(p: Probe, strict: bool, verbose: bool) -> tuple[str, dict[str, int]]:
     progs: dict[str, Any] = {}
     for side in ("gc", "te"):
@@ -772,7 +768,7 @@ def compare(p: Probe, strict: bool, verbose: bool) -> tuple[str, dict[str, int]]
         except Exception as e:
             progs[side] = e
     if any(isinstance(v, Exception) for v in progs.values()):
-        return " / ".join(f"{s} fails: {_first(v)}" for s, v in progs.items() if isinstance(v, Exception)), {}
+        return " / ".join(f"{s} fails: {error_line(v, 90)}" for s, v in progs.items() if isinstance(v, Exception)), {}
     notes: list[str] = []
     counts: dict[str, int] = {}
     for stage in ("ep", "decomp"):
@@ -781,7 +777,7 @@ def compare(p: Probe, strict: bool, verbose: bool) -> tuple[str, dict[str, int]]
             try:
                 texts[side] = _texts(ep if stage == "ep" else ep.run_decompositions())
             except Exception as e:
-                notes.append(f"{stage} {side} fails: {_first(e)}")
+                notes.append(f"{stage} {side} fails: {error_line(e, 90)}")
         if len(texts) < 2:
             continue
         for key in texts["gc"]:

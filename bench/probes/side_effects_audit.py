@@ -24,6 +24,7 @@ import torch
 import torch.export as te
 import torch.nn as nn
 import torch.nn.utils.parametrize as P
+from _compare import roundtrip
 from torch.nn.utils import parametrizations
 
 import graphcap
@@ -427,17 +428,6 @@ def _close(a: Any, b: Any) -> bool:
         torch.allclose(x, y, atol=1e-5) if isinstance(x, torch.Tensor) else x == y for x, y in zip(la, lb))
 
 
-def _roundtrip(lib: str, ep: Any) -> Any:
-    buf = io.BytesIO()
-    if lib == "graphcap":
-        graphcap.save(ep, buf)
-        buf.seek(0)
-        return graphcap.load(buf)
-    te.save(ep, buf)
-    buf.seek(0)
-    return te.load(buf)
-
-
 def run_one(name: str, make: Callable, kind: str, lib: str, strict: bool) -> str:
     model, ex, other, state = make()
     before = state(model)
@@ -482,7 +472,7 @@ def run_one(name: str, make: Callable, kind: str, lib: str, strict: bool) -> str
             parts.append(f"state after module() {state(model)}")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                stages = (("decomp", lambda: ep.run_decompositions()), ("saved", lambda: _roundtrip(lib, ep)))
+                stages = (("decomp", lambda: ep.run_decompositions()), ("saved", lambda: roundtrip(ep)))
                 for stage, prog in stages:
                     try:
                         p = prog()

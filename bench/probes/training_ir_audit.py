@@ -14,13 +14,13 @@ Run:  PYTHONPATH=src python bench/probes/training_ir_audit.py [name-substring ..
 from __future__ import annotations
 
 import copy
-import io
 import sys
 import traceback
 from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import roundtrip
 from torch import nn
 
 import graphcap
@@ -122,17 +122,7 @@ def check(p: Probe, lib: str, strict: bool) -> str:
     stages: list[tuple[str, Callable[[], Any], bool]] = []
     stages.append(("module", lambda: ep, True))
     stages.append(("decomposed", lambda: ep.run_decompositions(), False))
-
-    def _roundtrip():
-        buf = io.BytesIO()
-        if lib == "graphcap":
-            graphcap.save(ep, buf)
-            buf.seek(0)
-            return graphcap.load(buf)
-        te.save(ep, buf)
-        buf.seek(0)
-        return te.load(buf)
-    stages.append(("saved", _roundtrip, True))
+    stages.append(("saved", lambda: roundtrip(ep), True))
     for tag, get, full in stages:
         try:
             prog = get()
@@ -466,13 +456,6 @@ PROBES = [
 # Each returns a short verdict per library and mode; printed as "scenario [strict] | graphcap: ... | torch: ...".
 
 
-def _roundtrip(ep, lib):
-    buf = io.BytesIO()
-    (graphcap.save if lib == "graphcap" else te.save)(ep, buf)
-    buf.seek(0)
-    return (graphcap.load if lib == "graphcap" else te.load)(buf)
-
-
 def _rg(out):
     return [t.requires_grad for t in _leaves(out)]
 
@@ -559,7 +542,7 @@ def s_train_mode_three_calls(ex, strict, lib):
     m[1].train()
     ep = ex(copy.deepcopy(m), (X,), strict=strict)
     res = []
-    for g in (ep.module(), ep.run_decompositions().module(), _roundtrip(ep, lib).module()):
+    for g in (ep.module(), ep.run_decompositions().module(), roundtrip(ep).module()):
         e, ok = copy.deepcopy(m), True
         for i in range(3):
             torch.manual_seed(i)
@@ -577,7 +560,7 @@ def s_lstm_dropout(ex, strict, lib):
     x = torch.randn(2, 3, 4)
     ep = ex(copy.deepcopy(m), (x,), strict=strict)
     res = []
-    for g in (ep.module(), ep.run_decompositions().module(), _roundtrip(ep, lib).module()):
+    for g in (ep.module(), ep.run_decompositions().module(), roundtrip(ep).module()):
         torch.manual_seed(1)
         want = m(x)[0]
         torch.manual_seed(1)
@@ -610,7 +593,7 @@ def s_frozen_state(ex, strict, lib):
     m = nn.Linear(4, 4)
     m.weight.requires_grad_(False)
     ep = ex(m, (X,), strict=strict)
-    before = (ep.state_dict["weight"].requires_grad, _roundtrip(ep, lib).state_dict["weight"].requires_grad)
+    before = (ep.state_dict["weight"].requires_grad, roundtrip(ep).state_dict["weight"].requires_grad)
     g = ep.module()
     dict(g.named_parameters())["weight"].requires_grad_(True)  # module() shares it with ep.state_dict
     g(X).sum().backward()
@@ -643,7 +626,7 @@ def s_autocast_variants(ex, strict, lib):
         m = make()
         ep = ex(m, (X,), strict=strict)
         want = _leaves(m(X))
-        for prog in (ep, ep.run_decompositions(), _roundtrip(ep, lib)):
+        for prog in (ep, ep.run_decompositions(), roundtrip(ep)):
             got = _leaves(prog.module()(X))
             res.append(all(a.dtype == b.dtype and torch.allclose(a.float(), b.float(), atol=1e-2)
                            for a, b in zip(want, got)))
@@ -720,7 +703,6 @@ def _scenario(fn, lib, strict) -> str:
         return str(fn(graphcap.export if lib == "graphcap" else te.export, strict, lib))
     except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-
 
 
 def main() -> None:

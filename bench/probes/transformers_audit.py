@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import sys
 import time
 import traceback
@@ -28,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import error_line, roundtrip
 from torch import nn
 
 import graphcap
@@ -90,16 +90,11 @@ def _inputs(p: Probe, s: Sizes) -> dict[str, Any]:
     return p.inputs(s)
 
 
-def _first(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {(lines[0] if lines else '')[:160]}"
-
-
 def _check(p: Probe, eager: nn.Module, program: Any, stage: str, auto: bool = False) -> list[str]:
     try:
         mod = program.module()
     except Exception as e:
-        return [f"{stage}: module() fails: {_first(e)}"]
+        return [f"{stage}: module() fails: {error_line(e, 160)}"]
     notes = []
     for s in [p.example] + p.others:
         kw = _inputs(p, s)
@@ -111,7 +106,7 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, auto: bool = Fa
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
-            notes.append(f"{stage}: run fails at {s}: {_first(e)}")
+            notes.append(f"{stage}: run fails at {s}: {error_line(e, 160)}")
             continue
         bad = _same(want, got, p.tol)
         if bad:
@@ -128,14 +123,8 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, auto: bool = Fa
         if "-v" in sys.argv:
             print(f"   [{stage} out-of-range] {type(e).__name__}: {text[:300]}")
         if not any(w in text for w in ("range", "<=", ">=", "between", "max", "bound")):
-            notes.append(f"{stage}: out-of-range refusal unclear: {_first(e)}")
+            notes.append(f"{stage}: out-of-range refusal unclear: {error_line(e, 160)}")
     return notes
-
-
-def _roundtrip(gc: bool, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if gc else te.save)(ep, buf)
-    return (graphcap.load if gc else te.load)(io.BytesIO(buf.getvalue()))
 
 
 def run_side(gc: bool, p: Probe, strict: bool) -> str:
@@ -157,7 +146,7 @@ def run_side(gc: bool, p: Probe, strict: bool) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        return f"export fails: {_first(e)}"
+        return f"export fails: {error_line(e, 160)}"
     t_export = time.perf_counter() - t0
     rc = sorted((str(r.lower), str(r.upper)) for r in ep.range_constraints.values())
     want_rc = sorted((str(lo), str(hi)) for lo, hi in p.dims.values())
@@ -172,14 +161,14 @@ def run_side(gc: bool, p: Probe, strict: bool) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        notes.append(f"decomp fails: {_first(e)}")
+        notes.append(f"decomp fails: {error_line(e, 160)}")
     try:
-        loaded = _roundtrip(gc, ep)
+        loaded = roundtrip(ep)
         notes += _check(p, eager, loaded, "saved", auto)
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        notes.append(f"save/load fails: {_first(e)}")
+        notes.append(f"save/load fails: {error_line(e, 160)}")
     verdict = "=" if not notes else "; ".join(dict.fromkeys(notes))
     return f"{verdict} [export {t_export:.1f}s]"
 
@@ -428,18 +417,18 @@ def static_cache_probe(strict: bool) -> str:
                 {"input_ids": steps[0][0], "cache_position": steps[0][1]},
                 dynamic_shapes={"input_ids": {1: n}, "cache_position": {0: n}}, strict=strict)
         except Exception as e:
-            verdicts.append(f"export fails: {_first(e)}")
+            verdicts.append(f"export fails: {error_line(e, 160)}")
             continue
         notes = []
         for stage, make in (("ep", lambda ep=ep: ep), ("decomp", ep.run_decompositions),
-                            ("saved", lambda ep=ep, gc=gc: _roundtrip(gc, ep))):
+                            ("saved", lambda ep=ep, gc=gc: roundtrip(ep))):
             try:
                 got = run(make().module())
                 bad = [i for i, (a, b) in enumerate(zip(want, got)) if not torch.allclose(a, b, atol=1e-4)]
                 if bad:
                     notes.append(f"{stage}: WRONG at steps {bad}")
             except Exception as e:
-                notes.append(f"{stage}: fails: {_first(e)}")
+                notes.append(f"{stage}: fails: {error_line(e, 160)}")
         try:
             ep.module()(input_ids=torch.randint(3, VOCAB, (1, 17)), cache_position=torch.arange(17))
             notes.append("17 tokens RAN")
@@ -465,7 +454,7 @@ def main() -> None:
             gc = run_side(True, p, strict)
             tc = "-" if "--no-torch" in sys.argv else run_side(False, p, strict)
         except Exception as e:  # the model itself cannot be built
-            gc = tc = f"build fails: {_first(e)}"
+            gc = tc = f"build fails: {error_line(e, 160)}"
         mode = "".join(f" {m}" for m in ("strict", "auto", "batch1") if f"--{m}" in sys.argv)
         print(f"{p.name}{mode} | graphcap: {gc} | torch: {tc}", flush=True)
 

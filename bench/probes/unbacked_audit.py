@@ -27,23 +27,10 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import error_line, same
 from torch.export import Dim
 
 import graphcap
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point():
-            return torch.allclose(a, b, equal_nan=True, atol=1e-5)
-        return torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)
-    return a == b
 
 
 @dataclasses.dataclass
@@ -64,11 +51,6 @@ class Fn(torch.nn.Module):
 
     def forward(self, *a: Any) -> Any:
         return self.f(*a)
-
-
-def _first(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:110] if text else ''}"
 
 
 def _stages(side: str, ep: Any) -> dict[str, Callable[[], Any]]:
@@ -96,7 +78,7 @@ def run_side(side: str, p: Probe) -> str:
     except Exception as e:
         if "-v" in sys.argv:
             traceback.print_exc()
-        return ("refused ok: " if p.refuse else "export fails: ") + _first(e)
+        return ("refused ok: " if p.refuse else "export fails: ") + error_line(e, 110)
     if p.refuse:
         return "EXPORTS (expected a refusal)"
     notes: list[str] = []
@@ -108,22 +90,22 @@ def run_side(side: str, p: Probe) -> str:
         except Exception as e:
             if "-v" in sys.argv:
                 traceback.print_exc()
-            notes.append(f"{stage} fails: {_first(e)}")
+            notes.append(f"{stage} fails: {error_line(e, 110)}")
             continue
         for args in [p.args, *p.ok]:
             try:
                 want = p.f(*copy.deepcopy(args))
             except Exception as e:
-                notes.append(f"eager fails at {_show(args)}: {_first(e)}")
+                notes.append(f"eager fails at {_show(args)}: {error_line(e, 110)}")
                 continue
             try:
                 got = mod(*copy.deepcopy(args))
             except Exception as e:
                 if "-v" in sys.argv:
                     traceback.print_exc()
-                notes.append(f"{stage} run fails at {_show(args)}: {_first(e)}")
+                notes.append(f"{stage} run fails at {_show(args)}: {error_line(e, 110)}")
                 continue
-            if not _same(want, got):
+            if not same(want, got):
                 notes.append(f"{stage} WRONG at {_show(args)}")
         for args in p.bad:
             try:
@@ -131,7 +113,7 @@ def run_side(side: str, p: Probe) -> str:
                 notes.append(f"{stage} accepts bad {_show(args)}")
             except Exception as e:
                 if stage == "ep" and "-v" in sys.argv:
-                    print(f"   [{side}] bad {_show(args)}: {_first(e)}")
+                    print(f"   [{side}] bad {_show(args)}: {error_line(e, 110)}")
     return "=" if not notes else "; ".join(dict.fromkeys(notes))
 
 

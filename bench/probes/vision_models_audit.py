@@ -17,7 +17,6 @@ Run (one probe per process keeps memory modest):
 from __future__ import annotations
 
 import dataclasses
-import io
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 import torch.export as te
+from _compare import error_line, roundtrip, same
 from torch import nn
 
 import graphcap
@@ -142,25 +142,6 @@ def _spec(p: Probe, Dim: Any) -> Any:
     return (d,)
 
 
-def _same(a: Any, b: Any, tol: float) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point():
-            return torch.allclose(a, b, equal_nan=True, atol=tol, rtol=tol)
-        return torch.equal(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
-    return bool(a == b)
-
-
-def _first(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0][:220] if lines else ''}"
-
-
 def _sizes(p: Probe) -> list[tuple[int, tuple[int, int]]]:
     out = [(p.example_batch, p.hw)]
     for b in p.batch_sizes:
@@ -182,11 +163,11 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, verbose: bool) 
             try:
                 got = mod(*args)
             except Exception as e:  # a probe reports every failure
-                bad.append(f"{stage}@b{b},{hw[0]}x{hw[1]}: {_first(e)}")
+                bad.append(f"{stage}@b{b},{hw[0]}x{hw[1]}: {error_line(e, 220)}")
                 if verbose:
                     traceback.print_exc()
                 continue
-        if not _same(got, want, p.tol):
+        if not same(got, want, p.tol):
             bad.append(f"{stage}@b{b},{hw[0]}x{hw[1]}: WRONG")
     # past the batch max: refused before computing
     args = _inputs(p, p.batch[1] + 1, p.hw)
@@ -196,14 +177,8 @@ def _check(p: Probe, eager: nn.Module, program: Any, stage: str, verbose: bool) 
         bad.append(f"{stage}: batch {p.batch[1] + 1} ran (not refused)")
     except Exception as e:
         if verbose or stage == "ep":
-            print(f"   [{stage}] out of range: {_first(e)}", file=sys.stderr)
+            print(f"   [{stage}] out of range: {error_line(e, 220)}", file=sys.stderr)
     return bad
-
-
-def _roundtrip(gc: bool, ep: Any) -> Any:
-    buf = io.BytesIO()
-    (graphcap.save if gc else te.save)(ep, buf)
-    return (graphcap.load if gc else te.load)(io.BytesIO(buf.getvalue()))
 
 
 def run_side(gc: bool, p: Probe, strict: bool, verbose: bool) -> str:
@@ -218,17 +193,17 @@ def run_side(gc: bool, p: Probe, strict: bool, verbose: bool) -> str:
     except Exception as e:
         if verbose:
             traceback.print_exc()
-        return f"export refused ({time.time() - t:.0f}s): {_first(e)}"
+        return f"export refused ({time.time() - t:.0f}s): {error_line(e, 220)}"
     took = time.time() - t
     bad = []
     for stage, get in (("ep", lambda: ep), ("decomp", lambda: ep.run_decompositions()),
-                       ("saved", lambda: _roundtrip(gc, ep))):
+                       ("saved", lambda: roundtrip(ep))):
         try:
             prog = get()
         except Exception as e:
             if verbose:
                 traceback.print_exc()
-            bad.append(f"{stage}: {_first(e)}")
+            bad.append(f"{stage}: {error_line(e, 220)}")
             continue
         bad += _check(p, eager, prog, stage, verbose)
     return f"({took:.0f}s) " + ("=" if not bad else "; ".join(bad))

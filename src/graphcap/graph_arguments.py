@@ -37,6 +37,11 @@ class _KindNames(type):
 
     _torch_enum: Any
 
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> "_KindNames":
+        """The class with torch's enum's members as its attributes (``InputKind.USER_INPUT``): the
+        members this torch line has, none written out again."""
+        return super().__new__(mcs, name, bases, {**namespace, **namespace["_torch_enum"].__members__})
+
     def __call__(cls, value: Any) -> Any:
         """The member for a member of any enum of the same class name, or for torch's value."""
         members = cls._torch_enum.__members__
@@ -84,13 +89,7 @@ else:
             >>> [s.target for s in ep.graph_signature.input_specs if s.kind is graphcap.InputKind.PARAMETER]
         """
 
-        _torch_enum = _torch_sig.InputKind
-        USER_INPUT = _torch_sig.InputKind.USER_INPUT
-        PARAMETER = _torch_sig.InputKind.PARAMETER
-        BUFFER = _torch_sig.InputKind.BUFFER
-        CONSTANT_TENSOR = _torch_sig.InputKind.CONSTANT_TENSOR
-        CUSTOM_OBJ = _torch_sig.InputKind.CUSTOM_OBJ
-        TOKEN = _torch_sig.InputKind.TOKEN
+        _torch_enum = _torch_sig.InputKind  # the members are its members (_KindNames.__new__)
 
 
     class OutputKind(metaclass=_KindNames):
@@ -109,15 +108,7 @@ else:
             >>> [s.arg.name for s in ep.graph_signature.output_specs if s.kind is graphcap.OutputKind.USER_OUTPUT]
         """
 
-        _torch_enum = _torch_sig.OutputKind
-        USER_OUTPUT = _torch_sig.OutputKind.USER_OUTPUT
-        LOSS_OUTPUT = _torch_sig.OutputKind.LOSS_OUTPUT
-        BUFFER_MUTATION = _torch_sig.OutputKind.BUFFER_MUTATION
-        GRADIENT_TO_PARAMETER = _torch_sig.OutputKind.GRADIENT_TO_PARAMETER
-        GRADIENT_TO_USER_INPUT = _torch_sig.OutputKind.GRADIENT_TO_USER_INPUT
-        USER_INPUT_MUTATION = _torch_sig.OutputKind.USER_INPUT_MUTATION
-        TOKEN = _torch_sig.OutputKind.TOKEN
-        PARAMETER_MUTATION = _torch_sig.OutputKind.PARAMETER_MUTATION  # an in-place write to a parameter
+        _torch_enum = _torch_sig.OutputKind  # the members are its members (_KindNames.__new__)
 
 
 class _ArgumentInterop:

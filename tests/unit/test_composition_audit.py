@@ -15,6 +15,7 @@ behaviour:
 from __future__ import annotations
 
 import copy
+import enum
 import functools
 import io
 import pickle
@@ -218,6 +219,84 @@ def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range(
         compiled(torch.ones(3), False, 4)
     with pytest.raises(InputGuardError, match="to be <= 10, but got 11"):
         compiled(torch.ones(3), True, 11)
+
+
+@_CHECKED_UNDER_COMPILE
+def test_compiled_module_takes_the_integer_dtypes_the_eager_check_takes():
+    """The compiled checks accepted every integer dtype for an integer input (narrower ones too,
+    running the program unchecked), where ``module()`` called eagerly accepts only wider ones."""
+    torch.compiler.reset()
+
+    class Doubles(torch.nn.Module):
+        def forward(self, i):
+            return i * 2
+
+    ints = torch.tensor([1, 2, 3], dtype=torch.int32)
+    module = graphcap.export(Doubles(), (ints,)).module()
+    compiled = torch.compile(module, backend="eager")
+    for dtype in (torch.int32, torch.int64):
+        assert torch.equal(compiled(ints.to(dtype)), Doubles()(ints.to(dtype)))
+    for dtype in (torch.int16, torch.uint8, torch.float32):
+        for run in (module, compiled):
+            with pytest.raises(RuntimeInputError, match="dtype"):
+                run(ints.to(dtype))
+
+
+@_CHECKED_UNDER_COMPILE
+@pytest.mark.parametrize("exported", [0.5, float("nan")])
+def test_compiled_module_refuses_another_float_than_the_exported_one(exported):
+    """A float input is baked into the program; the compiled checks let any float through, so a
+    compiled ``module()`` computed with the exported value where eager uses the one passed (torch's
+    compiled module refuses it, as ``module()`` called eagerly does)."""
+    torch.compiler.reset()
+
+    class Scales(torch.nn.Module):
+        def forward(self, x, s: float):
+            return x * s
+
+    module = graphcap.export(Scales(), (torch.ones(3), exported)).module()
+    compiled = torch.compile(module, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.arange(3.0), exported), Scales()(torch.arange(3.0), exported),
+                                   equal_nan=True)
+    for other in (0.7, 2.0 if exported != exported else float("nan")):
+        for run in (module, compiled):
+            with pytest.raises(InputGuardError, match="to be equal to"):
+                run(torch.ones(3), other)
+
+
+class _Mode(enum.Enum):
+    DOUBLE = 2
+    TRIPLE = 3
+
+
+class _TakesConstant(torch.nn.Module):
+    def forward(self, x, how):
+        if isinstance(how, torch.dtype):
+            return x.to(how)
+        if isinstance(how, torch.device):
+            return x.to(how) + 1
+        return x * how.value
+
+
+@_CHECKED_UNDER_COMPILE
+@pytest.mark.parametrize("exported, other", [
+    (torch.float64, torch.float16), (torch.device("cpu"), torch.device("meta")), (_Mode.DOUBLE, _Mode.TRIPLE),
+], ids=["dtype", "device", "enum"])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_module_refuses_another_dtype_device_or_enum_input(exported, other, fullgraph):
+    """A dtype, device or enum input is baked into the program: the compiled checks let any such
+    value through (the program ran with the exported one), where ``module()`` called eagerly refuses
+    it (torch.export does not take these inputs)."""
+    torch.compiler.reset()
+    module = graphcap.export(_TakesConstant(), (torch.ones(3), exported)).module()
+    compiled = torch.compile(module, backend="eager", fullgraph=fullgraph)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.arange(3.0), exported), _TakesConstant()(torch.arange(3.0), exported))
+    with pytest.raises(InputGuardError, match="to be equal to"):
+        module(torch.ones(3), other)
+    with pytest.raises(InputGuardError if not fullgraph else Exception):  # fullgraph: dynamo's own refusal
+        compiled(torch.ones(3), other)
 
 
 @_CHECKED_UNDER_COMPILE

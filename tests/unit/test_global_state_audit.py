@@ -157,6 +157,81 @@ def test_calls_in_cond_branches_and_grad_regions_are_pinned_too():
         torch.testing.assert_close(got, want)
 
 
+class LeavesDefaultSwitched(nn.Module):
+    """Switches the default dtype and never switches it back (``to`` is the dtype it switches to)."""
+
+    def __init__(self, to):
+        super().__init__()
+        self.to_dtype = to
+
+    def forward(self, x):
+        torch.set_default_dtype(self.to_dtype)
+        return x + torch.ones(3)
+
+
+class FailsAfterSwitching(nn.Module):
+    """Switches the default dtype, then fails before its switch back: at a data-dependent branch
+    (eager takes it and switches back), or raising itself."""
+
+    def __init__(self, raises):
+        super().__init__()
+        self.raises = raises
+
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        if self.raises:
+            raise ValueError("forward stops here")
+        y = x + 1 if x.sum() > 0 else x - 1
+        torch.set_default_dtype(torch.float32)
+        return y
+
+
+def _exported_under(default, model, x, strict):
+    """``graphcap.export`` called under the caller's default ``default``; the default after it, and
+    the program (or the error)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = graphcap.export(model, (x,), strict=strict)
+        except Exception as e:  # the error is the result the test looks at
+            result = e
+        return torch.get_default_dtype(), result
+    finally:
+        torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("caller, to", [(torch.float32, torch.float64), (torch.float64, torch.float32)])
+def test_a_default_dtype_forward_leaves_switched_stays_out_of_the_process(strict, caller, to):
+    """torch.export leaves the process with forward's default (non-strict and strict); the program
+    does not switch the default, so graphcap's export keeps the caller's, and the program still
+    makes what eager made."""
+    x = torch.randn(3, dtype=caller)
+    after, ep = _exported_under(caller, LeavesDefaultSwitched(to), x, strict)
+    assert after == caller
+    assert isinstance(ep, graphcap.ExportedProgram)
+    want = LeavesDefaultSwitched(to)(x)
+    torch.set_default_dtype(torch.float32)  # eager left `to` as the default: back to the suite's
+    got = ep.module()(x)
+    assert got.dtype == want.dtype == torch.promote_types(caller, to)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("raises", [False, True], ids=["data-dependent branch", "forward raises"])
+def test_a_default_dtype_switch_a_failed_export_cut_short_stays_out_of_the_process(strict, raises):
+    """Non-strict torch.export leaves the process with the switched default after the failure, where
+    eager (which takes the branch) would have switched back."""
+    after, error = _exported_under(torch.float32, FailsAfterSwitching(raises), torch.randn(3), strict)
+    assert isinstance(error, Exception)
+    assert after == torch.float32
+    if not raises:
+        assert isinstance(error, UnsupportedError)
+
+
 class NoiseFrom(nn.Module):
     def forward(self, x, gen):
         return x + torch.rand(x.shape, generator=gen)

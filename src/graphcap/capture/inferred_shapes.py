@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from .. import errors
-from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim
+from ..dynamic.dims import INT_MAX, DerivedDim, Dim, as_dim, root_dims
 from ..dynamic.named_inputs import combined_inputs
 from ..dynamic.suggested_fixes import has_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes
 from ..errors import ExportInputError, GraphcapError, VerificationError
@@ -370,20 +370,6 @@ def _scalar_spec(path: str, values: list[Any], taken: set[str], named: dict[str,
 # ranges from the program
 # --------------------------------------------------------------------------
 
-def _roots_in(spec: Any) -> dict[str, Dim]:
-    found: dict[str, Dim] = {}
-
-    def visit(x: Any) -> None:
-        d = as_dim(x)
-        if isinstance(d, DerivedDim):
-            found.setdefault(d.root.__name__, d.root)
-        elif isinstance(d, Dim):
-            found.setdefault(d.__name__, d)
-
-    pytree.tree_map(visit, spec, is_leaf=lambda x: not isinstance(x, (dict, list, tuple)) or x is None)
-    return found
-
-
 def _leaf_specs(spec: Any, tree_spec: Any) -> list[Any]:
     """The spec's entry per flat input leaf (its dicts {dim: Dim} are leaves here)."""
     def is_leaf(x: Any) -> bool:
@@ -424,7 +410,7 @@ def _ranged(ep: Any, spec: Any, calls_example: tuple[tuple, dict], target: Any) 
             lo = int(rc.lower) if getattr(rc.lower, "is_Integer", False) else 0
             hi = int(rc.upper) if getattr(rc.upper, "is_Integer", False) else None
             bounds.setdefault(root.__name__, (lo, hi))
-    roots = _roots_in(spec)
+    roots = root_dims(spec)
     new = {name: Dim(name, min=bounds[name][0], max=bounds[name][1]) if name in bounds else dim
            for name, dim in roots.items()}
 
@@ -651,7 +637,7 @@ def _value_code(x: Any) -> str:
 
 def spec_code(spec: Any, dims: dict[str, Any]) -> str:
     """The spec as Python a user can paste: one ``Dim`` line per root, then ``dynamic_shapes = ...``."""
-    roots = _roots_in(spec)
+    roots = root_dims(spec)
     lines = ["from graphcap import Dim", ""]
     lines += [_dim_line(d) for d in roots.values()]
     lines.append(f"dynamic_shapes = {_value_code(spec)}")

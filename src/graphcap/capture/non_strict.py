@@ -296,18 +296,23 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     flat_inputs = fake_state + fake_user
     clock.lap("fakify")
 
-    call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
-    replay = graph_module_replay.replaying_call(target.root) if front is None and target.call is target.root else None
-    call = replay or call  # a graph module keeps its nodes' metadata
-    call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
-                                                 replays_graph=replay is not None)
-    try:
-        with call_recorder, dyn_symbols.tracing(dyn_inputs), python_overrides.default_dtypes_seen() as dtypes:
-            recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
-                                        fake_mode, target.name, buffer_names=list(buffers))
-    except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
-        name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
-        raise
+    # forward runs (dynamo's capture, then the recording): a default dtype it switches and leaves
+    # switched, or a switch a failure cuts short, stays out of the caller's process
+    with default_dtype.kept():
+        call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
+        replay = graph_module_replay.replaying_call(target.root) \
+            if front is None and target.call is target.root else None
+        call = replay or call  # a graph module keeps its nodes' metadata
+        call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
+                                                     replays_graph=replay is not None)
+        try:
+            with call_recorder, dyn_symbols.tracing(dyn_inputs), \
+                    python_overrides.default_dtypes_seen() as dtypes:
+                recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
+                                            fake_mode, target.name, buffer_names=list(buffers))
+        except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
+            name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
+            raise
     gm = recording.graph_module
     # tensors made while forward had switched the default dtype keep their traced dtype
     if dtypes != {entry_default_dtype}:

@@ -92,7 +92,7 @@ def transfer_shape_facts(placeholders: list, leaves: list, files: set[str]) -> N
     if dynamo_env is None:
         return
     replaced = shapes_private.replacements(dynamo_env)
-    for guard in shapes_private.shape_guards(dynamo_env):
+    for guard in list(shapes_private.guards(dynamo_env)):  # a copy: add_guard appends to a ShapeEnv
         # over the symbols dynamo kept: a guard on a size dynamo later found equal to another
         # (s81 -> s69) is a guard on that other size, which graphcap's inputs name
         expr = _with_replacements(guard.expr, replaced)

@@ -264,6 +264,22 @@ def as_dim(obj: Any) -> Any:
     return obj
 
 
+def root_dims(spec: Any) -> dict[str, Dim]:
+    """The root ``Dim`` of every dim a ``dynamic_shapes`` spec holds (a derived dim's root for it), by
+    name, in the order the spec first names them; torch.export's dims as graphcap's (:func:`as_dim`)."""
+    found: dict[str, Dim] = {}
+
+    def visit(x: Any) -> None:
+        d = as_dim(x)
+        if isinstance(d, DerivedDim):
+            found.setdefault(d.root.__name__, d.root)
+        elif isinstance(d, Dim):
+            found.setdefault(d.__name__, d)
+
+    pytree.tree_map(visit, spec, is_leaf=lambda x: not isinstance(x, (dict, list, tuple)) or x is None)
+    return found
+
+
 Constraint = Union[Dim, DerivedDim, DimHint]
 """What a ``dynamic_shapes`` spec may say about one dimension: a ``Dim``, a derived dim or a hint.
 

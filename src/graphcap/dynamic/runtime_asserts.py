@@ -32,8 +32,6 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
     is where the value exists, so its asserts go there, next to it. Without this the
     top-level pass never sees the value defined and the user's ``torch._check`` on it
     would vanish from the program."""
-    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
-
     from ..torch_private.higher_order import region_wrappers
     wrap_with_set_grad_enabled, wrap_with_autocast = region_wrappers()
     for node in gm.graph.nodes:
@@ -43,12 +41,7 @@ def _assert_in_regions(gm: torch.fx.GraphModule, env: Any, name: str) -> None:
                     if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
         if not isinstance(sub, torch.fx.GraphModule) or not _defines_unbacked(sub, env):
             continue
-        before = set(sub.graph.nodes)
-        insert_deferred_runtime_asserts(sub, env, f"exported program: {name}", export=True)
-        metadata.attribute_added_nodes(sub, before)
-        metadata.place_added_nodes_with_their_origin(sub, before)
-        sub.recompile()
-        _assert_in_regions(sub, env, name)
+        insert_runtime_asserts(sub, env, name)  # and in the regions inside it
 
 
 def _defines_unbacked(gm: torch.fx.GraphModule, env: Any) -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import ExportInputError
 from ..torch_private import pytree
-from .dims import DerivedDim, Dim, as_dim
+from .dims import DerivedDim, Dim, as_dim, root_dims
 
 _FIX_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*(.+?)\s*$")
 _DIM_CALL = re.compile(r"^Dim\(\s*['\"]([A-Za-z_][A-Za-z_0-9]*)['\"]\s*((?:,\s*(?:min|max)\s*=\s*-?\d+\s*)*)\)$")
@@ -69,19 +69,7 @@ def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) ->
         ...     ep = graphcap.export(model, args, dynamic_shapes=spec)
     """
     fixes = parse_suggested_fixes(str(msg))
-    roots: dict[str, Dim] = {}
-
-    def collect(d: Any) -> None:
-        d = as_dim(d)
-        if isinstance(d, DerivedDim):
-            roots.setdefault(d.root.__name__, d.root)
-        elif isinstance(d, Dim):
-            roots.setdefault(d.__name__, d)
-
-    def is_leaf(x: Any) -> bool:
-        return not isinstance(x, (dict, list, tuple)) or x is None
-
-    pytree.tree_map(lambda x: collect(x) if x is not None else None, dynamic_shapes, is_leaf=is_leaf)
+    roots = root_dims(dynamic_shapes)
 
     new: dict[str, Any] = {}
 
@@ -139,4 +127,5 @@ def refine_dynamic_shapes_from_suggested_fixes(msg: Any, dynamic_shapes: Any) ->
             return new[d.__name__]
         return x
 
-    return pytree.tree_map(replace, dynamic_shapes, is_leaf=is_leaf)
+    return pytree.tree_map(replace, dynamic_shapes,
+                           is_leaf=lambda x: not isinstance(x, (dict, list, tuple)) or x is None)

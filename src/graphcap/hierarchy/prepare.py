@@ -29,10 +29,8 @@ from typing import Any
 
 import torch
 
-from ..signature import InputKind, OutputKind
+from ..signature import MUTATION_OUTPUT_KINDS, InputKind, OutputKind
 from ..torch_private.ops import schema_of
-
-_MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION, OutputKind.PARAMETER_MUTATION)
 
 
 def write_parameter(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -116,7 +114,7 @@ def writes_from_outputs(ep, graph: torch.fx.Graph, state_names: dict[torch.fx.No
     values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     user_values = []
     for value, spec in zip(values, ep.graph_signature.output_specs):
-        if spec.kind not in _MUTATIONS:
+        if spec.kind not in MUTATION_OUTPUT_KINDS:
             user_values.append(value)
             continue
         dest = by_target.get((spec.kind is OutputKind.USER_INPUT_MUTATION, spec.target))

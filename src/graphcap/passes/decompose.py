@@ -66,8 +66,8 @@ from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.shapes import (
     backed_size_oblivious,
     example_values,
+    guards,
     keep_only_facts,
-    shape_guards,
     symbol_ranges,
 )
 from ..torch_private.symbolic import ValueRanges
@@ -112,10 +112,10 @@ class _Replay(torch.fx.Interpreter):
         self.guarded_by: list[tuple[Any, torch.fx.Node]] = []  # (guard, the node whose replay raised it)
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        guards_before = len(shape_guards(self.shape_env)) if self.shape_env is not None else 0
+        guards_before = len(guards(self.shape_env)) if self.shape_env is not None else 0
         value = self._run_node(n)
         if self.shape_env is not None:
-            self.guarded_by += [(g.expr, n) for g in shape_guards(self.shape_env)[guards_before:]]
+            self.guarded_by += [(g.expr, n) for g in guards(self.shape_env)[guards_before:]]
         if n.meta.get("unbacked_bindings") and self.shape_env is not None:
             # a replayed .item() / nonzero() makes a fresh symbol (u2 for the program's u0): it is
             # told the program's own, so the result keeps the names its asserts, ranges and
@@ -577,7 +577,7 @@ def _what_env_knows(ep: ExportedProgram, fake_mode: FakeTensorMode) -> tuple[int
     env = fake_mode.shape_env
     if env is None:
         return 0, {}
-    return len(shape_guards(env)), {sym: env.replace(sym) for sym in ep.range_constraints
+    return len(guards(env)), {sym: env.replace(sym) for sym in ep.range_constraints
                                      if getattr(sym, "is_Symbol", False)}
 
 
@@ -601,7 +601,7 @@ def _check_no_range_narrowed(ep: ExportedProgram, fake_mode: FakeTensorMode, kno
     if not narrowed:
         return
     names = dim_names(ep)
-    decided = [with_dim_names(g.expr, names) for g in shape_guards(env)[guards_before:]]
+    decided = [with_dim_names(g.expr, names) for g in guards(env)[guards_before:]]
     declared_ranges = ", ".join(f"{with_dim_names(sym, names)} in [{vr.lower}, {vr.upper}]"
                                 for sym, vr in ep.range_constraints.items() if sym in before)
     raise UnsupportedError(

@@ -10,6 +10,7 @@ path, what was expected and what came.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -62,6 +63,7 @@ class _TensorLeaf:
     dtype: torch.dtype
     device: torch.device
     dims: list[Any]  # int or sympy expression
+    accepted: tuple[torch.dtype, ...]  # the dtypes an input may have: ``dtype``, wider integers (_accepted)
 
 
 @dataclass
@@ -78,6 +80,11 @@ class _ConstantLeaf:
     path: str
     source: str
     value: Any
+
+
+# the integer dtypes an input may widen to (InputChecker._accepted)
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                   torch.uint16, torch.uint32, torch.uint64)
 
 
 def _dim_expr(size: Any) -> Any:
@@ -118,12 +125,13 @@ class InputChecker:
         args_kwargs = guards.is_args_kwargs(in_spec)
         self._n_args = in_spec.child(0).num_children if args_kwargs else None
         self._kwarg_names = [str(k) for k in in_spec.child(1).context] if args_kwargs else []
+        self._named_dtypes = _dtypes_named_in(ep.graph_module)
         self._leaves: list[Any] = []
         for spec, path, source in zip(user_specs, paths, sources):
             val = placeholders[spec.arg.name].meta.get("val")
             if isinstance(val, torch.Tensor):
                 self._leaves.append(_TensorLeaf(path, source, val.dtype, val.device,
-                                                [_dim_expr(s) for s in val.shape]))
+                                                [_dim_expr(s) for s in val.shape], self._accepted(val.dtype)))
             elif isinstance(val, torch.SymInt):  # an int marked dynamic (graphcap.dynamic)
                 expr = _dim_expr(val)  # an int when the program specialized it after all
                 self._leaves.append(_ConstantLeaf(path, source, expr) if isinstance(expr, int)
@@ -136,7 +144,6 @@ class InputChecker:
         self._ranges = {sym: rng for sym, rng in ep.range_constraints.items()}
         self._names = _user_names(ep)  # symbol -> Dim name, for messages
         self._relations = _input_relations(ep.graph, self._leaves)
-        self._named_dtypes = _dtypes_named_in(ep.graph_module)
         self._expr_ranges: dict[Any, Any] = {}  # derived-dim expression -> its range
         self._plan = self._compiled_plan()  # made here: dynamo cannot follow sympy (fits_compiled)
 
@@ -227,9 +234,9 @@ class InputChecker:
         for entry, value in zip(self._plan, leaves):
             kind = entry[0]
             if kind == "tensor":
-                _, dtype, device_type, dims = entry
+                _, accepted, device_type, dims = entry
                 if not isinstance(value, torch.Tensor) or value.dim() != len(dims) \
-                        or value.device.type != device_type or (dtype is not None and value.dtype != dtype):
+                        or value.device.type != device_type or value.dtype not in accepted:
                     return False
                 for size, (symbol, exact, lower, upper) in zip(value.shape, dims):
                     if (exact is not None and size != exact) or (lower is not None and size < lower) \
@@ -246,31 +253,32 @@ class InputChecker:
                     return False
             elif kind == "value" and (type(value) is not type(entry[1]) or value != entry[1]):
                 return False
+            elif kind == "float":  # the exported float (NaN for NaN), as _check_constant
+                want = entry[1]
+                if not isinstance(value, (float, torch.SymFloat)) \
+                        or not (value == want or (want != want and value != value)):
+                    return False
         return True
 
     def _compiled_plan(self) -> tuple[Any, ...]:
-        """:meth:`fits_compiled`'s checks, made once: per leaf a tuple of ints, dtypes and names."""
-        def bounds(expr: Any) -> tuple[Optional[int], Optional[int]]:
-            rng = self._range_of(expr)
-            if rng is None:
-                return None, None
-            return (int(rng.lower) if _finite(rng.lower) else None, int(rng.upper) if _finite(rng.upper) else None)
-
+        """:meth:`fits_compiled`'s checks, made once: per leaf a tuple of ints, dtypes and names, read
+        from the same leaves, accepted dtypes and bounds as :meth:`check_leaves` reads."""
         entries: list[tuple[Any, ...]] = []
         for leaf in self._leaves:
             if isinstance(leaf, _TensorLeaf):
-                integral = not (leaf.dtype.is_floating_point or leaf.dtype.is_complex or leaf.dtype is torch.bool)
-                dtype = None if integral and leaf.dtype not in self._named_dtypes else leaf.dtype  # wider ints pass
                 dims = tuple((None, d, None, None) if isinstance(d, int)
-                             else (str(d) if isinstance(d, sympy.Symbol) else None, None, *bounds(d))
+                             else (str(d) if isinstance(d, sympy.Symbol) else None, None, *self._bounds(d))
                              for d in leaf.dims)
-                entries.append(("tensor", dtype, leaf.device.type, dims))
+                entries.append(("tensor", leaf.accepted, leaf.device.type, dims))
             elif isinstance(leaf, _SymIntLeaf):
-                entries.append(("int", *bounds(leaf.expr)))
-            elif type(leaf.value) in (int, bool, str) or leaf.value is None:
+                entries.append(("int", *self._bounds(leaf.expr)))
+            elif type(leaf.value) in (int, bool, str, torch.dtype, torch.device) or leaf.value is None \
+                    or isinstance(leaf.value, enum.Enum):
                 entries.append(("value", leaf.value))
+            elif type(leaf.value) is float:
+                entries.append(("float", leaf.value))
             else:
-                entries.append(("other",))  # floats (NaN) and objects: the eager check's alone
+                entries.append(("other",))  # objects: the eager check's alone
         return tuple(entries)
 
     def check_leaves(self, leaves: list[Any], paths: Optional[list[str]] = None) -> None:
@@ -396,7 +404,7 @@ class InputChecker:
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to be a tensor, but got {type(value).__name__}",
                 fix="Pass a tensor here, as in the example inputs given to export.")
-        if value.dtype != leaf.dtype and not self._dtype_interchangeable(leaf.dtype, value.dtype):
+        if value.dtype not in leaf.accepted:
             # the second line is the phrase torch.export's in-graph dtype check raises with
             raise RuntimeInputError(
                 f"Expected input at {leaf.path} to have dtype {leaf.dtype}, but got {value.dtype}\n"
@@ -436,18 +444,18 @@ class InputChecker:
                 self._check_expr(path, source, expected, got, exprs)
                 deferred.append((leaf, i, expected, got))
 
-    def _dtype_interchangeable(self, exported: torch.dtype, got: torch.dtype) -> bool:
-        """A wider integer tensor than the exported one (int64 for int32) computes what eager
-        computes when the program never names the exported dtype (no cast, no dtype-typed
-        factory): ATen's type promotion then decides every result dtype at run time, as in eager,
-        and every value the exported dtype holds is held by the wider one. Narrower integers and
-        other kinds of dtype stay refused."""
-        def integral(d: torch.dtype) -> bool:
-            return not d.is_floating_point and not d.is_complex and d is not torch.bool
-        if not (integral(exported) and integral(got)) or exported in self._named_dtypes:
-            return False
-        have, want = torch.iinfo(got), torch.iinfo(exported)
-        return have.min <= want.min and have.max >= want.max
+    def _accepted(self, exported: torch.dtype) -> tuple[torch.dtype, ...]:
+        """The dtypes an input exported as ``exported`` may have: that one, and an integer dtype wider
+        than an exported integer one (int64 for int32), which computes what eager computes when the
+        program never names the exported dtype (no cast, no dtype-typed factory): ATen's type
+        promotion then decides every result dtype at run time, as in eager, and every value the
+        exported dtype holds is held by the wider one. Narrower integers and other kinds of dtype
+        stay refused."""
+        if exported not in _INTEGER_DTYPES or exported in self._named_dtypes:
+            return (exported,)
+        want = torch.iinfo(exported)
+        return (exported, *(d for d in _INTEGER_DTYPES if d != exported
+                            and torch.iinfo(d).min <= want.min and torch.iinfo(d).max >= want.max))
 
     def _check_expr(self, path: str, source: str, expr: Any, got: Any, exprs: dict[Any, Any]) -> None:
         """A size given by an expression (a derived dim): within the range the expression takes,
@@ -474,21 +482,28 @@ class InputChecker:
                 if known else None
         return self._expr_ranges[expr]
 
-    def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
-        rng = self._range_of(sym)
+    def _bounds(self, expr: Any) -> tuple[Optional[int], Optional[int]]:
+        """The least and greatest value ``expr`` (a symbol or derived size) may take, None where unbounded."""
+        rng = self._range_of(expr)
         if rng is None:
+            return None, None
+        return (int(rng.lower) if _finite(rng.lower) else None, int(rng.upper) if _finite(rng.upper) else None)
+
+    def _check_range(self, path: str, source: str, sym: Any, got: Any) -> None:
+        lower, upper = self._bounds(sym)
+        if lower is None and upper is None:
             return
-        lower, upper = rng.lower, rng.upper
-        if _finite(lower) and got < int(lower):
+        rng = self._range_of(sym)
+        if lower is not None and got < lower:
             raise InputGuardError(
-                guards.with_guard(f"Expected input at {path} to be >= {int(lower)}, but got {got}",
-                                  f"{source} >= {int(lower)}"),
-                fix=f"The program accepts sizes in [{lower}, {upper}] here.")
-        if _finite(upper) and got > int(upper):
+                guards.with_guard(f"Expected input at {path} to be >= {lower}, but got {got}",
+                                  f"{source} >= {lower}"),
+                fix=f"The program accepts sizes in [{rng.lower}, {rng.upper}] here.")
+        if upper is not None and got > upper:
             raise InputGuardError(
-                guards.with_guard(f"Expected input at {path} to be <= {int(upper)}, but got {got}",
-                                  f"{source} <= {int(upper)}"),
-                fix=f"The program accepts sizes in [{lower}, {upper}] here.")
+                guards.with_guard(f"Expected input at {path} to be <= {upper}, but got {got}",
+                                  f"{source} <= {upper}"),
+                fix=f"The program accepts sizes in [{rng.lower}, {rng.upper}] here.")
 
     def _check_derived_symbolic(self, leaf: _TensorLeaf, dim: int, expr: Any, got: Any,
                                 bindings: dict[Any, Any]) -> None:

@@ -117,11 +117,6 @@ def symbol_ranges(env: Any) -> dict:
     return env.var_to_range
 
 
-def shape_guards(env: Any) -> list:
-    """The guards ``env`` recorded, oldest first (``ShapeEnv.guards``: objects with ``expr`` and ``sloc``)."""
-    return list(env.guards)
-
-
 def symbol_range_locations(env: Any) -> dict:
     """Where each symbol's range bounds were set (``ShapeEnv.var_to_range_sloc``: Symbol -> ValueRangesSLoc)."""
     return env.var_to_range_sloc

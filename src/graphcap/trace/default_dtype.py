@@ -25,7 +25,9 @@ export's starting one (``python_overrides.default_dtypes_seen``): other exports 
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 import torch
 import torch.fx
@@ -89,14 +91,11 @@ def _cast_operands(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtyp
             for i, a in enumerate(node.args)]
     kwargs = {k: cast_vals.get(k, a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
               for k, a in node.kwargs.items()}
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(entry_default)
     try:
-        result = node.target(*args, **kwargs)
+        with kept(entry_default):
+            result = node.target(*args, **kwargs)
     except Exception:  # the operator refuses the cast operands: tell, do not rewrite
         return False
-    finally:
-        torch.set_default_dtype(old)
     val = node.meta["val"]
     if not isinstance(result, torch.Tensor) or result.dtype != val.dtype or result.shape != val.shape:
         return False
@@ -113,6 +112,25 @@ def _cast_operands(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtyp
             new_kwargs[key] = cast
     node.args, node.kwargs = tuple(new_args), new_kwargs
     return True
+
+
+@contextlib.contextmanager
+def kept(during: torch.dtype | None = None) -> Iterator[None]:
+    """torch's default dtype is what it was on entry once the block ends, whichever way it ends;
+    ``during`` (if given) is the default inside the block.
+
+    torch has one default dtype for the whole process (no per-thread or scoped setting), so a
+    block that must run under another one sets it and puts it back here. The export runs the
+    user's forward inside this: a ``torch.set_default_dtype`` it never switches back, or one a
+    failure cuts short, stays out of the caller's process (the program does not switch it).
+    """
+    old = torch.get_default_dtype()
+    if during is not None:
+        torch.set_default_dtype(during)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
 
 
 def _line_of(node: torch.fx.Node) -> str:
