@@ -165,13 +165,16 @@ def pt2e_programs():
 
 
 def check_legit(name, model, args, kwargs, dyn, args2, kwargs2):
-    for how in ("graphcap", "graphcap-decomposed", "torch-from_torch"):
+    hows = ("graphcap", "graphcap-decomposed", "torch-from_torch") + (() if name.startswith("zoo:") else
+                                                                       ("graphcap-strict", "torch-strict"))
+    for how in hows:
         label = f"{name} [{how}]"
+        strict = how.endswith("strict")
         try:
-            if how == "torch-from_torch":
-                ep = graphcap.from_torch(torch.export.export(model, args, kwargs, dynamic_shapes=dyn))
+            if how.startswith("torch"):
+                ep = graphcap.from_torch(torch.export.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict))
             else:
-                ep = graphcap.export(model, args, kwargs, dynamic_shapes=dyn)
+                ep = graphcap.export(model, args, kwargs, dynamic_shapes=dyn, strict=strict)
                 if how.endswith("decomposed"):
                     ep = ep.run_decompositions()
         except Exception as e:
