@@ -448,10 +448,10 @@ def cross(mode, folder):
             report(f"{name} saved on torch {torch.__version__}", "ok")
             continue
         io_ = torch.load(path + ".io", weights_only=False)
-        for p in (path, path.replace(".pt2", "-decomposed.pt2")):
-            label = f"{os.path.basename(p)} loaded on torch {torch.__version__}"
+        for p, mmap in [(path, False), (path, True), (path.replace(".pt2", "-decomposed.pt2"), False)]:
+            label = f"{os.path.basename(p)} loaded{' with mmap' if mmap else ''} on torch {torch.__version__}"
             try:
-                ep = graphcap.load(p)
+                ep = graphcap.load(p, mmap=mmap)
             except GraphcapError as e:
                 report(label, "refused", str(e).replace("\n", " | "))
                 continue
