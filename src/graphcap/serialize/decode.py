@@ -38,6 +38,7 @@ from ..trace.naming.node_names import builtin_name_allowed, set_node_name
 from ..trace.source_fns import resolve
 from . import schema, upgrade
 from .binding_paths import decode_bindings
+from .call_types import misfit
 from .checked_fields import field, ident
 from .encode import python_targets
 from .operator_lookup import resolve_hop, resolve_op
@@ -50,9 +51,10 @@ from .values import bad, decode_value
 # ---------------------------------------------------------------------------
 
 class _GraphReader:
-    def __init__(self, symbols: SymbolTable, schemas: dict[str, Any]):
+    def __init__(self, symbols: SymbolTable, schemas: dict[str, Any], producer: Any = None):
         self.symbols = symbols
         self.schemas = schemas
+        self.producer = producer
         self.py_targets: dict[str, Callable[..., Any]] = python_targets()
         self.ops: dict[str, Callable[..., Any]] = {}
         self.tensor_metas: dict[str, Any] = {}  # TensorMetadata is immutable: one per distinct value
@@ -63,7 +65,7 @@ class _GraphReader:
         (kind, name), = j.items()
         if kind == "op":
             if name not in self.ops:
-                self.ops[name] = resolve_op(name, self.schemas)
+                self.ops[name] = resolve_op(name, self.schemas, self.producer)
             return self.ops[name]
         if kind == "hop":
             return resolve_hop(name)
@@ -293,7 +295,7 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
     schema.check_read(program, version)
     schemas = field(program, "operators", dict, "operators")
     symbols = SymbolTable(program.get("symbols", []))
-    reader = _GraphReader(symbols, schemas)
+    reader = _GraphReader(symbols, schemas, program.get("producer"))
     # reading a value's metadata asks size questions (is a size-1 dim's stride irrelevant to its
     # memory format?): answered for the general size, not from the saved example's, which would
     # hold a dim exported at size 1 to 1 in the loaded program
@@ -325,7 +327,8 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
 
 def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, where: str) -> None:
     """Refuse a call whose arguments do not fit the operator's schema (too many, a keyword it does
-    not take, a required one missing): such a graph loads and then fails only when it runs."""
+    not take, a required one missing, a value of another kind than the schema's: ``call_types``):
+    such a graph loads and then fails only when it runs."""
     params = schema_of(op).arguments
     positional = [p for p in params if not p.kwarg_only]
     if len(args) > len(positional):
@@ -342,22 +345,10 @@ def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], n
         if p.name not in given and p.name not in kwargs and not p.has_default_value():
             raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
     values = {**dict(zip((p.name for p in positional), args)), **kwargs}
-    for p in params:
-        kind = str(p.type)
-        if p.name not in values or kind not in ("Tensor", "Optional[Tensor]"):
-            continue
-        value = values[p.name]
-        if value is None and kind == "Optional[Tensor]":
-            continue
-        # a number (or a symbolic one) stands for a tensor where torch wraps it (``aten.add.Tensor(x, 1)``),
-        # never for ``self``, which every traced call reads a tensor from (``1 + x`` is ``add(x, 1)``)
-        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
-        if isinstance(value, torch.fx.Node) and "val" not in value.meta:
-            continue
-        numbers = (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)
-        if not isinstance(val, torch.Tensor) and (p.name == "self" or not isinstance(val, numbers)):
-            raise bad(f"Node {name} passes {type(val).__name__} as {op}'s argument {p.name!r}, which is a "
-                      f"{kind}.", where=where)
+    wrong = misfit(op, values)
+    if wrong is not None:
+        arg, what, kind = wrong
+        raise bad(f"Node {name} passes {what} as {op}'s argument {arg!r}, which is a {kind}.", where=where)
 
 
 def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:

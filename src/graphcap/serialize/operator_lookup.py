@@ -20,8 +20,25 @@ from .values import bad
 _OP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def _missing_op(key: str, why: str) -> SerializationError:
+# operator namespaces torch itself defines: one missing, or with another schema, means another torch
+_TORCH_NAMESPACES = ("aten", "prims")
+
+
+def _saved_by(producer: Any) -> str:
+    """``" (saved with torch 2.15.0)"`` from program.json's ``producer``, or ``""``."""
+    version = producer.get("torch") if isinstance(producer, dict) else None
+    return f" (saved with torch {version})" if isinstance(version, str) and version else ""
+
+
+def _missing_op(key: str, why: str, producer: Any = None) -> SerializationError:
     ns = key.split("::", 1)[0]
+    if ns in _TORCH_NAMESPACES:
+        return SerializationError(
+            f"The program calls the operator {key}, which this torch ({torch.__version__}) does not have "
+            f"({why}): the file{_saved_by(producer)} needs a torch that has it.",
+            where=f"program.json operator {key}",
+            fix="Load the file with the torch it was saved with, or export the program again with this torch "
+                "and save it.")
     return SerializationError(
         f"The program calls the operator {key}, which is not registered in this process ({why}).",
         where=f"program.json operator {key}",
@@ -30,9 +47,10 @@ def _missing_op(key: str, why: str) -> SerializationError:
             f"before graphcap.load.")
 
 
-def resolve_op(key: Any, schemas: dict[str, Any]) -> OpOverload:
+def resolve_op(key: Any, schemas: dict[str, Any], producer: Any = None) -> OpOverload:
     """The operator overload named by ``key`` (``ns::name.overload``), its schema checked against
-    ``schemas[key]`` when the file recorded one."""
+    ``schemas[key]`` when the file recorded one. ``producer`` (program.json's) names the saving torch
+    in the error when torch's own operators differ."""
     m = _OP_KEY.match(key) if isinstance(key, str) else None
     if m is None:
         raise bad(f"Malformed operator name {key!r:.80}.")
@@ -49,14 +67,14 @@ def resolve_op(key: Any, schemas: dict[str, Any]) -> OpOverload:
         try:
             op = getattr(op, attr)
         except (AttributeError, RuntimeError):
-            raise _missing_op(key, missing) from None
+            raise _missing_op(key, missing, producer) from None
         if not isinstance(op, kind):
-            raise (bad(wrong + ".") if kind is OpNamespace else _missing_op(key, wrong))
+            raise (bad(wrong + ".") if kind is OpNamespace else _missing_op(key, wrong, producer))
     saved = schemas.get(key)
     if saved is not None and saved != str(schema_of(op)):
         raise SerializationError(
-            f"The operator {key} in this process has the schema\n  {schema_of(op)}\nbut the program was "
-            f"saved with\n  {saved}", where=f"program.json operator {key}",
+            f"The operator {key} in this process (torch {torch.__version__}) has the schema\n  {schema_of(op)}\n"
+            f"but the program was saved{_saved_by(producer)} with\n  {saved}", where=f"program.json operator {key}",
             fix="Load with the version of torch / of the operator library the program was exported with.")
     return cast(OpOverload, op)  # the last step checked it
 

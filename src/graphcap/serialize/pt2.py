@@ -169,7 +169,10 @@ def _load(reader: ArchiveReader, extra_files: Optional[dict[str, Any]], mmap: bo
     except Exception as e:
         raise corrupt(f"program.json is not valid JSON ({type(e).__name__}: {e}).") from None
     if not isinstance(program, dict) or program.get("format_version") != reader.version:
-        raise corrupt("program.json does not match the archive's format version.")
+        recorded = program.get("format_version") if isinstance(program, dict) else None
+        raise corrupt(f"program.json records the format version {recorded!r:.40}, the archive's "
+                      f"{schema.VERSION_ENTRY} entry {reader.version}: they must be the same.",
+                      where=f"{schema.PROGRAM_ENTRY}: format_version")
     recorded = program.get("opset_version")  # checked before anything is decoded; its form by the schema, below
     opsets.check_expected(recorded if isinstance(recorded, dict) else None, expected_opsets,
                           entry=schema.PROGRAM_ENTRY, given=given_opsets)

@@ -24,12 +24,13 @@ RELIES_ON = {
     "torch._ops.OpOverload#_op_dk": None,
     "torch._ops.OpOverload#_dispatch_cache": None,
     "torch._C._get_max_operator_version": (),
+    "torch._C._should_allow_numbers_as_tensors": (),
     "torch._sym_sqrt": (),  # legacy_sym_sqrt tolerates its absence; listed so a removal is noticed
 }
 
 __all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "OpNamespace", "schema_of",
            "overload_name", "run_kernel_for_key", "clear_dispatch_cache", "legacy_sym_sqrt",
-           "is_higher_order_operator", "max_operator_version"]
+           "is_higher_order_operator", "max_operator_version", "takes_numbers_as_tensors"]
 
 # The class of ``torch.ops.aten`` and the other operator namespaces.
 OpNamespace = torch._ops._OpNamespace
@@ -84,3 +85,18 @@ def max_operator_version() -> int:
     It grows when an ATen operator's meaning changes. Relies on ``torch._C._get_max_operator_version()`` (C).
     """
     return int(torch._C._get_max_operator_version())
+
+
+def takes_numbers_as_tensors(op: OpOverload) -> bool:
+    """Whether calling ``op`` accepts a Python number where its schema takes a Tensor (``aten.add.Tensor(x, 1)``:
+    torch wraps it) rather than refusing it (``aten.mm.default(x, 1)``): true for ``prims`` and for the ATen
+    operators torch's argument parser lists by name.
+
+    Relies on ``torch._C._should_allow_numbers_as_tensors(name)`` (C), given the operator's unqualified name.
+    """
+    namespace = getattr(op, "namespace", "")
+    if namespace in ("prims", "nvprims"):
+        return True
+    if namespace != "aten":
+        return False
+    return bool(torch._C._should_allow_numbers_as_tensors(schema_of(op).name.split("::", 1)[-1]))
