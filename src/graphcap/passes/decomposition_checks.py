@@ -66,12 +66,13 @@ def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tu
         if ours(guard) and witness_of[guard] is not None:
             check_at(node, guard, witness_of[guard])
     left_out = list({tuple(sorted(w.items(), key=str)): w for w in witness_of.values() if w is not None}.values())
+    false_at: dict[Any, list[dict]] = {}  # question -> the sizes left out where its answer differs
     for question, node in asked if left_out else ():
-        if not ours(question):
-            continue
-        for witness in left_out:
-            if truth_at(question, {**base, **witness}) is False:
-                check_at(node, question, witness)
+        if question not in false_at:
+            false_at[question] = [w for w in left_out if truth_at(question, {**base, **w}) is False] \
+                if ours(question) else []
+        for witness in false_at[question]:
+            check_at(node, question, witness)
     for op, guard, witness in to_check.values():
         wrong = _wrong_at(op, {**base, **witness}, trace_one)
         if wrong is not None:
