@@ -12,6 +12,7 @@ once per size however many guards lead to it.
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
 
 import graphcap
 from conftest import TORCH_LINE
@@ -127,13 +128,26 @@ def _wrong_entry_other_words(x):
     return torch.zeros_like(x[0])
 
 
+def _wrong_entry_settled_without_a_guard(x):
+    if statically_known_true(x.shape[0] > 1):  # known only from the first entry's guard
+        return torch.ops.aten.var.correction(x, [0], correction=1)
+    return torch.zeros_like(x[0])
+
+
+def _wrong_entry_guarding_or_false(x):
+    if guard_or_false(x.shape[0] > 1):  # settled without a guard under size-oblivious rules
+        return torch.ops.aten.var.correction(x, [0], correction=1)
+    return torch.zeros_like(x[0])
+
+
 class _Both(torch.nn.Module):
     def forward(self, x):
         return torch.ops.graphcap_test_audit2.first(x) + torch.ops.graphcap_test_audit2.second(x)
 
 
-@pytest.mark.parametrize("second", [_wrong_entry_same_question, _wrong_entry_other_words],
-                         ids=["same-question", "other-words"])
+@pytest.mark.parametrize("second", [_wrong_entry_same_question, _wrong_entry_other_words,
+                                    _wrong_entry_settled_without_a_guard, _wrong_entry_guarding_or_false],
+                         ids=["same-question", "other-words", "statically-known", "guard-or-false"])
 def test_a_users_second_entry_answered_by_the_first_ones_guard_is_checked(second):
     rows = graphcap.Dim("rows", min=1, max=16)
     ep = graphcap.export(_Both(), (torch.randn(4, 3),), dynamic_shapes=({0: rows},))

@@ -251,27 +251,41 @@ def restore_stack_summary(env: Any, saved: Any) -> None:
 def questions_answered(env: Any, record: Callable[[Any, Any], None]) -> Iterator[None]:
     """Within the block, ``record(expr, answer)`` is told every size question this one ShapeEnv
     answers, also one it answers from a guard it already holds (which adds no guard: a second
-    operator asking a question the first one raised leaves no trace in ``guards``).
+    operator asking a question the first one raised leaves no trace in ``guards``), and every
+    question it settles from what it knows without guarding (``statically_known_true``,
+    ``guard_or_false`` under size-oblivious rules), where the answer is a truth value.
 
     Relies on ``ShapeEnv.evaluate_expr(orig_expr, hint, fx_node, size_oblivious, fallback_value,
-    *, forcing_spec)`` being where a symbolic bool or int is decided; wrapped on the instance
-    (the class is untouched) and unwrapped on leaving."""
-    answer = type(env).evaluate_expr
+    *, forcing_spec)`` being where a symbolic bool or int is decided, and on
+    ``ShapeEnv._maybe_evaluate_static(expr, ...)`` being where a question is settled without a
+    guard; both wrapped on the instance (the class is untouched) and unwrapped on leaving."""
+    import sympy
+    answer, settle = type(env).evaluate_expr, type(env)._maybe_evaluate_static
 
     def asked(orig_expr: Any, *args: Any, **kwargs: Any) -> Any:
         result = answer(env, orig_expr, *args, **kwargs)
         record(orig_expr, result)
         return result
 
-    saved = env.__dict__.get("evaluate_expr")
-    env.evaluate_expr = asked
+    def settled(expr: Any, *args: Any, **kwargs: Any) -> Any:
+        result = settle(env, expr, *args, **kwargs)
+        if result is sympy.true or result is sympy.false:
+            record(expr, result)
+        return result
+
+    for attr in ("cache_clear", "cache_info"):  # the engine clears that memo through the instance
+        if hasattr(settle, attr):
+            setattr(settled, attr, getattr(settle, attr))
+    saved = {name: env.__dict__.get(name) for name in ("evaluate_expr", "_maybe_evaluate_static")}
+    env.evaluate_expr, env._maybe_evaluate_static = asked, settled
     try:
         yield
     finally:
-        if saved is None:
-            env.__dict__.pop("evaluate_expr", None)
-        else:
-            env.evaluate_expr = saved
+        for name, method in saved.items():
+            if method is None:
+                env.__dict__.pop(name, None)
+            else:
+                setattr(env, name, method)
 
 
 def guard_location(env: Any) -> SLoc:
