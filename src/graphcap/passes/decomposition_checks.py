@@ -61,10 +61,13 @@ def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tu
             to_check.setdefault((_call_key(op), size), (op, guard, witness))
 
     for guard, node in guarded_by:
-        if ours(guard) and guard not in witness_of:
+        if not ours(guard):
+            continue
+        if guard not in witness_of:
             witness_of[guard] = _size_left_out(guard, ranges, base, conditions)
-        if ours(guard) and witness_of[guard] is not None:
-            check_at(node, guard, witness_of[guard])
+        witness = witness_of[guard]
+        if witness is not None:
+            check_at(node, guard, witness)
     left_out = list({tuple(sorted(w.items(), key=str)): w for w in witness_of.values() if w is not None}.values())
     false_at: dict[Any, list[dict]] = {}  # question -> the sizes left out where its answer differs
     for question, node in asked if left_out else ():
