@@ -68,6 +68,7 @@ from ..torch_private.shapes import (
     example_values,
     guards,
     keep_only_facts,
+    questions_answered,
     symbol_ranges,
 )
 from ..torch_private.symbolic import ValueRanges
@@ -102,20 +103,27 @@ class _Replay(torch.fx.Interpreter):
 
     def __init__(self, gm: torch.fx.GraphModule, out_of_place: Optional[dict] = None,
                  carry: Optional[CallGraphCarry] = None, memo: Optional[DecompositionMemo] = None,
-                 identity: Optional[set] = None, shape_env: Any = None):
+                 identity: Optional[set] = None, shape_env: Any = None, questions: Optional[list] = None):
         super().__init__(gm)
         self.shape_env = shape_env
+        self.questions = questions  # every size question the ShapeEnv answered, as it answered it
         self.out_of_place = out_of_place or {}
         self.identity = identity or set()
         self.carry = carry
         self.memo = memo
         self.guarded_by: list[tuple[Any, torch.fx.Node]] = []  # (guard, the node whose replay raised it)
+        # (question as the guard its answer makes, the node whose replay asked it): a question a guard
+        # of an earlier node answered raises no guard of its own
+        self.asked: list[tuple[Any, torch.fx.Node]] = []
 
     def run_node(self, n: torch.fx.Node) -> Any:
         guards_before = len(guards(self.shape_env)) if self.shape_env is not None else 0
+        asked_before = len(self.questions) if self.questions is not None else 0
         value = self._run_node(n)
         if self.shape_env is not None:
             self.guarded_by += [(g.expr, n) for g in guards(self.shape_env)[guards_before:]]
+        if self.questions is not None:
+            self.asked += [(q, n) for q in dict.fromkeys(self.questions[asked_before:])]
         if n.meta.get("unbacked_bindings") and self.shape_env is not None:
             # a replayed .item() / nonzero() makes a fresh symbol (u2 for the program's u0): it is
             # told the program's own, so the result keeps the names its asserts, ranges and
@@ -188,13 +196,14 @@ def _unwrap_as(interpreter: _Replay, node: Any, value: Any) -> Any:
 
 
 def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePlan, box: dict,
-                     carry: CallGraphCarry, memo: Optional[DecompositionMemo], shape_env: Any = None):
+                     carry: CallGraphCarry, memo: Optional[DecompositionMemo], shape_env: Any = None,
+                     questions: Optional[list] = None):
     """The function make_fx traces when the program writes nowhere that matters: no functionalization.
     Calls identical to an earlier one are copied from its recording (:mod:`.decomposition_memo`)."""
 
     def replay(*args: Any) -> tuple:
         carry.reset()
-        interpreter = _Replay(gm, inplace.replace, carry, memo, inplace.identity, shape_env)
+        interpreter = _Replay(gm, inplace.replace, carry, memo, inplace.identity, shape_env, questions)
         box["interpreter"] = interpreter
         outs = interpreter.run(*args, enable_io_processing=False)
         box["mutated"] = []
@@ -204,7 +213,7 @@ def _plain_replay_fn(gm: torch.fx.GraphModule, inplace: simple_inplace.InplacePl
 
 
 def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mutations: int, box: dict,
-               carry: CallGraphCarry, shape_env: Any = None):
+               carry: CallGraphCarry, shape_env: Any = None, questions: Optional[list] = None):
     """The function make_fx traces: replay ``gm`` functionally; return mutations then user outputs.
 
     ``old_mutations`` maps a placeholder index to the position of the output
@@ -221,7 +230,7 @@ def _replay_fn(gm: torch.fx.GraphModule, old_mutations: dict[int, int], n_old_mu
         with FunctionalTensorMode():
             f_args = [FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a for a in args]
             carry.reset()
-            interpreter = _Replay(gm, carry=carry, shape_env=shape_env)
+            interpreter = _Replay(gm, carry=carry, shape_env=shape_env, questions=questions)
             box["interpreter"] = interpreter
             outs = interpreter.run(*f_args, enable_io_processing=False)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -403,12 +412,15 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
 
     def trace(functionalize: bool) -> torch.fx.GraphModule:
         box.clear()
-        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry, fake_mode.shape_env) if functionalize
+        env = fake_mode.shape_env
+        questions: list = []
+        replay = (_replay_fn(gm, old_mutations, n_old_mutations, box, carry, env, questions) if functionalize
                   else _plain_replay_fn(gm, inplace, box, carry,
                                         memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
-                                                         python_table), fake_mode.shape_env))
+                                                         python_table), env, questions))
         try:
-            with retrace_rules():
+            with retrace_rules(), (questions_answered(env, lambda q, a: questions.append(_as_guard(q, a)))
+                                   if env is not None else contextlib.nullcontext()):
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
             return traced
@@ -435,7 +447,8 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
     _check_no_range_narrowed(ep, fake_mode, known_before, asserted)
     interpreter = box.get("interpreter")
     decomposition_checks.decompositions_hold_where_guards_fail(
-        ep, fake_mode.shape_env, interpreter.guarded_by if interpreter is not None else [], asserted, trace_one)
+        ep, fake_mode.shape_env, interpreter.guarded_by if interpreter is not None else [],
+        interpreter.asked if interpreter is not None else [], asserted, trace_one)
 
     if "metadata_mutation" in box:
         p = placeholders[box["metadata_mutation"]]
@@ -479,6 +492,17 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                              carry.call_graph(call_graph_of(ep), user_outputs), ep.example_inputs,
                              dict(ep.constants), verify=False)
     return unalias_outputs_pass(new_ep)
+
+
+def _as_guard(question: Any, answer: Any) -> Any:
+    """The condition under which ``question`` has the ``answer`` the ShapeEnv gave (what a guard on
+    it would say): the question, its negation, or its equality to a number."""
+    import sympy
+    if answer is sympy.true or answer is True:
+        return question
+    if answer is sympy.false or answer is False:
+        return sympy.Not(question)
+    return sympy.Eq(question, answer)
 
 
 def _implied(sym: Any, value: Any, asserted: list) -> bool:

@@ -31,29 +31,69 @@ TraceOne = Callable[[Callable[..., Any], list], torch.fx.GraphModule]
 
 
 def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tuple[Any, torch.fx.Node]],
-                                          asserted: list, trace_one: TraceOne) -> None:
+                                          asked: list[tuple[Any, torch.fx.Node]], asserted: list,
+                                          trace_one: TraceOne) -> None:
     """Refuse the decomposition of ``ep`` when an operator's decomposed code, taken on a guard
     that leaves out sizes ``ep`` accepts, is wrong at such a size. ``guarded_by`` lists each
-    guard the retrace recorded with the node of ``ep`` whose replay raised it; ``trace_one``
-    decomposes one call as the retrace does."""
+    guard the retrace recorded with the node of ``ep`` whose replay raised it; ``asked`` each size
+    question a node's replay asked, as the guard its answer makes: a second operator asking what a
+    first one's guard already answered raises no guard, and is checked at the sizes the guards
+    leave out where its own answer differs too. ``trace_one`` decomposes one call as the retrace
+    does. Each operator call is checked once per size, however many guards lead to it."""
     if env is None or not guarded_by:
         return
     ranges = {sym: vr for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
     base = {sym: sympy.Integer(int(v)) for sym, v in example_values(env).items()}
     conditions = [c for c in asserted if isinstance(c, sympy.Basic) and c.free_symbols <= ranges.keys()]
-    checked: set[tuple[Any, torch.fx.Node]] = set()
+
+    def ours(guard: Any) -> bool:
+        return isinstance(guard, sympy.Basic) and bool(guard.free_symbols) and guard.free_symbols <= ranges.keys()
+
+    witness_of: dict[Any, Optional[dict]] = {}
+    to_check: dict[tuple[Any, ...], tuple[torch.fx.Node, Any, dict]] = {}  # (call, size) -> (node, guard, size)
+    operators: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+
+    def check_at(node: torch.fx.Node, guard: Any, witness: dict) -> None:
+        if node not in operators:
+            operators[node] = [op for op in _operators_of(node) if _checkable(op)]
+        size = tuple(sorted(((str(k), int(v)) for k, v in witness.items())))
+        for op in operators[node]:
+            to_check.setdefault((_call_key(op), size), (op, guard, witness))
+
     for guard, node in guarded_by:
-        if (guard, node) in checked or not guard.free_symbols or not guard.free_symbols <= ranges.keys():
+        if not ours(guard):
             continue
-        checked.add((guard, node))
-        operators = [op for op in _operators_of(node) if _checkable(op)]
-        witness = _size_left_out(guard, ranges, base, conditions) if operators else None
-        if witness is None:
-            continue
-        for op in operators:
-            wrong = _wrong_at(op, {**base, **witness}, trace_one)
-            if wrong is not None:
-                _refuse(ep, op, guard, witness, ranges, wrong)
+        if guard not in witness_of:
+            witness_of[guard] = _size_left_out(guard, ranges, base, conditions)
+        witness = witness_of[guard]
+        if witness is not None:
+            check_at(node, guard, witness)
+    left_out = list({tuple(sorted(w.items(), key=str)): w for w in witness_of.values() if w is not None}.values())
+    false_at: dict[Any, list[dict]] = {}  # question -> the sizes left out where its answer differs
+    for question, node in asked if left_out else ():
+        if question not in false_at:
+            false_at[question] = [w for w in left_out if truth_at(question, {**base, **w}) is False] \
+                if ours(question) else []
+        for witness in false_at[question]:
+            check_at(node, question, witness)
+    for op, guard, witness in to_check.values():
+        wrong = _wrong_at(op, {**base, **witness}, trace_one)
+        if wrong is not None:
+            _refuse(ep, op, guard, witness, ranges, wrong)
+
+
+def _call_key(node: torch.fx.Node) -> Any:
+    """What decides an operator call's decomposed code: the operator and its arguments, tensors by
+    their dtype, device, sizes and strides (symbolic), as text; two calls alike are checked once."""
+    def described(a: Any) -> Any:
+        value = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if isinstance(value, torch.Tensor):
+            return ("tensor", str(value.dtype), str(value.device), str(tuple(value.shape)),
+                    str(value.stride()), str(value.storage_offset()))
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return ("sym", str(value))
+        return ("node", a.name) if isinstance(a, torch.fx.Node) and value is None else repr(value)
+    return (node.target, str(torch.fx.node.map_aggregate((node.args, node.kwargs), described)))
 
 
 def _operators_of(node: torch.fx.Node) -> list[torch.fx.Node]:

@@ -102,7 +102,7 @@ RELIES_ON.update({
     "torch._dynamo.eval_frame.cached_backends": None,
     "torch._dynamo.exc.TorchDynamoException": None,
     "torch._dynamo.exc.Unsupported": None,
-    "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": ("self", "orig_expr"),
+    # ShapeEnv.evaluate_expr: declared in .shapes (the engine area), with every parameter graphcap passes
     "torch._guards.ShapeGuard": None,
     "torch.fx.experimental.sym_node.SymNode#_expr": None,
     # how dynamo records ``t.add_(other, alpha=...)`` (torch 2.10 / 2.11 split a plain-number alpha)

@@ -43,6 +43,9 @@ RELIES_ON = {
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#_version_counter": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv#_replacements_version_counter": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv._inner_evaluate_expr": None,
+    # every size question a ShapeEnv answers passes here (SymNode's bool/int guards, guard_or_false)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_expr": (
+        "self", "orig_expr", "hint", "fx_node", "size_oblivious", "fallback_value"),
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.guard_or_defer_runtime_assert": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.constrain_symbol_range": None,
     "torch.fx.experimental.symbolic_shapes.ShapeEnv.size_hint": None,
@@ -98,7 +101,8 @@ SINCE = {
 }
 
 __all__ = ["GuardSource", "SLoc", "Source", "CapturedTraceback", "stack_summary", "own_stack_summary",
-           "set_stack_summary", "restore_stack_summary", "guard_location", "backed_size_oblivious",
+           "set_stack_summary", "restore_stack_summary", "questions_answered", "guard_location",
+           "backed_size_oblivious",
            "new_shape_env", "evaluate_statically", "replace_symbol", "narrow_range", "refine_from_relation",
            "forget_derived_knowledge", "symbol_ranges", "symbol_range_locations", "replacements",
            "replacement_locations", "example_values", "deferred_asserts", "has_unbacked_symbols",
@@ -236,6 +240,47 @@ def restore_stack_summary(env: Any, saved: Any) -> None:
         env.__dict__.pop("_get_stack_summary", None)
     else:
         env._get_stack_summary = saved
+
+
+@contextlib.contextmanager
+def questions_answered(env: Any, record: Callable[[Any, Any], None]) -> Iterator[None]:
+    """Within the block, ``record(expr, answer)`` is told every size question this one ShapeEnv
+    answers, also one it answers from a guard it already holds (which adds no guard: a second
+    operator asking a question the first one raised leaves no trace in ``guards``), and every
+    question it settles from what it knows without guarding (``statically_known_true``,
+    ``guard_or_false`` under size-oblivious rules), where the answer is a truth value.
+
+    Relies on ``ShapeEnv.evaluate_expr(orig_expr, hint, fx_node, size_oblivious, fallback_value,
+    *, forcing_spec)`` being where a symbolic bool or int is decided, and on
+    ``ShapeEnv._maybe_evaluate_static(expr, ...)`` being where a question is settled without a
+    guard; both wrapped on the instance (the class is untouched) and unwrapped on leaving."""
+    import sympy
+    answer, settle = type(env).evaluate_expr, type(env)._maybe_evaluate_static
+
+    def asked(orig_expr: Any, *args: Any, **kwargs: Any) -> Any:
+        result = answer(env, orig_expr, *args, **kwargs)
+        record(orig_expr, result)
+        return result
+
+    def settled(expr: Any, *args: Any, **kwargs: Any) -> Any:
+        result = settle(env, expr, *args, **kwargs)
+        if result is sympy.true or result is sympy.false:
+            record(expr, result)
+        return result
+
+    for attr in ("cache_clear", "cache_info"):  # the engine clears that memo through the instance
+        if hasattr(settle, attr):
+            setattr(settled, attr, getattr(settle, attr))
+    saved = {name: env.__dict__.get(name) for name in ("evaluate_expr", "_maybe_evaluate_static")}
+    env.evaluate_expr, env._maybe_evaluate_static = asked, settled
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            if method is None:
+                env.__dict__.pop(name, None)
+            else:
+                setattr(env, name, method)
 
 
 def guard_location(env: Any) -> SLoc:
