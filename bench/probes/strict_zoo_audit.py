@@ -10,8 +10,8 @@ same as torch's in the same mode.  One line per model, library, mode and spec:
 
     name | lib mode spec | verdict [| signature differs: ...]
 
-Run (one model per process keeps memory modest; a vision model at 224x224 takes ~20 s a line):
-    PYTHONPATH=src python bench/probes/strict_zoo_audit.py [NAME ...] [--no-torch] [--only-strict] [-v]
+Run (a vision model at 224x224 takes ~20-40 s a line; the default is a quick set, --all every model):
+    PYTHONPATH=src python bench/probes/strict_zoo_audit.py [NAME ... | --all] [--no-torch] [--only-strict] [-v]
     PYTHONPATH=src python bench/probes/strict_zoo_audit.py --preserve   # preserve_module_call_signature
     PYTHONPATH=src python bench/probes/strict_zoo_audit.py --static-cache   # transformers' ExecuTorch recipe
 """
@@ -106,6 +106,9 @@ def _extra() -> dict[str, Any]:
             "x_timm_convnextv2_atto": timm_convnext, "x_timm_mobilevit_xxs": timm_mobilevit,
             "x_tv_swin_t": tv_swin, "x_tv_shufflenet_v2": tv_shufflenet}
 
+
+# the default run (a few minutes on two cores); --all runs DEFAULT + EXTRA (about an hour, loaded)
+QUICK = ["custom_buffer_inplace", "custom_dict_list_io", "custom_kwargs_only", "hf_bert", "hf_gpt2_cache"]
 
 EXTRA = ["x_bert_cls_token_types", "x_gpt2_lm_labels", "x_llama_causal_position_ids", "x_resnet18_train",
          "x_timm_convnextv2_atto", "x_timm_mobilevit_xxs", "x_tv_swin_t", "x_tv_shufflenet_v2"]
@@ -344,7 +347,7 @@ def main(argv: list[str]) -> None:
     if "--static-cache" in argv:
         static_cache_probe()
         return
-    names = [a for a in argv if not a.startswith("-")] or DEFAULT + EXTRA
+    names = [a for a in argv if not a.startswith("-")] or (DEFAULT + EXTRA if "--all" in argv else QUICK)
     libs = ["graphcap"] if "--no-torch" in argv else ["graphcap", "torch"]
     modes = [True] if "--only-strict" in argv else [True, False]
     for name in names:
