@@ -364,6 +364,7 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
     from_shapes_spec = is_shape_var_spec(dynamic_shapes)
     if from_shapes_spec:  # torch's ShapesSpec / ParamsSpec: unbacked sizes
         dynamic_shapes = translate(m, args, kwargs, dynamic_shapes)
+    dynamic_shapes = _var_keyword_entries_nested(m, combined, dynamic_shapes)
     named = [(name, f"['{name}']", value) for name, value in combined.items()]
     try:
         return _walk_spec(_Walker(from_shapes_spec), args, kwargs, named, dynamic_shapes)
@@ -379,6 +380,47 @@ def _match_in_signature_order(m: Any, args: tuple, kwargs: dict,
         if len(dynamic_shapes) == len(named):  # both readings fit the count: torch's error
             raise first from None
         raise  # only this reading fits the count: its error names the entry that is wrong
+
+
+def _var_keyword_entries_nested(m: Any, combined: dict[str, Any], dynamic_shapes: Any) -> Any:
+    """A dict spec keyed as the call is made: a top-level key naming an input that forward's
+    ``**kwargs`` receives (``forward(self, x, **kw)`` called with ``y=``) moves under that
+    parameter's name (``{"x": .., "y": ..}`` reads as ``{"x": .., "kw": {"y": ..}}``), as torch.export
+    reads it since torch 2.14; a spec already nested that way is unchanged."""
+    if not isinstance(dynamic_shapes, dict):
+        return dynamic_shapes
+    fn = m.forward if isinstance(m, torch.nn.Module) else m
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    var = next((name for name, p in params.items() if p.kind is p.VAR_KEYWORD), None)
+    received = combined.get(var) if var is not None else None
+    if not isinstance(received, dict):
+        return dynamic_shapes
+    flat = [k for k in received if k in dynamic_shapes and k not in combined]
+    if not flat:
+        return dynamic_shapes
+    result = dict(dynamic_shapes)
+    nested = result.get(var, {})
+    if not isinstance(nested, dict):
+        raise DynamicSpecError(
+            f"dynamic_shapes gives {flat} at the top level, inputs that forward's **{var} receives, and also "
+            f"dynamic_shapes[{var!r}] = {nested!r}, which is not a dict to put them in.",
+            where="export(..., dynamic_shapes={...})",
+            fix=f"Give every input of **{var} in one place: dynamic_shapes[{var!r}] = {{{flat[0]!r}: ...}}, or "
+                f"each at the top level.")
+    nested = dict(nested)
+    for key in flat:
+        if key in nested:
+            raise DynamicSpecError(
+                f"dynamic_shapes gives the input {key!r} (received by forward's **{var}) twice: at the top level "
+                f"and under dynamic_shapes[{var!r}].",
+                where=f"export(..., dynamic_shapes={{{key!r}: ..., {var!r}: {{{key!r}: ...}}}})",
+                fix=f"Keep one of the two entries for {key!r}.")
+        nested[key] = result.pop(key)
+    result[var] = nested
+    return result
 
 
 def _varargs_spread(m: Any, combined: dict[str, Any]) -> Optional[list[tuple[str, str, Any]]]:
