@@ -23,7 +23,6 @@ import pytest
 import torch
 
 import graphcap
-from conftest import TORCH_LINE
 from graphcap import Dim
 from graphcap.errors import DynamicSpecError, InputGuardError, NotPicklableError, RuntimeInputError, SerializationError
 
@@ -147,9 +146,6 @@ def test_torch_compiled_module_exports_with_its_models_spec(strict):
 
 
 # -- torch.compile of a program's module checks its inputs ---------------------------------------
-_CHECKED_UNDER_COMPILE = pytest.mark.skipif(TORCH_LINE < (2, 12), reason=(
-    "torch 2.10-2.11: torch.compiler.is_exporting() reads True while torch.compile traces the module, "
-    "so module()'s checks are left out of the compiled code there, as before this audit"))
 
 def _calls(fn, sizes):
     out = []
@@ -161,7 +157,6 @@ def _calls(fn, sizes):
     return out
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_of_a_static_program_refuses_another_size():
     torch.compiler.reset()
     ep = graphcap.export(Branchy(), (_x(3),))  # the branch taken at export: x + 1
@@ -169,7 +164,6 @@ def test_compiled_module_of_a_static_program_refuses_another_size():
     assert _calls(compiled, (3, 6, 3, 2)) == [True, "refused", True, "refused"]
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_keeps_a_dynamic_programs_range_and_shared_dims():
     torch.compiler.reset()
 
@@ -190,7 +184,6 @@ def test_compiled_module_keeps_a_dynamic_programs_range_and_shared_dims():
     torch.testing.assert_close(compiled(_x(4), _x(4)), Two()(_x(4), _x(4)))  # still compiled and right
 
 
-@_CHECKED_UNDER_COMPILE
 def test_fullgraph_compile_runs_the_valid_sizes_and_stops_at_the_others():
     torch.compiler.reset()
     ep = graphcap.export(Pure(), (_x(3),), dynamic_shapes=({0: Dim("b", min=2, max=8)},))
@@ -201,7 +194,6 @@ def test_fullgraph_compile_runs_the_valid_sizes_and_stops_at_the_others():
         compiled(_x(9))
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range():
     torch.compiler.reset()
 
@@ -220,7 +212,6 @@ def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range(
         compiled(torch.ones(3), True, 11)
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
     torch.compiler.reset()
     ep = graphcap.export(Counting(), (_x(3),), dynamic_shapes=({0: Dim("b", max=8)},))
@@ -231,7 +222,6 @@ def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
         compiled(_x(9))
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_unflattened_module_refuses_another_size():
     torch.compiler.reset()
     ep = graphcap.export(Branchy(), (_x(3),))

@@ -41,6 +41,7 @@ from ..errors import NotPicklableError, UnsupportedError
 from ..graph_arguments import InputKind, OutputKind
 from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
+from ..torch_private.dynamo import exporting_now
 from ..torch_private.fx import set_pytree_codegen
 from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 from .input_checks import InputChecker
@@ -89,7 +90,7 @@ class InputGuards(torch.nn.Module):
             # graph break runs it eagerly; fullgraph=True stops there). Without this a compiled
             # module ran a program specialized to other sizes and returned wrong numbers. (A strict
             # export of the module records the program's ranges from its own spec instead.)
-            if not torch.compiler.is_exporting() and not self.checker.fits_compiled(flat_inputs):
+            if not exporting_now() and not self.checker.fits_compiled(flat_inputs):
                 self.checker.check_leaves(list(flat_inputs))
             return
         self.checker.check_leaves(list(flat_inputs))
