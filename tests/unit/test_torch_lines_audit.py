@@ -6,17 +6,21 @@ from the behaviour, on every line:
 - ``torch.compile`` of ``ep.module()`` or of an unflattened module checks its inputs on torch 2.10
   and 2.11 too: there dynamo answers ``torch.compiler.is_exporting()`` with True under any compile,
   which had left the checks out of the compiled code (wrong numbers at another size); the module
-  reads the exporting flag itself.
+  no longer asks it;
+- a strict export of ``ep.module()`` (torch's too) traces the same checks, so a spec reaching past
+  the program's ranges is refused as for torch's own module, not exported into wrong numbers;
+- ``torch.compile`` of a dynamic program's unflattened module ran (its input checker, made on the
+  first call, was traced by dynamo: ``TypeError: unhashable type: non-nested SymInt``).
 """
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.export as te
 
 import graphcap
 from graphcap import Dim
-from graphcap.errors import InputGuardError
-from graphcap.torch_private.dynamo import exporting_now
+from graphcap.errors import ConstraintViolationError, InputGuardError
 
 
 def _x(n, width=4):
@@ -61,7 +65,7 @@ def test_compiled_module_checks_after_a_valid_call_compiled_first_and_leaves_no_
     compiled = torch.compile(module, backend="eager", dynamic=True)
     calls = [((_x(n),), {}, Halves()) for n in (4, 6, 2, 7, 1)]
     assert _refusals(compiled, calls) == [True, True, True, "refused", "refused"]  # 1 takes the other side
-    assert torch.compiler.is_exporting() is False and exporting_now() is False
+    assert torch.compiler.is_exporting() is False
     assert _refusals(module, [((_x(7),), {}, Halves())]) == ["refused"]  # the eager module still checks
 
 
@@ -72,15 +76,25 @@ def test_compiled_unflattened_module_refuses_a_size_past_its_range():
     assert _refusals(compiled, [((_x(n),), {}, Halves()) for n in (4, 8)]) == [True, "refused"]
 
 
-class _Asks(torch.nn.Module):
-    def forward(self, x):
-        return x + 1 if exporting_now() else x - 1
+def test_torch_strict_export_of_module_is_refused_past_the_programs_range_as_for_torchs_module():
+    """The checks were left out of a strict export of module() (is_exporting() answered True): torch's
+    strict export of a static program's module with a dynamic spec gave a program with the other
+    branch's numbers, where torch's own module is refused."""
+    static = graphcap.export(Halves(), (_x(4),)).module()
+    with pytest.raises(Exception, match="Constraints violated"):  # torch's UserError, as for its own module
+        te.export(static, (_x(4),), dynamic_shapes=({0: te.Dim("n", min=1, max=8)},), strict=True)
+    ranged = graphcap.export(Halves(), (_x(4),), dynamic_shapes=({0: Dim("b", min=2, max=6)},)).module()
+    with pytest.raises(Exception, match="Constraints violated"):
+        te.export(ranged, (_x(4),), dynamic_shapes=({0: te.Dim("n", min=2, max=16)},), strict=True)
+    inside = te.export(ranged, (_x(4),), dynamic_shapes=({0: te.Dim("n", min=3, max=5)},), strict=True)
+    torch.testing.assert_close(inside.module()(_x(5)), Halves()(_x(5)))
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_exporting_now_reads_true_while_a_graphcap_export_records_and_false_under_compile(strict):
-    ep = graphcap.export(_Asks(), (_x(2),), strict=strict)
-    torch.testing.assert_close(ep.module()(_x(2)), _x(2) + 1)
-    assert exporting_now() is False
-    torch.compiler.reset()
-    torch.testing.assert_close(torch.compile(_Asks(), backend="eager")(_x(2)), _x(2) - 1)  # no export
+def test_graphcap_re_export_of_module_keeps_a_narrower_spec_and_refuses_a_wider_one(strict):
+    ranged = graphcap.export(Halves(), (_x(4),), dynamic_shapes=({0: Dim("b", min=2, max=6)},)).module()
+    again = graphcap.export(ranged, (_x(4),), dynamic_shapes=({0: Dim("n", min=3, max=5)},), strict=strict)
+    assert [str(r) for r in again.range_constraints.values()] == ["VR[3, 5]"]
+    torch.testing.assert_close(again.module()(_x(3)), Halves()(_x(3)))
+    with pytest.raises(ConstraintViolationError):
+        graphcap.export(ranged, (_x(4),), dynamic_shapes=({0: Dim("n", min=1, max=8)},), strict=strict)

@@ -27,7 +27,6 @@ from .. import auto_flatten
 from ..errors import InputStructureError
 from ..runtime.input_structure import other_structure
 from ..torch_private import unflatten as private
-from ..torch_private.dynamo import exporting_now
 from . import flat_args
 
 
@@ -250,7 +249,7 @@ class UnflattenedModule(SubmoduleGraph):
                 raise flat_args.no_adapter_error(checker, args, kwargs) from None
             raise
         if torch.compiler.is_dynamo_compiling() and self.check_input_constraints \
-                and not exporting_now() and not checker.fits_compiled(tuple(leaves)):
+                and not checker.fits_compiled(tuple(leaves)):
             checker.check_leaves(leaves)  # torch.compile: as ep.module()'s checks (runtime/exported_module.py)
         return leaves
 

@@ -41,7 +41,6 @@ from ..errors import NotPicklableError, UnsupportedError
 from ..graph_arguments import InputKind, OutputKind
 from ..shape_env_copies import give_graph_own_shape_env
 from ..signature import MUTATION_OUTPUT_KINDS, call_spec_of
-from ..torch_private.dynamo import exporting_now
 from ..torch_private.fx import set_pytree_codegen
 from ..torch_private.modules import MovesExtraTensors, buffers_of, non_persistent_buffer_names
 from .input_checks import InputChecker
@@ -88,9 +87,11 @@ class InputGuards(torch.nn.Module):
             # torch.compile of the module: the checks dynamo can follow become guards of the compiled
             # code, and an input failing them is traced again into the full check, which raises (a
             # graph break runs it eagerly; fullgraph=True stops there). Without this a compiled
-            # module ran a program specialized to other sizes and returned wrong numbers. (A strict
-            # export of the module records the program's ranges from its own spec instead.)
-            if not exporting_now() and not self.checker.fits_compiled(flat_inputs):
+            # module ran a program specialized to other sizes and returned wrong numbers. A strict
+            # export of the module (graphcap's or torch's) traces the same checks: its spec may not
+            # reach past the program's ranges. torch.compiler.is_exporting() is not asked: torch
+            # 2.10-2.11's dynamo answers it True under any torch.compile.
+            if not self.checker.fits_compiled(flat_inputs):
                 self.checker.check_leaves(list(flat_inputs))
             return
         self.checker.check_leaves(list(flat_inputs))

@@ -69,8 +69,7 @@ def skipped_fullgraph_compiles_run_eagerly() -> Iterator[None]:
 DISABLE_METHOD_META_KEY = "_torchdynamo_disable_method"
 DYNAMO_META_KEY_PREFIX = "_torchdynamo"
 
-__all__ = ["UserError", "UserErrorType", "exporting_flags_set", "exporting_now", "DISABLE_METHOD_META_KEY",
-           "DYNAMO_META_KEY_PREFIX"]
+__all__ = ["UserError", "UserErrorType", "exporting_flags_set", "DISABLE_METHOD_META_KEY", "DYNAMO_META_KEY_PREFIX"]
 
 
 @contextlib.contextmanager
@@ -86,18 +85,6 @@ def exporting_flags_set() -> Iterator[None]:
         yield
     finally:
         torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = saved
-
-
-def exporting_now() -> bool:
-    """Whether an export has set the exporting flag: ``torch.compiler.is_exporting()``'s answer outside
-    dynamo, and inside it too.
-
-    Within code dynamo compiles, torch 2.10 and 2.11 answer ``is_exporting()`` with a constant True
-    (torch 2.12 on reads the flag). Code that must tell ``torch.compile`` from an export reads the
-    flag here instead: dynamo follows the plain module-global read and guards on its value, on
-    every supported line. Relies on ``torch.compiler._is_exporting_flag``.
-    """
-    return bool(torch.compiler._is_exporting_flag)
 
 
 # --- strict mode's bytecode front end ----------------------------------------------------------
