@@ -10,7 +10,10 @@ from the behaviour, on every line:
 - a strict export of ``ep.module()`` (torch's too) traces the same checks, so a spec reaching past
   the program's ranges is refused as for torch's own module, not exported into wrong numbers;
 - ``torch.compile`` of a dynamic program's unflattened module ran (its input checker, made on the
-  first call, was traced by dynamo: ``TypeError: unhashable type: non-nested SymInt``).
+  first call, was traced by dynamo: ``TypeError: unhashable type: non-nested SymInt``);
+- torch 2.10-2.13's cond refusing a branch output whose strides hold ``Max(1, ...)`` (torch.export
+  refuses the same model there) is explained: the torch release that accepts it, the static-dim
+  fix; it was a ``TraceError`` asking whether the example inputs were valid.
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import torch
 import torch.export as te
 
 import graphcap
+from conftest import TORCH_LINE
 from graphcap import Dim
-from graphcap.errors import ConstraintViolationError, InputGuardError
+from graphcap.errors import ConstraintViolationError, InputGuardError, UnsupportedError
 
 
 def _x(n, width=4):
@@ -98,3 +102,29 @@ def test_graphcap_re_export_of_module_keeps_a_narrower_spec_and_refuses_a_wider_
     torch.testing.assert_close(again.module()(_x(3)), Halves()(_x(3)))
     with pytest.raises(ConstraintViolationError):
         graphcap.export(ranged, (_x(4),), dynamic_shapes=({0: Dim("n", min=1, max=8)},), strict=strict)
+
+
+class _ShrinkInABranch(torch.nn.Module):
+    def forward(self, x, flag):
+        def shrink(x):
+            return torch.nn.functional.interpolate(x, scale_factor=0.5, mode="nearest")
+
+        def blur(x):
+            return torch.nn.functional.avg_pool2d(x, 2)
+
+        return torch.cond(flag.sum() > 0, shrink, blur, (x,))
+
+
+@pytest.mark.skipif(TORCH_LINE >= (2, 14), reason="torch 2.14 on: cond accepts outputs whose strides hold Max(1, ...)")
+def test_cond_refusing_an_output_it_cannot_tell_dense_names_the_torch_release_and_the_static_fix():
+    w = Dim("w", min=2, max=12)
+    x = torch.randn(1, 2, 8, 8)
+    with pytest.raises(UnsupportedError) as caught:
+        graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)), dynamic_shapes={"x": {3: w}, "flag": None})
+    text = str(caught.value)
+    assert "torch.cond could not be captured" in text and "Max(1, ...)" in text
+    assert "torch>=2.14" in text and "static in dynamic_shapes" in text
+    assert "return torch.cond(flag.sum() > 0, shrink, blur, (x,))" in text  # the user's line
+    static = graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)))  # the fix given
+    for flag in (torch.ones(1), -torch.ones(1)):
+        torch.testing.assert_close(static.module()(x, flag), _ShrinkInABranch()(x, flag))

@@ -20,6 +20,7 @@ from ...torch_private.messages import (
     blames_control_flow_capture,
     cond_call_locals,
     is_cond_container_operands_refusal,
+    is_cond_dense_stride_refusal,
     uncapturable_branch_reason,
     while_loop_call_locals,
 )
@@ -188,6 +189,17 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
             fix="Call it as `torch.cond(...)` (graphcap flattens nested operands there), or pass the "
                 "tensors one by one, e.g. `cond(p, t, f, (d['a'], d['b']))` with branches taking "
                 "them as separate arguments.")
+    if is_cond_dense_stride_refusal(e):
+        return UnsupportedError(
+            f"While tracing {program_name}, torch.cond could not be captured: a branch's output has strides "
+            f"holding Max(1, ...) (a size computed from a Dim, which this torch's shape checks cannot rule "
+            f"out being 0), and torch {torch.__version__}'s cond refuses outputs it cannot tell dense. "
+            f"torch.export on this torch refuses the same model; torch 2.14 and newer accept it.",
+            where=describe_frame(user_frame(e.__traceback__)),
+            fix="Install torch 2.14 or newer (pip install 'torch>=2.14'), or leave the dimension that size "
+                "comes from static in dynamic_shapes (drop its Dim), or compute the size-changing "
+                "operator outside torch.cond (`.contiguous()` in the branch does not help: the strides "
+                "stay the same).")
     locals_ = cond_call_locals(e.__traceback__)
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:
