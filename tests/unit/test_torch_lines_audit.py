@@ -24,7 +24,7 @@ import torch.export as te
 import graphcap
 from conftest import TORCH_LINE
 from graphcap import Dim
-from graphcap.errors import ConstraintViolationError, InputGuardError, UnsupportedError
+from graphcap.errors import ConstraintViolationError, InputGuardError, StrictCaptureError, UnsupportedError
 
 
 def _x(n, width=4):
@@ -116,15 +116,17 @@ class _ShrinkInABranch(torch.nn.Module):
 
 
 @pytest.mark.skipif(TORCH_LINE >= (2, 14), reason="torch 2.14 on: cond accepts outputs whose strides hold Max(1, ...)")
-def test_cond_refusing_an_output_it_cannot_tell_dense_names_the_torch_release_and_the_static_fix():
+@pytest.mark.parametrize("strict", [False, True])
+def test_cond_refusing_an_output_it_cannot_tell_dense_names_the_torch_release_and_the_static_fix(strict):
     w = Dim("w", min=2, max=12)
     x = torch.randn(1, 2, 8, 8)
-    with pytest.raises(UnsupportedError) as caught:
-        graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)), dynamic_shapes={"x": {3: w}, "flag": None})
+    with pytest.raises(StrictCaptureError if strict else UnsupportedError) as caught:
+        graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)), dynamic_shapes={"x": {3: w}, "flag": None},
+                        strict=strict)
     text = str(caught.value)
     assert "torch.cond could not be captured" in text and "Max(1, ...)" in text
     assert "torch>=2.14" in text and "static in dynamic_shapes" in text
     assert "return torch.cond(flag.sum() > 0, shrink, blur, (x,))" in text  # the user's line
-    static = graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)))  # the fix given
+    static = graphcap.export(_ShrinkInABranch(), (x, torch.ones(1)), strict=strict)  # the fix given
     for flag in (torch.ones(1), -torch.ones(1)):
         torch.testing.assert_close(static.module()(x, flag), _ShrinkInABranch()(x, flag))

@@ -172,6 +172,18 @@ def _refusal(e: BaseException) -> Optional[BaseException]:
     return None
 
 
+def cond_dense_stride_refusal() -> tuple[str, str]:
+    """What and how to fix, when torch 2.10-2.13's cond refuses a branch output it cannot tell dense
+    (``is_cond_dense_stride_refusal``), strict or not."""
+    return (f"torch.cond could not be captured: a branch's output has strides holding Max(1, ...) (a size "
+            f"computed from a Dim, which this torch's shape checks cannot rule out being 0), and torch "
+            f"{torch.__version__}'s cond refuses outputs it cannot tell dense. torch.export on this torch "
+            f"refuses the same model; torch 2.14 and newer accept it.",
+            "Install torch 2.14 or newer (pip install 'torch>=2.14'), or leave the dimension that size "
+            "comes from static in dynamic_shapes (drop its Dim), or compute the size-changing operator "
+            "outside torch.cond (`.contiguous()` in the branch does not help: the strides stay the same).")
+
+
 def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapError]:
     """A graphcap error for a ``torch.cond`` or ``while_loop`` that could not be captured, or None."""
     refused = _refusal(e)
@@ -190,16 +202,9 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
                 "tensors one by one, e.g. `cond(p, t, f, (d['a'], d['b']))` with branches taking "
                 "them as separate arguments.")
     if is_cond_dense_stride_refusal(e):
-        return UnsupportedError(
-            f"While tracing {program_name}, torch.cond could not be captured: a branch's output has strides "
-            f"holding Max(1, ...) (a size computed from a Dim, which this torch's shape checks cannot rule "
-            f"out being 0), and torch {torch.__version__}'s cond refuses outputs it cannot tell dense. "
-            f"torch.export on this torch refuses the same model; torch 2.14 and newer accept it.",
-            where=describe_frame(user_frame(e.__traceback__)),
-            fix="Install torch 2.14 or newer (pip install 'torch>=2.14'), or leave the dimension that size "
-                "comes from static in dynamic_shapes (drop its Dim), or compute the size-changing "
-                "operator outside torch.cond (`.contiguous()` in the branch does not help: the strides "
-                "stay the same).")
+        what, fix = cond_dense_stride_refusal()
+        return UnsupportedError(f"While tracing {program_name}, {what}",
+                                where=describe_frame(user_frame(e.__traceback__)), fix=fix)
     locals_ = cond_call_locals(e.__traceback__)
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:
