@@ -148,9 +148,6 @@ def test_torch_compiled_module_exports_with_its_models_spec(strict):
 
 
 # -- torch.compile of a program's module checks its inputs ---------------------------------------
-_CHECKED_UNDER_COMPILE = pytest.mark.skipif(TORCH_LINE < (2, 12), reason=(
-    "torch 2.10-2.11: torch.compiler.is_exporting() reads True while torch.compile traces the module, "
-    "so module()'s checks are left out of the compiled code there, as before this audit"))
 
 def _calls(fn, sizes):
     out = []
@@ -162,7 +159,6 @@ def _calls(fn, sizes):
     return out
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_of_a_static_program_refuses_another_size():
     torch.compiler.reset()
     ep = graphcap.export(Branchy(), (_x(3),))  # the branch taken at export: x + 1
@@ -170,7 +166,6 @@ def test_compiled_module_of_a_static_program_refuses_another_size():
     assert _calls(compiled, (3, 6, 3, 2)) == [True, "refused", True, "refused"]
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_keeps_a_dynamic_programs_range_and_shared_dims():
     torch.compiler.reset()
 
@@ -191,7 +186,6 @@ def test_compiled_module_keeps_a_dynamic_programs_range_and_shared_dims():
     torch.testing.assert_close(compiled(_x(4), _x(4)), Two()(_x(4), _x(4)))  # still compiled and right
 
 
-@_CHECKED_UNDER_COMPILE
 def test_fullgraph_compile_runs_the_valid_sizes_and_stops_at_the_others():
     torch.compiler.reset()
     ep = graphcap.export(Pure(), (_x(3),), dynamic_shapes=({0: Dim("b", min=2, max=8)},))
@@ -202,7 +196,6 @@ def test_fullgraph_compile_runs_the_valid_sizes_and_stops_at_the_others():
         compiled(_x(9))
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range():
     torch.compiler.reset()
 
@@ -221,7 +214,6 @@ def test_compiled_module_refuses_another_baked_in_value_and_an_int_out_of_range(
         compiled(torch.ones(3), True, 11)
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_module_takes_the_integer_dtypes_the_eager_check_takes():
     """The compiled checks accepted every integer dtype for an integer input (narrower ones too,
     running the program unchecked), where ``module()`` called eagerly accepts only wider ones."""
@@ -236,13 +228,16 @@ def test_compiled_module_takes_the_integer_dtypes_the_eager_check_takes():
     compiled = torch.compile(module, backend="eager")
     for dtype in (torch.int32, torch.int64):
         assert torch.equal(compiled(ints.to(dtype)), Doubles()(ints.to(dtype)))
+    # torch 2.10-2.11's dynamo fails on the raise inside the traced dtype check (an internal error:
+    # "'UserDefinedObjectVariable' object has no attribute '__context__'"): refused all the same,
+    # before computing, but with dynamo's error rather than graphcap's
+    compiled_error = RuntimeInputError if TORCH_LINE >= (2, 12) else Exception
     for dtype in (torch.int16, torch.uint8, torch.float32):
-        for run in (module, compiled):
-            with pytest.raises(RuntimeInputError, match="dtype"):
+        for run, error in ((module, RuntimeInputError), (compiled, compiled_error)):
+            with pytest.raises(error, match="dtype" if error is RuntimeInputError else None):
                 run(ints.to(dtype))
 
 
-@_CHECKED_UNDER_COMPILE
 @pytest.mark.parametrize("exported", [0.5, float("nan")])
 def test_compiled_module_refuses_another_float_than_the_exported_one(exported):
     """A float input is baked into the program; the compiled checks let any float through, so a
@@ -279,7 +274,6 @@ class _TakesConstant(torch.nn.Module):
         return x * how.value
 
 
-@_CHECKED_UNDER_COMPILE
 @pytest.mark.parametrize("exported, other", [
     (torch.float64, torch.float16), (torch.device("cpu"), torch.device("meta")), (_Mode.DOUBLE, _Mode.TRIPLE),
 ], ids=["dtype", "device", "enum"])
@@ -299,7 +293,7 @@ def test_compiled_module_refuses_another_dtype_device_or_enum_input(exported, ot
         compiled(torch.ones(3), other)
 
 
-@_CHECKED_UNDER_COMPILE
+
 def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
     torch.compiler.reset()
     ep = graphcap.export(Counting(), (_x(3),), dynamic_shapes=({0: Dim("b", max=8)},))
@@ -310,7 +304,6 @@ def test_compiled_module_of_a_buffer_writing_program_runs_as_eager():
         compiled(_x(9))
 
 
-@_CHECKED_UNDER_COMPILE
 def test_compiled_unflattened_module_refuses_another_size():
     torch.compiler.reset()
     ep = graphcap.export(Branchy(), (_x(3),))

@@ -162,7 +162,12 @@ def _branch_program(nested, h_min=2):
 
 _COND_MAX_STRIDES = pytest.mark.skipif(TORCH_LINE < (2, 14), reason=(
     "torch 2.10-2.13: torch.cond refuses branch outputs whose strides hold Max(1, ...) (its check that "
-    "the outputs are dense; bicubic of h // 2 rows, a reshape to (-1, 3)), so these models may not export there"))
+    "the outputs are dense: bicubic of h // 2 rows), and torch.export refuses the same model there too, "
+    "strict and non-strict (bench/probes/torch_lines_audit.py)"))
+_COND_RESHAPE_IN_CI = pytest.mark.skipif(TORCH_LINE < (2, 14), reason=(
+    "torch 2.10: in CI, after other files had run in the worker, torch.cond's dense-stride check met "
+    "Max(1, ...) in this reshape's branch once dynamo captured it; alone it passes on torch 2.10-2.13 "
+    "(bench/probes/torch_lines_audit.py), so it runs from 2.14 with the other cond-branch tests"))
 
 
 @_COND_MAX_STRIDES
@@ -194,7 +199,7 @@ class _ReshapeInABranch(torch.nn.Module):
         return torch.cond(flag.sum() > 0, lambda x: x.reshape(-1, 3) * 2, lambda x: x.reshape(-1, 3) + 1, (x,))
 
 
-@_COND_MAX_STRIDES
+@_COND_RESHAPE_IN_CI
 def test_a_layout_question_in_a_cond_branch_still_decomposes():
     batch = graphcap.Dim("batch", min=1, max=8)
     ep = graphcap.export(_ReshapeInABranch(), (torch.randn(4, 2, 3).transpose(1, 2), torch.ones(1)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import TORCH_LINE
 from graphcap.torch_private import messages
 
 
@@ -59,6 +60,23 @@ def test_cond_refusing_container_operands_is_recognized():
     error = _raised(lambda: cond_op(torch.tensor(True), lambda d: d["a"], lambda d: d["a"], ({"a": t},)))
     assert messages.is_cond_container_operands_refusal(error), (
         f"{_where(messages.is_cond_container_operands_refusal)}: not recognized: {str(error)[:300]!r}")
+
+
+@pytest.mark.skipif(TORCH_LINE >= (2, 14), reason="torch 2.14 on: cond accepts outputs whose strides hold Max(1, ...)")
+def test_cond_refusing_outputs_it_cannot_tell_dense_is_recognized():
+    import torch.nn.functional as F
+
+    class Halving(torch.nn.Module):
+        def forward(self, x, flag):
+            def half(x):
+                return F.interpolate(x, scale_factor=0.5, mode="bilinear")
+            return torch.cond(flag.sum() > 0, half, half, (x,))
+
+    h = torch.export.Dim("h", min=2, max=9)
+    error = _raised(lambda: torch.export.export(Halving(), (torch.randn(1, 1, 6, 6), torch.ones(1)),
+                                                dynamic_shapes={"x": {2: h}, "flag": None}))
+    assert messages.is_cond_dense_stride_refusal(error), (
+        f"{_where(messages.is_cond_dense_stride_refusal)}: not recognized: {str(error)[:300]!r}")
 
 
 def test_cond_frame_locals_hold_the_branches():

@@ -32,6 +32,7 @@ from ..torch_private.modules import (
     hook_functions,
     parameters_of,
 )
+from ..trace.control_flow.control_flow_errors import cond_dense_stride_refusal
 from ..trace.data_dependent import explain_at_line
 from ..user_frames import is_user_file, user_stacklevel
 
@@ -78,6 +79,10 @@ def explain_refusal(e: BaseException, target: Any) -> StrictCaptureError:
             fix="Rewrite the line so dynamo can trace it (torch.cond for data-dependent branches, "
                 "torch._check for assumptions on values), or export with strict=False, which runs "
                 "the Python as it is.")
+    if messages.is_cond_dense_stride_refusal(e):  # strict=False is refused the same way
+        what, fix = cond_dense_stride_refusal()
+        return StrictCaptureError.like(e, f"strict=True: dynamo failed to capture {target.name}: {what}",
+                                       where=where, fix=fix)
     devices = messages.two_devices(e)
     if devices is not None:  # strict=False would refuse the same tensors
         fix = device_advice.device_mismatch_fix(devices, getattr(target, "root", None))

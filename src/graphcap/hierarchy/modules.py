@@ -19,7 +19,7 @@ The classes print under the original class names (``(n): N(...)``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -28,6 +28,15 @@ from ..errors import InputStructureError
 from ..runtime.input_structure import other_structure
 from ..torch_private import unflatten as private
 from . import flat_args
+
+
+def _call(make: Callable[[], Any]) -> Any:
+    return make()
+
+
+@torch.compiler.disable
+def _made_eagerly(make: Callable[[], Any]) -> Any:
+    return make()
 
 
 class SubmoduleGraph(torch.nn.Module):
@@ -219,7 +228,10 @@ class UnflattenedModule(SubmoduleGraph):
     def _checker(self) -> Any:
         """The program's input checks, prepared on first use (they read the whole graph)."""
         if self._input_checker is None:
-            self._input_checker = self._make_checker()
+            # torch.compile meeting the module first: the checker is made outside dynamo, which
+            # cannot follow its making (it reads the program's sympy ranges; a graph break)
+            make = _made_eagerly if torch.compiler.is_dynamo_compiling() else _call
+            self._input_checker = make(self._make_checker)
         return self._input_checker
 
     def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -237,7 +249,7 @@ class UnflattenedModule(SubmoduleGraph):
                 raise flat_args.no_adapter_error(checker, args, kwargs) from None
             raise
         if torch.compiler.is_dynamo_compiling() and self.check_input_constraints \
-                and not torch.compiler.is_exporting() and not checker.fits_compiled(tuple(leaves)):
+                and not checker.fits_compiled(tuple(leaves)):
             checker.check_leaves(leaves)  # torch.compile: as ep.module()'s checks (runtime/exported_module.py)
         return leaves
 

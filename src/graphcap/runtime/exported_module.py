@@ -87,9 +87,11 @@ class InputGuards(torch.nn.Module):
             # torch.compile of the module: the checks dynamo can follow become guards of the compiled
             # code, and an input failing them is traced again into the full check, which raises (a
             # graph break runs it eagerly; fullgraph=True stops there). Without this a compiled
-            # module ran a program specialized to other sizes and returned wrong numbers. (A strict
-            # export of the module records the program's ranges from its own spec instead.)
-            if not torch.compiler.is_exporting() and not self.checker.fits_compiled(flat_inputs):
+            # module ran a program specialized to other sizes and returned wrong numbers. A strict
+            # export of the module (graphcap's or torch's) traces the same checks: its spec may not
+            # reach past the program's ranges. torch.compiler.is_exporting() is not asked: torch
+            # 2.10-2.11's dynamo answers it True under any torch.compile.
+            if not self.checker.fits_compiled(flat_inputs):
                 self.checker.check_leaves(list(flat_inputs))
             return
         self.checker.check_leaves(list(flat_inputs))

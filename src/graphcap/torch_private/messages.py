@@ -24,6 +24,7 @@ RELIES_ON = {
 }
 
 __all__ = ["data_dependent_expression", "custom_op_without_fake_kernel", "is_cond_container_operands_refusal",
+           "is_cond_dense_stride_refusal",
            "cond_call_locals", "while_loop_call_locals", "fake_device_mismatch", "two_devices",
            "is_data_dependent_failure",
            "is_real_tensor_under_fake_mode", "is_runtime_assert_failure", "blames_control_flow_capture",
@@ -83,6 +84,23 @@ def two_devices(error: BaseException) -> tuple[str, str] | None:
 def is_cond_container_operands_refusal(error: BaseException) -> bool:
     """Whether ``error`` is torch.cond refusing operands that hold a container."""
     return bool(_COND_CONTAINER_OPERANDS.search(str(error)))
+
+
+# torch 2.10-2.13's cond, when a branch output's strides are not the plain running products of its
+# sizes as far as the ShapeEnv can tell (Max(1, s) from a size that may be 0)
+_COND_DENSE_STRIDES = re.compile(r"cond's output stride is not a simple accumulative multiplication of sizes")
+
+
+def is_cond_dense_stride_refusal(error: BaseException) -> bool:
+    """Whether ``error`` (or one it wraps) is torch.cond refusing a branch output it cannot tell dense."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if _COND_DENSE_STRIDES.search(str(current)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def is_data_dependent_failure(error: BaseException) -> bool:

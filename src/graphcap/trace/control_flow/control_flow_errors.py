@@ -20,6 +20,7 @@ from ...torch_private.messages import (
     blames_control_flow_capture,
     cond_call_locals,
     is_cond_container_operands_refusal,
+    is_cond_dense_stride_refusal,
     uncapturable_branch_reason,
     while_loop_call_locals,
 )
@@ -171,6 +172,18 @@ def _refusal(e: BaseException) -> Optional[BaseException]:
     return None
 
 
+def cond_dense_stride_refusal() -> tuple[str, str]:
+    """What and how to fix, when torch 2.10-2.13's cond refuses a branch output it cannot tell dense
+    (``is_cond_dense_stride_refusal``), strict or not."""
+    return (f"torch.cond could not be captured: a branch's output has strides holding Max(1, ...) (a size "
+            f"computed from a Dim, which this torch's shape checks cannot rule out being 0), and torch "
+            f"{torch.__version__}'s cond refuses outputs it cannot tell dense. torch.export on this torch "
+            f"refuses the same model; torch 2.14 and newer accept it.",
+            "Install torch 2.14 or newer (pip install 'torch>=2.14'), or leave the dimension that size "
+            "comes from static in dynamic_shapes (drop its Dim), or compute the size-changing operator "
+            "outside torch.cond (`.contiguous()` in the branch does not help: the strides stay the same).")
+
+
 def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapError]:
     """A graphcap error for a ``torch.cond`` or ``while_loop`` that could not be captured, or None."""
     refused = _refusal(e)
@@ -188,6 +201,10 @@ def explain_failure(e: BaseException, program_name: str) -> Optional[GraphcapErr
             fix="Call it as `torch.cond(...)` (graphcap flattens nested operands there), or pass the "
                 "tensors one by one, e.g. `cond(p, t, f, (d['a'], d['b']))` with branches taking "
                 "them as separate arguments.")
+    if is_cond_dense_stride_refusal(e):
+        what, fix = cond_dense_stride_refusal()
+        return UnsupportedError(f"While tracing {program_name}, {what}",
+                                where=describe_frame(user_frame(e.__traceback__)), fix=fix)
     locals_ = cond_call_locals(e.__traceback__)
     operator_name, found = "torch.cond", None
     if locals_ is not None and "true_fn" in locals_:
