@@ -114,6 +114,19 @@ def save_load(ep, **load_kwargs):
     return graphcap.load(io.BytesIO(buf.getvalue()), **load_kwargs)
 
 
+def printed_as_loaded(ep) -> str:
+    """``str(ep)`` with control-flow operands as lists: the one change load makes to a program
+    (as torch's load makes it; graphcap.node_facts.operand_sequences_as)."""
+    from graphcap.node_facts import operand_sequences_as
+    copied = copy.deepcopy(ep)
+    for gm in copied.graph_module.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            for node in gm.graph.nodes:
+                node.args, node.kwargs = operand_sequences_as(list, node.target, node.args, dict(node.kwargs))
+            gm.recompile()
+    return str(copied)
+
+
 def assert_same_outputs(expected, got, rtol=1e-4, atol=1e-4):
     """Same pytree structure (same classes), dtypes, shapes, values within tolerance.
 

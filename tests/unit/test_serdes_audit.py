@@ -11,7 +11,6 @@ streams), each through a file.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
 import warnings
@@ -24,8 +23,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import graphcap
-from conftest import TORCH_LINE, assert_same_outputs
-from graphcap.node_facts import operand_sequences_as
+from conftest import TORCH_LINE, assert_same_outputs, printed_as_loaded
 
 
 def _export(model, args, kwargs=None, dynamic_shapes=None):
@@ -89,17 +87,9 @@ class TwoTensorsOneSize(torch.nn.Module):
         return torch.cond(y.sum() > 0, lambda y: y + a.shape[0] + b.shape[0], lambda y: y - b.shape[0], (y,))
 
 
-def _printed_as_loaded(ep):
-    """The program's graph text with control-flow operands as lists, the one change load makes."""
-    gm = copy.deepcopy(ep.graph_module)
-    for node in gm.graph.nodes:
-        node.args, node.kwargs = operand_sequences_as(list, node.target, node.args, dict(node.kwargs))
-    return str(gm.graph)
-
-
 def _check_range(model, ep, make_inputs, sizes):
     loaded = _round_trip(ep)
-    assert str(loaded.graph) == _printed_as_loaded(ep)
+    assert str(loaded) == printed_as_loaded(ep)
     assert {str(k): str(v) for k, v in loaded.range_constraints.items()} == \
         {str(k): str(v) for k, v in ep.range_constraints.items()}
     for n in sizes:
