@@ -114,6 +114,23 @@ def save_load(ep, **load_kwargs):
     return graphcap.load(io.BytesIO(buf.getvalue()), **load_kwargs)
 
 
+def program_json_edited(data: bytes, edit) -> io.BytesIO:
+    """The saved file ``data`` with ``edit(program)`` applied to its parsed program.json: a crafted
+    or damaged file for the loader's checks."""
+    import json
+
+    from graphcap.serialize import schema
+    from graphcap.serialize.archive import read_entries, write_archive
+    entries = read_entries(io.BytesIO(data))
+    program = json.loads(entries[schema.PROGRAM_ENTRY])
+    edit(program)
+    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, entries)
+    out.seek(0)
+    return out
+
+
 def printed_as_loaded(ep) -> str:
     """``str(ep)`` with control-flow operands as lists: the one change load makes to a program
     (as torch's load makes it; graphcap.node_facts.operand_sequences_as)."""

@@ -8,15 +8,14 @@ from __future__ import annotations
 import copy
 import functools
 import io
-import json
 
 import pytest
 import torch
 
 import graphcap
+from conftest import program_json_edited
 from graphcap.errors import SerializationError
 from graphcap.serialize import schema
-from graphcap.serialize.archive import read_entries, write_archive
 from graphcap.serialize.call_types import misfit
 
 
@@ -39,14 +38,7 @@ def _saved() -> bytes:
 
 
 def _crafted(edit) -> io.BytesIO:
-    entries = read_entries(io.BytesIO(_saved()))
-    program = json.loads(entries[schema.PROGRAM_ENTRY])
-    edit(program)
-    entries[schema.PROGRAM_ENTRY] = json.dumps(program).encode()
-    out = io.BytesIO()
-    write_archive(out, entries)
-    out.seek(0)
-    return out
+    return program_json_edited(_saved(), edit)
 
 
 def _node(program, op):

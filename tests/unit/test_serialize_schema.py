@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import graphcap
+from conftest import program_json_edited
 from graphcap.errors import SerializationError
 from graphcap.serialize import encode, schema, upgrade
-from graphcap.serialize.archive import read_entries, write_archive
+from graphcap.serialize.archive import read_entries
 from graphcap.serialize.typed_json import describe
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -79,13 +80,7 @@ def test_save_writes_the_current_golden_file_again_by_content(tmp_path):
 
 
 def _corrupted(data: bytes, edit) -> io.BytesIO:
-    entries = read_entries(io.BytesIO(data))
-    program = json.loads(entries["program.json"])
-    edit(program)
-    entries["program.json"] = json.dumps(program).encode()
-    out = io.BytesIO()
-    write_archive(out, entries)
-    return io.BytesIO(out.getvalue())
+    return program_json_edited(data, edit)
 
 
 @pytest.fixture(scope="module")
