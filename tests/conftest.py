@@ -199,3 +199,16 @@ def run_eager_and_exported(model, ep, args, kwargs, *, with_inputs=False):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_buffer_registration_hooks():
+    """torch 2.10's non-strict export registers a buffer-assignment hook on every nn.Module and
+    removes it only when the export succeeds (torch/export/_trace.py): a test whose reference
+    torch.export call raises left it behind, and a later strict capture in the same process failed
+    on it ("Attempted to call function marked as skipped"). Hooks a test leaves are removed."""
+    hooks = torch.nn.modules.module._global_buffer_registration_hooks
+    before = set(hooks)
+    yield
+    for key in set(hooks) - before:
+        del hooks[key]
