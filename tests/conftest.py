@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib.util
 import io
 import sys
 import warnings
@@ -212,3 +213,16 @@ def _no_leaked_buffer_registration_hooks():
     yield
     for key in set(hooks) - before:
         del hooks[key]
+
+
+# The consumer packages are installed on the torch line ExecuTorch pairs with (2.14); elsewhere these
+# consumers are not there to try (docs/consumers.md, "torch lines").
+NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
+NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
+                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
+NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
+                                or importlib.util.find_spec("onnxruntime") is None,
+                                reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
+NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") is None,
+                                       reason="coremltools not installed (the consumers extra, torch 2.14 line)")

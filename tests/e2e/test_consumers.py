@@ -27,19 +27,8 @@ from graphcap.errors import GraphcapError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import consumers  # bench/consumers.py
 
-from conftest import build_zoo, quiet_warnings
+from conftest import NEEDS_COREMLTOOLS, NEEDS_EXECUTORCH, NEEDS_ONNX, NEEDS_TORCHAO, build_zoo, quiet_warnings
 
-# The consumer packages are installed on the torch line ExecuTorch pairs with (2.14); elsewhere
-# these consumers are not there to try (docs/consumers.md, "torch lines").
-NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
-                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
-NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
-                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
-NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
-                                or importlib.util.find_spec("onnxruntime") is None,
-                                reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
-NEEDS_COREMLTOOLS = pytest.mark.skipif(importlib.util.find_spec("coremltools") is None,
-                                       reason="coremltools not installed (the consumers extra, torch 2.14 line)")
 # Model Explorer is pinned in the consumers extra of the 2.14 line; its adapter converts in the
 # process (no server), so it needs no GPU or display.
 NEEDS_MODEL_EXPLORER = pytest.mark.skipif(importlib.util.find_spec("model_explorer") is None,

@@ -15,7 +15,6 @@ Slow (out of the default run): each test lowers or compiles.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import os
 import sys
@@ -26,18 +25,11 @@ import pytest
 import torch
 
 import graphcap
-from conftest import HAVE_SHARED_ZOO, build_zoo, quiet_warnings
+from conftest import HAVE_SHARED_ZOO, NEEDS_EXECUTORCH, NEEDS_ONNX, NEEDS_TORCHAO, build_zoo, quiet_warnings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_export_methods import TinyDecoder, _generate  # the decoder of the multi-method tests
 
-NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
-                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
-NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
-                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
-NEEDS_ONNX = pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None
-                                or importlib.util.find_spec("onnxruntime") is None,
-                                reason="onnxscript or onnxruntime not installed (the consumers extra, torch 2.14 line)")
 NEEDS_ZOO = pytest.mark.skipif(not HAVE_SHARED_ZOO, reason="real models of ../shared/zoo (torchvision, timm, "
                                                            "transformers configs), absent beside this clone")
 

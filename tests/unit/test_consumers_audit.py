@@ -7,7 +7,6 @@ write in the ``.pte``. The kinds are now torch's members under graphcap's names.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 
 import pytest
@@ -15,9 +14,7 @@ import torch
 import torch.export.graph_signature as tsig
 
 import graphcap
-
-NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
-                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
+from conftest import NEEDS_EXECUTORCH
 
 
 class WritesInputsAndState(torch.nn.Module):

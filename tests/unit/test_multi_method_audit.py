@@ -13,10 +13,8 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import graphcap
+from conftest import NEEDS_TORCHAO
 from graphcap.errors import DynamicSpecError
-
-NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
-                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
 
 
 def _round_trip(progs):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
-import importlib.util
 import io
 import operator
 
@@ -18,14 +17,11 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import graphcap
+from conftest import NEEDS_EXECUTORCH, NEEDS_TORCHAO
 from graphcap import ir_checks
 from graphcap.errors import SerializationError
 from graphcap.serialize.archive import read_entries, write_archive
 
-NEEDS_TORCHAO = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
-                                   reason="torchao not installed (the consumers extra, torch 2.14 line)")
-NEEDS_EXECUTORCH = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
-                                      reason="executorch not installed (the consumers extra, torch 2.14 line)")
 ACCESS = torch.ops.export.access_subclass_inner_tensor.default
 BATCH = torch.export.Dim("batch", min=1, max=16)
 
