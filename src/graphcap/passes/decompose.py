@@ -106,14 +106,14 @@ class _Replay(torch.fx.Interpreter):
                  identity: Optional[set] = None, shape_env: Any = None, questions: Optional[list] = None):
         super().__init__(gm)
         self.shape_env = shape_env
-        self.questions = questions  # every size question the ShapeEnv answered, as it answered it
+        self.questions = questions  # every size question the ShapeEnv answered, with its answer
         self.out_of_place = out_of_place or {}
         self.identity = identity or set()
         self.carry = carry
         self.memo = memo
         self.guarded_by: list[tuple[Any, torch.fx.Node]] = []  # (guard, the node whose replay raised it)
-        # (question as the guard its answer makes, the node whose replay asked it): a question a guard
-        # of an earlier node answered raises no guard of its own
+        # ((question, answer), the node whose replay asked it): a question a guard of an earlier
+        # node answered raises no guard of its own
         self.asked: list[tuple[Any, torch.fx.Node]] = []
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -419,7 +419,7 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                                         memo_for_retrace(fake_mode, fake_args, bool(ep.range_constraints),
                                                          python_table), env, questions))
         try:
-            with retrace_rules(), (questions_answered(env, lambda q, a: questions.append(_as_guard(q, a)))
+            with retrace_rules(), (questions_answered(env, lambda q, a: questions.append((q, a)))
                                    if env is not None else contextlib.nullcontext()):
                 traced = make_fx(replay, decomposition_table=python_table)(*fake_args)
             metadata.unmark_no_user_frame(traced)
@@ -492,17 +492,6 @@ def decompose(ep: ExportedProgram, decomp_table: Optional[Mapping] = None, *,
                              carry.call_graph(call_graph_of(ep), user_outputs), ep.example_inputs,
                              dict(ep.constants), verify=False)
     return unalias_outputs_pass(new_ep)
-
-
-def _as_guard(question: Any, answer: Any) -> Any:
-    """The condition under which ``question`` has the ``answer`` the ShapeEnv gave (what a guard on
-    it would say): the question, its negation, or its equality to a number."""
-    import sympy
-    if answer is sympy.true or answer is True:
-        return question
-    if answer is sympy.false or answer is False:
-        return sympy.Not(question)
-    return sympy.Eq(question, answer)
 
 
 def _implied(sym: Any, value: Any, asserted: list) -> bool:

@@ -36,7 +36,7 @@ def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tu
     """Refuse the decomposition of ``ep`` when an operator's decomposed code, taken on a guard
     that leaves out sizes ``ep`` accepts, is wrong at such a size. ``guarded_by`` lists each
     guard the retrace recorded with the node of ``ep`` whose replay raised it; ``asked`` each size
-    question a node's replay asked, as the guard its answer makes: a second operator asking what a
+    question a node's replay asked, with the answer it got: a second operator asking what a
     first one's guard already answered raises no guard, and is checked at the sizes the guards
     leave out where its own answer differs too. ``trace_one`` decomposes one call as the retrace
     does. Each operator call is checked once per size, however many guards lead to it."""
@@ -69,17 +69,29 @@ def decompositions_hold_where_guards_fail(ep: Any, env: Any, guarded_by: list[tu
         if witness is not None:
             check_at(node, guard, witness)
     left_out = list({tuple(sorted(w.items(), key=str)): w for w in witness_of.values() if w is not None}.values())
-    false_at: dict[Any, list[dict]] = {}  # question -> the sizes left out where its answer differs
-    for question, node in asked if left_out else ():
-        if question not in false_at:
-            false_at[question] = [w for w in left_out if truth_at(question, {**base, **w}) is False] \
-                if ours(question) else []
-        for witness in false_at[question]:
+    false_at: dict[Any, tuple[Any, list[dict]]] = {}  # (question, answer) -> its guard, the sizes where it differs
+    for answered, node in asked if left_out else ():
+        if answered not in false_at:
+            question = _as_guard(*answered)  # made here, not as the retrace asks: only when guards left sizes out
+            false_at[answered] = (question, [w for w in left_out if truth_at(question, {**base, **w}) is False]
+                                  if ours(question) else [])
+        question, witnesses = false_at[answered]
+        for witness in witnesses:
             check_at(node, question, witness)
     for op, guard, witness in to_check.values():
         wrong = _wrong_at(op, {**base, **witness}, trace_one)
         if wrong is not None:
             _refuse(ep, op, guard, witness, ranges, wrong)
+
+
+def _as_guard(question: Any, answer: Any) -> Any:
+    """The condition under which ``question`` has the ``answer`` the ShapeEnv gave (what a guard on
+    it would say): the question, its negation, or its equality to a number."""
+    if answer is sympy.true or answer is True:
+        return question
+    if answer is sympy.false or answer is False:
+        return sympy.Not(question)
+    return sympy.Eq(question, answer)
 
 
 def _call_key(node: torch.fx.Node) -> Any:
