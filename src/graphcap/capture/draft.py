@@ -180,9 +180,10 @@ def _export_refining_spec(mod: Any, args: tuple, kwargs: Any, spec: Any, **optio
         except ConstraintViolationError as e:
             if attempt == _MAX_REFINEMENTS or spec is None:
                 raise
-            spec, read_fixes = draft_spec.refine(e, spec)
+            keep_symbols = bool(options.get("prefer_deferred_runtime_asserts_over_guards"))
+            spec, read_fixes = draft_spec.refine(e, spec, keep_symbols)
             refined = spec
-            problems += draft_spec.violation_problems(e, spec, read_fixes)
+            problems += draft_spec.violation_problems(e, spec, read_fixes, keep_symbols)
         finally:
             DRAFT_DECISIONS.reset(dynamo_token)
             fakify.MODE_BUILDER.reset(token)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..dynamic.dims import DerivedDim, Dim, DimHint, as_dim
+from ..dynamic.dims import INT_MAX, DerivedDim, Dim, DimHint, as_dim
 from ..dynamic.suggested_fixes import parse_suggested_fixes, refine_dynamic_shapes_from_suggested_fixes
 from ..errors import GraphcapError
 from ..torch_private import pytree
@@ -27,26 +27,39 @@ def _is_leaf(x: Any) -> bool:
     return not isinstance(x, (dict, list, tuple)) or x is None
 
 
-def _to_auto(spec: Any) -> Any:
-    def convert(x: Any) -> Any:
-        d = as_dim(x) if x is not None else None
-        if isinstance(d, Dim) and not isinstance(d, DerivedDim):
-            return Dim.AUTO(min=d.min, max=d.max)
-        if isinstance(d, DerivedDim):
-            return Dim.AUTO
-        return x
-    return pytree.tree_map(convert, spec, is_leaf=_is_leaf)
+def _as_auto(x: Any) -> Any:
+    """``Dim.AUTO`` in place of a declared Dim, keeping the bounds the user gave it."""
+    d = as_dim(x) if x is not None else None
+    if isinstance(d, DerivedDim):
+        return Dim.AUTO
+    if isinstance(d, Dim):
+        return Dim.AUTO(min=d.min if d.min > 0 else None, max=d.max if d.max < INT_MAX else None)
+    return x
 
 
-def refine(error: BaseException, spec: Any) -> tuple[Any, bool]:
+def _pinned_as_auto(given: Any, refined: Any) -> Any:
+    """``refined`` with each Dim of ``given`` that the fixes pinned to one size made ``Dim.AUTO``."""
+    if isinstance(refined, dict) and isinstance(given, dict):
+        return {k: _pinned_as_auto(given.get(k), v) for k, v in refined.items()}
+    if isinstance(refined, (list, tuple)) and isinstance(given, (list, tuple)) and len(given) == len(refined):
+        return type(refined)(_pinned_as_auto(g, r) for g, r in zip(given, refined))
+    if isinstance(refined, int) and isinstance(as_dim(given) if given is not None else None, Dim):
+        return _as_auto(given)
+    return refined
+
+
+def refine(error: BaseException, spec: Any, keep_symbols: bool = False) -> tuple[Any, bool]:
     """The spec with the error's suggested fixes applied, and whether the fixes could be read
-    (else every declared dim became ``Dim.AUTO``)."""
+    (else every declared dim became ``Dim.AUTO``). ``keep_symbols`` (export's
+    ``prefer_deferred_runtime_asserts_over_guards``): a Dim the fixes pin to one size becomes
+    ``Dim.AUTO`` instead, which export then keeps as a symbol of that one size, checked at run time."""
     try:
         if parse_suggested_fixes(str(error)):
-            return refine_dynamic_shapes_from_suggested_fixes(str(error), spec), True
+            refined = refine_dynamic_shapes_from_suggested_fixes(str(error), spec)
+            return (_pinned_as_auto(spec, refined) if keep_symbols else refined), True
     except GraphcapError:
         pass
-    return _to_auto(spec), False
+    return pytree.tree_map(_as_auto, spec, is_leaf=_is_leaf), False
 
 
 def spec_as_code(spec: Any) -> str:
@@ -75,13 +88,16 @@ def spec_as_code(spec: Any) -> str:
     return "\n".join([*defs, f"dynamic_shapes = {body}"])
 
 
-def violation_problems(error: BaseException, refined: Any, read_fixes: bool) -> list[Problem]:
+def violation_problems(error: BaseException, refined: Any, read_fixes: bool,
+                       keep_symbols: bool = False) -> list[Problem]:
     """One problem per violation listed in the error (its ``  - `` lines), each with its line."""
     what = getattr(error, "what", str(error))
     items = [line.strip()[2:] for line in what.splitlines() if line.strip().startswith("- ")] or [what]
     code = spec_as_code(refined)
     how = ("export with the refined spec (draft_export used it):" if read_fixes else
            "no fix could be read from the message; the declared dims became Dim.AUTO:")
+    if keep_symbols:
+        code += "\n# export(..., dynamic_shapes=dynamic_shapes, prefer_deferred_runtime_asserts_over_guards=True)"
     problems = []
     for item in items:
         m = _AT_FILE.search(item)

@@ -274,7 +274,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     user_leaves = [v for _, v in flat_with_paths]
     clock.lap("inputs")
 
-    fake_mode = fakify.new_fake_mode()
+    fake_mode = fakify.new_fake_mode(prefer_deferred_asserts)
     root_state = _root_state(target.root)
     params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
     state_tensors = [*params.values(), *buffers.values()]

@@ -33,6 +33,10 @@ def range_words(name: str, vr: ValueRanges) -> str:
 
 
 def dim_fix(name: str, lo: Optional[int], hi: Optional[int]) -> str:
+    """The ``Suggested fixes:`` line giving Dim ``name`` the range [lo, hi]; a range of one size
+    is that size (``name = 3``: a Dim takes more than one value)."""
+    if lo is not None and lo == hi:
+        return f"{name} = {lo}"
     parts = []
     if lo is not None and lo > 0:
         parts.append(f"min={lo}")

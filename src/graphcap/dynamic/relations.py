@@ -132,10 +132,15 @@ def tie_at_example(guard: Any, example: dict) -> Optional[tuple[Any, Any]]:
 
 
 def narrowed_only_by_asserts(env: Any, inputs: SymbolicInputs, sym: Any) -> bool:
-    """Whether no guard of the program mentions ``sym`` but a deferred runtime assert does."""
+    """Whether no guard of the program mentions ``sym`` but a deferred runtime assert on a value read
+    from data does (``torch._check(u < y.size(0))``). An assert on input sizes alone (kept under no
+    data symbol: ``prefer_deferred_runtime_asserts_over_guards`` makes the shape engine defer its
+    guards so) counts as the guard it stands for."""
     if any(sym in env.simplify(g.expr).free_symbols for g in guards(env)[inputs.first_program_guard:]):
         return False
-    return any(sym in a.expr.free_symbols for asserts in deferred_asserts(env).values() for a in asserts)
+    return any(sym in a.expr.free_symbols
+               for data_symbol, asserts in deferred_asserts(env).items() if data_symbol is not None
+               for a in asserts)
 
 
 def ranges_meet(a: ValueRanges, b: ValueRanges) -> bool:

@@ -6,6 +6,7 @@ dynamic-shape layer asks for symbols (it passes a per-tensor policy).
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Optional
@@ -21,19 +22,24 @@ MODE_BUILDER: ContextVar[Optional[Callable[[Callable[[], FakeTensorMode]], FakeT
     ContextVar("graphcap_fake_mode_builder", default=None)
 
 
-def new_fake_mode() -> FakeTensorMode:
+def new_fake_mode(prefer_deferred_asserts: bool = False) -> FakeTensorMode:
     """A fake mode for one export.
 
     Real tensors met while tracing (a constant made in ``forward``) are allowed
     and become graph constants, which the lifting step turns into inputs.
+    ``prefer_deferred_asserts`` is export's ``prefer_deferred_runtime_asserts_over_guards``,
+    given to the shape engine: a size the program fixes to a constant stays a symbol whose
+    range is that constant, checked when the program runs (as torch.export keeps it).
     """
+    plain = functools.partial(_plain_fake_mode, prefer_deferred_asserts)
     builder = MODE_BUILDER.get()
-    return builder(_plain_fake_mode) if builder is not None else _plain_fake_mode()
+    return builder(plain) if builder is not None else plain()
 
 
-def _plain_fake_mode() -> FakeTensorMode:
+def _plain_fake_mode(prefer_deferred_asserts: bool = False) -> FakeTensorMode:
     # trace_asserts: a Python `assert` on a value read from data becomes a runtime assert, as in torch.export
-    shape_env = new_shape_env(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True)
+    shape_env = new_shape_env(assume_static_by_default=True, tracked_fakes=[], trace_asserts=True,
+                              prefer_deferred_runtime_asserts_over_guards=prefer_deferred_asserts)
     return tracing_fake_mode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
 
 
