@@ -18,6 +18,7 @@ themselves (must load and match).
 
     PYTHONPATH=src python bench/probes/load_hop_args.py [FILTER]   # the damaged files
     PYTHONPATH=src python bench/probes/load_hop_args.py legit      # real programs
+    PYTHONPATH=src python bench/probes/load_hop_args.py torch      # some damages, torch.export.load
 """
 from __future__ import annotations
 
@@ -503,6 +504,92 @@ def legit(pattern=""):
                 print(f"{tag:90} {'same' if ok else 'DIFFERENT'}", flush=True)
 
 
+# -- the same damages in a torch.export.save file, loaded by torch.export.load --------------------
+
+def _torch_inputs(node):
+    return node["inputs"]
+
+
+def _torch_hop(model_json, name):
+    return next(n for n in model_json["graph_module"]["graph"]["nodes"]
+                if n["target"] == f"torch.ops.higher_order.{name}")
+
+
+def _torch_swap(name, i, j):
+    def edit(m):
+        ins = _torch_hop(m, name)["inputs"]
+        ins[i]["arg"], ins[j]["arg"] = ins[j]["arg"], ins[i]["arg"]
+    return edit
+
+
+def _torch_set(name, key, arg=None, delete=False):
+    def edit(m):
+        ins = _torch_hop(m, name)["inputs"]
+        if delete:
+            ins[:] = [i for i in ins if i["name"] != key]
+        elif any(i["name"] == key for i in ins):
+            next(i for i in ins if i["name"] == key)["arg"] = arg
+        else:
+            ins.append({"name": key, "arg": arg, "kind": 2})
+    return edit
+
+
+def _torch_operands(name, position, tensors):
+    def edit(m):
+        _torch_hop(m, name)["inputs"][position]["arg"] = {"as_tensors": [{"name": t} for t in tensors]}
+    return edit
+
+
+TORCH_DAMAGES = [
+    ("cond", "two operands for one-input branches", _torch_operands("cond", 3, ["x", "x"])),
+    ("cond", "branches swapped", _torch_swap("cond", 1, 2)),
+    ("scan", "init and xs swapped", _torch_swap("scan", 1, 2)),
+    ("scan", "init moved to xs", lambda m: (_torch_operands("scan", 2, ["zeros", "x"])(m),
+                                            _torch_operands("scan", 1, [])(m))),
+    ("auto_functionalized_v2", "keyword k missing", _torch_set("auto_functionalized_v2", "k", delete=True)),
+    ("auto_functionalized_v2", "k a string", _torch_set("auto_functionalized_v2", "k", {"as_string": "two"})),
+    ("auto_functionalized_v2", "extra keyword", _torch_set("auto_functionalized_v2", "zz", {"as_int": 1})),
+    ("auto_functionalized_v2", "_buf_base_index 1 of 1 base",
+     _torch_set("auto_functionalized_v2", "_buf_base_index", {"as_int": 1})),
+    ("auto_functionalized_v2", "_buf_base_index missing",
+     _torch_set("auto_functionalized_v2", "_buf_base_index", delete=True)),
+]
+
+
+def torch_verdicts():
+    """torch.export.save / torch.export.load of the same programs, the same damages made to its JSON."""
+    import zipfile
+    for program_name, label, edit in TORCH_DAMAGES:
+        cls, inputs, decompose = PROGRAMS[program_name]
+        ep = torch.export.export(cls(), inputs())
+        if decompose:
+            ep = ep.run_decompositions()
+        buf = io.BytesIO()
+        torch.export.save(ep, buf)
+        want = run(torch.export.load(io.BytesIO(buf.getvalue())), inputs())
+        src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename.endswith("models/model.json"):
+                    model = json.loads(data)
+                    edit(model)
+                    data = json.dumps(model).encode()
+                dst.writestr(info, data)
+        try:
+            loaded = torch.export.load(io.BytesIO(out.getvalue()))
+        except Exception as e:
+            v, d = "refused", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        else:
+            try:
+                got = run(loaded, inputs())
+                v, d = ("same", "") if same(want, got) else ("DIFFERENT", "")
+            except Exception as e:
+                v, d = "FAILS-CALL", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        print(f"torch.export {program_name:24} {label:40} {v:10} {d[:200]}", flush=True)
+
+
 def verdict(program_name, edit):
     cls, inputs, _ = PROGRAMS[program_name]
     data = saved(program_name)
@@ -538,7 +625,9 @@ def main(pattern=""):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["legit"]:
+    if sys.argv[1:2] == ["torch"]:
+        torch_verdicts()
+    elif sys.argv[1:2] == ["legit"]:
         legit(sys.argv[2] if len(sys.argv) > 2 else "")
     else:
         main(sys.argv[1] if len(sys.argv) > 1 else "")

@@ -166,8 +166,8 @@ def _kw(value=None, delete=False, nth=0):
 @pytest.mark.parametrize("program, edit, match", [
     # cond: a subgraph argument that is no subgraph, operands of another count or kind, its arity
     ("cond", _args("cond", a1=N("x")), "passes node x \\(FakeTensor\\) to cond where a subgraph goes"),
-    ("cond", _args("cond", a3=T(N("x"), N("x"))), "binds 2 operands to the subgraph true_graph_0 of cond, which "
-                                                 "takes 1 input"),
+    ("cond", _args("cond", a3=T(N("x"), N("x"))), "binds 2 operands to the subgraph true_graph_0 of cond, but the "
+                                                 "subgraph takes 1 input"),
     ("cond", _args("cond", a3=T(None)), "binds NoneType to the input x of the subgraph true_graph_0 of cond, "
                                         "which is a tensor"),
     ("cond", _args("cond", a3=T(2.5)), "binds float to the input x .* which is a tensor"),

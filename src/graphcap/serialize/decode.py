@@ -92,7 +92,8 @@ class _GraphReader:
 
         def subgraph_of(arg: Any) -> Optional[torch.fx.GraphModule]:
             """The graph a ``get_attr`` node of this graph reads, else None."""
-            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and arg.target in subgraphs:
+            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and isinstance(arg.target, str) \
+                    and arg.target in subgraphs:
                 sub = getattr(root, arg.target, None)
                 return sub if isinstance(sub, torch.fx.GraphModule) else None
             return None

@@ -51,6 +51,11 @@ _KEYWORDS = {"while_loop": ("mutated_arg_indices",), "scan": ("mutated_arg_indic
 SubgraphOf = Callable[[Any], Optional[torch.fx.GraphModule]]
 
 
+def _args(node: torch.fx.Node) -> tuple[Any, ...]:
+    """The call's positional arguments, as loaded: values of any kind (the checks here read them)."""
+    return tuple(node.args)
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -79,7 +84,7 @@ def bound_operands(node: torch.fx.Node) -> list[tuple[Any, list[tuple[Any, bool]
     """For a call of a higher-order operator: each subgraph argument with the operands bound to its
     inputs, each marked True where the operator slices it along its first dimension, and how many
     inputs the operator itself passes before them (``flex_attention``'s score and indices)."""
-    name, a = hop_name(node), node.args
+    name, a = hop_name(node), _args(node)
     if name == "map_impl":
         return [(a[0], [(v, True) for v in a[1]] + [(v, False) for v in a[2]], 0)]
     if name == "scan":
@@ -102,7 +107,7 @@ def check_hop_call(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> 
     if name is None or name not in _ARITY:
         return
     fewest, most = _ARITY[name]
-    count = len(node.args)
+    count = len(_args(node))
     if count < fewest or (most is not None and count > most):
         takes = f"{fewest}" if fewest == most else f"at least {fewest}" if most is None else f"{fewest} to {most}"
         raise bad(f"Node {node.name} passes {count} positional arguments to {name}, which takes {takes}.",
@@ -119,7 +124,7 @@ def check_hop_call(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> 
             raise TypeError  # a string read as a sequence of operands
     except (TypeError, IndexError, AttributeError):
         raise bad(f"Node {node.name} calls {name} with arguments not of its form "
-                  f"({count} arguments: {', '.join(type(a).__name__ for a in node.args)[:200]}).",
+                  f"({count} arguments: {', '.join(type(a).__name__ for a in _args(node))[:200]}).",
                   where=where) from None
     for graph, values, passed in bound:
         _check_subgraph(node, name, graph, values, passed, subgraph_of, where)
@@ -134,9 +139,9 @@ def _check_subgraph(node: torch.fx.Node, name: str, graph: Any, values: list[tup
                   f"of one of the file's graphs).", where=where)
     inputs = _placeholders(gm)
     if len(inputs) != passed + len(values):
-        own = f" ({passed} of them passed by {name} itself)" if passed else ""
+        own = f", after the {passed} values {name} passes it itself" if passed else ""
         raise bad(f"Node {node.name} binds {_count(len(values), 'operand')} to the subgraph {graph.target} of "
-                  f"{name}, which takes {_count(len(inputs), 'input')}{own}.", where=where)
+                  f"{name}{own}, but the subgraph takes {_count(len(inputs), 'input')}.", where=where)
     for ph, (v, sliced) in zip(inputs[passed:], values):
         why = _operand_misfit(ph.meta.get("val"), _value(v) if isinstance(v, torch.fx.Node) else v,
                               isinstance(v, torch.fx.Node), sliced)
@@ -179,7 +184,7 @@ def _no_more(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
 
 
 def _cond(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    pred = node.args[0]
+    pred = _args(node)[0]
     if not isinstance(pred, (torch.fx.Node, bool)):
         raise bad(f"Node {node.name} passes {_what(pred)} as cond's predicate, which is a bool or a "
                   f"one-element tensor.", where=where)  # None would pick a branch as False does
@@ -190,47 +195,48 @@ def _cond(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
 
 
 def _while_loop(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    cond_graph = subgraph_of(node.args[0])
+    condition, body, carried = _args(node)[0], _args(node)[1], len(_args(node)[2])
+    cond_graph = subgraph_of(condition)
     if cond_graph is not None and len(_returned(cond_graph)) != 1:
-        raise bad(f"Node {node.name} passes the subgraph {node.args[0].target} as while_loop's condition, "
+        raise bad(f"Node {node.name} passes the subgraph {condition.target} as while_loop's condition, "
                   f"which returns {len(_returned(cond_graph))} values, not one.", where=where)
     results = _results(node)
-    if results is not None and results != len(node.args[2]):
+    if results is not None and results != carried:
         raise bad(f"Node {node.name}'s saved value holds {_count(results, 'result')}, but while_loop returns "
-                  f"its {_count(len(node.args[2]), 'carried value')}.", where=where)
-    body = subgraph_of(node.args[1])
-    if body is not None and len(_returned(body)) != len(node.args[2]):
-        raise bad(f"Node {node.name} passes the subgraph {node.args[1].target} as while_loop's body, which "
-                  f"returns {_count(len(_returned(body)), 'value')} for {_count(len(node.args[2]), 'carried value')}.",
+                  f"its {_count(carried, 'carried value')}.", where=where)
+    body_graph = subgraph_of(body)
+    if body_graph is not None and len(_returned(body_graph)) != carried:
+        raise bad(f"Node {node.name} passes the subgraph {body.target} as while_loop's body, which returns "
+                  f"{_count(len(_returned(body_graph)), 'value')} for {_count(carried, 'carried value')}.",
                   where=where)
 
 
 def _scan(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    combine = subgraph_of(node.args[0])
+    combine = subgraph_of(_args(node)[0])
     if combine is None:
         return
-    returned, carried = _returned(combine), len(node.args[1])
+    returned, carried = _returned(combine), len(_args(node)[1])
     if len(returned) < carried:
         raise bad(f"Node {node.name} carries {carried} values through scan, but its subgraph "
-                  f"{node.args[0].target} returns {len(returned)}.", where=where)
+                  f"{_args(node)[0].target} returns {len(returned)}.", where=where)
     results = _results(node)
     if results is not None and results != len(returned):
         raise bad(f"Node {node.name}'s saved value holds {_count(results, 'result')}, but its scan subgraph "
-                  f"{node.args[0].target} returns {len(returned)}.", where=where)
+                  f"{_args(node)[0].target} returns {len(returned)}.", where=where)
 
 
 def _map_impl(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    if not node.args[1]:
+    if not _args(node)[1]:
         raise bad(f"Node {node.name} maps over no inputs: map_impl's second argument is empty.", where=where)
-    body = subgraph_of(node.args[0])
+    body = subgraph_of(_args(node)[0])
     results = _results(node)
     if body is not None and results is not None and results != len(_returned(body)):
         raise bad(f"Node {node.name}'s saved value holds {_count(results, 'result')}, but its map subgraph "
-                  f"{node.args[0].target} returns {len(_returned(body))}.", where=where)
+                  f"{_args(node)[0].target} returns {len(_returned(body))}.", where=where)
 
 
 def _flex_attention(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    a = node.args
+    a = _args(node)
     for i, role in enumerate(("query", "key", "value")):
         if not isinstance(_value(a[i]), torch.Tensor) or not isinstance(a[i], torch.fx.Node):
             raise bad(f"Node {node.name} passes {_what(a[i])} as flex_attention's {role}, which is a tensor.",
@@ -250,11 +256,11 @@ def _flag(node: torch.fx.Node, name: str, value: Any, role: str, optional: bool,
 
 
 def _set_grad(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    _flag(node, "wrap_with_set_grad_enabled", node.args[0], "flag", False, where)
+    _flag(node, "wrap_with_set_grad_enabled", _args(node)[0], "flag", False, where)
 
 
 def _autocast(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    device, dtype, enabled, cache = node.args[:4]
+    device, dtype, enabled, cache = _args(node)[:4]
     valid = isinstance(device, str)
     if valid:
         try:
@@ -272,21 +278,21 @@ def _autocast(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
 
 
 def _invoke_subgraph(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    identifier = node.args[1]
+    identifier = _args(node)[1]
     if not (identifier is None or isinstance(identifier, str)):
         raise bad(f"Node {node.name} passes {_what(identifier)} as invoke_subgraph's identifier, which is a "
                   f"string or None.", where=where)
 
 
 def _with_effects(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    token, op = node.args[0], node.args[1]
+    token, op = _args(node)[0], _args(node)[1]
     val = _value(token)
     if not (isinstance(token, torch.fx.Node) and isinstance(val, torch.Tensor)) \
             or (all(type(d) is int for d in val.shape) and val.numel() != 0):  # a token holds no element
         raise bad(f"Node {node.name} passes {_what(token)} as with_effects' token, which is an empty "
                   f"tensor node (with_effects(token, op, *args)).", where=where)
     if isinstance(op, OpOverload):
-        check_call(op, tuple(node.args[2:]), dict(node.kwargs), node.name, where)
+        check_call(op, tuple(_args(node)[2:]), dict(node.kwargs), node.name, where)
     elif not isinstance(op, HigherOrderOperator):
         raise bad(f"Node {node.name} passes {_what(op)} as with_effects' operator, which is an operator "
                   f"(with_effects(token, op, *args)).", where=where)
@@ -302,7 +308,7 @@ def _written_arguments(op: OpOverload) -> list[Any]:
 
 def _auto_functionalized(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
     name = hop_name(node)
-    op = node.args[0]
+    op = _args(node)[0]
     if not isinstance(op, OpOverload):
         raise bad(f"Node {node.name} passes {_what(op)} as {name}'s operator, which is an operator "
                   f"overload that writes some of its arguments.", where=where)
@@ -404,7 +410,7 @@ def check_item_read(node: torch.fx.Node, where: str) -> None:
     """Refuse an item read (``getitem(node, i)``) past the results its producer's saved value holds."""
     if not (node.op == "call_function" and node.target is operator.getitem):
         return
-    source, index = node.args
+    source, index = _args(node)
     results = _results(source) if isinstance(source, torch.fx.Node) else None
     if results is not None and type(index) is int and not -results <= index < results:
         raise bad(f"Node {node.name} reads item {index} of {source.name}, whose saved value holds "
