@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from ..torch_private.ops import OpOverload, schema_of, takes_numbers_as_tensors
+from .values import bad
 
 _NUMBERS = (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)
 _UNKNOWN = object()  # a node without a saved value: its kind is not known, nothing is refused
@@ -132,3 +133,29 @@ def misfit(op: OpOverload, values: dict[str, Any]) -> Optional[tuple[str, str, s
         if why is not None:
             return p.name, why, type_text
     return None
+
+
+def check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, where: str) -> None:
+    """Refuse a call whose arguments do not fit the operator's schema (too many, a keyword it does
+    not take, a required one missing, a value of another kind than the schema's: ``call_types``):
+    such a graph loads and then fails only when it runs."""
+    params = schema_of(op).arguments
+    positional = [p for p in params if not p.kwarg_only]
+    if len(args) > len(positional):
+        raise bad(f"Node {name} passes {len(args)} positional arguments to {op}, which takes at most "
+                  f"{len(positional)}.", where=where)
+    known = {p.name for p in params}
+    for key in kwargs:
+        if key not in known:
+            raise bad(f"Node {name} passes the keyword {key!r} to {op}, which has no such argument.", where=where)
+    given = {p.name for p in positional[:len(args)]}
+    for p in params:
+        if p.name in given and p.name in kwargs:
+            raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
+        if p.name not in given and p.name not in kwargs and not p.has_default_value():
+            raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
+    values = {**dict(zip((p.name for p in positional), args)), **kwargs}
+    wrong = misfit(op, values)
+    if wrong is not None:
+        arg, what, kind = wrong
+        raise bad(f"Node {name} passes {what} as {op}'s argument {arg!r}, which is a {kind}.", where=where)

@@ -28,19 +28,20 @@ from ..graph_arguments import (
     SymIntArgument,
     TensorArgument,
 )
-from ..node_facts import hop_name, operand_sequences_as, subgraph_operands
+from ..node_facts import operand_sequences_as
 from ..signature import ExportGraphSignature, InputSpec, ModuleCallEntry, ModuleCallSignature, OutputSpec
 from ..torch_private.fx import extract_tensor_metadata
-from ..torch_private.ops import HigherOrderOperator, OpOverload, schema_of
+from ..torch_private.ops import HigherOrderOperator, OpOverload
 from ..torch_private.shapes import backed_size_oblivious
 from ..torch_private.symbolic import ValueRanges
 from ..trace.naming.node_names import builtin_name_allowed, set_node_name
 from ..trace.source_fns import resolve
 from . import schema, upgrade
 from .binding_paths import decode_bindings
-from .call_types import misfit
+from .call_types import check_call
 from .checked_fields import field, ident
 from .encode import python_targets
+from .hop_calls import check_hop_call, check_item_read
 from .operator_lookup import resolve_hop, resolve_op
 from .pytree_specs import _registered_types, json_to_spec
 from .symbol_table import SymbolTable, range_bound
@@ -88,6 +89,14 @@ class _GraphReader:
             root.add_module(attr, self.graph_module(sub, f"{path}{attr}.", depth + 1))
         graph = torch.fx.Graph()
         env: dict[str, torch.fx.Node] = {}
+
+        def subgraph_of(arg: Any) -> Optional[torch.fx.GraphModule]:
+            """The graph a ``get_attr`` node of this graph reads, else None."""
+            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and isinstance(arg.target, str) \
+                    and arg.target in subgraphs:
+                sub = getattr(root, arg.target, None)
+                return sub if isinstance(sub, torch.fx.GraphModule) else None
+            return None
         saw_output = False
         for i, nj in enumerate(nodes):
             where = f"{path}nodes[{i}]"
@@ -128,7 +137,7 @@ class _GraphReader:
             elif op == "call_function":
                 target = self.target(nj.get("target"), where)
                 if isinstance(target, OpOverload):
-                    _check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
+                    check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
                 elif isinstance(target, HigherOrderOperator):  # operands as lists, as torch's load gives them
                     args, kwargs = operand_sequences_as(list, target, args, kwargs)
                 elif target is operator.getitem and not (
@@ -143,7 +152,6 @@ class _GraphReader:
             else:
                 raise bad(f"Node {name} has the kind {op!r:.40}, which the format does not allow.")
             node = graph.create_node(op, target, args, kwargs, name=name)
-            _check_control_flow_call(node, f"program.json {path or 'graph_module.'}nodes[{i}]")
             if node.name != name and op == "placeholder" and name not in env and builtin_name_allowed(name):
                 set_node_name(node, name)  # an input named like a builtin (``input``) keeps it
                 node.target = name
@@ -151,6 +159,9 @@ class _GraphReader:
                 raise bad(f"Node name {name} clashes with a name torch.fx reserves.")
             env[name] = node
             self.meta(node, field(nj, "meta", dict, where), where)
+            # after its value is read: the call's results are counted against what it returns
+            check_hop_call(node, subgraph_of, f"program.json {path or 'graph_module.'}nodes[{i}]")
+            check_item_read(node, f"program.json {path or 'graph_module.'}nodes[{i}]")
         if not saw_output:
             raise bad(f"The graph {path or 'graph_module'} has no output node.")
         return torch.fx.GraphModule(root, graph)
@@ -323,48 +334,3 @@ def decode_program(program: Any, version: int) -> dict[str, Any]:
             "module_call_graph": decode_call_graph(program.get("module_call_graph")),
             "state": field(program, "state", dict, "state"),
             "opset_version": dict(field(program, "opset_version", dict, "opset_version"))}
-
-
-def _check_call(op: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, where: str) -> None:
-    """Refuse a call whose arguments do not fit the operator's schema (too many, a keyword it does
-    not take, a required one missing, a value of another kind than the schema's: ``call_types``):
-    such a graph loads and then fails only when it runs."""
-    params = schema_of(op).arguments
-    positional = [p for p in params if not p.kwarg_only]
-    if len(args) > len(positional):
-        raise bad(f"Node {name} passes {len(args)} positional arguments to {op}, which takes at most "
-                  f"{len(positional)}.", where=where)
-    known = {p.name for p in params}
-    for key in kwargs:
-        if key not in known:
-            raise bad(f"Node {name} passes the keyword {key!r} to {op}, which has no such argument.", where=where)
-    given = {p.name for p in positional[:len(args)]}
-    for p in params:
-        if p.name in given and p.name in kwargs:
-            raise bad(f"Node {name} passes {op}'s argument {p.name!r} twice.", where=where)
-        if p.name not in given and p.name not in kwargs and not p.has_default_value():
-            raise bad(f"Node {name} does not pass {op}'s required argument {p.name!r}.", where=where)
-    values = {**dict(zip((p.name for p in positional), args)), **kwargs}
-    wrong = misfit(op, values)
-    if wrong is not None:
-        arg, what, kind = wrong
-        raise bad(f"Node {name} passes {what} as {op}'s argument {arg!r}, which is a {kind}.", where=where)
-
-
-def _check_control_flow_call(node: torch.fx.Node, where: str) -> None:
-    """Refuse a control-flow call whose arguments do not have its operator's form (``cond``'s
-    operands a tuple, ...): read as the verifier reads them, so a crafted file is refused here,
-    naming the node, not by a ``TypeError`` inside the verifier."""
-    name = hop_name(node)
-    if name is None:
-        return
-    try:
-        operands = [value for _, values in subgraph_operands(node) for value in values]
-        if any(isinstance(v, str) for v in operands):  # a string read as a sequence of operands
-            raise TypeError
-        if name == "cond" and not isinstance(node.args[0], (torch.fx.Node, bool)):
-            raise TypeError  # the predicate: None would pick a branch as False does
-    except (TypeError, IndexError, AttributeError):
-        raise bad(f"Node {node.name} calls {name} with arguments not of its form "
-                  f"({len(node.args)} arguments: {', '.join(type(a).__name__ for a in node.args)[:200]}).",
-                  where=where) from None
