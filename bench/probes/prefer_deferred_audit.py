@@ -57,7 +57,8 @@ A, D = Dim.AUTO, Dim.DYNAMIC
 
 
 def _ranges(ep: Any) -> str:
-    return "[" + ",".join(sorted(f"{v.lower}..{v.upper}".replace("int_oo", "oo") for v in ep.range_constraints.values())) + "]"
+    bounds = sorted(f"{v.lower}..{v.upper}".replace("int_oo", "oo") for v in ep.range_constraints.values())
+    return "[" + ",".join(bounds) + "]"
 
 
 def run_side(lib: str, p: Probe, strict: bool, flag: bool) -> str:
@@ -294,7 +295,8 @@ def probes() -> list[Probe]:
                    ok=[(r(3, 3), torch.tensor(0))], bad=[(r(4, 3), torch.tensor(2)), (r(3, 3), torch.tensor(5))]))
     P.append(Probe("pin_bounded_auto", _pin_assert, (r(3, 3),), [{0: Dim.AUTO(min=4)}], bad=[(r(4, 3),)]))
     P.append(Probe("pin_in_range_auto", _pin_assert, (r(3, 3),), [{0: Dim.AUTO(min=2, max=6)}], bad=[(r(4, 3),)]))
-    P.append(Probe("pin_mul_auto", _pin_mul, (r(3, 2), r(6, 2)), [{0: A}, {0: A}], bad=[(r(3, 2), r(7, 2)), (r(4, 2), r(8, 2))]))
+    P.append(Probe("pin_mul_auto", _pin_mul, (r(3, 2), r(6, 2)), [{0: A}, {0: A}],
+                   bad=[(r(3, 2), r(7, 2)), (r(4, 2), r(8, 2))]))
     P.append(Probe("pin_derived", _derived, (r(3, 2), r(6, 2)), [{0: A}, {0: 2 * n}], bad=[(r(3, 2), r(8, 2))]))
     return P
 
@@ -338,7 +340,8 @@ def main() -> None:
                 gc = run_side("gc", p, strict, flag)
                 tt = run_side("te", p, strict, flag)
                 mark = "" if gc == tt else "  <>"
-                print(f"{p.name:20} flag={'T' if flag else 'F'} {'strict' if strict else 'ns    '} | gc: {gc} | te: {tt}{mark}",
+                mode = "strict" if strict else "ns    "
+                print(f"{p.name:20} flag={'T' if flag else 'F'} {mode} | gc: {gc} | te: {tt}{mark}",
                       flush=True)
 
 
@@ -366,8 +369,8 @@ def zoo_main() -> None:
                     print(f"{name:12} {tag:9} {lib}: export fails: {error_line(e, 140)}", flush=True)
                     continue
                 notes = []
-                for stage, make in (("ep", lambda: ep), ("decomp", lambda: ep.run_decompositions()),
-                                    ("load", lambda: roundtrip(ep))):
+                for stage, make in (("ep", lambda ep=ep: ep), ("decomp", lambda ep=ep: ep.run_decompositions()),
+                                    ("load", lambda ep=ep: roundtrip(ep))):
                     try:
                         mod = make().module()
                     except Exception as e:
@@ -446,8 +449,8 @@ def draft_main() -> None:
                     print(f"draft {name:10} flag={flag:d} {lib}: fails {error_line(e, 120)}", flush=True)
                     continue
                 notes = []
-                for stage, make in (("ep", lambda: ep), ("decomp", lambda: ep.run_decompositions()),
-                                    ("load", lambda: roundtrip(ep))):
+                for stage, make in (("ep", lambda ep=ep: ep), ("decomp", lambda ep=ep: ep.run_decompositions()),
+                                    ("load", lambda ep=ep: roundtrip(ep))):
                     mod = make().module()
                     for a in [args, *ok]:
                         try:
@@ -480,8 +483,8 @@ def infer_main() -> None:
                 print(f"infer {name:10} strict={strict:d}: fails {error_line(e, 120)}", flush=True)
                 continue
             notes = []
-            for stage, make in (("ep", lambda: ep), ("decomp", lambda: ep.run_decompositions()),
-                                ("load", lambda: roundtrip(ep))):
+            for stage, make in (("ep", lambda ep=ep: ep), ("decomp", lambda ep=ep: ep.run_decompositions()),
+                                ("load", lambda ep=ep: roundtrip(ep))):
                 mod = make().module()
                 for a in [*samples, *ok]:
                     try:
