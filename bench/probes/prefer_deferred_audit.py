@@ -298,7 +298,16 @@ def probes() -> list[Probe]:
     P.append(Probe("pin_mul_auto", _pin_mul, (r(3, 2), r(6, 2)), [{0: A}, {0: A}],
                    bad=[(r(3, 2), r(7, 2)), (r(4, 2), r(8, 2))]))
     P.append(Probe("pin_derived", _derived, (r(3, 2), r(6, 2)), [{0: A}, {0: 2 * n}], bad=[(r(3, 2), r(8, 2))]))
+    # sizes 0 and 1 (graphcap keeps them in a dim's range)
+    P.append(Probe("bcast_one_auto", _add, (r(3, 2), r(1, 2)), [{0: A}, {0: A}],
+                   ok=[(r(5, 2), r(1, 2))], bad=[(r(3, 2), r(3, 2))]))
+    P.append(Probe("bcast_one_static_x", _add, (r(3, 2), r(1, 2)), [None, {0: A}], bad=[(r(3, 2), r(3, 2))]))
+    P.append(Probe("nonempty_branch", _nonempty, (r(3, 2),), [{0: A}], ok=[(r(1, 2),), (r(0, 2),)]))
     return P
+
+
+def _nonempty(x):
+    return x.sum(0) + 5 if x.shape[0] > 0 else x.new_ones(x.shape[1])
 
 
 def _branch_rel(x, y):

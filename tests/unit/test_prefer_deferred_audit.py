@@ -210,3 +210,36 @@ def test_gpt2_with_every_size_automatic_exports_with_the_flag():
             for kwargs in (built.kwargs, built.kwargs2):
                 want = built.model(**kwargs).last_hidden_state
                 torch.testing.assert_close(prog.module()(**kwargs).last_hidden_state, want, atol=1e-4, rtol=1e-4)
+
+
+class Broadcast(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+@pytest.mark.parametrize("flag", [False, True], ids=["guards", "deferred"])
+@pytest.mark.parametrize("x_spec", [None, {0: Dim.AUTO}, {0: Dim("b")}], ids=["static_x", "auto_x", "dim_x"])
+def test_a_size_one_example_broadcast_against_another_input_exports_non_strict(flag, x_spec):
+    # non-strict read y's size 1 as a general size: the trace failed ("The size of tensor a must match"),
+    # or with the flag asserted y's size equal to x's, and module() refused the example itself
+    x, y = torch.randn(3, 2), torch.randn(1, 2)
+    ep = graphcap.export(Broadcast(), (x, y), dynamic_shapes={"x": x_spec, "y": {0: Dim.AUTO}},
+                         prefer_deferred_runtime_asserts_over_guards=flag)
+    theirs = graphcap.export(Broadcast(), (x, y), dynamic_shapes={"x": x_spec, "y": {0: Dim.AUTO}}, strict=True,
+                             prefer_deferred_runtime_asserts_over_guards=flag)
+    assert _ranges(ep) == _ranges(theirs)  # the strict front end reads it so already
+    for prog in _stages(ep).values():
+        torch.testing.assert_close(prog.module()(x, y), x + y)
+        if x_spec is not None:
+            x5 = torch.randn(5, 2)
+            torch.testing.assert_close(prog.module()(x5, y), x5 + y)
+        with pytest.raises(InputGuardError):
+            prog.module()(x, torch.randn(3, 2))  # y is 1 in this program (torch.export: the same)
+
+
+@pytest.mark.parametrize("flag", [False, True], ids=["guards", "deferred"])
+def test_a_size_one_example_a_declared_dim_needs_is_refused(flag):
+    with pytest.raises(ConstraintViolationError, match=r"Constraints violated \(n\)"):
+        graphcap.export(Broadcast(), (torch.randn(3, 2), torch.randn(1, 2)),
+                        dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim("n")}},
+                        prefer_deferred_runtime_asserts_over_guards=flag)
