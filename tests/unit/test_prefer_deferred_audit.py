@@ -243,3 +243,16 @@ def test_a_size_one_example_a_declared_dim_needs_is_refused(flag):
         graphcap.export(Broadcast(), (torch.randn(3, 2), torch.randn(1, 2)),
                         dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim("n")}},
                         prefer_deferred_runtime_asserts_over_guards=flag)
+
+
+def test_a_model_that_fails_at_any_size_reports_its_first_error_not_the_second_trace():
+    class Fails(torch.nn.Module):
+        def forward(self, x, y):
+            return x @ y  # (3, 2) @ (1, 2): wrong for every size
+
+    with pytest.raises(Exception) as caught:
+        graphcap.export(Fails(), (torch.randn(3, 2), torch.randn(1, 2)),
+                        dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}})
+    assert "While handling" not in str(caught.getrepr())  # one error, its own cause chain only
+    assert "During handling of the above exception" not in str(caught.getrepr())
+    assert "test_prefer_deferred_audit.py" in str(caught.value)  # the user's line

@@ -330,18 +330,24 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # asserts what the example breaks. The program is traced again at the example's sizes, and the
     # spec check reports the specialization as for any other (strict's front end does the same).
     retry = front is None and _has_0_1_example(dynamic_shapes, user_leaves)
+    failed: Optional[BaseException] = None
     try:
         traced = trace(True)
     except Exception as first:
         if not retry:
             raise
-        try:
-            traced = trace(False)
-        except Exception:
-            raise first from None
+        failed = first
     else:
         if retry and dyn_symbols.example_breaks_engine_facts(traced[0].shape_env):
             traced = trace(False)
+    if failed is not None:
+        try:
+            traced = trace(False)
+            failed = None
+        except Exception:  # the first error (the general reading) is the one to show
+            pass
+    if failed is not None:
+        raise failed
     (fake_mode, params, buffers, non_persistent, root_state, state_names, dyn_inputs, fake_user,
      recording, dtypes, call_recorder, flat_inputs) = traced
     gm = recording.graph_module
