@@ -289,7 +289,7 @@ def probes() -> list[Probe]:
     P.append(Probe("branch_rel_auto", _branch_rel, (r(6, 2), r(3, 2)), [{0: A}, {0: A}],
                    ok=[(r(9, 2), r(2, 2))], bad=[(r(2, 2), r(9, 2))]))
     P.append(Probe("pin_then_view_auto", _pin_then_view, (r(3, 4), r(5, 3)), [{0: A, 1: A}, {0: A, 1: A}],
-                   ok=[(r(3, 4), r(7, 3))], bad=[(r(4, 4), r(7, 3)), (r(3, 4), r(7, 4))]))
+                   ok=[(r(4, 4), r(7, 3))], bad=[(r(3, 5), r(7, 3)), (r(3, 4), r(7, 4))]))
     P.append(Probe("pin_cond_auto", _pin_cond, (r(3, 2),), [{0: A}], bad=[(r(4, 2),)]))
     P.append(Probe("pin_item_auto", _pin_item, (r(3, 3), torch.tensor(2)), [{0: A}, None],
                    ok=[(r(3, 3), torch.tensor(0))], bad=[(r(4, 3), torch.tensor(2)), (r(3, 3), torch.tensor(5))]))
