@@ -238,11 +238,15 @@ def test_a_size_one_example_broadcast_against_another_input_exports_non_strict(f
 
 
 @pytest.mark.parametrize("flag", [False, True], ids=["guards", "deferred"])
-def test_a_size_one_example_a_declared_dim_needs_is_refused(flag):
-    with pytest.raises(ConstraintViolationError, match=r"Constraints violated \(n\)"):
+@pytest.mark.parametrize("strict", [False, True], ids=["non_strict", "strict"])
+def test_a_size_one_example_a_declared_dim_needs_is_refused_with_the_size_as_its_fix(flag, strict):
+    # non-strict with the flag said "the program needs 0 <= n <= 1", fix max=1: the one-size range
+    # the broadcast left was read as torch's own 0/1 layout assumption, which keeps 0
+    with pytest.raises(ConstraintViolationError) as caught:
         graphcap.export(Broadcast(), (torch.randn(3, 2), torch.randn(1, 2)),
-                        dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim("n")}},
+                        dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim("n")}}, strict=strict,
                         prefer_deferred_runtime_asserts_over_guards=flag)
+    assert str(caught.value).split("Suggested fixes:")[1].split() == ["n", "=", "1"]
 
 
 def test_a_model_that_fails_at_any_size_reports_its_first_error_not_the_second_trace():
