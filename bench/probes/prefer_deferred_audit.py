@@ -11,7 +11,8 @@ inputs out of range (which must be refused). One line per probe, flag and mode:
 A verdict is "=" (every stage matched eager and refused every bad input), or the notes: "WRONG"
 (a silent wrong number), "accepts bad", "run fails", or the export's error line.
 
-Run: PYTHONPATH=src python bench/probes/prefer_deferred_audit.py [name-substring ...] [-v] [--zoo]
+Run: PYTHONPATH=src python bench/probes/prefer_deferred_audit.py [name-substring ...] [-v]
+     [--zoo [--strict] [zoo names]] [--draft] [--consumers]
 """
 from __future__ import annotations
 
@@ -372,7 +373,7 @@ def zoo_main() -> None:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        ep = export(model, args, kwargs, dynamic_shapes=sp,
+                        ep = export(model, args, kwargs, dynamic_shapes=sp, strict="--strict" in sys.argv,
                                     prefer_deferred_runtime_asserts_over_guards=True)
                 except Exception as e:
                     print(f"{name:12} {tag:9} {lib}: export fails: {error_line(e, 140)}", flush=True)
