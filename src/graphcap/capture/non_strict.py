@@ -155,6 +155,13 @@ class RootState:
     constant_tensors: list[torch.Tensor]  # those attributes' tensors, in the order first reached
 
 
+def _has_0_1_example(dynamic_shapes: Any, user_leaves: list) -> bool:
+    """Whether a spec is given and some tensor input has a dim of size 0 or 1 (a size the trace
+    may read as a general size)."""
+    return dynamic_shapes is not None and any(
+        isinstance(t, torch.Tensor) and any(n in (0, 1) for n in t.shape) for t in user_leaves)
+
+
 def _root_state(root: Optional[torch.nn.Module]) -> RootState:
     """Parameters, buffers, non-persistent buffer names, tensor attributes of ``root`` (id → FQNs)
     and those attributes' tensors.
@@ -274,45 +281,75 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     user_leaves = [v for _, v in flat_with_paths]
     clock.lap("inputs")
 
-    fake_mode = fakify.new_fake_mode(prefer_deferred_asserts)
-    root_state = _root_state(target.root)
-    params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
-    state_tensors = [*params.values(), *buffers.values()]
-    # tensor attributes and inputs count for storage sharing: a view of a weight keeps aliasing it
-    others = [*user_leaves, *root_state.constant_tensors]
-    fakes = fakify.fake_state(fake_mode, state_tensors, others)
-    state_names = [*params, *buffers]
-    fake_state = [fakes[id(t)] for t in state_tensors]
-    # f(x, x): each input its own fake tensor, so each is its own placeholder with its own sizes
-    distinct_leaves = fakify.distinct_leaves(user_leaves)
-    if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
-        dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode,
-                                         distinct_leaves,
-                                         [gp_pytree.input_path_str(p) for p in paths], strict=strict)
-        fake_user = dyn_inputs.fakes
-    else:
-        dyn_inputs = None
-        fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in distinct_leaves]
-    flat_inputs = fake_state + fake_user
-    clock.lap("fakify")
+    def trace(general_sizes: bool) -> tuple:
+        fake_mode = fakify.new_fake_mode(prefer_deferred_asserts)
+        root_state = _root_state(target.root)
+        params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
+        state_tensors = [*params.values(), *buffers.values()]
+        # tensor attributes and inputs count for storage sharing: a view of a weight keeps aliasing it
+        others = [*user_leaves, *root_state.constant_tensors]
+        fakes = fakify.fake_state(fake_mode, state_tensors, others)
+        state_names = [*params, *buffers]
+        fake_state = [fakes[id(t)] for t in state_tensors]
+        # f(x, x): each input its own fake tensor, so each is its own placeholder with its own sizes
+        distinct_leaves = fakify.distinct_leaves(user_leaves)
+        if dynamic_shapes is not None:  # symbols for the dims the spec marks dynamic
+            dyn_inputs = dyn_symbols.prepare(target.forward, tree_args, tree_kwargs, dynamic_shapes, fake_mode,
+                                             distinct_leaves,
+                                             [gp_pytree.input_path_str(p) for p in paths], strict=strict)
+            fake_user = dyn_inputs.fakes
+        else:
+            dyn_inputs = None
+            fake_user = [fakify.fakify_leaf(fake_mode, leaf) for leaf in distinct_leaves]
+        flat_inputs = fake_state + fake_user
+        clock.lap("fakify")
 
-    # forward runs (dynamo's capture, then the recording): a default dtype it switches and leaves
-    # switched, or a switch a failure cuts short, stays out of the caller's process
-    with default_dtype.kept():
-        call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
-        replay = graph_module_replay.replaying_call(target.root) \
-            if front is None and target.call is target.root else None
-        call = replay or call  # a graph module keeps its nodes' metadata
-        call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
-                                                     replays_graph=replay is not None)
-        try:
-            with call_recorder, dyn_symbols.tracing(dyn_inputs), \
-                    python_overrides.default_dtypes_seen() as dtypes:
-                recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
-                                            fake_mode, target.name, buffer_names=list(buffers))
-        except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
-            name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
+        # forward runs (dynamo's capture, then the recording): a default dtype it switches and leaves
+        # switched, or a switch a failure cuts short, stays out of the caller's process
+        with default_dtype.kept():
+            call = target.call if front is None else front(target, args, kwargs, user_leaves, fake_user)
+            replay = graph_module_replay.replaying_call(target.root) \
+                if front is None and target.call is target.root else None
+            call = replay or call  # a graph module keeps its nodes' metadata
+            call_recorder = call_signatures.CallRecorder(target.root, preserve_module_call_signature,
+                                                         replays_graph=replay is not None)
+            try:
+                with call_recorder, dyn_symbols.tracing(dyn_inputs, general_sizes), \
+                        python_overrides.default_dtypes_seen() as dtypes:
+                    recording = recorder.record(call, target.root, state_names, flat_inputs, in_spec,
+                                                fake_mode, target.name, buffer_names=list(buffers))
+            except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
+                name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
+                raise
+        return (fake_mode, params, buffers, non_persistent, root_state, state_names, dyn_inputs, fake_user,
+                recording, dtypes, call_recorder, flat_inputs)
+
+    # Size-0/1 questions are answered for the general size, so a dynamic dim whose example is 0 or 1
+    # stays symbolic. Where the program needs that size (a size-1 example broadcast against another
+    # input), the general answer contradicts the example: the trace fails, or, with deferred asserts,
+    # asserts what the example breaks. The program is traced again at the example's sizes, and the
+    # spec check reports the specialization as for any other (strict's front end does the same).
+    retry = front is None and _has_0_1_example(dynamic_shapes, user_leaves)
+    failed: Optional[BaseException] = None
+    try:
+        traced = trace(True)
+    except Exception as first:
+        if not retry:
             raise
+        failed = first
+    else:
+        if retry and dyn_symbols.example_breaks_engine_facts(traced[0].shape_env):
+            traced = trace(False)
+    if failed is not None:
+        try:
+            traced = trace(False)
+            failed = None
+        except Exception:  # the first error (the general reading) is the one to show
+            pass
+    if failed is not None:
+        raise failed
+    (fake_mode, params, buffers, non_persistent, root_state, state_names, dyn_inputs, fake_user,
+     recording, dtypes, call_recorder, flat_inputs) = traced
     gm = recording.graph_module
     # tensors made while forward had switched the default dtype keep their traced dtype
     if dtypes != {entry_default_dtype}:

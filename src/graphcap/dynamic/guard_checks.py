@@ -182,10 +182,12 @@ def _needed_range(found: _Findings, r: Any) -> tuple[Any, Any, Any]:
     lo = max(vr.lower, r.declared.lower)
     hi = min(vr.upper, r.declared.upper)
     slocs = symbol_range_locations(env).get(r.symbol)
-    if lo != r.declared.lower and lo <= 2 and slocs is not None and in_framework(slocs.lower):
+    if lo != r.declared.lower and lo <= 2 and lo != hi and slocs is not None and in_framework(slocs.lower):
         # A layout decision inside torch (memory format, kernel choice) assumed the size is
         # not 0/1; the recorded operators are the same for those sizes, so, as torch.export
-        # does, this assumption does not narrow the declared range.
+        # does, this assumption does not narrow the declared range. (A range of one size is
+        # no such assumption: a broadcast that needs the size 1, read at the example's sizes
+        # with prefer_deferred_runtime_asserts_over_guards, leaves [1, 1].)
         log.debug("graphcap: ignoring the framework's 0/1 assumption on %s%s", r.name, where_text(slocs.lower))
         lo = r.declared.lower
     if (lo, hi) != (r.declared.lower, r.declared.upper) and narrowed_only_by_asserts(env, found.inputs, r.symbol):

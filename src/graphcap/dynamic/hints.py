@@ -31,7 +31,7 @@ from ..torch_private.shapes import (
 )
 from ..torch_private.symbolic import ValueRangeError, ValueRanges, bound_sympy, int_oo
 from .dims import DimHint
-from .guard_words import in_framework
+from .guard_words import in_framework, where_text
 from .size_one_checks import PendingSizeCheck, is_size_special_case
 from .symbols import RootSymbol, SymbolicInputs
 
@@ -247,7 +247,9 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
         if r.hint.kind is DimHint.Kind.DYNAMIC and narrowed.is_singleton():
             conflicts.append(
                 f"- Received user-specified dim hint Dim.DYNAMIC(min={r.hint.min}, max={r.hint.max}), but "
-                f"tracing inferred a static shape of {narrowed.lower} for dimension {_spec_path(r)}.")
+                f"tracing inferred a static shape of {narrowed.lower} for dimension {_spec_path(r)}"
+                f"{_where_pinned(env, r.symbol)}. Mark it Dim.STATIC, or Dim.AUTO to let export keep that "
+                f"one size, or change the code that fixes it.")
     conflicts += [line for line in outside if line]
     if conflicts:
         raise DynamicSpecError(
@@ -256,6 +258,18 @@ def apply_bounds(env: Any, inputs: SymbolicInputs) -> None:
             where="export(..., dynamic_shapes=...)",
             fix="Widen the hint's bounds to meet the range the program needs (or drop them), or use "
                 "Dim.AUTO / Dim.STATIC where the program only works for one size.")
+
+
+def _where_pinned(env: Any, sym: Any) -> str:
+    """The user line that set ``sym``'s range to one size (`` (at file:line in fn: code)``), or "".
+    With ``prefer_deferred_runtime_asserts_over_guards`` the code's ``assert x.shape[0] == 3`` is
+    a runtime assert rather than a guard, and its line is where the range was narrowed."""
+    bounds = symbol_range_locations(env).get(sym)
+    for sloc in (getattr(bounds, "upper", None), getattr(bounds, "lower", None)):
+        text = where_text(sloc)
+        if text:
+            return text
+    return ""
 
 
 def _keep_zero_one_to_check(env: Any, inputs: SymbolicInputs, r: RootSymbol, narrowed: Any) -> Any:

@@ -110,7 +110,7 @@ def _fit_hints(inputs: SymbolicInputs, checked: Any, values: dict[Any, int]) -> 
             at[sym] = sympy.Integer(v)
             try:
                 return all(bool(c.xreplace(at)) for c in mine)
-            except TypeError:  # a condition that does not evaluate to a truth value
+            except (TypeError, ZeroDivisionError):  # no truth value there (a size divided by 0)
                 return False
 
         if holds(values[sym]):

@@ -423,7 +423,7 @@ def _first_frame_outside_engine() -> Any:
 
 
 @contextlib.contextmanager
-def tracing(inputs: Optional[SymbolicInputs]):
+def tracing(inputs: Optional[SymbolicInputs], general_sizes: bool = True):
     """The engine setting the trace of symbolic inputs runs under.
 
     Framework code (broadcasting, contiguity, kernel choice) asks "is this
@@ -444,10 +444,32 @@ def tracing(inputs: Optional[SymbolicInputs]):
     saved_summary = shapes.own_stack_summary(env)
     shapes.set_stack_summary(env, _with_user_line(shapes.stack_summary(env)))
     try:
-        with backend_kernels_off(), shapes.backed_size_oblivious():
+        with backend_kernels_off(), shapes.backed_size_oblivious(general_sizes):
             yield
     finally:
         shapes.restore_stack_summary(env, saved_summary)
+
+
+def example_breaks_engine_facts(env: Any) -> bool:
+    """Whether a size the engine set equal to an expression (a replacement), or a runtime assert on
+    sizes alone, is false at the example's sizes: a size-0/1 question answered for the general size
+    where the example takes the special one (a size-1 example broadcast against another size, with
+    ``prefer_deferred_runtime_asserts_over_guards``: the non-broadcast assumption is asserted, not
+    checked against the example)."""
+    hints = {s: sympy.Integer(v) for s, v in shapes.example_values(env).items()}
+
+    def false_at_example(fact: Any) -> bool:
+        if not fact.free_symbols <= hints.keys():
+            return False
+        try:
+            return fact.xreplace(hints) == sympy.false
+        except (TypeError, ZeroDivisionError):
+            return False
+
+    for sym, expr in shapes.replacements(env).items():
+        if sym in hints and false_at_example(sympy.Eq(sym, expr, evaluate=False)):
+            return True
+    return any(false_at_example(a.expr) for a in shapes.deferred_asserts(env).get(None, []))
 
 
 def _with_user_line(summary: Any) -> Any:
