@@ -6,8 +6,9 @@ When dynamo met the module first (a strict export by graphcap or torch.export, t
 with ``fullgraph=True``), the checker was made by a ``torch.compiler.disable``'d function, a
 graph break those refuse (``Skip calling torch.compiler.disable()d function``). Now both are
 made while dynamo traces (``hierarchy/when_needed.py``), so the module, any submodule, a
-preserved or swapped submodule can be re-exported and compiled before their first call, with
-eager's numbers and buffers, and the program's refusals of bad inputs kept.
+preserved or swapped submodule (also inside a user's model and its cond branches) can be
+re-exported and compiled before their first call, with eager's numbers and buffers, and the
+program's refusals of bad inputs kept.
 """
 from __future__ import annotations
 
@@ -212,3 +213,31 @@ def test_copies_made_before_the_first_call_compile_and_run_on_their_own():
         twin.a.lin.weight.zero_()  # the copy's state is its own
     torch.testing.assert_close(unf(_x()), model(_x()))
     assert unf.code == twin.code
+
+
+class Around(torch.nn.Module):
+    """A user's model holding an unflattened module, calling it directly and in a cond."""
+
+    def __init__(self, unf):
+        super().__init__()
+        self.unf = unf
+
+    def forward(self, x):
+        y = self.unf(x) * 2
+        return torch.cond(x.sum() > 0, lambda t: self.unf.a(t), lambda t: self.unf.b(t) - 1, (y,))
+
+
+def test_unflattened_module_inside_a_users_model_and_its_cond_never_called():
+    model = TwoBlocks()
+    ep = graphcap.export(copy.deepcopy(model), (_x(),))
+
+    def eager(x):
+        y = model(x) * 2
+        return model.a(y) if x.sum() > 0 else model.b(y) - 1
+
+    runs = [graphcap.export(Around(graphcap.unflatten(ep)), (_x(),), strict=True).module(),
+            te.export(Around(graphcap.unflatten(ep)), (_x(),), strict=True).module(),
+            torch.compile(Around(graphcap.unflatten(ep)), backend="eager", fullgraph=True)]
+    for run in runs:
+        for x in (_x() + 1, _x() - 1):  # both branches
+            torch.testing.assert_close(run(x), eager(x))
