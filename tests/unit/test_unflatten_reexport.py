@@ -241,3 +241,31 @@ def test_unflattened_module_inside_a_users_model_and_its_cond_never_called():
     for run in runs:
         for x in (_x() + 1, _x() - 1):  # both branches
             torch.testing.assert_close(run(x), eager(x))
+
+
+class SharedAndCond(torch.nn.Module):
+    """One block under two names, and a cond whose branches call submodules."""
+
+    def __init__(self):
+        super().__init__()
+        self.blk = Block()
+        self.alias = self.blk
+        self.br = Branch()
+
+    def forward(self, x):
+        return self.br(self.alias(self.blk(x)) + x)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_shared_module_and_a_cond_calling_submodules_export_unflatten_and_re_export(strict):
+    # the cond's branch closes over the module proxies make_fx hands out for a model holding one
+    # module under two names; its tracer did not know them (TraceError[KeyError])
+    model = SharedAndCond()
+    ep = graphcap.export(copy.deepcopy(model), (_x(),), strict=strict)
+    unf = graphcap.unflatten(ep)
+    assert (unf.blk is unf.alias) or strict  # a strict program's unflatten keeps two copies (torch's too)
+    for run in (ep.module(), unf, graphcap.export(graphcap.unflatten(ep), (_x(),), strict=strict).module()):
+        for x in (_x() + 1, _x() - 1):  # both branches
+            torch.testing.assert_close(run(x), model(x))
+    stacks = {path for n in ep.graph_module.graph.nodes for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
+    assert "br" in stacks
