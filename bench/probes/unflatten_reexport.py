@@ -106,6 +106,17 @@ class Shared(torch.nn.Module):
         return self.last(self.second(self.first(x)))
 
 
+class SharedAndCond(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blk = Block()
+        self.alias = self.blk
+        self.br = Branch()
+
+    def forward(self, x):
+        return self.br(self.alias(self.blk(x)) + x)
+
+
 class Case:
     def __init__(self, name: str, make: Callable[[], torch.nn.Module], args: tuple, args2: tuple, bad: tuple,
                  spec: Any = None, preserve: tuple = (), sub: str = "", swap: Optional[str] = None,
@@ -129,6 +140,7 @@ def small_cases() -> list[Case]:
         Case("cond", WithCond, (x.abs(),), (-x2.abs(),), (torch.randn(3, 4),), sub="br"),
         Case("called_twice", CalledTwice, (x,), (x2,), (torch.randn(3, 4),), sub="blk"),
         Case("shared", Shared, (x,), (x2,), (torch.randn(3, 4),), sub="first"),
+        Case("shared_and_cond", SharedAndCond, (x.abs(),), (-x2.abs(),), (torch.randn(3, 4),), sub="br"),
         Case("preserved", TwoBlocks, (x,), (x2,), (torch.randn(3, 4),), preserve=("a",), sub="a"),
         Case("preserved_swapped", TwoBlocks, (x,), (x2,), (torch.randn(3, 4),), preserve=("a",), sub="a",
              swap="a"),

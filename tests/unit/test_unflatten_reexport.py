@@ -9,6 +9,10 @@ made while dynamo traces (``hierarchy/when_needed.py``), so the module, any subm
 preserved or swapped submodule (also inside a user's model and its cond branches) can be
 re-exported and compiled before their first call, with eager's numbers and buffers, and the
 program's refusals of bad inputs kept.
+
+Found on the way: a model holding one module under two names and a ``torch.cond`` whose branch
+calls a submodule did not export (``TraceError[KeyError]``, make_fx's module proxies unknown to
+the branch's tracer); it exports, unflattens and re-exports.
 """
 from __future__ import annotations
 
