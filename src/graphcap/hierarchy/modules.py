@@ -28,15 +28,7 @@ from ..errors import InputStructureError
 from ..runtime.input_structure import other_structure
 from ..torch_private import unflatten as private
 from . import flat_args
-
-
-def _call(make: Callable[[], Any]) -> Any:
-    return make()
-
-
-@torch.compiler.disable
-def _made_eagerly(make: Callable[[], Any]) -> Any:
-    return make()
+from .when_needed import MadeWhenNeeded
 
 
 class SubmoduleGraph(torch.nn.Module):
@@ -183,7 +175,7 @@ class UnflattenedModule(SubmoduleGraph):
         if not class_name:
             self._class_name = "UnflattenedModule"
         self._make_checker = make_checker
-        self._input_checker = None
+        self._input_checker = MadeWhenNeeded(make_checker)
         self._result_spec = out_spec
         self._adapter_state = adapter_state
         self.adapted = False
@@ -226,13 +218,9 @@ class UnflattenedModule(SubmoduleGraph):
 
     @property
     def _checker(self) -> Any:
-        """The program's input checks, prepared on first use (they read the whole graph)."""
-        if self._input_checker is None:
-            # torch.compile meeting the module first: the checker is made outside dynamo, which
-            # cannot follow its making (it reads the program's sympy ranges; a graph break)
-            make = _made_eagerly if torch.compiler.is_dynamo_compiling() else _call
-            self._input_checker = make(self._make_checker)
-        return self._input_checker
+        """The program's input checks, prepared on first use (they read the whole graph); when
+        dynamo meets the module first, prepared while it traces (:mod:`.when_needed`)."""
+        return self._input_checker.get()
 
     def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The program's flat inputs for this call, checked (adapted first if shaped otherwise)."""
@@ -264,35 +252,37 @@ class UnflattenedModule(SubmoduleGraph):
 class LazyForward:
     """A graph's forward as Python, generated and compiled on first use (as
     ``GraphModule.recompile`` does, but only for the calls that run: building a large
-    tree stays fast). Called with the module first."""
+    tree stays fast). Called with the module first. When dynamo traces the first call
+    (``torch.compile``, strict export), the forward is generated while it traces and
+    followed as any function (:mod:`.when_needed`)."""
 
-    def __init__(self, graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any]):
+    def __init__(self, graph: torch.fx.Graph, label: str, extra_globals: dict[str, Any],
+                 function: Optional[Callable[..., Any]] = None, source: Optional[str] = None):
         self._graph = graph
         self._label = label
         self._extra_globals = extra_globals
-        self._function = None
-        self._source = None
+        self._source = source
+        self._function = MadeWhenNeeded(self._generate, function)
 
-    def _build(self) -> None:
+    def _generate(self) -> Callable[..., Any]:
         python_code = self._graph.python_code(root_module="self")
         namespace = dict(python_code.globals)
         namespace.update(self._extra_globals)
-        self._function = private.forward_from_source(python_code.src, namespace)
+        function = private.forward_from_source(python_code.src, namespace)
         self._source = python_code.src
+        return function
 
     @property
     def source(self) -> str:
-        if self._source is None:
-            self._build()
-        return self._source
+        self._function.made()
+        return self._source or ""
 
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if self._function is None:
-            self._build()
-        return self._function(module, *args, **kwargs)
+        return self._function.get()(module, *args, **kwargs)
 
     def __deepcopy__(self, memo):
         import copy
-        new = LazyForward(copy.deepcopy(self._graph, memo), self._label, self._extra_globals)
-        new._function, new._source = self._function, self._source  # code takes the module as argument
-        return new
+        made = self._function.ready
+        return LazyForward(copy.deepcopy(self._graph, memo), self._label, self._extra_globals,
+                           self._function.made() if made else None,  # the code takes the module as argument
+                           self._source if made else None)

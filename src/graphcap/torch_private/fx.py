@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Optional
 
 import torch.fx
@@ -68,7 +69,10 @@ RELIES_ON = {
     "torch.fx._lazy_graph_module._LazyGraphModule": None,
     "torch.fx.experimental.proxy_tensor.PythonKeyTracer.create_node": ("self", "kind", "target", "args", "kwargs"),
     "torch.fx.experimental.proxy_tensor.PythonKeyTracer#record_stack_traces": None,
+    "torch.fx.experimental.proxy_tensor._ModuleStackTracer#proxy_paths": None,
+    "torch.fx.experimental.proxy_tensor._ModuleStackTracer#proxy_modules": None,
 }
+
 
 # Entries older supported torch lines lack (the first release that has each); see stack_trace_anchors
 SINCE = {"torch.fx.proxy._STACK_TRACE_ANCHORS": "2.13"}
@@ -89,11 +93,14 @@ SAMPLES = {
     "torch.fx.experimental.proxy_tensor._MakefxTracer": _sample_make_fx_tracer,
     "torch.fx.experimental.proxy_tensor.PythonKeyTracer": lambda: proxy_tensor.PythonKeyTracer(),
     "torch.fx.experimental.proxy_tensor._ProxyTensor": lambda: proxy_tensor._ProxyTensor(proxy=None, constant=None),
+    "torch.fx.experimental.proxy_tensor._ModuleStackTracer":
+        lambda: proxy_tensor._ModuleStackTracer(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())),
 }
 
 __all__ = ["set_pytree_codegen", "own_pytree_info_reads",
            "rename_in_namespace", "rename_node", "rename_node_reusing", "stack_trace_anchors",
            "stack_trace_anchor", "current_make_fx_tracer", "current_recording", "recorded_node",
+           "share_module_proxies",
            "set_module_stack_root",
            "current_fx_tracer", "tracked_as_constant", "operator_node_name", "interpreting_node",
            "extract_tensor_metadata", "autocast_markers", "inference_mode_markers",
@@ -272,6 +279,46 @@ def current_fx_tracer() -> Any:
     """The fx tracer of the ``make_fx`` recording running now (what a tensor's node is tracked
     under), or None. Relies on :func:`current_make_fx_tracer` and its ``fx_tracer``."""
     return getattr(current_make_fx_tracer(), "fx_tracer", None)
+
+
+class _WithParentEntries(weakref.WeakKeyDictionary):
+    """A tracer's table of module proxies that also answers with its parent tracer's entries,
+    those made before and those made while the branch runs."""
+
+    def __init__(self, own: Any, parent: Any):
+        super().__init__()
+        self.update(own)
+        self._parent = parent
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            return self._parent[key]
+
+    def __contains__(self, key: Any) -> bool:
+        return super().__contains__(key) or key in self._parent
+
+
+def share_module_proxies(parent: Any) -> None:
+    """Let the fx tracer running now (a control-flow branch's) find the module proxies that
+    ``parent`` (the tracer of the code that made the call) hands out.
+
+    A model holding one module under two names is traced with proxies standing for its modules
+    (``_ModuleStackTracer``'s ``AttrProxy``, each with the path it was reached by). A branch
+    function closes over such proxies (``self.lin`` in ``lambda t: self.lin(t)``; reading
+    ``self.lin`` makes the proxy in the parent's tables), but torch traces the branch with a new
+    tracer whose tables (``proxy_paths``, ``proxy_modules``) are empty, so calling the module
+    failed with a ``KeyError``. The running tracer's tables fall back to the parent's.
+    """
+    current = current_fx_tracer()
+    if current is None or parent is None or current is parent:
+        return
+    for table in ("proxy_paths", "proxy_modules"):
+        mine, theirs = getattr(current, table, None), getattr(parent, table, None)
+        if isinstance(mine, weakref.WeakKeyDictionary) and isinstance(theirs, weakref.WeakKeyDictionary) \
+                and not isinstance(mine, _WithParentEntries):
+            setattr(current, table, _WithParentEntries(mine, theirs))
 
 
 def tracked_as_constant(tracker: Any, tensor: Any) -> bool:

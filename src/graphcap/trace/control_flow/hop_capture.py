@@ -51,7 +51,7 @@ from ...errors import GraphcapError, UnsupportedError
 from ...torch_private import block_replay, pytree
 from ...torch_private.dispatch import dispatch_mode_base
 from ...torch_private.dynamo import forget_control_flow_wrapper_skips, skipped_fullgraph_compiles_run_eagerly
-from ...torch_private.fx import current_fx_tracer
+from ...torch_private.fx import current_fx_tracer, share_module_proxies
 from ...torch_private.higher_order import (
     MAP_OVER_SYMBOLIC_LEADING_DIM_SINCE,
     map_keeps_symbolic_leading_dim,
@@ -128,10 +128,12 @@ def _branch(fn: Callable, name: str, at: int, condition: Any, env: Any, root: An
     """
     run = run_graph_preserving_meta(fn)
     operator, side = _USER_NAMES[name], _SIDES[(name, at)]
+    caller_tracer = current_fx_tracer()  # the branch may close over module proxies it handed out
 
     def branch(*operands):
         if extra:
             operands = operands[:len(operands) - extra]
+        share_module_proxies(caller_tracer)
         with contextlib.ExitStack() as stack:
             if condition is not None:
                 stack.enter_context(branch_scope.scoped(env, condition))
