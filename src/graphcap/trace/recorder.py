@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from ..torch_private.messages import (
 from ..torch_private.modules import reparametrized
 from ..torch_private.ops import OpOverload, schema_of
 from ..torch_private.tensor_meta import tensor_metadata_cached
-from ..user_frames import describe_frame, raised_internally, user_frame
+from ..user_frames import ENGINE_PACKAGE_DIRS, describe_frame, raised_internally, user_frame
 from . import block_reuse, graph_module_replay, module_paths, python_overrides, recorder_shortcuts, subclass_access
 from .control_flow import control_flow_errors, hop_capture
 from .module_state import preserved_module_attributes, reassigned_buffers, seeding_told
@@ -200,16 +199,14 @@ def _record_user_stack_traces(tracer: torch.fx.Tracer, reuse_of: Callable[[Calla
     return reuse, stop.clear
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-
-
 def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
     """Keep a ``torch._dynamo.disable`` annotation (``custom`` metadata, recorded under
     ``preserve_node_meta``) only when the disabled function is the user's.
 
     torch's own tracing machinery is disabled the same way and would annotate
     every node; a user's ``@torch._dynamo.disable`` method is a live frame
-    outside torch's files while the node is made.
+    outside torch's and graphcap's files while the node is made (a graphcap
+    function that happens to share the disabled function's name is no such frame).
     """
     custom = node.meta.get("custom")
     if not isinstance(custom, dict) or DISABLE_METHOD_META_KEY not in custom:
@@ -217,7 +214,7 @@ def _drop_torch_disable_annotation(node: torch.fx.Node, frame: Any) -> None:
     method = custom[DISABLE_METHOD_META_KEY]
     while frame is not None:
         code = frame.f_code
-        if code.co_name == method and not code.co_filename.startswith(_TORCH_DIR):
+        if code.co_name == method and not code.co_filename.startswith(ENGINE_PACKAGE_DIRS):
             node.meta["custom"] = dict(custom)  # not shared with the nodes made after it
             return
         frame = frame.f_back
