@@ -361,3 +361,9 @@ def test_a_loop_keyword_torch_writes_from_2_14_still_loads():
     with pytest.raises(SerializationError, match="passes the keyword 'mutated_arg_indices' \\(int\\) to scan"):
         graphcap.load(program_json_edited(_saved("scan"), lambda p: _hop(p, "scan")["kwargs"].update(
             mutated_arg_indices=1)))
+
+
+def test_every_operator_with_an_arity_has_its_form_check():
+    """A higher-order operator given an argument count in hop_calls also has its form checked."""
+    from graphcap.serialize import hop_calls
+    assert set(hop_calls._ARITY) == set(hop_calls._FORMS)

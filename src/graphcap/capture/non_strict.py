@@ -155,6 +155,27 @@ class RootState:
     constant_tensors: list[torch.Tensor]  # those attributes' tensors, in the order first reached
 
 
+@dataclass
+class _Run:
+    """One run of forward under the recorder, and what it ran on."""
+
+    fake_mode: Any
+    root_state: RootState
+    dyn_inputs: Any  # the spec's symbols (graphcap.dynamic.symbols.SymbolicInputs), or None
+    flat_inputs: list  # fake state, then fake user inputs
+    recording: Any
+    dtypes: set  # the default dtypes forward ran under
+    call_recorder: Any
+
+
+def _at_example_sizes(trace: Callable[[bool], _Run]) -> Optional[_Run]:
+    """The run at the example's sizes (size-0/1 questions answered from them), or None if it fails too."""
+    try:
+        return trace(False)
+    except Exception:
+        return None
+
+
 def _has_0_1_example(dynamic_shapes: Any, user_leaves: list) -> bool:
     """Whether a spec is given and some tensor input has a dim of size 0 or 1 (a size the trace
     may read as a general size)."""
@@ -281,10 +302,10 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     user_leaves = [v for _, v in flat_with_paths]
     clock.lap("inputs")
 
-    def trace(general_sizes: bool) -> tuple:
+    def trace(general_sizes: bool) -> _Run:
         fake_mode = fakify.new_fake_mode(prefer_deferred_asserts)
         root_state = _root_state(target.root)
-        params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
+        params, buffers = root_state.params, root_state.buffers
         state_tensors = [*params.values(), *buffers.values()]
         # tensor attributes and inputs count for storage sharing: a view of a weight keeps aliasing it
         others = [*user_leaves, *root_state.constant_tensors]
@@ -321,8 +342,7 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
             except Exception as e:  # torch's text quotes symbols (s77): the user's Dim names instead
                 name_symbols_in_error(e, names_of_roots(dyn_inputs.roots if dyn_inputs is not None else ()))
                 raise
-        return (fake_mode, params, buffers, non_persistent, root_state, state_names, dyn_inputs, fake_user,
-                recording, dtypes, call_recorder, flat_inputs)
+        return _Run(fake_mode, root_state, dyn_inputs, flat_inputs, recording, dtypes, call_recorder)
 
     # Size-0/1 questions are answered for the general size, so a dynamic dim whose example is 0 or 1
     # stays symbolic. Where the program needs that size (a size-1 example broadcast against another
@@ -330,26 +350,19 @@ def _export_non_strict(mod: Any, args: Any, kwargs: Any, *, dynamic_shapes: Any,
     # asserts what the example breaks. The program is traced again at the example's sizes, and the
     # spec check reports the specialization as for any other (strict's front end does the same).
     retry = front is None and _has_0_1_example(dynamic_shapes, user_leaves)
-    failed: Optional[BaseException] = None
     try:
-        traced = trace(True)
-    except Exception as first:
-        if not retry:
-            raise
-        failed = first
+        run = trace(True)
+    except Exception:
+        at_example = _at_example_sizes(trace) if retry else None
+        if at_example is None:
+            raise  # the first error (the general reading) is the one to show
+        run = at_example
     else:
-        if retry and dyn_symbols.example_breaks_engine_facts(traced[0].shape_env):
-            traced = trace(False)
-    if failed is not None:
-        try:
-            traced = trace(False)
-            failed = None
-        except Exception:  # the first error (the general reading) is the one to show
-            pass
-    if failed is not None:
-        raise failed
-    (fake_mode, params, buffers, non_persistent, root_state, state_names, dyn_inputs, fake_user,
-     recording, dtypes, call_recorder, flat_inputs) = traced
+        if retry and dyn_symbols.example_breaks_engine_facts(run.fake_mode.shape_env):
+            run = trace(False)
+    fake_mode, root_state, dyn_inputs, recording = run.fake_mode, run.root_state, run.dyn_inputs, run.recording
+    dtypes, call_recorder, flat_inputs = run.dtypes, run.call_recorder, run.flat_inputs
+    params, buffers, non_persistent = root_state.params, root_state.buffers, root_state.non_persistent
     gm = recording.graph_module
     # tensors made while forward had switched the default dtype keep their traced dtype
     if dtypes != {entry_default_dtype}:

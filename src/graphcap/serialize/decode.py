@@ -100,6 +100,7 @@ class _GraphReader:
         saw_output = False
         for i, nj in enumerate(nodes):
             where = f"{path}nodes[{i}]"
+            in_file = f"program.json {path or 'graph_module.'}nodes[{i}]"  # where a call check names it
             name = ident(field(nj, "name", str, where), "node name")
             op = field(nj, "op", str, where)
             if saw_output:
@@ -137,14 +138,14 @@ class _GraphReader:
             elif op == "call_function":
                 target = self.target(nj.get("target"), where)
                 if isinstance(target, OpOverload):
-                    check_call(target, args, kwargs, name, f"program.json {path or 'graph_module.'}nodes[{i}]")
+                    check_call(target, args, kwargs, name, in_file)
                 elif isinstance(target, HigherOrderOperator):  # operands as lists, as torch's load gives them
                     args, kwargs = operand_sequences_as(list, target, args, kwargs)
                 elif target is operator.getitem and not (
                         len(args) == 2 and not kwargs and isinstance(args[0], torch.fx.Node)
                         and type(args[1]) is int):
                     raise bad(f"Node {name} reads an item with arguments not of the form (node, index).",
-                              where=f"program.json {path or 'graph_module.'}nodes[{i}]")
+                              where=in_file)
             elif op == "get_attr":
                 target = ident(nj.get("target"), "subgraph name")
                 if target not in subgraphs:
@@ -160,8 +161,8 @@ class _GraphReader:
             env[name] = node
             self.meta(node, field(nj, "meta", dict, where), where)
             # after its value is read: the call's results are counted against what it returns
-            check_hop_call(node, subgraph_of, f"program.json {path or 'graph_module.'}nodes[{i}]")
-            check_item_read(node, f"program.json {path or 'graph_module.'}nodes[{i}]")
+            check_hop_call(node, subgraph_of, in_file)
+            check_item_read(node, in_file)
         if not saw_output:
             raise bad(f"The graph {path or 'graph_module'} has no output node.")
         return torch.fx.GraphModule(root, graph)

@@ -128,7 +128,7 @@ def check_hop_call(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> 
                   where=where) from None
     for graph, values, passed in bound:
         _check_subgraph(node, name, graph, values, passed, subgraph_of, where)
-    _FORMS.get(name, _no_more)(node, subgraph_of, where)
+    _FORMS[name](node, subgraph_of, where)
 
 
 def _check_subgraph(node: torch.fx.Node, name: str, graph: Any, values: list[tuple[Any, bool]], passed: int,
@@ -177,10 +177,6 @@ def _results(node: torch.fx.Node) -> Optional[int]:
     """How many results the call's saved value holds (None when it is no sequence or not saved)."""
     val = node.meta.get("val")
     return len(val) if isinstance(val, (tuple, list)) else None
-
-
-def _no_more(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
-    return None
 
 
 def _cond(node: torch.fx.Node, subgraph_of: SubgraphOf, where: str) -> None:
@@ -380,13 +376,13 @@ def _pop_views(node: torch.fx.Node, op: OpOverload, param: Any, kwargs: dict[str
             raise bad(f"Node {node.name} does not pass '{key}', the base in '_all_bases' that {op} writes "
                       f"through its argument {param.name!r}.", where=where)
         index = kwargs.pop(key)
-        written.append(None if index is None else bases[index] if type(index) is int and 0 <= index < count
-                       else index)
         if index is None:
+            written.append(None)
             continue
         if type(index) is not int or not 0 <= index < count:
             raise bad(f"Node {node.name} passes {index!r:.40} as '{key}', which indexes its {count} "
                       f"'_all_bases'.", where=where)
+        written.append(bases[index])
         present = [form for form in _VIEW_FORMS if any(prefix + k in kwargs for k in form)]
         if len(present) > 1 or (present and not all(prefix + k in kwargs for k in present[0])):
             raise bad(f"Node {node.name} describes the view {op} writes through {param.name!r} with "
